@@ -1,0 +1,416 @@
+//! Discovery documents, all serialized once at startup (handlers only pick bytes):
+//!
+//! - `GET /api`: an empty `APIVersions` (200; CONTRACT §1.2 allows it, the issue asks for it);
+//! - `GET /apis`: legacy `APIGroupList`, or aggregated discovery `APIGroupDiscoveryList`
+//!   (`apidiscovery.k8s.io/v2` or `v2beta1`, chosen by `Accept`) with its content type, a quoted
+//!   upper-case hex SHA-512 `ETag`, `Vary: Accept`, `Cache-Control: public` and a 304 for a
+//!   matching `If-None-Match` (CONTRACT §1.3, §1.6);
+//! - `GET /apis/<group>`: `APIGroup` (§1.4);
+//! - `GET /apis/<group>/<version>`: `APIResourceList` (§1.5), the availability probe;
+//! - `GET /version`: `version.Info`.
+//!
+//! Built from the served kinds plus extra group-versions (e.g. `external.metrics.k8s.io`).
+
+use std::collections::HashMap;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+use super::negotiate::{Endpoint, Representation, negotiate_headers};
+use super::status::ApiError;
+use crate::resources::{GROUP, Kinds, VERSION};
+
+/// One resource of a group-version as discovery publishes it (`metav1.APIResource`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryResource {
+    /// Plural name (`podmetricssummaries`), or `<resource>/<subresource>`.
+    pub name: String,
+    /// Singular name; may be empty.
+    pub singular_name: String,
+    /// Whether the resource is namespaced.
+    pub namespaced: bool,
+    /// Kind of one object (the `responseKind` of aggregated discovery).
+    pub kind: String,
+    /// Verbs (published sorted).
+    pub verbs: Vec<String>,
+    /// Short names.
+    pub short_names: Vec<String>,
+    /// Categories.
+    pub categories: Vec<String>,
+}
+
+/// The resources of one group-version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupVersionResources {
+    /// API group.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Its resources.
+    pub resources: Vec<DiscoveryResource>,
+}
+
+impl GroupVersionResources {
+    /// `stats.une-tasse-de.cafe/v1alpha1` with one read-only (`get`, `list`) resource per
+    /// served kind.
+    pub fn from_kinds(kinds: &Kinds) -> Self {
+        let resources = kinds
+            .iter()
+            .map(|k| {
+                let info = k.info();
+                DiscoveryResource {
+                    name: info.plural.to_owned(),
+                    singular_name: info.singular.to_owned(),
+                    namespaced: info.namespaced,
+                    kind: info.kind.to_owned(),
+                    verbs: vec!["get".to_owned(), "list".to_owned()],
+                    short_names: info.short_names.iter().map(|s| (*s).to_owned()).collect(),
+                    categories: info.categories.iter().map(|s| (*s).to_owned()).collect(),
+                }
+            })
+            .collect();
+        Self { group: GROUP.to_owned(), version: VERSION.to_owned(), resources }
+    }
+
+    fn group_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+}
+
+/// A body with its precomputed `ETag`.
+#[derive(Debug, Clone)]
+struct Tagged {
+    body: Bytes,
+    etag: HeaderValue,
+}
+
+impl Tagged {
+    fn new(body: Vec<u8>) -> Self {
+        let etag = HeaderValue::from_str(&format!("\"{}\"", sha512_hex(&body)))
+            .unwrap_or_else(|_| HeaderValue::from_static("\"\""));
+        Self { body: Bytes::from(body), etag }
+    }
+}
+
+/// Upper-case hex SHA-512, as kube's discovery (`%X`) and kube-openapi compute ETags and hashes.
+pub fn sha512_hex(data: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA512, data);
+    digest.as_ref().iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// Content type of aggregated discovery v2.
+pub const DISCOVERY_V2_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+/// Content type of aggregated discovery v2beta1.
+pub const DISCOVERY_V2BETA1_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+/// Every discovery document, serialized.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    api_versions: Bytes,
+    group_list: Bytes,
+    v2: Tagged,
+    v2beta1: Tagged,
+    groups: HashMap<String, Bytes>,
+    group_versions: HashMap<(String, String), Bytes>,
+    version: Bytes,
+}
+
+impl Discovery {
+    /// Serializes every document for the served kinds' group-version followed by `extra`
+    /// group-versions (in preference order within a group).
+    pub fn new(kinds: &Kinds, extra: &[GroupVersionResources]) -> Self {
+        let mut gvs = vec![GroupVersionResources::from_kinds(kinds)];
+        gvs.extend(extra.iter().cloned());
+        for gv in &mut gvs {
+            for r in &mut gv.resources {
+                r.verbs.sort();
+            }
+        }
+
+        // Groups in first-seen order, each with its versions in order.
+        let mut groups: Vec<(String, Vec<&GroupVersionResources>)> = Vec::new();
+        for gv in &gvs {
+            match groups.iter_mut().find(|(g, _)| *g == gv.group) {
+                Some((_, versions)) => versions.push(gv),
+                None => groups.push((gv.group.clone(), vec![gv])),
+            }
+        }
+
+        let api_group = |name: &str, versions: &[&GroupVersionResources]| {
+            let vs: Vec<Value> = versions
+                .iter()
+                .map(|gv| json!({"groupVersion": gv.group_version(), "version": gv.version}))
+                .collect();
+            let preferred = vs.first().cloned().unwrap_or(Value::Null);
+            json!({"name": name, "versions": vs, "preferredVersion": preferred})
+        };
+
+        let group_list = json!({
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": groups.iter().map(|(g, vs)| api_group(g, vs)).collect::<Vec<_>>(),
+        });
+
+        let group_docs = groups
+            .iter()
+            .map(|(g, vs)| {
+                let mut doc = json!({"kind": "APIGroup", "apiVersion": "v1"});
+                if let (Value::Object(d), Value::Object(body)) = (&mut doc, api_group(g, vs)) {
+                    d.extend(body);
+                }
+                (g.clone(), to_bytes(&doc))
+            })
+            .collect();
+
+        let group_versions = gvs
+            .iter()
+            .map(|gv| {
+                let doc = json!({
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": gv.group_version(),
+                    "resources": gv.resources.iter().map(api_resource).collect::<Vec<_>>(),
+                });
+                ((gv.group.clone(), gv.version.clone()), to_bytes(&doc))
+            })
+            .collect();
+
+        let aggregated = |api_version: &str| {
+            json!({
+                "kind": "APIGroupDiscoveryList",
+                "apiVersion": api_version,
+                "metadata": {},
+                "items": groups.iter().map(|(g, vs)| json!({
+                    "metadata": {"name": g},
+                    "versions": vs.iter().map(|gv| json!({
+                        "version": gv.version,
+                        "resources": gv.resources.iter()
+                            .map(|r| resource_discovery(gv, r))
+                            .collect::<Vec<_>>(),
+                        "freshness": "Current",
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        };
+
+        Self {
+            api_versions: Bytes::from_static(
+                br#"{"kind":"APIVersions","versions":[],"serverAddressByClientCIDRs":null}"#,
+            ),
+            group_list: to_bytes(&group_list),
+            v2: Tagged::new(aggregated("apidiscovery.k8s.io/v2").to_string().into_bytes()),
+            v2beta1: Tagged::new(aggregated("apidiscovery.k8s.io/v2beta1").to_string().into_bytes()),
+            groups: group_docs,
+            group_versions,
+            version: to_bytes(&version_info()),
+        }
+    }
+
+    /// `GET /api`.
+    pub fn api(&self, headers: &HeaderMap) -> Response {
+        match negotiate_headers(headers, Endpoint::Discovery) {
+            // There is no core group: aggregated discovery of /api is an empty list too.
+            Ok(Representation::DiscoveryV2) => {
+                aggregated_empty("apidiscovery.k8s.io/v2", DISCOVERY_V2_CONTENT_TYPE)
+            }
+            Ok(Representation::DiscoveryV2Beta1) => {
+                aggregated_empty("apidiscovery.k8s.io/v2beta1", DISCOVERY_V2BETA1_CONTENT_TYPE)
+            }
+            Ok(_) => json_response(self.api_versions.clone()),
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// `GET /apis`.
+    pub fn apis(&self, headers: &HeaderMap) -> Response {
+        match negotiate_headers(headers, Endpoint::Discovery) {
+            Ok(Representation::DiscoveryV2) => serve_tagged(&self.v2, DISCOVERY_V2_CONTENT_TYPE, headers),
+            Ok(Representation::DiscoveryV2Beta1) => {
+                serve_tagged(&self.v2beta1, DISCOVERY_V2BETA1_CONTENT_TYPE, headers)
+            }
+            Ok(_) => json_response(self.group_list.clone()),
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// `GET /apis/<group>`; 404 for a group not served.
+    pub fn group(&self, group: &str, headers: &HeaderMap) -> Response {
+        let Some(body) = self.groups.get(group) else {
+            return ApiError::PathNotFound.into_response();
+        };
+        match negotiate_headers(headers, Endpoint::Plain) {
+            Ok(_) => json_response(body.clone()),
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// Whether `group/version` is served.
+    pub fn has_group_version(&self, group: &str, version: &str) -> bool {
+        self.group_versions.contains_key(&(group.to_owned(), version.to_owned()))
+    }
+
+    /// `GET /apis/<group>/<version>`; 404 for a group-version not served.
+    pub fn group_version(&self, group: &str, version: &str, headers: &HeaderMap) -> Response {
+        let Some(body) = self.group_versions.get(&(group.to_owned(), version.to_owned())) else {
+            return ApiError::PathNotFound.into_response();
+        };
+        match negotiate_headers(headers, Endpoint::Plain) {
+            Ok(_) => json_response(body.clone()),
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// `GET /version` (always JSON, like kube-apiserver's version handler).
+    pub fn version(&self) -> Response {
+        json_response(self.version.clone())
+    }
+}
+
+fn to_bytes(v: &Value) -> Bytes {
+    Bytes::from(v.to_string().into_bytes())
+}
+
+fn api_resource(r: &DiscoveryResource) -> Value {
+    let mut v = json!({
+        "name": r.name,
+        "singularName": r.singular_name,
+        "namespaced": r.namespaced,
+        "kind": r.kind,
+        "verbs": r.verbs,
+    });
+    if let Value::Object(m) = &mut v {
+        if !r.short_names.is_empty() {
+            m.insert("shortNames".into(), json!(r.short_names));
+        }
+        if !r.categories.is_empty() {
+            m.insert("categories".into(), json!(r.categories));
+        }
+    }
+    v
+}
+
+/// `apidiscovery.k8s.io` `APIResourceDiscovery`, as `ConvertGroupVersionIntoToDiscovery`
+/// would convert the legacy entry.
+fn resource_discovery(gv: &GroupVersionResources, r: &DiscoveryResource) -> Value {
+    let mut v = json!({
+        "resource": r.name,
+        "responseKind": {"group": gv.group, "version": gv.version, "kind": r.kind},
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular_name,
+        "verbs": r.verbs,
+    });
+    if let Value::Object(m) = &mut v {
+        if !r.short_names.is_empty() {
+            m.insert("shortNames".into(), json!(r.short_names));
+        }
+        if !r.categories.is_empty() {
+            m.insert("categories".into(), json!(r.categories));
+        }
+    }
+    v
+}
+
+/// `version.Info` of this build.
+fn version_info() -> Value {
+    let version = env!("CARGO_PKG_VERSION");
+    json!({
+        "major": env!("CARGO_PKG_VERSION_MAJOR"),
+        "minor": env!("CARGO_PKG_VERSION_MINOR"),
+        "gitVersion": format!("v{version}"),
+        "gitCommit": "",
+        "gitTreeState": "",
+        "buildDate": "",
+        "goVersion": "n/a",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch(std::env::consts::ARCH)),
+    })
+}
+
+/// Go's `GOARCH` spelling of a Rust target architecture.
+fn go_arch(arch: &str) -> &str {
+    match arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+}
+
+fn json_response(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+fn aggregated_empty(api_version: &str, content_type: &'static str) -> Response {
+    let body =
+        json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": []});
+    ([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], body.to_string()).into_response()
+}
+
+/// Whether `If-None-Match` names `etag` (exactly, in a list, or `*`).
+pub fn if_none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+    let Ok(etag) = etag.to_str() else {
+        return false;
+    };
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim())
+        .any(|t| t == etag || t == "*" || t.strip_prefix("W/") == Some(etag))
+}
+
+fn serve_tagged(tagged: &Tagged, content_type: &'static str, headers: &HeaderMap) -> Response {
+    let common = [
+        (header::ETAG, tagged.etag.clone()),
+        (header::VARY, HeaderValue::from_static("Accept")),
+        (header::CACHE_CONTROL, HeaderValue::from_static("public")),
+    ];
+    if if_none_match(headers, &tagged.etag) {
+        return (StatusCode::NOT_MODIFIED, common).into_response();
+    }
+    (common, [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], tagged.body.clone())
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha512_matches_known_vector() {
+        assert_eq!(
+            sha512_hex(b"abc"),
+            "DDAF35A193617ABACC417349AE20413112E6FA4E89A97EA20A9EEEE64B55D39A2192992A274FC1A836BA3C23A3FEEBBD454D4423643CE80E2A9AC94FA54CA49F"
+        );
+    }
+
+    #[test]
+    fn go_arch_names() {
+        assert_eq!(go_arch("x86_64"), "amd64");
+        assert_eq!(go_arch("aarch64"), "arm64");
+        assert_eq!(go_arch("riscv64"), "riscv64");
+    }
+
+    #[test]
+    fn if_none_match_forms() {
+        let etag = HeaderValue::from_static("\"AB\"");
+        let mk = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::IF_NONE_MATCH, HeaderValue::from_static(v));
+            h
+        };
+        assert!(if_none_match(&mk("\"AB\""), &etag));
+        assert!(if_none_match(&mk("\"X\", \"AB\""), &etag));
+        assert!(if_none_match(&mk("*"), &etag));
+        assert!(if_none_match(&mk("W/\"AB\""), &etag));
+        assert!(!if_none_match(&mk("AB"), &etag));
+        assert!(!if_none_match(&HeaderMap::new(), &etag));
+    }
+}

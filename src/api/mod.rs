@@ -1,0 +1,535 @@
+//! The HTTP layer, generic over [`ServedKind`]s. [`router`] serves:
+//!
+//! - discovery: `/api`, `/apis` (legacy and aggregated v2/v2beta1), `/apis/<g>`, `/apis/<g>/<v>`,
+//!   `/version` ([`discovery`]);
+//! - OpenAPI: `/openapi/v2`, `/openapi/v3`, `/openapi/v3/apis/<g>/<v>` ([`openapi`]);
+//! - health: `/healthz`, `/livez` (always `ok`), `/readyz` (`ok` once ready);
+//! - own metrics: `/metrics` (the [`Metrics`] registry; every request is counted there by
+//!   resource or route template, verb and code);
+//! - resources, for every served kind: `GET /apis/<g>/<v>/<plural>`,
+//!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>` and
+//!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>` (`labelSelector`, `fieldSelector`,
+//!   JSON / Table / PartialObjectMetadata by `Accept`); `watch` and every write verb are a 405.
+//!
+//! Every error is a `metav1.Status` ([`status`]); paths and queries are parsed here from the raw
+//! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
+//! kind.
+
+pub mod discovery;
+pub mod negotiate;
+pub mod openapi;
+pub mod render;
+pub mod request_info;
+pub mod selectors;
+pub mod status;
+pub mod validation;
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use futures::FutureExt;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+
+use crate::resources::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
+use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
+use discovery::{Discovery, GroupVersionResources};
+use negotiate::{Endpoint, Representation, negotiate_headers};
+use openapi::OpenApi;
+use render::{IncludeObject, RenderContext, render_list, render_object};
+use request_info::{QueryParams, RequestInfo, split_path};
+use selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
+pub use status::{ApiError, GroupResource};
+use validation::{is_dns1123_label, is_dns1123_subdomain};
+
+/// Seconds a client is asked to wait while the inventory is not synced. client-go retries a
+/// 503 with `Retry-After` up to 10 times, so `kubectl` waits out a short startup instead of
+/// failing.
+pub const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
+
+/// Readiness probe: whether the server's inputs (the inventory) are synced.
+pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Shared state of the router: the kinds and every precomputed document.
+#[derive(Clone)]
+pub struct ApiState {
+    kinds: Kinds,
+    discovery: Arc<Discovery>,
+    openapi: Arc<OpenApi>,
+    ready: ReadyFn,
+    metrics: Arc<Metrics>,
+}
+
+impl fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiState")
+            .field("kinds", &self.kinds.iter().map(|k| k.info().plural).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiState {
+    /// Precomputes discovery and OpenAPI for `kinds`; `ready` answers `/readyz`, `metrics`
+    /// counts requests and is served on `/metrics`.
+    pub fn new(kinds: Kinds, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
+        let discovery = Arc::new(Discovery::new(&kinds, &[]));
+        let openapi = Arc::new(OpenApi::new(&kinds));
+        Self { kinds, discovery, openapi, ready, metrics }
+    }
+
+    /// Adds discovery entries for group-versions served by routers merged in later (e.g.
+    /// `external.metrics.k8s.io/v1beta1`), after the kinds' own group-version.
+    pub fn with_extra_group_versions(mut self, extra: Vec<GroupVersionResources>) -> Self {
+        self.discovery = Arc::new(Discovery::new(&self.kinds, &extra));
+        self
+    }
+
+    /// The served kinds.
+    pub fn kinds(&self) -> &Kinds {
+        &self.kinds
+    }
+
+    /// The precomputed discovery documents.
+    pub fn discovery(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    /// The precomputed OpenAPI documents.
+    pub fn openapi(&self) -> &OpenApi {
+        &self.openapi
+    }
+}
+
+/// The router of every endpoint listed in the module header. Route templates are registered
+/// for `MatchedPath`, but one dispatcher parses every path itself (and is the fallback), so
+/// unknown paths get a 404 `Status`. Other routers (without a fallback) may be merged in; their
+/// static paths take precedence over the `{group}/{version}` templates here.
+pub fn router(state: ApiState) -> Router {
+    const ROUTES: &[&str] = &[
+        "/",
+        "/healthz",
+        "/livez",
+        "/readyz",
+        "/version",
+        "/api",
+        "/apis",
+        "/apis/{group}",
+        "/apis/{group}/{version}",
+        "/apis/{group}/{version}/{*rest}",
+        "/openapi/v2",
+        "/openapi/v3",
+        "/openapi/v3/{*rest}",
+        "/metrics",
+    ];
+    let mut router = Router::new();
+    for path in ROUTES {
+        router = router.route(path, any(dispatch));
+    }
+    router.fallback(dispatch).layer(middleware::from_fn_with_state(state.clone(), observe)).with_state(state)
+}
+
+/// Decrements the in-flight gauge even when the request future is dropped.
+struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.dec();
+    }
+}
+
+/// Counts and times every request by resource (or route template), verb and code.
+async fn observe(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let matched = request.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
+    let (resource, verb) = metric_labels(&state, request.method(), request.uri(), matched);
+    let metrics = Arc::clone(&state.metrics);
+    metrics.in_flight.inc();
+    let guard = InFlight(&metrics);
+    let start = Instant::now();
+    let response = next.run(request).await;
+    drop(guard);
+    metrics
+        .request_duration
+        .get_or_create(&LatencyLabels { resource: resource.clone(), verb: verb.clone() })
+        .observe(start.elapsed().as_secs_f64());
+    metrics.requests.get_or_create(&RequestLabels { resource, verb, code: response.status().as_u16() }).inc();
+    response
+}
+
+/// Bounded metric labels: the plural of a served kind or the route template (never a raw
+/// path), and a Kubernetes verb or a standard method.
+fn metric_labels(state: &ApiState, method: &Method, uri: &Uri, matched: Option<String>) -> (String, String) {
+    const VERBS: &[&str] = &[
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+        "proxy",
+        "head",
+        "post",
+        "put",
+        "options",
+        "trace",
+        "connect",
+    ];
+    let info = RequestInfo::new(method, uri.path(), uri.query()).ok();
+    let verb = info
+        .as_ref()
+        .map(|i| i.verb.as_str())
+        .filter(|v| VERBS.contains(v))
+        .or_else(|| {
+            let m = method.as_str();
+            VERBS.iter().copied().find(|v| v.eq_ignore_ascii_case(m))
+        })
+        .unwrap_or("other")
+        .to_owned();
+    let resource = info
+        .filter(|i| {
+            i.is_resource_request
+                && i.api_group == GROUP
+                && i.api_version == VERSION
+                && state.kinds.iter().any(|k| k.info().plural == i.resource)
+        })
+        .map(|i| i.resource)
+        .or(matched)
+        .unwrap_or_else(|| "other".to_owned());
+    (resource, verb)
+}
+
+async fn dispatch(State(state): State<ApiState>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    let segments = split_path(parts.uri.path());
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+
+    if let ["apis", _, _, _, ..] = segs.as_slice() {
+        return match serve_resource(&state, &parts.method, &parts.uri, &parts.headers).await {
+            Ok(response) => response,
+            Err(e) => e.into_response(),
+        };
+    }
+
+    let known = matches!(
+        segs.as_slice(),
+        ["healthz" | "livez" | "readyz" | "version" | "api" | "apis" | "metrics"]
+            | ["apis", _]
+            | ["apis", _, _]
+            | ["openapi", "v2" | "v3"]
+            | ["openapi", "v3", _, ..]
+    );
+    if !known {
+        return ApiError::PathNotFound.into_response();
+    }
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        return ApiError::PathMethodNotAllowed.into_response();
+    }
+    let headers = &parts.headers;
+    match segs.as_slice() {
+        ["healthz" | "livez"] => text(StatusCode::OK, "ok"),
+        ["readyz"] => readyz(&state, &QueryParams::parse(parts.uri.query())),
+        ["version"] => state.discovery.version(),
+        ["metrics"] => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            )],
+            state.metrics.encode(),
+        )
+            .into_response(),
+        ["api"] => state.discovery.api(headers),
+        ["apis"] => state.discovery.apis(headers),
+        ["apis", group] => state.discovery.group(group, headers),
+        ["apis", group, version] => state.discovery.group_version(group, version, headers),
+        ["openapi", "v2"] => state.openapi.v2(headers),
+        ["openapi", "v3"] => state.openapi.v3_root(headers),
+        ["openapi", "v3", rest @ ..] => state
+            .openapi
+            .v3_doc(&rest.join("/"), &QueryParams::parse(parts.uri.query()), headers)
+            .unwrap_or_else(|| ApiError::PathNotFound.into_response()),
+        _ => ApiError::PathNotFound.into_response(),
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+        ],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// `/readyz` worded like kube's health checks: `ok`, or the failed check and a 500.
+fn readyz(state: &ApiState, query: &QueryParams) -> Response {
+    let verbose = query.get("verbose").is_some();
+    if (state.ready)() {
+        if verbose {
+            text(StatusCode::OK, "[+]ping ok\n[+]informer-sync ok\nreadyz check passed\n")
+        } else {
+            text(StatusCode::OK, "ok")
+        }
+    } else {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "[+]ping ok\n[-]informer-sync failed: reason withheld\nreadyz check failed\n",
+        )
+    }
+}
+
+/// A resource request after its path has been checked against the kinds.
+struct Target<'a> {
+    kind: &'a Arc<dyn ServedKind>,
+    resource: GroupResource,
+    /// Namespace from a `/namespaces/<ns>/` path.
+    namespace: Option<String>,
+    /// Name from the path.
+    name: Option<String>,
+}
+
+async fn serve_resource(
+    state: &ApiState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let info = RequestInfo::new(method, uri.path(), uri.query()).map_err(|_| ApiError::PathNotFound)?;
+    let target = resolve(state, &info, uri.path())?;
+
+    match info.verb.as_str() {
+        "get" | "list" | "watch" => {}
+        "proxy" => return Err(ApiError::PathNotFound),
+        "" => {
+            return Err(ApiError::MethodNotAllowed {
+                verb: method.as_str().to_ascii_lowercase(),
+                resource: target.resource,
+            });
+        }
+        verb => {
+            return Err(ApiError::MethodNotAllowed { verb: verb.to_owned(), resource: target.resource });
+        }
+    }
+
+    if let Some(ns) = &target.namespace {
+        let errs = is_dns1123_label(ns);
+        if !errs.is_empty() {
+            return Err(ApiError::BadRequest(format!(
+                "invalid namespace {}: {}",
+                status::go_quote(ns),
+                errs.join("; ")
+            )));
+        }
+    }
+    if let Some(name) = &target.name {
+        let errs = is_dns1123_subdomain(name);
+        if !errs.is_empty() {
+            return Err(ApiError::BadRequest(format!(
+                "invalid name {}: {}",
+                status::go_quote(name),
+                errs.join("; ")
+            )));
+        }
+    }
+    if info.verb == "watch" {
+        return Err(ApiError::MethodNotAllowed { verb: "watch".to_owned(), resource: target.resource });
+    }
+
+    let query = QueryParams::parse(uri.query());
+    for int_param in ["limit", "timeoutSeconds"] {
+        if let Some(v) = query.get(int_param)
+            && v.parse::<i64>().is_err()
+        {
+            return Err(ApiError::BadRequest(format!(
+                "strconv.ParseInt: parsing {}: invalid syntax",
+                status::go_quote(v)
+            )));
+        }
+    }
+    let repr = negotiate_headers(headers, Endpoint::Resource)?;
+    let include_object = match repr {
+        Representation::Table { .. } => IncludeObject::parse(query.get("includeObject"))?,
+        _ => IncludeObject::Metadata,
+    };
+
+    match &target.name {
+        Some(name) => get_one(&target, name, repr, include_object).await,
+        None => list(&target, &query, repr, include_object).await,
+    }
+}
+
+/// Maps the path to a served kind and checks the scope; anything else is a 404.
+fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, path: &str) -> Result<Target<'a>, ApiError> {
+    if !info.is_resource_request
+        || info.api_prefix != "apis"
+        || info.api_group != GROUP
+        || info.api_version != VERSION
+        || !info.subresource.is_empty()
+    {
+        return Err(ApiError::PathNotFound);
+    }
+    let kind = state.kinds.iter().find(|k| k.info().plural == info.resource).ok_or(ApiError::PathNotFound)?;
+    let kind_info = kind.info();
+
+    // Segments after /apis/<g>/<v>, without a `watch`/`proxy` prefix.
+    let segments = split_path(path);
+    let mut rest: &[String] = segments.get(3..).unwrap_or_default();
+    if rest.first().is_some_and(|s| s == "watch" || s == "proxy") {
+        rest = &rest[1..];
+    }
+    let namespaced_path = rest.len() >= 3 && rest[0] == "namespaces";
+    if namespaced_path != kind_info.namespaced && (namespaced_path || info.parts.len() >= 2) {
+        // A namespaced path for a cluster-scoped kind, or a named get of a namespaced kind
+        // without its namespace: kube registers neither route.
+        return Err(ApiError::PathNotFound);
+    }
+    Ok(Target {
+        kind,
+        resource: GroupResource::new(GROUP, kind_info.plural),
+        namespace: namespaced_path.then(|| info.namespace.clone()),
+        name: info.parts.get(1).cloned(),
+    })
+}
+
+async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<Arc<Listing>, ApiError> {
+    match AssertUnwindSafe(kind.list(namespace)).catch_unwind().await {
+        Ok(Ok(listing)) => Ok(listing),
+        Ok(Err(ComputeError::NotReady)) => Err(ApiError::ServiceUnavailable {
+            message: ComputeError::NotReady.to_string(),
+            retry_after: Some(NOT_READY_RETRY_AFTER_SECONDS),
+        }),
+        Ok(Err(ComputeError::Internal(detail))) => {
+            Err(ApiError::Internal(format!("computing {}: {detail}", kind.info().plural)))
+        }
+        Err(_) => Err(ApiError::Internal(format!("computing {} panicked", kind.info().plural))),
+    }
+}
+
+async fn list(
+    target: &Target<'_>,
+    query: &QueryParams,
+    repr: Representation,
+    include_object: IncludeObject,
+) -> Result<Response, ApiError> {
+    let labels = match query.get("labelSelector") {
+        Some(s) => LabelSelector::parse(s)?,
+        None => LabelSelector::everything(),
+    };
+    let fields = match query.get("fieldSelector") {
+        Some(s) => FieldSelector::parse_supported(s)?,
+        None => FieldSelector::default(),
+    };
+    if let Representation::PartialObjectMetadata { .. } = repr {
+        // Decided before computing anything: the answer can only be this 406.
+        return Err(ApiError::NotAcceptable(
+            "you requested PartialObjectMetadata, but the requested object is a list".to_owned(),
+        ));
+    }
+    // A cluster-wide list pinned to one namespace by the field selector only computes that
+    // namespace; the selector still filters below.
+    let namespace = target.namespace.clone().or_else(|| {
+        if !target.kind.info().namespaced {
+            return None;
+        }
+        fields
+            .requires_exact_match(FIELD_NAMESPACE)
+            .filter(|ns| is_dns1123_label(ns).is_empty())
+            .map(str::to_owned)
+    });
+    let listing = compute(target.kind, namespace.as_deref()).await?;
+    let items: Vec<Arc<Item>> = listing
+        .items
+        .iter()
+        .filter(|item| {
+            namespace.as_deref().is_none_or(|ns| item.meta.namespace == ns)
+                && labels.matches(&item.meta.labels)
+                && fields.matches(&item.meta.name, &item.meta.namespace)
+        })
+        .cloned()
+        .collect();
+    let ctx = render_context(target, &listing, include_object);
+    let body = render_list(&ctx, &items, repr)?;
+    Ok(json_response(body, &listing.warnings))
+}
+
+async fn get_one(
+    target: &Target<'_>,
+    name: &str,
+    repr: Representation,
+    include_object: IncludeObject,
+) -> Result<Response, ApiError> {
+    if let Representation::PartialObjectMetadataList { .. } = repr {
+        return Err(ApiError::NotAcceptable(
+            "you requested PartialObjectMetadataList, but the requested object is not a list".to_owned(),
+        ));
+    }
+    let listing = compute(target.kind, target.namespace.as_deref()).await?;
+    let item = listing
+        .items
+        .iter()
+        .find(|i| i.meta.name == name && target.namespace.as_deref().is_none_or(|ns| i.meta.namespace == ns))
+        .ok_or_else(|| ApiError::NotFound { resource: target.resource.clone(), name: name.to_owned() })?;
+    let ctx = render_context(target, &listing, include_object);
+    let body = render_object(&ctx, item, repr)?;
+    Ok(json_response(body, &listing.warnings))
+}
+
+fn render_context<'a>(
+    target: &Target<'_>,
+    listing: &'a Listing,
+    include_object: IncludeObject,
+) -> RenderContext<'a> {
+    RenderContext {
+        info: target.kind.info(),
+        columns: target.kind.columns(),
+        resource_version: &listing.resource_version,
+        include_object,
+        now: jiff::Timestamp::now(),
+    }
+}
+
+fn json_response(body: Vec<u8>, warnings: &[String]) -> Response {
+    let mut response =
+        ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
+    let mut seen: Vec<&str> = Vec::new();
+    for w in warnings {
+        if seen.contains(&w.as_str()) {
+            continue;
+        }
+        seen.push(w);
+        if let Some(v) = warning_header(w) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
+}
+
+/// `Warning: 299 - "<text>"` (quotes and backslashes escaped, control characters blanked).
+pub fn warning_header(text: &str) -> Option<HeaderValue> {
+    let mut value = String::with_capacity(text.len() + 9);
+    value.push_str("299 - \"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                value.push('\\');
+                value.push(c);
+            }
+            c if c.is_control() => value.push(' '),
+            c => value.push(c),
+        }
+    }
+    value.push('"');
+    HeaderValue::from_bytes(value.as_bytes()).ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,420 @@
+//! Kubernetes `RequestInfo` for any request (`apiserver/pkg/endpoints/request/requestinfo.go`,
+//! CONTRACT §3.1): verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+//! `deletecollection`, or the lower-cased method for non-resource paths), API group/version,
+//! namespace, resource, subresource and name, with `fieldSelector=metadata.name=x` setting the
+//! name of a list/watch for authorization. The resource endpoints dispatch on it, the
+//! authorizer turns it into SubjectAccessReview attributes, and metrics use it as labels.
+//!
+//! Also the raw query parsing shared by every endpoint ([`QueryParams`]), so that no request
+//! is ever rejected by an extractor with a plain-text body.
+
+use http::Method;
+
+use super::selectors::{FIELD_NAME, FieldSelector, LabelSelector};
+
+/// A parsed query string: pairs in order, percent- and `+`-decoded
+/// (`url::form_urlencoded`, the same splitting as Go's `url.ParseQuery`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryParams {
+    pairs: Vec<(String, String)>,
+}
+
+impl QueryParams {
+    /// Parses the raw query (without `?`); `None` gives an empty set.
+    pub fn parse(raw: Option<&str>) -> Self {
+        let pairs = raw
+            .map(|q| {
+                url::form_urlencoded::parse(q.as_bytes())
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self { pairs }
+    }
+
+    /// The first value of `key` (how Go's `Values.Get` and kube's parameter codec read it).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Whether `watch` is requested: present and not `0`/`false` (kube's
+    /// `Convert_Slice_string_To_bool`: any other value, even empty, is true).
+    pub fn watch(&self) -> bool {
+        self.get("watch").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+    }
+}
+
+/// What kube-apiserver knows about a request once its path and query are parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// Whether this is a request for a resource (as opposed to a non-resource path such as
+    /// `/apis/<g>/<v>`, `/openapi/v2` or `/healthz`).
+    pub is_resource_request: bool,
+    /// The URL path, as received (not decoded).
+    pub path: String,
+    /// The Kubernetes verb for resource requests, the lower-cased HTTP method otherwise.
+    pub verb: String,
+    /// `api` or `apis` for resource requests.
+    pub api_prefix: String,
+    /// API group (empty for the core group).
+    pub api_group: String,
+    /// API version.
+    pub api_version: String,
+    /// Namespace, empty for cluster-scoped requests.
+    pub namespace: String,
+    /// Resource (plural).
+    pub resource: String,
+    /// Subresource, if any.
+    pub subresource: String,
+    /// Object name; for list/watch the one pinned by `fieldSelector=metadata.name=...`.
+    pub name: String,
+    /// The path segments from the resource on (`[resource, name, subresource, ...]`).
+    pub parts: Vec<String>,
+}
+
+/// A path that looks like a resource request but cannot be interpreted
+/// (`/apis/<g>/<v>/watch` with nothing after it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unable to determine kind and namespace from url {0}")]
+pub struct RequestInfoError(pub String);
+
+/// Splits a path like Go's `splitPath` (trim `/`, split on `/`), percent-decoding each
+/// segment. An encoded `/` stays inside its segment (and then fails name validation).
+pub fn split_path(path: &str) -> Vec<String> {
+    let trimmed = path.trim_matches('/');
+    if trimmed.is_empty() {
+        return Vec::new();
+    }
+    trimmed.split('/').map(percent_decode).collect()
+}
+
+/// Percent-decodes a path segment (invalid escapes are kept verbatim, invalid UTF-8 is
+/// replaced), never failing.
+pub fn percent_decode(segment: &str) -> String {
+    if !segment.contains('%') {
+        return segment.to_owned();
+    }
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).and_then(|c| (*c as char).to_digit(16)),
+                bytes.get(i + 2).and_then(|c| (*c as char).to_digit(16)),
+            )
+        {
+            // Two hex digits are < 256.
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+const SPECIAL_VERBS: &[&str] = &["proxy", "watch"];
+const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
+
+impl RequestInfo {
+    /// Derives the RequestInfo of `method path?query` exactly as kube-apiserver's
+    /// `RequestInfoFactory` does for the prefixes `api` (groupless) and `apis`.
+    pub fn new(method: &Method, path: &str, query: Option<&str>) -> Result<Self, RequestInfoError> {
+        let mut info = RequestInfo {
+            path: path.to_owned(),
+            verb: method.as_str().to_ascii_lowercase(),
+            ..RequestInfo::default()
+        };
+        let mut parts = split_path(path);
+        if parts.len() < 3 {
+            return Ok(info);
+        }
+        let prefix = parts[0].clone();
+        if prefix != "api" && prefix != "apis" {
+            return Ok(info);
+        }
+        info.api_prefix = prefix.clone();
+        parts.remove(0);
+        if prefix == "apis" {
+            // `/apis/<g>/<v>` is discovery: a resource request needs one more segment.
+            if parts.len() < 3 {
+                return Ok(info);
+            }
+            info.api_group = parts.remove(0);
+        }
+        info.is_resource_request = true;
+        info.api_version = parts.remove(0);
+
+        let mut via_special_verb = false;
+        if parts.first().is_some_and(|p| SPECIAL_VERBS.contains(&p.as_str())) {
+            if parts.len() < 2 {
+                return Err(RequestInfoError(path.to_owned()));
+            }
+            info.verb = parts.remove(0);
+            via_special_verb = true;
+        } else {
+            info.verb = match *method {
+                Method::POST => "create",
+                Method::GET | Method::HEAD => "get",
+                Method::PUT => "update",
+                Method::PATCH => "patch",
+                Method::DELETE => "delete",
+                _ => "",
+            }
+            .to_owned();
+        }
+
+        if parts.first().is_some_and(|p| p == "namespaces") && parts.len() > 1 {
+            info.namespace = parts[1].clone();
+            if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&parts[2].as_str()) {
+                parts.drain(..2);
+            }
+        }
+
+        let proxy = via_special_verb && info.verb == "proxy";
+        if parts.len() >= 3 && !proxy {
+            info.subresource = parts[2].clone();
+        }
+        if parts.len() >= 2 {
+            info.name = parts[1].clone();
+        }
+        if let Some(resource) = parts.first() {
+            info.resource = resource.clone();
+        }
+        info.parts = parts;
+
+        if info.name.is_empty() && info.verb == "get" {
+            let query = QueryParams::parse(query);
+            match decode_list_options(&query) {
+                Some(opts) => {
+                    info.verb = if opts.watch { "watch" } else { "list" }.to_owned();
+                    if let Some(name) = opts.field_name.filter(|n| is_valid_path_segment_name(n)) {
+                        info.name = name;
+                    }
+                }
+                // A parameter that does not decode: still a list (or a watch), without a name.
+                None => info.verb = if query.watch() { "watch" } else { "list" }.to_owned(),
+            }
+        }
+        if info.name.is_empty() && info.verb == "delete" {
+            info.verb = "deletecollection".to_owned();
+        }
+        Ok(info)
+    }
+}
+
+struct ListOptionsLite {
+    watch: bool,
+    field_name: Option<String>,
+}
+
+/// The part of `ListOptions` decoding that can fail or matters for RequestInfo.
+fn decode_list_options(query: &QueryParams) -> Option<ListOptionsLite> {
+    if let Some(selector) = query.get("labelSelector") {
+        LabelSelector::parse(selector).ok()?;
+    }
+    for int_param in ["limit", "timeoutSeconds"] {
+        if let Some(v) = query.get(int_param) {
+            v.parse::<i64>().ok()?;
+        }
+    }
+    let field_name = match query.get("fieldSelector") {
+        Some(s) => FieldSelector::parse(s).ok()?.requires_exact_match(FIELD_NAME).map(str::to_owned),
+        None => None,
+    };
+    Some(ListOptionsLite { watch: query.watch(), field_name })
+}
+
+/// `path.IsValidPathSegmentName`: not `.`/`..`, no `/` or `%`.
+fn is_valid_path_segment_name(name: &str) -> bool {
+    name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ri(method: Method, path_and_query: &str) -> RequestInfo {
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        RequestInfo::new(&method, path, query).unwrap()
+    }
+
+    /// (resource request, verb, group, version, namespace, resource, name, subresource)
+    type Summary<'a> = (bool, &'a str, &'a str, &'a str, &'a str, &'a str, &'a str, &'a str);
+
+    fn summary(i: &RequestInfo) -> Summary<'_> {
+        (
+            i.is_resource_request,
+            i.verb.as_str(),
+            i.api_group.as_str(),
+            i.api_version.as_str(),
+            i.namespace.as_str(),
+            i.resource.as_str(),
+            i.name.as_str(),
+            i.subresource.as_str(),
+        )
+    }
+
+    const G: &str = "stats.une-tasse-de.cafe";
+
+    #[test]
+    fn the_contract_table() {
+        let cases: &[(Method, &str, Summary<'_>)] = &[
+            (Method::GET, "/apis/g/v/widgets", (true, "list", "g", "v", "", "widgets", "", "")),
+            (
+                Method::GET,
+                "/apis/g/v/namespaces/ns1/widgets",
+                (true, "list", "g", "v", "ns1", "widgets", "", ""),
+            ),
+            (
+                Method::GET,
+                "/apis/g/v/namespaces/ns1/widgets/w1",
+                (true, "get", "g", "v", "ns1", "widgets", "w1", ""),
+            ),
+            (Method::GET, "/apis/g/v/widgets/w1", (true, "get", "g", "v", "", "widgets", "w1", "")),
+            (
+                Method::GET,
+                "/apis/g/v/namespaces/ns1/widgets/w1/status",
+                (true, "get", "g", "v", "ns1", "widgets", "w1", "status"),
+            ),
+            (Method::GET, "/apis/g/v/widgets?watch=true", (true, "watch", "g", "v", "", "widgets", "", "")),
+            (Method::GET, "/apis/g/v/widgets?watch=1", (true, "watch", "g", "v", "", "widgets", "", "")),
+            (Method::GET, "/apis/g/v/widgets?watch=false", (true, "list", "g", "v", "", "widgets", "", "")),
+            (Method::GET, "/apis/g/v/widgets?watch=0", (true, "list", "g", "v", "", "widgets", "", "")),
+            (
+                Method::GET,
+                "/apis/g/v/widgets?fieldSelector=metadata.name%3Dw1",
+                (true, "list", "g", "v", "", "widgets", "w1", ""),
+            ),
+            (
+                Method::GET,
+                "/apis/g/v/widgets?watch=true&fieldSelector=metadata.name=w1",
+                (true, "watch", "g", "v", "", "widgets", "w1", ""),
+            ),
+            (
+                Method::GET,
+                "/apis/g/v/watch/namespaces/ns1/widgets",
+                (true, "watch", "g", "v", "ns1", "widgets", "", ""),
+            ),
+            (
+                Method::GET,
+                "/apis/g/v/watch/namespaces/ns1/widgets/w1",
+                (true, "watch", "g", "v", "ns1", "widgets", "w1", ""),
+            ),
+            (
+                Method::DELETE,
+                "/apis/g/v/namespaces/ns1/widgets",
+                (true, "deletecollection", "g", "v", "ns1", "widgets", "", ""),
+            ),
+            (
+                Method::DELETE,
+                "/apis/g/v/namespaces/ns1/widgets/w1",
+                (true, "delete", "g", "v", "ns1", "widgets", "w1", ""),
+            ),
+            (
+                Method::POST,
+                "/apis/g/v/namespaces/ns1/widgets",
+                (true, "create", "g", "v", "ns1", "widgets", "", ""),
+            ),
+            (
+                Method::PUT,
+                "/apis/g/v/namespaces/ns1/widgets/w1",
+                (true, "update", "g", "v", "ns1", "widgets", "w1", ""),
+            ),
+            (
+                Method::PATCH,
+                "/apis/g/v/namespaces/ns1/widgets/w1",
+                (true, "patch", "g", "v", "ns1", "widgets", "w1", ""),
+            ),
+            (
+                Method::HEAD,
+                "/apis/g/v/namespaces/ns1/widgets/w1",
+                (true, "get", "g", "v", "ns1", "widgets", "w1", ""),
+            ),
+            (Method::GET, "/apis/g/v", (false, "get", "", "", "", "", "", "")),
+            (Method::GET, "/apis/g", (false, "get", "", "", "", "", "", "")),
+            (Method::GET, "/apis", (false, "get", "", "", "", "", "", "")),
+            (
+                Method::GET,
+                "/apis/g/v/namespaces/ns1",
+                (true, "get", "g", "v", "ns1", "namespaces", "ns1", ""),
+            ),
+            (Method::GET, "/apis/g/v/namespaces", (true, "list", "g", "v", "", "namespaces", "", "")),
+            (
+                Method::GET,
+                "/apis/g/v/namespaces/ns1/status",
+                (true, "get", "g", "v", "ns1", "namespaces", "ns1", "status"),
+            ),
+            (Method::GET, "/api/v1/namespaces/ns1/pods", (true, "list", "", "v1", "ns1", "pods", "", "")),
+            (Method::GET, "/api/v1", (false, "get", "", "", "", "", "", "")),
+            (Method::GET, "/healthz", (false, "get", "", "", "", "", "", "")),
+            (Method::POST, "/openapi/v2", (false, "post", "", "", "", "", "", "")),
+            (Method::OPTIONS, "/apis/g/v/widgets", (true, "", "g", "v", "", "widgets", "", "")),
+        ];
+        for (method, path, want) in cases {
+            let got = ri(method.clone(), path);
+            assert_eq!(summary(&got), *want, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn field_selector_name_only_when_everything_decodes() {
+        // An invalid label selector makes ListOptions decoding fail: list, no name.
+        let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name=w1&labelSelector=a%3D%22");
+        assert_eq!((i.verb.as_str(), i.name.as_str()), ("list", ""));
+        let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name=w1&limit=x&watch=true");
+        assert_eq!((i.verb.as_str(), i.name.as_str()), ("watch", ""));
+        // A name that is not a valid path segment is not used.
+        let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name=a%2Fb");
+        assert_eq!(i.name, "");
+        let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name!=w1");
+        assert_eq!(i.name, "");
+        // The first value wins.
+        let i = ri(Method::GET, "/apis/g/v/widgets?watch=false&watch=true");
+        assert_eq!(i.verb, "list");
+        let i = ri(Method::GET, "/apis/g/v/widgets?watch=");
+        assert_eq!(i.verb, "watch");
+    }
+
+    #[test]
+    fn our_group() {
+        let i = ri(Method::GET, &format!("/apis/{G}/v1alpha1/namespaces/shop/podmetricssummaries/web-1"));
+        assert_eq!(summary(&i), (true, "get", G, "v1alpha1", "shop", "podmetricssummaries", "web-1", ""));
+        assert_eq!(i.parts, ["podmetricssummaries", "web-1"]);
+    }
+
+    #[test]
+    fn bare_watch_prefix_is_an_error() {
+        assert!(RequestInfo::new(&Method::GET, "/apis/g/v/watch", None).is_err());
+    }
+
+    #[test]
+    fn segments_are_decoded() {
+        let i = ri(Method::GET, "/apis/g/v/namespaces/a%2Fb/widgets/x%20y");
+        assert_eq!(i.namespace, "a/b");
+        assert_eq!(i.name, "x y");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%C3%A9"), "é");
+        assert_eq!(percent_decode("%FF"), "\u{fffd}");
+        assert_eq!(split_path("//a//b/"), ["a", "", "b"]);
+        assert!(split_path("/").is_empty());
+    }
+
+    #[test]
+    fn query_params() {
+        let q = QueryParams::parse(Some("labelSelector=app%3Dweb&a=1&a=2&x+y=z+w"));
+        assert_eq!(q.get("labelSelector"), Some("app=web"));
+        assert_eq!(q.get("a"), Some("1"));
+        assert_eq!(q.get("x y"), Some("z w"));
+        assert_eq!(q.get("missing"), None);
+        assert!(!QueryParams::parse(None).watch());
+        assert!(QueryParams::parse(Some("watch=TRUE")).watch());
+        assert!(!QueryParams::parse(Some("watch=False")).watch());
+        assert!(QueryParams::parse(Some("watch")).watch());
+    }
+}

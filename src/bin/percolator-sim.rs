@@ -1,0 +1,42 @@
+//! `percolator-sim`: a simulated Kubernetes cluster (API, kubelets, app metrics) on
+//! loopback. Prints one `{"event":"ready",…}` JSON line on stdout once serving; logs go to
+//! stderr. See `percolator::sim`. `percolator-sim demo` runs the whole local demo
+//! (simulator, Prometheus, percolator); see `percolator::demo`.
+
+use clap::{Parser, Subcommand};
+
+/// A simulated Kubernetes cluster for percolator's demo, tests and benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "percolator-sim", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    sim: Option<percolator::sim::SimConfig>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the local demo: the simulator, a real Prometheus and percolator, on loopback.
+    Demo(percolator::demo::DemoArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    percolator::install_crypto_provider();
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match (cli.command, cli.sim) {
+        (Some(Command::Demo(args)), _) => {
+            percolator::demo::run(args, percolator::server::shutdown_signal()).await
+        }
+        (None, Some(sim)) => Ok(percolator::sim::run(sim, percolator::server::shutdown_signal()).await?),
+        (None, None) => anyhow::bail!("--state-dir is required (or use `percolator-sim demo`)"),
+    }
+}

@@ -1,0 +1,303 @@
+//! Configuration: command-line flags (spelled as metrics-server and the generic Kubernetes API
+//! server spell them) and the YAML query file (`--config`) with compiled-in defaults.
+//!
+//! Every bad flag or file fails at start with a message naming the flag or field.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser};
+use serde::Deserialize;
+
+use crate::duration;
+use crate::sources::prometheus::validate_template;
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("--config {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed or has unknown fields.
+    #[error("--config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What serde said (names the field and position).
+        message: String,
+    },
+    /// A field has an invalid value.
+    #[error("--config {path}: field {field}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The field path, e.g. `podMetricsSummary.requests`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, ConfigError>;
+
+/// All flags of the `percolator` binary.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "percolator",
+    version,
+    about = "Read-only Kubernetes aggregated API for live pod and cafe metrics"
+)]
+pub struct Args {
+    /// Serving (HTTPS listener and certificates).
+    #[command(flatten)]
+    pub serving: ServingArgs,
+    /// Cluster access.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Kubelet scraping.
+    #[command(flatten)]
+    pub kubelet: KubeletArgs,
+    /// Prometheus and the query configuration.
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Log verbosity, as Kubernetes components count it: 0 warnings and errors, 1-2 info,
+    /// 3-4 debug, 5+ trace.
+    #[arg(short = 'v', long = "v", default_value_t = 1, env = "PERCOLATOR_V")]
+    pub verbosity: u8,
+}
+
+/// Flags of the HTTPS listener.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ServingArgs {
+    /// Port of the HTTPS listener (0 picks a free port and logs it).
+    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_SECURE_PORT")]
+    pub secure_port: u16,
+    /// Address of the HTTPS listener.
+    #[arg(long, default_value = "0.0.0.0", env = "PERCOLATOR_BIND_ADDRESS")]
+    pub bind_address: std::net::IpAddr,
+    /// Directory where the self-signed serving certificate is written when --tls-cert-file is
+    /// not given.
+    #[arg(long, default_value = "apiserver.local.config/certificates", env = "PERCOLATOR_CERT_DIR")]
+    pub cert_dir: PathBuf,
+    /// PEM serving certificate (with intermediates). Requires --tls-private-key-file.
+    #[arg(long, requires = "tls_private_key_file", env = "PERCOLATOR_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file", env = "PERCOLATOR_TLS_PRIVATE_KEY_FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Minimum TLS version: VersionTLS12 or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"], env = "PERCOLATOR_TLS_MIN_VERSION")]
+    pub tls_min_version: String,
+    /// Maximum concurrent HTTP/2 streams per connection (kube-apiserver multiplexes every
+    /// proxied request over one connection).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..), env = "PERCOLATOR_HTTP2_MAX_STREAMS_PER_CONNECTION")]
+    pub http2_max_streams_per_connection: u32,
+}
+
+/// Flags of cluster access.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ClusterArgs {
+    /// kubeconfig used to watch pods and nodes; in-cluster configuration when unset.
+    #[arg(long, env = "PERCOLATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Flags of kubelet scraping.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct KubeletArgs {
+    /// Port of the kubelets' HTTPS endpoint.
+    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_KUBELET_PORT")]
+    pub kubelet_port: u16,
+    /// Use the port in node.status.daemonEndpoints.kubeletEndpoint instead of --kubelet-port.
+    #[arg(long, env = "PERCOLATOR_KUBELET_USE_NODE_STATUS_PORT")]
+    pub kubelet_use_node_status_port: bool,
+    /// Do not verify the kubelets' serving certificates (for clusters with self-signed kubelet
+    /// certificates; prefer --kubelet-certificate-authority).
+    #[arg(long, env = "PERCOLATOR_KUBELET_INSECURE_TLS")]
+    pub kubelet_insecure_tls: bool,
+    /// CA bundle (PEM) that signs the kubelets' serving certificates; the cluster CA of the
+    /// kubeconfig when unset.
+    #[arg(long, env = "PERCOLATOR_KUBELET_CERTIFICATE_AUTHORITY")]
+    pub kubelet_certificate_authority: Option<PathBuf>,
+    /// Node address types to try, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP",
+        env = "PERCOLATOR_KUBELET_PREFERRED_ADDRESS_TYPES"
+    )]
+    pub kubelet_preferred_address_types: Vec<String>,
+    /// Timeout of one kubelet request (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_KUBELET_REQUEST_TIMEOUT")]
+    pub kubelet_request_timeout: Duration,
+}
+
+/// Flags of Prometheus and caching.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct PrometheusArgs {
+    /// Base URL of the Prometheus HTTP API.
+    #[arg(long, default_value = "http://localhost:9090", env = "PERCOLATOR_PROMETHEUS_URL")]
+    pub prometheus_url: url::Url,
+    /// Timeout of one PromQL query (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_PROMETHEUS_TIMEOUT")]
+    pub prometheus_timeout: Duration,
+    /// How long computed objects are cached (e.g. 15s).
+    #[arg(long, default_value = "15s", value_parser = duration::parse, env = "PERCOLATOR_CACHE_TTL")]
+    pub cache_ttl: Duration,
+    /// Range the Prometheus rates are computed over (e.g. 5m); overrides the file's `window`.
+    #[arg(long, value_parser = duration::parse, env = "PERCOLATOR_WINDOW")]
+    pub window: Option<Duration>,
+    /// YAML file with the PromQL of each field; compiled-in defaults when unset.
+    #[arg(long, env = "PERCOLATOR_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Default range of rates.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
+
+/// The query configuration file (`--config`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueryConfig {
+    /// Range the rates are computed over (Go duration); `--window` overrides it.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub window: Option<Duration>,
+    /// PromQL of the PodMetricsSummary fields.
+    #[serde(default)]
+    pub pod_metrics_summary: PodMetricsQueries,
+}
+
+/// PromQL templates of PodMetricsSummary. `SCOPE` stands for the namespace matcher (empty
+/// across all namespaces) and `WINDOW` for the range; results must keep the `namespace` and
+/// `pod` labels.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodMetricsQueries {
+    /// Requests per second per pod.
+    #[serde(default = "default_requests")]
+    pub requests: String,
+    /// Error responses per second per pod.
+    #[serde(default = "default_errors")]
+    pub errors: String,
+}
+
+impl Default for PodMetricsQueries {
+    fn default() -> Self {
+        Self { requests: default_requests(), errors: default_errors() }
+    }
+}
+
+fn default_requests() -> String {
+    "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))".to_string()
+}
+
+fn default_errors() -> String {
+    "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))".to_string()
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    text.map(|t| duration::parse(&t).map_err(serde::de::Error::custom)).transpose()
+}
+
+impl QueryConfig {
+    /// Parses and validates a configuration document; `path` only names it in errors.
+    pub fn from_yaml(text: &str, path: &str) -> Result<Self> {
+        let config: QueryConfig = if text.trim().is_empty() {
+            QueryConfig::default()
+        } else {
+            serde_yaml::from_str(text)
+                .map_err(|e| ConfigError::Parse { path: path.to_string(), message: e.to_string() })?
+        };
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Reads `path`, or returns the defaults when `None`.
+    pub fn load(path: Option<&Path>) -> Result<Self> {
+        match path {
+            None => Ok(Self::default()),
+            Some(p) => {
+                let shown = p.display().to_string();
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+                Self::from_yaml(&text, &shown)
+            }
+        }
+    }
+
+    fn validate(&self, path: &str) -> Result<()> {
+        let fields = [
+            ("podMetricsSummary.requests", &self.pod_metrics_summary.requests),
+            ("podMetricsSummary.errors", &self.pod_metrics_summary.errors),
+        ];
+        for (field, template) in fields {
+            validate_template(template).map_err(|e| ConfigError::Invalid {
+                path: path.to_string(),
+                field: field.to_string(),
+                message: e.to_string(),
+            })?;
+        }
+        if self.window.is_some_and(|w| w < Duration::from_secs(1)) {
+            return Err(ConfigError::Invalid {
+                path: path.to_string(),
+                field: "window".to_string(),
+                message: "must be at least 1s".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let args = Args::try_parse_from(["percolator"]).unwrap();
+        assert_eq!(args.prometheus.cache_ttl, Duration::from_secs(15));
+        assert_eq!(args.serving.http2_max_streams_per_connection, 1000);
+        assert_eq!(args.kubelet.kubelet_preferred_address_types[0], "Hostname");
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = Args::try_parse_from(["percolator", "--cache-ttl", "fast"]).unwrap_err().to_string();
+        assert!(err.contains("--cache-ttl"), "{err}");
+        let err = Args::try_parse_from(["percolator", "--tls-cert-file", "x"]).unwrap_err().to_string();
+        assert!(err.contains("--tls-private-key-file"), "{err}");
+    }
+
+    #[test]
+    fn empty_file_is_defaults() {
+        assert_eq!(QueryConfig::from_yaml("", "f").unwrap(), QueryConfig::default());
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let err =
+            QueryConfig::from_yaml("podMetricsSummary:\n  request: x\n", "f.yaml").unwrap_err().to_string();
+        assert!(err.contains("request"), "{err}");
+    }
+
+    #[test]
+    fn window_is_parsed_and_validated() {
+        let c = QueryConfig::from_yaml("window: 2m\n", "f").unwrap();
+        assert_eq!(c.window, Some(Duration::from_secs(120)));
+        let err = QueryConfig::from_yaml("window: soon\n", "f").unwrap_err().to_string();
+        assert!(err.contains("soon"), "{err}");
+    }
+}

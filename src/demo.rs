@@ -1,0 +1,111 @@
+//! The local demo (`percolator-sim demo`): a simulated cluster, a real Prometheus scraping it
+//! with backfilled history, and percolator itself, all on loopback; prints the kubeconfig and
+//! the kubectl commands to try, and stops everything on Ctrl-C.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::devenv::{Prometheus, PrometheusOptions, ScrapeJob};
+
+/// Flags of the demo.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Directory for the demo's state (simulator PKI, Prometheus data, kubeconfig).
+    #[arg(long, default_value = ".demo")]
+    pub dir: PathBuf,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u32,
+    /// Pods per simulated node.
+    #[arg(long, default_value_t = 5)]
+    pub pods_per_node: u32,
+    /// Workload seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// HTTPS port of percolator (0 picks one).
+    #[arg(long, default_value_t = 8443)]
+    pub port: u16,
+}
+
+/// Runs the demo until `shutdown` resolves.
+pub async fn run(
+    args: DemoArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    crate::install_crypto_provider();
+    // Start from a clean directory: Prometheus data from an earlier run would not match the
+    // new simulator's counters.
+    let _ = std::fs::remove_dir_all(&args.dir);
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("--dir {}", args.dir.display()))?;
+    let dir = std::fs::canonicalize(&args.dir)?;
+
+    let mut sim_config = crate::sim::SimConfig::with_state_dir(dir.join("sim"));
+    sim_config.seed = args.seed;
+    sim_config.nodes = args.nodes;
+    sim_config.pods_per_node = args.pods_per_node;
+    sim_config.churn_interval = Duration::from_secs(60);
+    let sim = crate::sim::start(sim_config).await.context("starting the simulated cluster")?;
+    eprintln!("simulated cluster: API {}, app metrics {}", sim.ready.api, sim.ready.metrics);
+
+    let scrape = Duration::from_secs(5);
+    let target = sim.ready.metrics.trim_start_matches("http://").to_string();
+    let now = jiff::Timestamp::now().as_second();
+    let end = now - 5;
+    let history = reqwest::Client::new()
+        .get(format!("{}/sim/history", sim.ready.metrics))
+        .query(&[
+            ("start", (end - 1800).to_string()),
+            ("end", end.to_string()),
+            ("step", scrape.as_secs().to_string()),
+            ("job", "sim-apps".to_string()),
+            ("instance", target.clone()),
+        ])
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let prometheus = Prometheus::start(PrometheusOptions {
+        dir: dir.join("prometheus"),
+        jobs: vec![ScrapeJob { job: "sim-apps".into(), target, scheme: "http".into(), bearer_token: None }],
+        scrape_interval: scrape,
+        backfill: Some(history),
+    })
+    .await
+    .context("starting Prometheus (install Debian's prometheus package)")?;
+    prometheus.wait_for_targets(Duration::from_secs(60)).await?;
+    eprintln!("prometheus: {}", prometheus.url());
+
+    let flags = [
+        "percolator".to_string(),
+        format!("--secure-port={}", args.port),
+        "--bind-address=127.0.0.1".to_string(),
+        format!("--cert-dir={}", dir.join("certs").display()),
+        format!("--kubeconfig={}", sim.kubeconfig.display()),
+        format!("--prometheus-url={}", prometheus.url()),
+    ];
+    let percolator = crate::server::prepare(crate::config::Args::parse_from(flags)).await?;
+    let address = percolator.local_addr()?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator-demo\n  cluster:\n    server: https://{address}\n    certificate-authority: {}\ncontexts:\n- name: percolator-demo\n  context: {{cluster: percolator-demo, user: demo}}\ncurrent-context: percolator-demo\nusers:\n- name: demo\n  user: {{}}\n",
+            dir.join("certs/apiserver.crt").display()
+        ),
+    )?;
+    let server = tokio::spawn(percolator.serve(shutdown));
+    println!(
+        "\npercolator is serving on https://{address}\n\nTry (CPU appears about 10 s after start: it is a rate between two kubelet samples):\n\n  export KUBECONFIG={kc}\n  kubectl get podmetricssummaries -A\n  kubectl get pms -n shop -o wide\n  kubectl get pms -A -l 'app in (web,api)'\n  kubectl get pms -n shop -o yaml\n  kubectl explain pms.containers\n  kubectl get --raw /apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries\n\nGround truth of the simulator: curl -s {truth}/sim/truth\nPrometheus: {prom}\n\nCtrl-C stops everything.\n",
+        kc = kubeconfig.display(),
+        truth = sim.ready.metrics,
+        prom = prometheus.url(),
+    );
+    let _ = server.await;
+    sim.shutdown().await;
+    drop(prometheus);
+    Ok(())
+}

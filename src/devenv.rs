@@ -1,0 +1,278 @@
+//! The local development environment shared by the demo, the end-to-end tests and the
+//! benchmarks: a real Prometheus (Debian's `prometheus` package) started on a loopback port
+//! with history backfilled by `promtool`, so that `rate()` over the whole window is exact from
+//! the first query.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+/// Errors of the development environment.
+#[derive(Debug, thiserror::Error)]
+pub enum DevEnvError {
+    /// A program could not be run.
+    #[error("{program}: {message}")]
+    Program {
+        /// The program.
+        program: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Something did not become ready in time.
+    #[error("{0} did not become ready in time")]
+    Timeout(String),
+    /// File I/O.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, DevEnvError>;
+
+/// One scrape job of the test Prometheus.
+#[derive(Debug, Clone)]
+pub struct ScrapeJob {
+    /// Job name (becomes the `job` label).
+    pub job: String,
+    /// `host:port` of the target (becomes the `instance` label).
+    pub target: String,
+    /// `http` or `https` (https skips verification: test targets are self-signed).
+    pub scheme: String,
+    /// Bearer token to send, if any.
+    pub bearer_token: Option<String>,
+}
+
+/// How to start Prometheus.
+#[derive(Debug, Clone)]
+pub struct PrometheusOptions {
+    /// Working directory (config, data, logs, query log).
+    pub dir: PathBuf,
+    /// Scrape jobs.
+    pub jobs: Vec<ScrapeJob>,
+    /// Scrape interval (also the backfill step).
+    pub scrape_interval: Duration,
+    /// OpenMetrics text to backfill with `promtool` before the first start, if any.
+    pub backfill: Option<String>,
+}
+
+/// A running Prometheus, killed on drop.
+#[derive(Debug)]
+pub struct Prometheus {
+    child: Option<Child>,
+    port: u16,
+    options: PrometheusOptions,
+}
+
+/// The Prometheus binary (`PROMETHEUS_BIN` overrides).
+fn prometheus_bin() -> String {
+    std::env::var("PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".to_string())
+}
+
+/// The promtool binary (`PROMTOOL_BIN` overrides).
+fn promtool_bin() -> String {
+    std::env::var("PROMTOOL_BIN").unwrap_or_else(|_| "promtool".to_string())
+}
+
+impl Prometheus {
+    /// Writes the configuration, backfills history, starts Prometheus on a free loopback port
+    /// and waits until it is ready.
+    pub async fn start(options: PrometheusOptions) -> Result<Self> {
+        crate::install_crypto_provider();
+        std::fs::create_dir_all(options.dir.join("data"))?;
+        if let Some(history) = &options.backfill {
+            let file = options.dir.join("history.om");
+            std::fs::write(&file, history)?;
+            let output = Command::new(promtool_bin())
+                .args(["tsdb", "create-blocks-from", "openmetrics"])
+                .arg(&file)
+                .arg(options.dir.join("data"))
+                .output()
+                .await
+                .map_err(|e| DevEnvError::Program { program: promtool_bin(), message: e.to_string() })?;
+            if !output.status.success() {
+                return Err(DevEnvError::Program {
+                    program: promtool_bin(),
+                    message: String::from_utf8_lossy(&output.stderr).into_owned(),
+                });
+            }
+        }
+        std::fs::write(options.dir.join("prometheus.yml"), config_yaml(&options))?;
+        let mut prometheus = Self { child: None, port: 0, options };
+        prometheus.spawn_on_free_port().await?;
+        Ok(prometheus)
+    }
+
+    /// Base URL of the HTTP API.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// File where Prometheus logs every query it runs.
+    pub fn query_log(&self) -> PathBuf {
+        self.options.dir.join("query.log")
+    }
+
+    /// Every PromQL expression Prometheus has run so far, in order.
+    pub fn queries(&self) -> Vec<String> {
+        read_query_log(&self.query_log())
+    }
+
+    /// Stops Prometheus (SIGKILL; the data directory stays).
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts Prometheus again on the same port with the same data.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.stop().await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.spawn(self.port).await {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, "prometheus restart failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    async fn spawn_on_free_port(&mut self) -> Result<()> {
+        // Prometheus cannot bind port 0 and report it, so try ports until one is free; a port
+        // taken in between makes Prometheus exit, and we try the next one.
+        let seed = u64::from(std::process::id()) ^ Instant::now().elapsed().as_nanos() as u64;
+        let mut port = 20_000 + (seed.wrapping_mul(2_654_435_761) % 30_000) as u16;
+        for _ in 0..20 {
+            match self.spawn(port).await {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    tracing::debug!(port, %error, "prometheus did not start; trying another port");
+                    port = 20_000 + (port.wrapping_mul(7).wrapping_add(13) % 30_000);
+                }
+            }
+        }
+        Err(DevEnvError::Timeout("prometheus (no free port)".into()))
+    }
+
+    async fn spawn(&mut self, port: u16) -> Result<()> {
+        let dir = &self.options.dir;
+        let log = std::fs::File::create(dir.join(format!("prometheus-{port}.log")))?;
+        let mut child = Command::new(prometheus_bin())
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--storage.tsdb.retention.time=1d")
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| DevEnvError::Program { program: prometheus_bin(), message: e.to_string() })?;
+        let client = reqwest::Client::new();
+        let ready_url = format!("http://127.0.0.1:{port}/-/ready");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(DevEnvError::Program {
+                    program: prometheus_bin(),
+                    message: format!("exited with {status} on port {port}"),
+                });
+            }
+            if let Ok(response) = client.get(&ready_url).send().await
+                && response.status().is_success()
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill().await;
+                return Err(DevEnvError::Timeout("prometheus".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.port = port;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until every job has been scraped successfully at least once.
+    pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + timeout;
+        for job in &self.options.jobs {
+            loop {
+                let response = client
+                    .get(format!("{}/api/v1/query", self.url()))
+                    .query(&[("query", format!("up{{job=\"{}\"}}", job.job))])
+                    .send()
+                    .await;
+                if let Ok(response) = response
+                    && let Ok(body) = response.json::<serde_json::Value>().await
+                    && body["data"]["result"][0]["value"][1] == "1"
+                {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(DevEnvError::Timeout(format!("scrape of job {}", job.job)));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn config_yaml(options: &PrometheusOptions) -> String {
+    let interval = crate::duration::prometheus(options.scrape_interval);
+    let mut out = format!(
+        "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n  query_log_file: {}\nscrape_configs:\n",
+        options.dir.join("query.log").display()
+    );
+    for job in &options.jobs {
+        out.push_str(&format!(
+            "  - job_name: {}\n    honor_labels: true\n    scheme: {}\n    tls_config:\n      insecure_skip_verify: true\n",
+            job.job, job.scheme
+        ));
+        if let Some(token) = &job.bearer_token {
+            out.push_str(&format!("    authorization:\n      credentials: {token}\n"));
+        }
+        out.push_str(&format!("    static_configs:\n      - targets: ['{}']\n", job.target));
+    }
+    out
+}
+
+/// Reads the PromQL expressions of a Prometheus query log.
+pub fn read_query_log(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|entry| entry["params"]["query"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_lists_jobs() {
+        let yaml = config_yaml(&PrometheusOptions {
+            dir: PathBuf::from("/tmp/x"),
+            jobs: vec![ScrapeJob {
+                job: "sim-apps".into(),
+                target: "127.0.0.1:9".into(),
+                scheme: "http".into(),
+                bearer_token: None,
+            }],
+            scrape_interval: Duration::from_secs(2),
+            backfill: None,
+        });
+        let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+        assert_eq!(parsed["global"]["scrape_interval"], "2s");
+        assert_eq!(parsed["scrape_configs"][0]["static_configs"][0]["targets"][0], "127.0.0.1:9");
+    }
+}

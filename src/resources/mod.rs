@@ -1,0 +1,188 @@
+//! The served kinds. Each kind is one self-contained unit (its Rust type, its discovery entry,
+//! its OpenAPI schema, its table columns and how it is computed); the HTTP layer in
+//! [`crate::api`] is generic over [`ServedKind`] and never names a concrete kind.
+
+pub mod pod_metrics_summary;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// API group served by percolator.
+pub const GROUP: &str = "stats.une-tasse-de.cafe";
+/// API version served by percolator.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of the served objects.
+pub const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
+
+/// Static description of a served kind: what discovery and OpenAPI publish.
+#[derive(Debug)]
+pub struct KindInfo {
+    /// Plural resource name (`podmetricssummaries`).
+    pub plural: &'static str,
+    /// Singular resource name (`podmetricssummary`).
+    pub singular: &'static str,
+    /// Kind of one object (`PodMetricsSummary`).
+    pub kind: &'static str,
+    /// Kind of the list (`PodMetricsSummaryList`).
+    pub list_kind: &'static str,
+    /// Short names (`pms`).
+    pub short_names: &'static [&'static str],
+    /// Categories (`percolator`).
+    pub categories: &'static [&'static str],
+    /// Whether the kind is namespaced.
+    pub namespaced: bool,
+    /// One-paragraph description of the kind, used in OpenAPI.
+    pub description: &'static str,
+}
+
+impl KindInfo {
+    /// `<plural>.<group>`, as Kubernetes error messages name a resource.
+    pub fn qualified(&self) -> String {
+        format!("{}.{GROUP}", self.plural)
+    }
+}
+
+/// One Table column.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// Column name as printed (kubectl upper-cases it).
+    pub name: &'static str,
+    /// OpenAPI type of the cells (`string`, `integer`, `number`, `boolean`).
+    pub type_: &'static str,
+    /// Format hint (`name` for the name column, `quantity`, `duration`, or empty).
+    pub format: &'static str,
+    /// What the column shows.
+    pub description: &'static str,
+    /// 0 for default columns, 1 for `-o wide`.
+    pub priority: i32,
+}
+
+/// A Table cell, rendered at response time (ages move on while the object sits in the cache).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Printed as is.
+    Text(String),
+    /// Printed as a kubectl-style age (`5m12s`) relative to the response time.
+    Age(Timestamp),
+    /// The field is absent: printed `<none>`.
+    None,
+}
+
+/// Metadata of a served object, as published in `metadata`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Meta {
+    /// Object name.
+    pub name: String,
+    /// Object namespace.
+    pub namespace: String,
+    /// Object UID.
+    pub uid: Option<String>,
+    /// Creation time.
+    pub creation_timestamp: Option<Timestamp>,
+    /// Labels (label selectors filter on them).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One computed object, ready to be served in any representation.
+#[derive(Debug)]
+pub struct Item {
+    /// Its metadata (selectors, PartialObjectMetadata, Table row objects).
+    pub meta: Meta,
+    /// The full object as JSON, with `kind` and `apiVersion`, serialized once.
+    pub object: Box<RawValue>,
+    /// Table cells, one per column of the kind.
+    pub cells: Vec<Cell>,
+}
+
+/// The result of computing a kind for a namespace (or all namespaces).
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The objects, sorted by namespace then name.
+    pub items: Vec<Arc<Item>>,
+    /// Partial-failure warnings (`Warning: 299` headers): which source was missing.
+    pub warnings: Vec<String>,
+    /// Opaque `metadata.resourceVersion` of the list.
+    pub resource_version: String,
+}
+
+/// Errors computing a kind.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ComputeError {
+    /// The inventory has not synced yet.
+    #[error("the pod inventory is not synced yet")]
+    NotReady,
+    /// Any other failure (already logged by the source).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// A kind percolator serves. The HTTP layer only talks to this trait.
+pub trait ServedKind: Send + Sync {
+    /// Static description (names, scope, description).
+    fn info(&self) -> &'static KindInfo;
+    /// Table columns.
+    fn columns(&self) -> &'static [Column];
+    /// OpenAPI v3 component schemas this kind defines, by name (the object schema first).
+    /// References to other schemas use `#/components/schemas/<name>`; the ObjectMeta schema
+    /// is provided by the OpenAPI module under [`OBJECT_META_SCHEMA`].
+    fn schemas(&self) -> Vec<(String, serde_json::Value)>;
+    /// Computes every object in `namespace` (or all namespaces when `None`).
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>>;
+}
+
+/// Name of the shared ObjectMeta schema in OpenAPI documents.
+pub const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+/// The kinds served, shared by the router, discovery and OpenAPI.
+pub type Kinds = Vec<Arc<dyn ServedKind>>;
+
+/// Name of a component schema of ours in OpenAPI documents (reverse-domain, as Kubernetes
+/// names its own: `cafe.une-tasse-de.stats.v1alpha1.PodMetricsSummary`).
+pub fn schema_name(kind: &str) -> String {
+    format!("cafe.une-tasse-de.stats.{VERSION}.{kind}")
+}
+
+/// Serializes an object once, for every later response to reuse.
+pub fn to_raw<T: Serialize>(object: &T) -> Box<RawValue> {
+    serde_json::value::to_raw_value(object).unwrap_or_else(|error| {
+        // Only maps with non-string keys fail, which our types do not have.
+        tracing::error!(%error, "serializing a computed object");
+        RawValue::NULL.to_owned()
+    })
+}
+
+/// RFC 3339, UTC, whole seconds, as `metav1.Time` serializes.
+pub fn rfc3339(ts: Timestamp) -> String {
+    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// `metadata` of a served object, borrowed from [`Meta`].
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<String>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    labels: &'a std::collections::BTreeMap<String, String>,
+}
+
+impl<'a> From<&'a Meta> for ObjectMeta<'a> {
+    fn from(meta: &'a Meta) -> Self {
+        Self {
+            name: &meta.name,
+            namespace: &meta.namespace,
+            uid: meta.uid.as_deref(),
+            creation_timestamp: meta.creation_timestamp.map(rfc3339),
+            labels: &meta.labels,
+        }
+    }
+}

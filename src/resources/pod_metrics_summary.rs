@@ -1,0 +1,354 @@
+//! `PodMetricsSummary`: one object per running pod, joining kubelet CPU and memory with
+//! Prometheus request and error rates. Its type, discovery entry, OpenAPI schema, table columns
+//! and computation all live here.
+//!
+//! A field whose source has no data for a pod is omitted, never faked; a failing source removes
+//! fields, not objects, and adds a warning.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{
+    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
+    ServedKind, rfc3339, schema_name, to_raw,
+};
+use crate::config::PodMetricsQueries;
+use crate::sources::prometheus::{Matcher, render};
+use crate::sources::{ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromSample, PromSource};
+use crate::{duration, quantity};
+
+static INFO: KindInfo = KindInfo {
+    plural: "podmetricssummaries",
+    singular: "podmetricssummary",
+    kind: "PodMetricsSummary",
+    list_kind: "PodMetricsSummaryList",
+    short_names: &["pms"],
+    categories: &["percolator"],
+    namespaced: true,
+    description: "PodMetricsSummary is the live resource usage and traffic of one running pod, computed at \
+                  request time: CPU and memory from the kubelet, request and error rates from Prometheus. \
+                  Fields whose source has no data are omitted.",
+};
+
+static COLUMNS: &[Column] = &[
+    Column { name: "Name", type_: "string", format: "name", description: "Name of the pod.", priority: 0 },
+    Column {
+        name: "CPU",
+        type_: "string",
+        format: "quantity",
+        description: "CPU usage in cores (kubelet).",
+        priority: 0,
+    },
+    Column {
+        name: "Memory",
+        type_: "string",
+        format: "quantity",
+        description: "Memory working set (kubelet).",
+        priority: 0,
+    },
+    Column {
+        name: "Req/s",
+        type_: "string",
+        format: "",
+        description: "HTTP requests per second over the window (Prometheus).",
+        priority: 0,
+    },
+    Column {
+        name: "Err/s",
+        type_: "string",
+        format: "",
+        description: "HTTP 5xx responses per second over the window (Prometheus).",
+        priority: 0,
+    },
+    Column {
+        name: "Error%",
+        type_: "string",
+        format: "",
+        description: "Errors as a percentage of requests.",
+        priority: 0,
+    },
+    Column {
+        name: "Age",
+        type_: "string",
+        format: "",
+        description: "Time since the pod was created.",
+        priority: 0,
+    },
+    Column {
+        name: "Window",
+        type_: "string",
+        format: "duration",
+        description: "Range the rates are computed over.",
+        priority: 1,
+    },
+    Column {
+        name: "Containers",
+        type_: "string",
+        format: "",
+        description: "Number of containers in the pod.",
+        priority: 1,
+    },
+    Column { name: "Node", type_: "string", format: "", description: "Node the pod runs on.", priority: 1 },
+];
+
+/// Computes PodMetricsSummaries from the sources.
+pub struct PodMetricsSummaries {
+    inventory: Arc<dyn Inventory>,
+    kubelet: Arc<dyn KubeletSource>,
+    prometheus: Arc<dyn PromSource>,
+    queries: PodMetricsQueries,
+    window: Duration,
+}
+
+impl std::fmt::Debug for PodMetricsSummaries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodMetricsSummaries").field("window", &self.window).finish_non_exhaustive()
+    }
+}
+
+impl PodMetricsSummaries {
+    /// Builds the kind from its sources and queries.
+    pub fn new(
+        inventory: Arc<dyn Inventory>,
+        kubelet: Arc<dyn KubeletSource>,
+        prometheus: Arc<dyn PromSource>,
+        queries: PodMetricsQueries,
+        window: Duration,
+    ) -> Self {
+        Self { inventory, kubelet, prometheus, queries, window }
+    }
+
+    async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
+        if !self.inventory.is_synced() {
+            return Err(ComputeError::NotReady);
+        }
+        let resource_version = self.inventory.resource_version();
+        let pods = self.inventory.running_pods(namespace);
+        let mut warnings = Vec::new();
+
+        let nodes: BTreeSet<&str> = pods.iter().filter_map(|p| p.node_name.as_deref()).collect();
+        let kubelet = futures::future::join_all(nodes.iter().map(|node| self.kubelet.node_usage(node)));
+        let scope: Vec<Matcher> =
+            namespace.and_then(|ns| Matcher::eq("namespace", ns).ok()).into_iter().collect();
+        let requests = self.query("requests", &self.queries.requests, &scope);
+        let errors = self.query("errors", &self.queries.errors, &scope);
+        let (kubelet, requests, errors) = futures::join!(kubelet, requests, errors);
+
+        let mut usage: HashMap<PodKey, Vec<ContainerUsage>> = HashMap::new();
+        let mut failed_nodes = Vec::new();
+        for (node, result) in nodes.iter().zip(kubelet) {
+            match result {
+                Ok(node_usage) => {
+                    usage.extend(node_usage.pods.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                Err(error) => failed_nodes.push((node.to_string(), error.to_string())),
+            }
+        }
+        if let Some((_, first)) = failed_nodes.first() {
+            warnings.push(if failed_nodes.len() == 1 {
+                format!("cpu and memory omitted for pods on 1 node: {first}")
+            } else {
+                format!("cpu and memory omitted for pods on {} nodes; first: {first}", failed_nodes.len())
+            });
+        }
+        let requests = by_pod(requests, "requests", &mut warnings);
+        let errors = by_pod(errors, "errors", &mut warnings);
+
+        let window = duration::go_string(self.window);
+        let items = pods
+            .iter()
+            .map(|pod| {
+                let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
+                Arc::new(self.item(pod, usage.get(&key), requests.get(&key), errors.get(&key), &window))
+            })
+            .collect();
+        Ok(Arc::new(Listing { items, warnings, resource_version }))
+    }
+
+    async fn query(&self, field: &str, template: &str, scope: &[Matcher]) -> Result<Vec<PromSample>, String> {
+        let promql = render(template, scope, self.window).map_err(|e| format!("{field} query: {e}"))?;
+        self.prometheus.query(promql).await.map_err(|e| e.to_string())
+    }
+
+    fn item(
+        &self,
+        pod: &PodInfo,
+        containers: Option<&Vec<ContainerUsage>>,
+        requests: Option<&PromSample>,
+        errors: Option<&PromSample>,
+        window: &str,
+    ) -> Item {
+        let containers = containers.map(Vec::as_slice).unwrap_or_default();
+        // The pod's usage is the sum of its containers, and only when every container has it,
+        // so `containers` always adds up to the pod.
+        let sum = |get: fn(&ContainerUsage) -> Option<f64>| -> Option<f64> {
+            if containers.is_empty() {
+                return None;
+            }
+            containers.iter().map(get).sum()
+        };
+        let cpu = sum(|c| c.cpu_cores);
+        let memory = sum(|c| c.memory_bytes);
+        let requests_value = requests.map(|s| s.value).filter(|v| v.is_finite());
+        let errors_value = errors.map(|s| s.value).filter(|v| v.is_finite());
+        let error_ratio = match (requests_value, errors_value) {
+            (Some(r), Some(e)) if r > 0.0 => Some(e / r),
+            _ => None,
+        };
+        let newest = containers
+            .iter()
+            .filter_map(|c| c.timestamp)
+            .chain(requests.map(|s| s.timestamp))
+            .chain(errors.map(|s| s.timestamp))
+            .max();
+
+        let meta = Meta {
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
+            creation_timestamp: pod.creation_timestamp,
+            labels: pod.labels.clone(),
+        };
+        let object = to_raw(&PodMetricsSummary {
+            api_version: API_VERSION,
+            kind: INFO.kind,
+            metadata: ObjectMeta::from(&meta),
+            timestamp: newest.map(rfc3339),
+            window,
+            cpu: cpu.map(quantity::decimal_si),
+            memory: memory.map(quantity::binary_si),
+            requests: requests_value.map(quantity::decimal_si),
+            errors: errors_value.map(quantity::decimal_si),
+            error_ratio: error_ratio.map(quantity::decimal_si),
+            containers: containers
+                .iter()
+                .map(|c| ContainerMetrics {
+                    name: &c.name,
+                    cpu: c.cpu_cores.map(quantity::decimal_si),
+                    memory: c.memory_bytes.map(quantity::binary_si),
+                })
+                .collect(),
+        });
+        let text = |v: Option<String>| v.map_or(Cell::None, Cell::Text);
+        let cells = vec![
+            Cell::Text(pod.name.clone()),
+            text(cpu.map(quantity::cpu_cell)),
+            text(memory.map(quantity::memory_cell)),
+            text(requests_value.map(quantity::rate_cell)),
+            text(errors_value.map(quantity::rate_cell)),
+            text(error_ratio.map(quantity::percent_cell)),
+            pod.creation_timestamp.map_or(Cell::None, Cell::Age),
+            Cell::Text(window.to_string()),
+            Cell::Text(pod.containers.len().to_string()),
+            text(pod.node_name.clone()),
+        ];
+        Item { meta, object, cells }
+    }
+}
+
+/// Indexes a query result by pod, or records why the field is missing.
+fn by_pod(
+    result: Result<Vec<PromSample>, String>,
+    field: &str,
+    warnings: &mut Vec<String>,
+) -> HashMap<PodKey, PromSample> {
+    match result {
+        Ok(samples) => samples
+            .into_iter()
+            .filter_map(|s| {
+                let key = PodKey {
+                    namespace: s.labels.get("namespace")?.clone(),
+                    name: s.labels.get("pod")?.clone(),
+                };
+                Some((key, s))
+            })
+            .collect(),
+        Err(error) => {
+            warnings.push(format!("{field} omitted: {error}"));
+            HashMap::new()
+        }
+    }
+}
+
+impl ServedKind for PodMetricsSummaries {
+    fn info(&self) -> &'static KindInfo {
+        &INFO
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        COLUMNS
+    }
+
+    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+        let quantity = |description: &str| json!({"type": "string", "description": description});
+        let container = json!({
+            "type": "object",
+            "description": "Usage of one container of the pod, from the kubelet.",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "description": "Name of the container, as in the pod spec."},
+                "cpu": quantity("CPU usage of the container in cores (a Quantity such as 240m): the rate between the kubelet's two most recent cumulative CPU samples. Omitted until two samples exist."),
+                "memory": quantity("Memory working set of the container in bytes (a Quantity such as 120Mi), as the kubelet reports it."),
+            }
+        });
+        let object = json!({
+            "type": "object",
+            "description": INFO.description,
+            "properties": {
+                "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object: stats.une-tasse-de.cafe/v1alpha1."},
+                "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents: PodMetricsSummary."},
+                "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata, copied from the pod: name, namespace, uid, labels and creationTimestamp."},
+                "timestamp": {"type": "string", "format": "date-time", "description": "When the newest input sample (kubelet or Prometheus) was taken, RFC 3339."},
+                "window": {"type": "string", "description": "Range the request and error rates are computed over, as a duration (5m0s)."},
+                "cpu": quantity("CPU usage of the pod in cores (a Quantity such as 250m): the sum of its containers' CPU. Omitted when any container has no CPU rate yet or the kubelet is unreachable."),
+                "memory": quantity("Memory working set of the pod in bytes (a Quantity such as 128Mi): the sum of its containers' working sets."),
+                "requests": quantity("HTTP requests per second served by the pod over the window (a Quantity such as 12500m for 12.5/s), from Prometheus. Omitted when Prometheus has no series for the pod."),
+                "errors": quantity("HTTP 5xx responses per second over the window (a Quantity), from Prometheus. Omitted when Prometheus has no error series for the pod."),
+                "errorRatio": quantity("errors divided by requests (a Quantity such as 20m for 2%). Omitted when requests is absent or 0, or errors is absent."),
+                "containers": {"type": "array", "description": "Usage of each container, from the kubelet; their sum is the pod's cpu and memory.", "items": {"$ref": format!("#/components/schemas/{}", schema_name("PodMetricsSummaryContainer"))}},
+            },
+            "x-kubernetes-group-version-kind": [{"group": super::GROUP, "version": super::VERSION, "kind": INFO.kind}],
+        });
+        vec![(schema_name(INFO.kind), object), (schema_name("PodMetricsSummaryContainer"), container)]
+    }
+
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        Box::pin(self.compute(namespace))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PodMetricsSummary<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: ObjectMeta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<String>,
+    window: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requests: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_ratio: Option<String>,
+    containers: Vec<ContainerMetrics<'a>>,
+}
+
+#[derive(Serialize)]
+struct ContainerMetrics<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<String>,
+}

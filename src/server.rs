@@ -1,0 +1,266 @@
+//! Wiring and serving: builds the sources, kinds and router from the flags ([`run`]), and
+//! serves a router over TLS on an already-bound listener ([`serve`]) with HTTP/1.1 and HTTP/2
+//! (ALPN), a bounded TLS handshake, and graceful shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::api::{self, ApiState};
+use crate::cache::CachedKind;
+use crate::config::{Args, DEFAULT_WINDOW, KubeletArgs, QueryConfig};
+use crate::inventory::KubeInventory;
+use crate::resources::Kinds;
+use crate::resources::pod_metrics_summary::PodMetricsSummaries;
+use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
+use crate::sources::prometheus::PromClient;
+use crate::sources::{Inventory, KubeletSource, UpstreamObserver};
+use crate::telemetry::Metrics;
+
+/// A client that has not finished its TLS handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for in-flight requests (the kubelet's default grace period is 30s).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// A configured server, bound but not yet serving.
+pub struct Prepared {
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    max_streams: u32,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("listener", &self.listener).finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, then drains.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
+        serve(self.listener, self.tls, self.app, self.max_streams, shutdown).await;
+    }
+}
+
+/// Runs percolator with `args` until SIGTERM or Ctrl-C.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let prepared = prepare(args).await?;
+    prepared.serve(shutdown_signal()).await;
+    Ok(())
+}
+
+/// Builds everything from `args` and binds the listener; logs the address it serves on.
+pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
+    let tls = crate::tls::server_config(&args.serving)?;
+    let queries = QueryConfig::load(args.prometheus.config.as_deref())?;
+    let window = args.prometheus.window.or(queries.window).unwrap_or(DEFAULT_WINDOW);
+
+    let kube_config = match &args.cluster.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    let metrics = Metrics::new();
+    let observer: Arc<dyn UpstreamObserver> = metrics.clone();
+    let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
+    let inventory: Arc<dyn Inventory> = KubeInventory::start(client);
+
+    let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("--kubelet-certificate-authority {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let kubelet: Arc<dyn KubeletSource> = Arc::new(
+        KubeletClient::new(
+            kubelet_config(&args.kubelet, &kube_config, kubelet_ca, args.prometheus.cache_ttl),
+            inventory.clone(),
+            observer.clone(),
+        )
+        .context("building the kubelet client")?,
+    );
+    let prometheus = PromClient::new(
+        args.prometheus.prometheus_url.as_str(),
+        args.prometheus.prometheus_timeout,
+        observer,
+    )
+    .context("--prometheus-url")?;
+    tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
+
+    let pod_summaries = PodMetricsSummaries::new(
+        inventory.clone(),
+        kubelet,
+        Arc::new(prometheus),
+        queries.pod_metrics_summary.clone(),
+        window,
+    );
+    let kinds: Kinds =
+        vec![Arc::new(CachedKind::new(Arc::new(pod_summaries), args.prometheus.cache_ttl, metrics.clone()))];
+
+    let ready_metrics = metrics.clone();
+    let ready = Arc::new(move || {
+        let ready = inventory.is_synced();
+        ready_metrics.ready.set(i64::from(ready));
+        ready
+    });
+    let app = api::router(ApiState::new(kinds, ready, metrics.clone()));
+
+    let listener = TcpListener::bind((args.serving.bind_address, args.serving.secure_port))
+        .await
+        .with_context(|| format!("binding {}:{}", args.serving.bind_address, args.serving.secure_port))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, window = %crate::duration::go_string(window), "serving");
+    Ok(Prepared { listener, tls, app, max_streams: args.serving.http2_max_streams_per_connection })
+}
+
+/// Fetches every node's kubelet once after the inventory has synced, so that CPU rates (which
+/// need two samples) are available from the first request made a housekeeping period later,
+/// instead of from the second. Failures only log: requests fetch again on demand.
+async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn KubeletSource>) {
+    while !inventory.is_synced() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let nodes: std::collections::BTreeSet<String> =
+        inventory.running_pods(None).iter().filter_map(|p| p.node_name.clone()).collect();
+    let fetches = futures::future::join_all(nodes.iter().map(|node| kubelet.node_usage(node))).await;
+    let failed = fetches.iter().filter(|r| r.is_err()).count();
+    tracing::info!(nodes = nodes.len(), failed, "kubelet warm-up done");
+}
+
+/// The kubelet client configuration: flags, plus the cluster's credentials and CA from the
+/// kubeconfig (the service account's token and the cluster CA in-cluster), as metrics-server
+/// does. `ca_override` is the content of `--kubelet-certificate-authority`.
+fn kubelet_config(
+    args: &KubeletArgs,
+    kube_config: &kube::Config,
+    ca_override: Option<Vec<u8>>,
+    cache_ttl: Duration,
+) -> KubeletConfig {
+    use base64::Engine;
+    use secrecy::ExposeSecret;
+    let auth = &kube_config.auth_info;
+    let bearer_token = match (&auth.token_file, &auth.token) {
+        (Some(file), _) => Some(BearerToken::File(file.into())),
+        (None, Some(token)) => Some(BearerToken::Static(token.expose_secret().to_string())),
+        _ => None,
+    };
+    let cluster_ca = kube_config.root_cert.as_ref().map(|ders| {
+        let engine = base64::engine::general_purpose::STANDARD;
+        ders.iter()
+            .map(|der| {
+                format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", engine.encode(der))
+            })
+            .collect::<String>()
+            .into_bytes()
+    });
+    KubeletConfig {
+        port: args.kubelet_port,
+        preferred_address_types: args.kubelet_preferred_address_types.clone(),
+        insecure_tls: args.kubelet_insecure_tls,
+        ca_pem: ca_override.or(cluster_ca),
+        bearer_token,
+        request_timeout: args.kubelet_request_timeout,
+        cache_ttl,
+        use_node_status_port: args.kubelet_use_node_status_port,
+        ..KubeletConfig::default()
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` resolves, then drains open
+/// connections. HTTP/2 connections allow `max_streams` concurrent streams.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    max_streams: u32,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(max_streams);
+    let builder = Arc::new(builder);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let builder = builder.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    tracing::info!("shutting down: draining open connections");
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; exiting anyway");
+    }
+}

@@ -1,0 +1,700 @@
+//! The simulated Kubernetes API (HTTPS): discovery (`/version`, `/api`, `/api/v1`, `/apis`),
+//! nodes and pods with get, list (`limit`/`continue`, label and field selectors) and watch
+//! (resourceVersion replay from a bounded history, 410 Expired past it, bookmarks), all
+//! behind the service-account bearer token. Errors are `metav1.Status` objects.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use http::{StatusCode, header};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, mpsc};
+
+use super::cluster::{Cluster, Event, EventType, Expired, WatchStart};
+use super::kubelet::has_token;
+use super::objects::{self, Status, bookmark_line, error_line, event_line};
+use super::selector::{FieldSelector, LabelSelector};
+use super::text::{base64_url, base64_url_decode};
+use super::workload::{SimNode, SimPod};
+
+/// How often a watch that allows bookmarks gets one.
+pub(crate) const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Watch duration when the client sends no `timeoutSeconds` (kube-apiserver picks 30–60 min).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Items serialised per body chunk of a list.
+const ITEMS_PER_CHUNK: usize = 256;
+
+/// State of the API router.
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    pub(crate) cluster: Arc<Cluster>,
+    /// `host:port` the API listens on (for `/api`).
+    pub(crate) address: String,
+}
+
+/// An API error: always rendered as a `metav1.Status`.
+struct ApiError(Box<Status>);
+
+fn err(status: Status) -> ApiError {
+    ApiError(Box::new(status))
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.0.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, Json(*self.0)).into_response()
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    err(Status::failure(400, "BadRequest", message))
+}
+
+/// The router of the API listener.
+pub(crate) fn router(state: ApiState) -> axum::Router {
+    axum::Router::new()
+        .route("/version", get(version).fallback(method_not_allowed))
+        .route("/api", get(api_versions).fallback(method_not_allowed))
+        .route("/api/v1", get(api_resources).fallback(method_not_allowed))
+        .route("/apis", get(api_groups).fallback(method_not_allowed))
+        .route("/api/v1/nodes", get(list_nodes).fallback(method_not_allowed))
+        .route("/api/v1/nodes/{name}", get(get_node).fallback(method_not_allowed))
+        .route("/api/v1/pods", get(list_all_pods).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{ns}/pods", get(list_namespaced_pods).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod).fallback(method_not_allowed))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+async fn authenticate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    if has_token(&request, &state.cluster.token) {
+        next.run(request).await
+    } else {
+        state.cluster.stats.api("unauthorized");
+        err(Status::failure(401, "Unauthorized", "Unauthorized")).into_response()
+    }
+}
+
+async fn not_found() -> ApiError {
+    err(Status::failure(404, "NotFound", "the server could not find the requested resource"))
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    err(Status::failure(
+        405,
+        "MethodNotAllowed",
+        format!("the server does not allow this method on the requested resource ({})", request.method()),
+    ))
+}
+
+async fn version(State(state): State<ApiState>) -> Response {
+    state.cluster.stats.api("get version");
+    Json(serde_json::json!({
+        "major": "1",
+        "minor": "33",
+        "emulationMajor": "1",
+        "emulationMinor": "33",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "32",
+        "gitVersion": "v1.33.0",
+        "gitCommit": "60a317eadfcb839692a5551a7ed5a8ef1e8c8f52",
+        "gitTreeState": "clean",
+        "buildDate": "2025-04-23T13:07:17Z",
+        "goVersion": "go1.24.2",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    }))
+    .into_response()
+}
+
+async fn api_versions(State(state): State<ApiState>) -> Response {
+    state.cluster.stats.api("get discovery");
+    Json(serde_json::json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address}]
+    }))
+    .into_response()
+}
+
+async fn api_resources(State(state): State<ApiState>) -> Response {
+    state.cluster.stats.api("get discovery");
+    Json(serde_json::json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+             "verbs": ["get", "list", "watch"], "shortNames": ["no"]},
+            {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+             "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]}
+        ]
+    }))
+    .into_response()
+}
+
+async fn api_groups(State(state): State<ApiState>) -> Response {
+    state.cluster.stats.api("get discovery");
+    Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})).into_response()
+}
+
+/// The list/watch query parameters we honour.
+#[derive(Default)]
+struct ListQuery {
+    watch: bool,
+    resource_version: Option<String>,
+    timeout: Option<Duration>,
+    bookmarks: bool,
+    send_initial_events: bool,
+    limit: Option<usize>,
+    continue_token: Option<String>,
+    labels: LabelSelector,
+    field_text: String,
+}
+
+fn parse_query(raw: Option<String>) -> Result<ListQuery, ApiError> {
+    let mut q = ListQuery::default();
+    let raw = raw.unwrap_or_default();
+    for (key, value) in url::form_urlencoded::parse(raw.as_bytes()) {
+        let truthy = matches!(value.as_ref(), "true" | "1" | "True" | "TRUE");
+        match key.as_ref() {
+            "watch" => q.watch = truthy,
+            "resourceVersion" => q.resource_version = Some(value.into_owned()),
+            "timeoutSeconds" => {
+                let secs: u64 =
+                    value.parse().map_err(|_| bad_request(format!("invalid timeoutSeconds {value:?}")))?;
+                q.timeout = Some(Duration::from_secs(secs));
+            }
+            "allowWatchBookmarks" => q.bookmarks = truthy,
+            "sendInitialEvents" => q.send_initial_events = truthy,
+            "limit" => {
+                let limit: i64 =
+                    value.parse().map_err(|_| bad_request(format!("invalid limit {value:?}")))?;
+                q.limit = (limit > 0).then_some(limit as usize);
+            }
+            "continue" if !value.is_empty() => q.continue_token = Some(value.into_owned()),
+            "labelSelector" => {
+                q.labels = LabelSelector::parse(&value)
+                    .map_err(|e| bad_request(format!("unable to parse labelSelector: {e}")))?;
+            }
+            "fieldSelector" => q.field_text = value.into_owned(),
+            _ => {}
+        }
+    }
+    if q.send_initial_events {
+        return Err(err(Status::failure(
+            400,
+            "BadRequest",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        )));
+    }
+    Ok(q)
+}
+
+/// A continue token: the list's resourceVersion and the last key returned.
+#[derive(Serialize, Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: u64,
+    start: String,
+}
+
+fn encode_continue(rv: u64, start: String) -> String {
+    let token = ContinueToken { v: "meta.k8s.io/v1".to_owned(), rv, start };
+    base64_url(&serde_json::to_vec(&token).unwrap_or_default())
+}
+
+fn decode_continue(cluster: &Cluster, token: &str) -> Result<(u64, String), ApiError> {
+    let bad = || bad_request("invalid value for continue: the continue token is malformed");
+    let bytes = base64_url_decode(token).ok_or_else(bad)?;
+    let token: ContinueToken = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    if token.rv < cluster.floor() {
+        return Err(err(Status::failure(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. \
+             You can start a new list without the continue parameter.",
+        )));
+    }
+    Ok((token.rv, token.start))
+}
+
+fn pod_field<'a>(cluster: &'a Cluster, pod: &'a SimPod, field: &str) -> Option<&'a str> {
+    match field {
+        "metadata.name" => Some(&pod.name),
+        "metadata.namespace" => Some(&pod.namespace),
+        "spec.nodeName" => cluster.node_of(pod).map(|n| n.name.as_str()),
+        "status.phase" => Some(pod.phase.as_str()),
+        _ => None,
+    }
+}
+
+const POD_FIELDS: &[&str] = &["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"];
+const NODE_FIELDS: &[&str] = &["metadata.name"];
+
+fn node_label<'a>(node: &'a SimNode, key: &str) -> Option<&'a str> {
+    match key {
+        "kubernetes.io/hostname" => Some(&node.name),
+        "kubernetes.io/os" | "beta.kubernetes.io/os" => Some("linux"),
+        "kubernetes.io/arch" | "beta.kubernetes.io/arch" => Some("amd64"),
+        _ => None,
+    }
+}
+
+/// A list body, streamed in chunks: `{"kind","apiVersion","metadata","items":[…]}`.
+fn list_response(
+    kind: &'static str,
+    rv: u64,
+    continue_token: Option<String>,
+    count: usize,
+    item: impl Fn(usize, &mut Vec<u8>) + Send + Sync + 'static,
+) -> Response {
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), rv.to_string().into());
+    if let Some(token) = continue_token {
+        meta.insert("continue".into(), token.into());
+    }
+    let prefix = format!(
+        "{{\"kind\":\"{kind}\",\"apiVersion\":\"v1\",\"metadata\":{},\"items\":[",
+        serde_json::Value::Object(meta)
+    );
+    let chunks = count.div_ceil(ITEMS_PER_CHUNK);
+    let stream = futures::stream::iter(0..=chunks).map(move |chunk| {
+        let mut buf = Vec::new();
+        if chunk == 0 {
+            buf.extend_from_slice(prefix.as_bytes());
+        }
+        if chunk == chunks {
+            buf.extend_from_slice(b"]}");
+        } else {
+            let lo = chunk * ITEMS_PER_CHUNK;
+            for i in lo..(lo + ITEMS_PER_CHUNK).min(count) {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                item(i, &mut buf);
+            }
+        }
+        Ok::<_, Infallible>(Bytes::from(buf))
+    });
+    ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
+}
+
+fn write_json(buf: &mut Vec<u8>, value: &impl Serialize) {
+    // Serialising k8s-openapi objects into a Vec cannot fail.
+    let _ = serde_json::to_writer(buf, value);
+}
+
+async fn list_all_pods(State(state): State<ApiState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    pods(state, None, q)
+}
+
+async fn list_namespaced_pods(
+    State(state): State<ApiState>,
+    Path(ns): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    pods(state, Some(ns), q)
+}
+
+fn pods(state: ApiState, namespace: Option<String>, raw: Option<String>) -> Result<Response, ApiError> {
+    let q = parse_query(raw)?;
+    let fields = FieldSelector::parse(&q.field_text, POD_FIELDS).map_err(|e| bad_request(e.to_string()))?;
+    let cluster = Arc::clone(&state.cluster);
+    if q.watch {
+        cluster.stats.api("watch pods");
+        let filter = PodFilter { namespace, labels: q.labels, fields };
+        return Ok(watch(cluster, WatchKind::Pods(filter), &q.resource_version, q.timeout, q.bookmarks));
+    }
+    cluster.stats.api("list pods");
+    let (list_rv, after) = match &q.continue_token {
+        Some(token) => {
+            let (rv, start) = decode_continue(&cluster, token)?;
+            let key = start
+                .split_once('/')
+                .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+                .ok_or_else(|| bad_request("invalid value for continue"))?;
+            (Some(rv), Some(key))
+        }
+        None => (None, None),
+    };
+    let filter = PodFilter { namespace: namespace.clone(), labels: q.labels, fields };
+    let (items, rv, more) =
+        cluster.list_pods(namespace.as_deref(), after.as_ref(), q.limit.unwrap_or(usize::MAX), |p| {
+            filter.matches(&cluster, p)
+        });
+    let rv = list_rv.unwrap_or(rv);
+    let token = match (more, items.last()) {
+        (true, Some(last)) => Some(encode_continue(rv, format!("{}/{}", last.namespace, last.name))),
+        _ => None,
+    };
+    Ok(list_response("PodList", rv, token, items.len(), move |i, buf| {
+        if let Some(pod) = items.get(i) {
+            write_json(buf, &objects::pod(pod, cluster.node_of(pod)));
+        }
+    }))
+}
+
+async fn get_pod(
+    State(state): State<ApiState>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let cluster = &state.cluster;
+    cluster.stats.api("get pods");
+    let pod = cluster.pod(&ns, &name).ok_or_else(|| err(Status::not_found("pods", &name)))?;
+    Ok(Json(objects::pod(&pod, cluster.node_of(&pod))).into_response())
+}
+
+async fn get_node(State(state): State<ApiState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let cluster = &state.cluster;
+    cluster.stats.api("get nodes");
+    let node = cluster.node_by_name(&name).ok_or_else(|| err(Status::not_found("nodes", &name)))?;
+    Ok(Json(objects::node(node, cluster.kubelet_port)).into_response())
+}
+
+async fn list_nodes(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
+    let q = parse_query(raw)?;
+    let fields = FieldSelector::parse(&q.field_text, NODE_FIELDS).map_err(|e| bad_request(e.to_string()))?;
+    let cluster = Arc::clone(&state.cluster);
+    let filter = NodeFilter { labels: q.labels, fields };
+    if q.watch {
+        cluster.stats.api("watch nodes");
+        return Ok(watch(cluster, WatchKind::Nodes(filter), &q.resource_version, q.timeout, q.bookmarks));
+    }
+    cluster.stats.api("list nodes");
+    let (list_rv, after) = match &q.continue_token {
+        Some(token) => {
+            let (rv, start) = decode_continue(&cluster, token)?;
+            (Some(rv), Some(start))
+        }
+        None => (None, None),
+    };
+    let rv = list_rv.unwrap_or_else(|| cluster.resource_version());
+    let limit = q.limit.unwrap_or(usize::MAX);
+    let mut candidates = cluster
+        .nodes_by_name
+        .iter()
+        .filter_map(|i| cluster.nodes.get(*i as usize))
+        .filter(|n| after.as_ref().is_none_or(|a| n.name.as_str() > a.as_str()));
+    let mut items: Vec<Arc<SimNode>> = Vec::new();
+    let mut more = false;
+    for node in candidates.by_ref() {
+        if filter.matches(node) {
+            items.push(Arc::clone(node));
+            if items.len() >= limit {
+                more = candidates.next().is_some();
+                break;
+            }
+        }
+    }
+    let token = match (more, items.last()) {
+        (true, Some(last)) => Some(encode_continue(rv, last.name.clone())),
+        _ => None,
+    };
+    let port = cluster.kubelet_port;
+    Ok(list_response("NodeList", rv, token, items.len(), move |i, buf| {
+        if let Some(node) = items.get(i) {
+            write_json(buf, &objects::node(node, port));
+        }
+    }))
+}
+
+struct PodFilter {
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl PodFilter {
+    fn matches(&self, cluster: &Cluster, pod: &SimPod) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == pod.namespace)
+            && self.labels.matches(|k| pod.label(k))
+            && self.fields.matches(|f| pod_field(cluster, pod, f))
+    }
+}
+
+struct NodeFilter {
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl NodeFilter {
+    fn matches(&self, node: &SimNode) -> bool {
+        self.labels.matches(|k| node_label(node, k))
+            && self.fields.matches(|f| (f == "metadata.name").then_some(node.name.as_str()))
+    }
+}
+
+enum WatchKind {
+    Pods(PodFilter),
+    Nodes(NodeFilter),
+}
+
+impl WatchKind {
+    fn kind(&self) -> &'static str {
+        match self {
+            WatchKind::Pods(_) => "Pod",
+            WatchKind::Nodes(_) => "Node",
+        }
+    }
+
+    /// The line for a pod event, if this watch wants it.
+    fn pod_event(&self, cluster: &Cluster, event: &Event) -> Option<Vec<u8>> {
+        let WatchKind::Pods(filter) = self else {
+            return None;
+        };
+        if !filter.matches(cluster, &event.pod) {
+            return None;
+        }
+        let object = objects::pod(&event.pod, cluster.node_of(&event.pod));
+        let event = match event.kind {
+            EventType::Added => WatchEvent::Added(object),
+            EventType::Deleted => WatchEvent::Deleted(object),
+        };
+        Some(event_line(&event))
+    }
+}
+
+fn expired_line(e: &Expired) -> Vec<u8> {
+    error_line(&Status::failure(
+        410,
+        "Expired",
+        format!("too old resource version: {} ({})", e.requested, e.oldest),
+    ))
+}
+
+/// A watch response: a chunked stream of newline-delimited watch events.
+fn watch(
+    cluster: Arc<Cluster>,
+    kind: WatchKind,
+    resource_version: &Option<String>,
+    timeout: Option<Duration>,
+    bookmarks: bool,
+) -> Response {
+    let from = match resource_version.as_deref() {
+        None | Some("") | Some("0") => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(rv) => Some(rv),
+            Err(_) => {
+                return bad_request(format!("invalid resource version: {v:?}")).into_response();
+            }
+        },
+    };
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+    let timeout = timeout.unwrap_or(DEFAULT_WATCH_TIMEOUT);
+    tokio::spawn(async move {
+        let _ = run_watch(&cluster, &kind, from, timeout, bookmarks, &tx).await;
+    });
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .map(|line| Ok::<_, Infallible>(Bytes::from(line)));
+    ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
+}
+
+/// The client went away.
+struct Gone;
+
+async fn run_watch(
+    cluster: &Cluster,
+    kind: &WatchKind,
+    from: Option<u64>,
+    timeout: Duration,
+    bookmarks: bool,
+    tx: &mpsc::Sender<Vec<u8>>,
+) -> Result<(), Gone> {
+    let send = |line: Vec<u8>| async move { tx.send(line).await.map_err(|_| Gone) };
+    let subscription = match cluster.subscribe(from) {
+        Ok(s) => s,
+        Err(e) => return send(expired_line(&e)).await,
+    };
+    let mut last_rv = subscription.rv;
+    match subscription.start {
+        WatchStart::Snapshot(pods) => match kind {
+            WatchKind::Pods(filter) => {
+                for pod in pods.iter().filter(|p| filter.matches(cluster, p)) {
+                    let object = objects::pod(pod, cluster.node_of(pod));
+                    send(event_line(&WatchEvent::Added(object))).await?;
+                }
+            }
+            WatchKind::Nodes(filter) => {
+                for node in cluster.nodes_by_name.iter().filter_map(|i| cluster.nodes.get(*i as usize)) {
+                    if filter.matches(node) {
+                        let object = objects::node(node, cluster.kubelet_port);
+                        send(event_line(&WatchEvent::Added(object))).await?;
+                    }
+                }
+            }
+        },
+        WatchStart::Replay(events) => {
+            for event in &events {
+                if let Some(line) = kind.pod_event(cluster, event) {
+                    send(line).await?;
+                }
+            }
+        }
+    }
+    let mut live = subscription.live;
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
+    loop {
+        tokio::select! {
+            () = &mut deadline => return Ok(()),
+            () = tx.closed() => return Err(Gone),
+            _ = ticker.tick(), if bookmarks => {
+                send(bookmark_line(kind.kind(), last_rv)).await?;
+            }
+            received = live.recv() => match received {
+                Ok(event) => {
+                    if event.rv <= last_rv {
+                        continue;
+                    }
+                    last_rv = event.rv;
+                    if let Some(line) = kind.pod_event(cluster, &event) {
+                        send(line).await?;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Too slow to keep up: make the client relist, as kube-apiserver does.
+                    let e = Expired { requested: last_rv, oldest: cluster.floor() };
+                    return send(expired_line(&e)).await;
+                }
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::workload::{Workload, WorkloadParams};
+    use axum::body::to_bytes;
+    use std::collections::BTreeMap;
+    use tower::ServiceExt as _;
+
+    fn api_counts(cluster: &Cluster) -> BTreeMap<String, u64> {
+        cluster.stats.api_requests.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    fn mk_state() -> ApiState {
+        let start = 1_764_000_000;
+        let w = Workload::generate(
+            &WorkloadParams {
+                seed: 1,
+                nodes: 3,
+                pods_per_node: 4,
+                namespaces: vec!["shop".into(), "api".into(), "default".into()],
+            },
+            start,
+        );
+        ApiState {
+            cluster: Arc::new(Cluster::new(w, 1, (start - 3600) as f64, 10_000, 10250)),
+            address: "127.0.0.1:6443".into(),
+        }
+    }
+
+    async fn call(state: &ApiState, uri: &str, token: Option<&str>) -> (StatusCode, serde_json::Value) {
+        let mut request = http::Request::get(uri);
+        if let Some(t) = token {
+            request = request.header("authorization", format!("Bearer {t}"));
+        }
+        let response = router(state.clone()).oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[tokio::test]
+    async fn unauthorized_is_a_status() {
+        let state = mk_state();
+        let (status, body) = call(&state, "/api/v1/pods", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(body["reason"], "Unauthorized");
+        let (status, _) = call(&state, "/api/v1/pods", Some("nope")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn list_paginates_and_filters() {
+        let state = mk_state();
+        let token = state.cluster.token.clone();
+        let mut names = Vec::new();
+        let mut uri = "/api/v1/pods?limit=5".to_owned();
+        let mut rvs = Vec::new();
+        loop {
+            let (status, body) = call(&state, &uri, Some(&token)).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert_eq!(body["kind"], "PodList");
+            rvs.push(body["metadata"]["resourceVersion"].as_str().unwrap().to_owned());
+            for item in body["items"].as_array().unwrap() {
+                names.push(item["metadata"]["name"].as_str().unwrap().to_owned());
+            }
+            match body["metadata"]["continue"].as_str() {
+                Some(c) => uri = format!("/api/v1/pods?limit=5&continue={c}"),
+                None => break,
+            }
+        }
+        assert_eq!(names.len(), 12);
+        assert!(rvs.windows(2).all(|w| w[0] == w[1]));
+        let all: Vec<String> = state.cluster.all_pods().iter().map(|p| p.name.clone()).collect();
+        assert_eq!(names, all);
+
+        let (_, body) =
+            call(&state, "/api/v1/namespaces/shop/pods?labelSelector=app%3Dweb", Some(&token)).await;
+        for item in body["items"].as_array().unwrap() {
+            assert_eq!(item["metadata"]["namespace"], "shop");
+            assert_eq!(item["metadata"]["labels"]["app"], "web");
+        }
+        let (_, body) = call(&state, "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1", Some(&token)).await;
+        assert_eq!(body["items"].as_array().unwrap().len(), 4);
+        let (status, body) = call(&state, "/api/v1/namespaces/shop/pods/nope", Some(&token)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["reason"], "NotFound");
+        let (status, body) = call(&state, "/api/v1/nodes?limit=2", Some(&token)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["items"].as_array().unwrap().len(), 2);
+        assert!(body["metadata"]["continue"].is_string());
+        let (status, body) =
+            call(&state, "/api/v1/pods?watch=true&sendInitialEvents=true", Some(&token)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["kind"], "Status");
+        let counts = api_counts(&state.cluster);
+        assert!(counts["list pods"] >= 3);
+        assert_eq!(counts["list nodes"], 1);
+    }
+
+    #[tokio::test]
+    async fn watch_from_old_rv_is_expired() {
+        let state = mk_state();
+        let token = state.cluster.token.clone();
+        let old = state.cluster.floor() - 1;
+        let response = router(state.clone())
+            .oneshot(
+                http::Request::get(format!("/api/v1/pods?watch=1&resourceVersion={old}"))
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let line: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(line["type"], "ERROR");
+        assert_eq!(line["object"]["code"], 410);
+        assert_eq!(line["object"]["reason"], "Expired");
+    }
+}

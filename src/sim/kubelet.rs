@@ -1,0 +1,354 @@
+//! Simulated kubelets: one HTTPS listener per node at `<InternalIP>:<kubelet port>` serving
+//! `GET /metrics/resource` in the exact shape of a real kubelet (see
+//! `fixtures/kubelet-metrics-resource.txt`), behind the service-account bearer token.
+//!
+//! Samples are taken at the node's housekeeping ticks (`period`, offset by a per-node
+//! phase), like cAdvisor's: two fetches inside one period return the same timestamp and
+//! values, each computed at that tick.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::body::Body;
+use http::{Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use super::cluster::{Cluster, now};
+use super::pki::Pki;
+use super::serve::{Shutdown, accept_loop, serve_connection};
+use super::text::{push_go_float, push_label_value};
+use super::workload::{SimNode, SimPod, counter_origin, linear};
+
+/// Content type of the Prometheus text format, as the kubelet sends it.
+pub(crate) const TEXT_FORMAT: &str = "text/plain; version=0.0.4";
+
+/// The sample time (ms since the epoch) of `node` at wall time `now_ms`: the last
+/// housekeeping tick.
+pub(crate) fn sample_time_ms(node: &SimNode, period_ms: u64, now_ms: u64) -> u64 {
+    let phase = node.housekeeping_phase_ms % period_ms;
+    let since = now_ms.saturating_sub(phase);
+    since - since % period_ms + phase
+}
+
+/// `seconds` rounded to whole nanoseconds, as a kubelet derives it from
+/// `usageCoreNanoSeconds` (keeps values short: `61.113554999`, not `61.11355499935151`).
+fn nanos(seconds: f64) -> f64 {
+    (seconds * 1e9).round() / 1e9
+}
+
+struct ContainerSample<'a> {
+    pod: &'a SimPod,
+    container: &'static str,
+    cpu: f64,
+    memory: f64,
+    started: i64,
+}
+
+fn push_labels(out: &mut String, container: Option<&str>, pod: &SimPod) {
+    out.push('{');
+    if let Some(c) = container {
+        out.push_str("container=\"");
+        push_label_value(out, c);
+        out.push_str("\",");
+    }
+    out.push_str("namespace=\"");
+    push_label_value(out, &pod.namespace);
+    out.push_str("\",pod=\"");
+    push_label_value(out, &pod.name);
+    out.push_str("\"}");
+}
+
+fn push_sample(out: &mut String, value: f64, ts_ms: u64) {
+    out.push(' ');
+    push_go_float(out, value);
+    let _ = writeln!(out, " {ts_ms}");
+}
+
+/// Renders the `/metrics/resource` body of `node` hosting `pods`, sampled at `ts_ms`.
+pub(crate) fn render(node: &SimNode, pods: &[Arc<SimPod>], origin: f64, ts_ms: u64) -> String {
+    let t = ts_ms as f64 / 1000.0;
+    let mut containers: Vec<ContainerSample<'_>> = Vec::with_capacity(pods.len() * 2);
+    for pod in pods.iter().filter(|p| p.is_running()) {
+        for c in pod.containers.iter().filter(|c| (c.started as f64) <= t) {
+            containers.push(ContainerSample {
+                pod,
+                container: c.name,
+                cpu: nanos(linear(c.cpu_cores, counter_origin(origin, c.started), t)),
+                memory: c.memory_bytes,
+                started: c.started,
+            });
+        }
+    }
+    // Pod totals, in pod order (containers of one pod are adjacent).
+    let mut pod_totals: Vec<(&SimPod, f64, f64)> = Vec::with_capacity(pods.len());
+    for s in &containers {
+        match pod_totals.last_mut() {
+            Some((p, cpu, mem)) if std::ptr::eq(*p, s.pod) => {
+                *cpu += s.cpu;
+                *mem += s.memory;
+            }
+            _ => pod_totals.push((s.pod, s.cpu, s.memory)),
+        }
+    }
+    for total in &mut pod_totals {
+        total.1 = nanos(total.1);
+    }
+    let node_cpu = nanos(
+        pod_totals.iter().map(|(_, c, _)| c).sum::<f64>()
+            + linear(node.system_cpu_cores, counter_origin(origin, node.created), t),
+    );
+    let node_mem = pod_totals.iter().map(|(_, _, m)| m).sum::<f64>() + node.system_memory_bytes;
+
+    let mut out = String::with_capacity(1024 + containers.len() * 4 * 140 + pod_totals.len() * 3 * 120);
+    let container_family = |out: &mut String,
+                            name: &str,
+                            help: &str,
+                            kind: &str,
+                            value: &dyn Fn(&ContainerSample<'_>) -> f64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in &containers {
+            out.push_str(name);
+            push_labels(out, Some(s.container), s.pod);
+            push_sample(out, value(s), ts_ms);
+        }
+    };
+    container_family(
+        &mut out,
+        "container_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        "counter",
+        &|s| s.cpu,
+    );
+    container_family(
+        &mut out,
+        "container_memory_working_set_bytes",
+        "[STABLE] Current working set of the container in bytes",
+        "gauge",
+        &|s| s.memory,
+    );
+    container_family(
+        &mut out,
+        "container_start_time_seconds",
+        "[STABLE] Start time of the container since unix epoch in seconds",
+        "gauge",
+        &|s| s.started as f64,
+    );
+    container_family(
+        &mut out,
+        "container_swap_usage_bytes",
+        "[ALPHA] Current amount of the container swap usage in bytes. Reported only on non-windows systems",
+        "gauge",
+        &|_| 0.0,
+    );
+    for (name, help, kind, value) in [
+        (
+            "node_cpu_usage_seconds_total",
+            "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
+            "counter",
+            node_cpu,
+        ),
+        (
+            "node_memory_working_set_bytes",
+            "[STABLE] Current working set of the node in bytes",
+            "gauge",
+            node_mem,
+        ),
+        (
+            "node_swap_usage_bytes",
+            "[ALPHA] Current swap usage of the node in bytes. Reported only on non-windows systems",
+            "gauge",
+            0.0,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        out.push_str(name);
+        push_sample(&mut out, value, ts_ms);
+    }
+    for (name, help, kind, which) in [
+        (
+            "pod_cpu_usage_seconds_total",
+            "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+            "counter",
+            0,
+        ),
+        ("pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes", "gauge", 1),
+        (
+            "pod_swap_usage_bytes",
+            "[ALPHA] Current amount of the pod swap usage in bytes. Reported only on non-windows systems",
+            "gauge",
+            2,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (pod, cpu, mem) in &pod_totals {
+            out.push_str(name);
+            push_labels(&mut out, None, pod);
+            let value = match which {
+                0 => *cpu,
+                1 => *mem,
+                _ => 0.0,
+            };
+            push_sample(&mut out, value, ts_ms);
+        }
+    }
+    out.push_str(
+        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n\
+         # TYPE resource_scrape_error gauge\nresource_scrape_error 0\n",
+    );
+    out
+}
+
+fn text_response(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// Whether `request` carries `Authorization: Bearer <token>`.
+pub(crate) fn has_token<B>(request: &Request<B>, token: &str) -> bool {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t.trim() == token)
+}
+
+fn handle(cluster: &Cluster, index: u32, request: &Request<Incoming>) -> Response<Body> {
+    if request.uri().path() == "/healthz" {
+        return text_response(StatusCode::OK, "ok");
+    }
+    if !has_token(request, &cluster.token) {
+        return text_response(StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    if request.uri().path() != "/metrics/resource" {
+        return text_response(StatusCode::NOT_FOUND, "404 page not found\n");
+    }
+    if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
+        return text_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
+    }
+    let Some(node) = cluster.nodes.get(index as usize) else {
+        return text_response(StatusCode::NOT_FOUND, "404 page not found\n");
+    };
+    cluster.count_kubelet_fetch(index);
+    let now_ms = (now() * 1000.0) as u64;
+    let ts = sample_time_ms(node, cluster.housekeeping_ms, now_ms);
+    let body = render(node, &cluster.pods_on(index), cluster.origin, ts);
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static(TEXT_FORMAT));
+    response
+}
+
+/// Serves node `index`'s kubelet on `listener` until `shutdown`.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    index: u32,
+    cluster: Arc<Cluster>,
+    pki: Arc<Pki>,
+    shutdown: Shutdown,
+) {
+    accept_loop(listener, shutdown, move |stream| {
+        let cluster = Arc::clone(&cluster);
+        let pki = Arc::clone(&pki);
+        async move {
+            let Some(node) = cluster.nodes.get(index as usize).cloned() else {
+                return;
+            };
+            let tls = match pki.kubelet_config(index, &node.name, node.ip) {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::error!(error = %e, node = %node.name, "kubelet certificate");
+                    return;
+                }
+            };
+            let stream = match TlsAcceptor::from(tls).accept(stream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "kubelet TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let response = handle(&cluster, index, &request);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            serve_connection(stream, service).await;
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::workload::{Workload, WorkloadParams};
+
+    #[test]
+    fn body_has_the_kubelet_shape() {
+        let start = 1_764_000_000;
+        let w = Workload::generate(
+            &WorkloadParams {
+                seed: 1,
+                nodes: 3,
+                pods_per_node: 4,
+                namespaces: vec!["shop".into(), "api".into(), "default".into()],
+            },
+            start,
+        );
+        let origin = (start - 3600) as f64;
+        let node = &w.nodes[0];
+        let pods: Vec<Arc<SimPod>> = w.pods.iter().filter(|p| p.node == 0).cloned().map(Arc::new).collect();
+        let ts = sample_time_ms(node, 10_000, (start as u64 + 60) * 1000 + 1234);
+        assert_eq!((ts - node.housekeeping_phase_ms) % 10_000, 0);
+        assert!(ts <= (start as u64 + 60) * 1000 + 1234);
+        let body = render(node, &pods, origin, ts);
+        let t = ts as f64 / 1000.0;
+        let mut seen = 0;
+        let mut containers = 0;
+        for line in body.lines() {
+            if line.starts_with('#') {
+                assert!(line.starts_with("# HELP ") || line.starts_with("# TYPE "), "{line}");
+                if line.starts_with("# HELP ") {
+                    assert!(line.contains("[STABLE]") || line.contains("[ALPHA]"), "{line}");
+                }
+                continue;
+            }
+            let (series, rest) = line
+                .rsplit_once('}')
+                .map_or_else(|| line.split_once(' ').unwrap(), |(s, r)| (s, r.trim_start()));
+            let fields: Vec<&str> = rest.split(' ').collect();
+            let value: f64 = fields[0].parse().unwrap();
+            if series == "resource_scrape_error" {
+                assert_eq!(fields.len(), 1);
+                continue;
+            }
+            assert_eq!(fields[1].parse::<u64>().unwrap(), ts);
+            if let Some(labels) = series.strip_prefix("container_cpu_usage_seconds_total{") {
+                containers += 1;
+                let parts: Vec<&str> = labels.split(',').collect();
+                assert!(parts[0].starts_with("container=\""));
+                assert!(parts[1].starts_with("namespace=\""));
+                assert!(parts[2].starts_with("pod=\""));
+                let pod_name = parts[2].trim_start_matches("pod=\"").trim_end_matches('"');
+                let cname = parts[0].trim_start_matches("container=\"").trim_end_matches('"');
+                let pod = pods.iter().find(|p| p.name == pod_name).unwrap();
+                assert!(pod.is_running());
+                let c = pod.containers.iter().find(|c| c.name == cname).unwrap();
+                assert!((value - c.cpu_cores * (t - origin)).abs() < 1e-6);
+            }
+            seen += 1;
+        }
+        let running: usize = pods.iter().filter(|p| p.is_running()).map(|p| p.containers.len()).sum();
+        assert_eq!(containers, running);
+        assert!(seen > 0);
+        assert!(body.ends_with("resource_scrape_error 0\n"));
+        // Same tick, same body.
+        assert_eq!(render(node, &pods, origin, ts), body);
+    }
+}

@@ -1,0 +1,194 @@
+//! Small text helpers shared by the simulator's endpoints: Go-style float formatting (as
+//! Prometheus' Go client writes samples), base64, label-value escaping and durations.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Appends `v` formatted like Go's `strconv.FormatFloat(v, 'g', -1, 64)`, which is what the
+/// Prometheus Go client (and so a kubelet) writes: shortest round-trip digits, exponent
+/// notation (`1.253376e+07`) when the decimal exponent is below -4 or at least 6.
+pub(crate) fn push_go_float(out: &mut String, v: f64) {
+    if v.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+        return;
+    }
+    if v == 0.0 {
+        out.push('0');
+        return;
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits, like Go's precision -1.
+    let sci = format!("{v:e}");
+    let (mantissa, exp) = match sci.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (sci.as_str(), 0),
+    };
+    if !(-4..6).contains(&exp) {
+        out.push_str(mantissa);
+        out.push('e');
+        out.push(if exp < 0 { '-' } else { '+' });
+        let _ = write!(out, "{:02}", exp.unsigned_abs());
+    } else {
+        // Display is also shortest round-trip and never uses an exponent.
+        let _ = write!(out, "{v}");
+    }
+}
+
+/// `v` formatted like Go's `%g` with shortest precision (see [`push_go_float`]).
+#[cfg(test)]
+pub(crate) fn go_float(v: f64) -> String {
+    let mut s = String::new();
+    push_go_float(&mut s, v);
+    s
+}
+
+/// Appends `value` escaped for a Prometheus/OpenMetrics label value (`\\`, `\"`, `\n`).
+pub(crate) fn push_label_value(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+const B64_STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const B64_URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+fn b64_encode(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let chars = chunk.len() + 1;
+        for i in 0..4 {
+            if i < chars {
+                out.push(char::from(alphabet[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else if pad {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding (kubeconfig `certificate-authority-data`).
+pub(crate) fn base64_std(data: &[u8]) -> String {
+    b64_encode(data, B64_STD, true)
+}
+
+/// URL-safe base64 without padding (continue tokens, like Go's `base64.RawURLEncoding`).
+pub(crate) fn base64_url(data: &[u8]) -> String {
+    b64_encode(data, B64_URL, false)
+}
+
+/// Decodes URL-safe base64 (padding optional); `None` on any invalid input.
+pub(crate) fn base64_url_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for c in s.bytes() {
+        let v = B64_URL.iter().position(|&a| a == c)?;
+        acc = (acc << 6) | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Parses a Go-style duration (`10s`, `1m30s`, `500ms`, `1h`, `0`).
+///
+/// # Errors
+/// A message naming what is wrong, for clap to print.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".to_owned());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {s:?} (use e.g. 10s, 1m, 500ms)"))?;
+        if num_len == 0 {
+            return Err(format!("invalid duration {s:?}"));
+        }
+        let number: f64 = rest[..num_len].parse().map_err(|_| format!("invalid number in duration {s:?}"))?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            unit => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
+        };
+        rest = &rest[unit_len..];
+        total += number * scale;
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_floats() {
+        for (v, want) in [
+            (0.0, "0"),
+            (4.710169, "4.710169"),
+            (357354.91027, "357354.91027"),
+            (12533760.0, "1.253376e+07"),
+            (1633252712.0, "1.633252712e+09"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (100000.0, "100000"),
+            (1e6, "1e+06"),
+            (1e21, "1e+21"),
+            (-2.5, "-2.5"),
+        ] {
+            assert_eq!(go_float(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn base64_round_trip() {
+        assert_eq!(base64_std(b"hello"), "aGVsbG8=");
+        assert_eq!(base64_std(b"hell"), "aGVsbA==");
+        assert_eq!(base64_std(b"hel"), "aGVs");
+        for data in [&b""[..], b"a", b"ab", b"abc", b"\xff\xfe\xfd\x00rv"] {
+            assert_eq!(base64_url_decode(&base64_url(data)).as_deref(), Some(data));
+        }
+        assert_eq!(base64_url_decode("a$"), None);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! Upstream data sources, each behind a narrow trait so that the HTTP layer and the served kinds
+//! can be tested with fakes while the real clients are tested against real servers:
+//!
+//! - [`Inventory`]: pods and nodes known to the cluster (watch-backed, local reads);
+//! - [`KubeletSource`]: per-node container CPU and memory from kubelet `/metrics/resource`;
+//! - [`PromSource`]: PromQL vector queries against Prometheus.
+
+pub mod kubelet;
+pub mod prometheus;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+
+/// A pod as the inventory knows it: only what the served kinds need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    /// Namespace of the pod.
+    pub namespace: String,
+    /// Name of the pod.
+    pub name: String,
+    /// UID of the pod.
+    pub uid: String,
+    /// Labels of the pod (label selectors filter on them).
+    pub labels: BTreeMap<String, String>,
+    /// Creation time of the pod.
+    pub creation_timestamp: Option<Timestamp>,
+    /// Node the pod is scheduled on.
+    pub node_name: Option<String>,
+    /// Names of the pod's containers, in spec order.
+    pub containers: Vec<String>,
+}
+
+/// A node as the inventory knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// `status.addresses` as (type, address) pairs, in the node's order.
+    pub addresses: Vec<(String, String)>,
+    /// `status.daemonEndpoints.kubeletEndpoint.port`, when set.
+    pub kubelet_port: Option<u16>,
+}
+
+/// Read access to the cluster's pods and nodes.
+pub trait Inventory: Send + Sync {
+    /// Running pods, in one namespace or in all of them (`None`), sorted by namespace then name.
+    fn running_pods(&self, namespace: Option<&str>) -> Vec<Arc<PodInfo>>;
+    /// A node by name.
+    fn node(&self, name: &str) -> Option<Arc<NodeInfo>>;
+    /// Whether the initial list of pods and nodes has completed.
+    fn is_synced(&self) -> bool;
+    /// An opaque version that changes whenever the inventory changes.
+    fn resource_version(&self) -> String;
+}
+
+/// Identifies a pod across sources.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    /// Namespace of the pod.
+    pub namespace: String,
+    /// Name of the pod.
+    pub name: String,
+}
+
+/// Usage of one container, from a kubelet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerUsage {
+    /// Container name.
+    pub name: String,
+    /// CPU usage in cores, the rate between two cumulative samples; `None` until two distinct
+    /// samples have been seen (a single sample is never reported as a usage).
+    pub cpu_cores: Option<f64>,
+    /// Memory working set in bytes.
+    pub memory_bytes: Option<f64>,
+    /// Time of the newest sample used.
+    pub timestamp: Option<Timestamp>,
+    /// Time span between the two CPU samples, in seconds.
+    pub window_seconds: Option<f64>,
+}
+
+/// Usage of every pod on one node, from one kubelet fetch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeUsage {
+    /// Per pod, its containers' usage.
+    pub pods: HashMap<PodKey, Vec<ContainerUsage>>,
+}
+
+/// Errors from a kubelet.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KubeletError {
+    /// The node is not in the inventory or has no usable address.
+    #[error("node {node}: no usable address ({reason})")]
+    NoAddress {
+        /// Node name.
+        node: String,
+        /// What was missing.
+        reason: String,
+    },
+    /// The HTTP request failed or timed out.
+    #[error("kubelet on node {node}: {reason}")]
+    Request {
+        /// Node name.
+        node: String,
+        /// What went wrong, without secrets.
+        reason: String,
+    },
+    /// The kubelet reported that it could not collect the summary.
+    #[error("kubelet on node {node} reported a scrape error")]
+    ScrapeError {
+        /// Node name.
+        node: String,
+    },
+}
+
+/// Per-node kubelet usage.
+pub trait KubeletSource: Send + Sync {
+    /// Container usage of every pod on `node`. Implementations cache per node and make
+    /// concurrent calls for the same node share one fetch.
+    fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>>;
+}
+
+/// One sample of a PromQL instant vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromSample {
+    /// The series labels.
+    pub labels: HashMap<String, String>,
+    /// The sample value.
+    pub value: f64,
+    /// The sample time.
+    pub timestamp: Timestamp,
+}
+
+/// Errors from Prometheus.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PromError {
+    /// The query could not be sent or timed out.
+    #[error("prometheus unreachable: {0}")]
+    Unreachable(String),
+    /// Prometheus answered with an error.
+    #[error("prometheus query failed: {0}")]
+    Query(String),
+}
+
+/// PromQL instant queries.
+pub trait PromSource: Send + Sync {
+    /// Runs one instant query and returns its vector result (scalars become one unlabelled
+    /// sample; other result types are an error).
+    fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>>;
+}
+
+/// Records the latency and outcome of every upstream call (kubelet fetches, PromQL queries), so
+/// the server can export them as its own metrics without the sources knowing the registry.
+pub trait UpstreamObserver: Send + Sync {
+    /// One finished call: `source` is `"kubelet"` or `"prometheus"`, `outcome` one of the
+    /// [`outcome`] constants, `seconds` the wall time of the call.
+    fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64);
+}
+
+/// An [`UpstreamObserver`] that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl UpstreamObserver for NoopObserver {
+    fn observe(&self, _source: &'static str, _outcome: &'static str, _seconds: f64) {}
+}
+
+/// The `outcome` values passed to [`UpstreamObserver::observe`] (a small closed set, so they
+/// can be metric label values).
+pub mod outcome {
+    /// The call succeeded.
+    pub const SUCCESS: &str = "success";
+    /// The call did not finish within its timeout.
+    pub const TIMEOUT: &str = "timeout";
+    /// The upstream answered with an error (HTTP status, PromQL error, kubelet scrape error) or
+    /// an unusable body.
+    pub const ERROR: &str = "error";
+    /// The upstream could not be reached (connection, TLS, DNS).
+    pub const UNREACHABLE: &str = "unreachable";
+}

@@ -1,0 +1,211 @@
+//! Own telemetry: the Prometheus metrics percolator exports on `/metrics` (one registry passed
+//! down, no globals; label sets as derived types) and structured logging with Kubernetes-style
+//! `-v` levels.
+//!
+//! Metric names follow `percolator_<subsystem>_<name>_<unit>`.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::sources::UpstreamObserver;
+
+/// Labels of served requests. `resource` is the plural resource name, or the route template
+/// for non-resource paths (`/apis`, `/openapi/v2`, …), never a raw path.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Resource or route template.
+    pub resource: String,
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, …) or the HTTP method lower-cased for
+    /// non-resource paths.
+    pub verb: String,
+    /// HTTP status code.
+    pub code: u16,
+}
+
+/// Labels of request latency (no code, to bound cardinality).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    /// Resource or route template.
+    pub resource: String,
+    /// Verb.
+    pub verb: String,
+}
+
+/// Labels of cache lookups.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// Cache name (the plural resource, or `kubelet`).
+    pub cache: String,
+    /// `hit` or `miss`.
+    pub result: &'static str,
+}
+
+/// Labels of upstream calls.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// `prometheus` or `kubelet`.
+    pub source: &'static str,
+    /// `success` or a short error class (`timeout`, `error`, …).
+    pub outcome: &'static str,
+}
+
+/// Labels of upstream latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// `prometheus` or `kubelet`.
+    pub source: &'static str,
+}
+
+/// Every metric percolator exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Served requests by resource, verb and code.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Served request latency.
+    pub request_duration: Family<LatencyLabels, Histogram, fn() -> Histogram>,
+    /// Requests being served now.
+    pub in_flight: Gauge,
+    /// Cache lookups by cache and result.
+    pub cache: Family<CacheLabels, Counter>,
+    /// Upstream calls by source and outcome.
+    pub upstream: Family<UpstreamLabels, Counter>,
+    /// Upstream call latency by source.
+    pub upstream_duration: Family<SourceLabels, Histogram, fn() -> Histogram>,
+    /// 1 when the server is ready (inventory synced).
+    pub ready: Gauge,
+}
+
+fn latency_buckets() -> Histogram {
+    // From 1 ms to ~16 s: request and upstream latencies both live in that range.
+    Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 16.0])
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("percolator");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let request_duration =
+            Family::<LatencyLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
+        let in_flight = Gauge::default();
+        let cache = Family::<CacheLabels, Counter>::default();
+        let upstream = Family::<UpstreamLabels, Counter>::default();
+        let upstream_duration =
+            Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
+        let ready = Gauge::default();
+        registry.register(
+            "http_requests",
+            "Requests served, by resource, verb and HTTP code",
+            requests.clone(),
+        );
+        registry.register_with_unit(
+            "http_request_duration",
+            "Latency of served requests, by resource and verb",
+            prometheus_client::registry::Unit::Seconds,
+            request_duration.clone(),
+        );
+        registry.register("http_requests_in_flight", "Requests being served", in_flight.clone());
+        registry.register(
+            "cache_requests",
+            "Cache lookups, by cache and result (hit or miss)",
+            cache.clone(),
+        );
+        registry.register(
+            "upstream_requests",
+            "Calls to upstream sources, by source and outcome",
+            upstream.clone(),
+        );
+        registry.register_with_unit(
+            "upstream_request_duration",
+            "Latency of calls to upstream sources, by source",
+            prometheus_client::registry::Unit::Seconds,
+            upstream_duration.clone(),
+        );
+        registry.register("ready", "1 when the server is ready to serve (inventory synced)", ready.clone());
+        Arc::new(Self {
+            registry,
+            requests,
+            request_duration,
+            in_flight,
+            cache,
+            upstream,
+            upstream_duration,
+            ready,
+        })
+    }
+
+    /// The registry in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Records one cache lookup.
+    pub fn cache_lookup(&self, cache: &str, hit: bool) {
+        self.cache
+            .get_or_create(&CacheLabels {
+                cache: cache.to_string(),
+                result: if hit { "hit" } else { "miss" },
+            })
+            .inc();
+    }
+}
+
+impl UpstreamObserver for Metrics {
+    fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64) {
+        self.upstream.get_or_create(&UpstreamLabels { source, outcome }).inc();
+        self.upstream_duration.get_or_create(&SourceLabels { source }).observe(seconds);
+    }
+}
+
+/// Initialises logging: JSON lines on stderr; `verbosity` maps Kubernetes `-v` levels onto
+/// tracing levels (0 warn, 1-2 info, 3-4 debug, 5+ trace). `RUST_LOG` overrides it.
+pub fn init_logging(verbosity: u8) {
+    let level = match verbosity {
+        0 => "warn",
+        1 | 2 => "info",
+        3 | 4 => "debug",
+        _ => "trace",
+    };
+    // Our own crate at the chosen level; dependencies one notch quieter unless tracing.
+    let default = if verbosity >= 5 { level.to_string() } else { format!("warn,percolator={level}") };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_current_span(false)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_named_metrics() {
+        let metrics = Metrics::new();
+        metrics.cache_lookup("podmetricssummaries", true);
+        metrics.observe("prometheus", "success", 0.01);
+        let text = metrics.encode();
+        assert!(
+            text.contains("percolator_cache_requests_total{cache=\"podmetricssummaries\",result=\"hit\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("percolator_upstream_requests_total{source=\"prometheus\",outcome=\"success\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("percolator_upstream_request_duration_seconds_bucket"), "{text}");
+    }
+}

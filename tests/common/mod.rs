@@ -1,0 +1,334 @@
+//! End-to-end harness: starts the real `percolator-sim` binary, a real Prometheus scraping it
+//! (history backfilled with promtool so rates are exact from the first query), and the real
+//! `percolator` binary over real TLS; drives them with real `kubectl` and an HTTPS client.
+//! Every process is killed when the [`Env`] is dropped.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use percolator::devenv::{Prometheus, PrometheusOptions, ScrapeJob};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Scrape interval of the test Prometheus (and backfill step).
+pub const SCRAPE: Duration = Duration::from_secs(2);
+/// Kubelet sample period of the simulator in tests.
+pub const HOUSEKEEPING: &str = "2s";
+
+/// Sizes and knobs of one environment.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    pub nodes: u32,
+    pub pods_per_node: u32,
+    pub namespaces: &'static str,
+    pub cache_ttl: &'static str,
+    pub window: &'static str,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            seed: 7,
+            nodes: 3,
+            pods_per_node: 6,
+            namespaces: "shop,api,default",
+            cache_ttl: "2s",
+            window: "1m",
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A running environment.
+pub struct Env {
+    pub dir: PathBuf,
+    pub sim_api: String,
+    pub sim_metrics: String,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub prometheus: Prometheus,
+    pub client: reqwest::Client,
+    pub stderr_log: PathBuf,
+    sim: Child,
+    percolator: Child,
+}
+
+pub fn mk_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "percolator-e2e-{name}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn read_ready_line(
+    child: &mut Child,
+    what: &str,
+    pick: impl Fn(&Value) -> Option<Value>,
+    log: Option<&Path>,
+) -> Value {
+    let stream: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if log.is_some() {
+        Box::new(child.stderr.take().unwrap())
+    } else {
+        Box::new(child.stdout.take().unwrap())
+    };
+    let mut lines = BufReader::new(stream).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line.clone());
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && let Some(found) = pick(&v)
+            {
+                return Some(found);
+            }
+        }
+        None
+    })
+    .await;
+    let log_path = log.map(Path::to_path_buf);
+    // Keep draining the stream into a file so the child never blocks on a full pipe.
+    tokio::spawn(async move {
+        let mut out =
+            log_path.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(f) = out.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    });
+    match found {
+        Ok(Some(v)) => v,
+        _ => panic!("{what} did not report ready; output so far:\n{}", seen.join("\n")),
+    }
+}
+
+impl Env {
+    pub async fn start(name: &str, options: Options) -> Env {
+        percolator::install_crypto_provider();
+        let dir = mk_dir(name);
+        let state = dir.join("sim");
+        let mut sim = Command::new(env!("CARGO_BIN_EXE_percolator-sim"))
+            .args(["--seed", &options.seed.to_string()])
+            .args(["--nodes", &options.nodes.to_string()])
+            .args(["--pods-per-node", &options.pods_per_node.to_string()])
+            .args(["--namespaces", options.namespaces])
+            .args(["--housekeeping", HOUSEKEEPING])
+            .arg("--state-dir")
+            .arg(&state)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("percolator-sim starts");
+        let ready =
+            read_ready_line(&mut sim, "percolator-sim", |v| (v["event"] == "ready").then(|| v.clone()), None)
+                .await;
+        let sim_api = ready["api"].as_str().unwrap().to_string();
+        let sim_metrics = ready["metrics"].as_str().unwrap().to_string();
+        let metrics_target = sim_metrics.trim_start_matches("http://").to_string();
+
+        // Backfill 15 minutes of history at the scrape interval, ending one interval ago.
+        let client = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let step = SCRAPE.as_secs();
+        let end = now - step;
+        let history = client
+            .get(format!("{sim_metrics}/sim/history"))
+            .query(&[
+                ("start", (end - 900).to_string()),
+                ("end", end.to_string()),
+                ("step", step.to_string()),
+                ("job", "sim-apps".to_string()),
+                ("instance", metrics_target.clone()),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let prometheus = Prometheus::start(PrometheusOptions {
+            dir: dir.join("prometheus"),
+            jobs: vec![ScrapeJob {
+                job: "sim-apps".into(),
+                target: metrics_target,
+                scheme: "http".into(),
+                bearer_token: None,
+            }],
+            scrape_interval: SCRAPE,
+            backfill: Some(history),
+        })
+        .await
+        .expect("prometheus starts");
+        prometheus.wait_for_targets(Duration::from_secs(30)).await.expect("prometheus scrapes the simulator");
+
+        let stderr_log = dir.join("percolator.log");
+        let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
+            .arg("--cert-dir")
+            .arg(dir.join("certs"))
+            .arg("--kubeconfig")
+            .arg(state.join("kubeconfig"))
+            .args(["--prometheus-url", &prometheus.url()])
+            .args(["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"])
+            .args(&options.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("percolator starts");
+        let serving = read_ready_line(
+            &mut percolator,
+            "percolator",
+            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
+            Some(&stderr_log),
+        )
+        .await;
+        let url = format!("https://{}", serving.as_str().unwrap());
+
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator\n  cluster:\n    server: {url}\n    certificate-authority: {}\ncontexts:\n- name: percolator\n  context: {{cluster: percolator, user: tester}}\ncurrent-context: percolator\nusers:\n- name: tester\n  user: {{}}\n",
+                dir.join("certs/apiserver.crt").display()
+            ),
+        )
+        .unwrap();
+        let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .build()
+            .unwrap();
+        let env = Env {
+            dir,
+            sim_api,
+            sim_metrics,
+            url,
+            kubeconfig,
+            prometheus,
+            client,
+            stderr_log,
+            sim,
+            percolator,
+        };
+        env.wait_ready().await;
+        env
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "percolator never became ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs real kubectl against percolator with a per-environment discovery cache.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("kube-cache"))
+            .args(args)
+            .output()
+            .expect("kubectl runs")
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// GET with an Accept header; returns status, headers and body.
+    pub async fn get(&self, path: &str, accept: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {
+        let mut request = self.client.get(format!("{}{path}", self.url));
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, response.text().await.unwrap())
+    }
+
+    /// GET returning JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let (status, _, body) = self.get(path, None).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// The simulator's ground truth now.
+    pub async fn truth(&self) -> Value {
+        self.client.get(format!("{}/sim/truth", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// The simulator's upstream call counters.
+    pub async fn sim_stats(&self) -> Value {
+        self.client.get(format!("{}/sim/stats", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Waits until every running pod of `namespace` (all when None) has a CPU value, which
+    /// needs two kubelet samples one housekeeping period apart.
+    pub async fn wait_for_cpu(&self, namespace: Option<&str>) -> Value {
+        let path = match namespace {
+            Some(ns) => format!("/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/{ns}/podmetricssummaries"),
+            None => "/apis/stats.une-tasse-de.cafe/v1alpha1/podmetricssummaries".to_string(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let list = self.get_json(&path).await;
+            let items = list["items"].as_array().unwrap();
+            if !items.is_empty() && items.iter().all(|i| i.get("cpu").is_some()) {
+                return list;
+            }
+            assert!(Instant::now() < deadline, "cpu never appeared: {list}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+pub fn kubectl_bin() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_string())
+}
+
+/// Parses a Quantity string to a float.
+pub fn q(v: &Value) -> f64 {
+    percolator::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
+}
+
+/// Asserts `actual` is within `tolerance` (relative) of `expected`.
+#[track_caller]
+pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
+    let ok = if expected == 0.0 {
+        actual.abs() < 1e-9
+    } else {
+        ((actual - expected) / expected).abs() <= tolerance
+    };
+    assert!(ok, "{what}: got {actual}, expected {expected} (±{}%)", tolerance * 100.0);
+}
