@@ -86,6 +86,9 @@ pub async fn run(
         format!("--cert-dir={}", dir.join("certs").display()),
         format!("--kubeconfig={}", sim.kubeconfig.display()),
         format!("--prometheus-url={}", prometheus.url()),
+        // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
+        "--kubelet-preferred-address-types=InternalIP".to_string(),
+        "--kubelet-use-node-status-port".to_string(),
     ];
     let percolator = crate::server::prepare(crate::config::Args::parse_from(flags)).await?;
     let address = percolator.local_addr()?;
@@ -93,7 +96,7 @@ pub async fn run(
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator-demo\n  cluster:\n    server: https://{address}\n    certificate-authority: {}\ncontexts:\n- name: percolator-demo\n  context: {{cluster: percolator-demo, user: demo}}\ncurrent-context: percolator-demo\nusers:\n- name: demo\n  user: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator-demo\n  cluster:\n    server: https://{address}\n    certificate-authority: {}\ncontexts:\n- name: percolator-demo\n  context: {{cluster: percolator-demo, user: demo}}\ncurrent-context: percolator-demo\nusers:\n- name: demo\n  user: {{token: demo}}\n",
             dir.join("certs/apiserver.crt").display()
         ),
     )?;

@@ -143,8 +143,13 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
     let nodes: std::collections::BTreeSet<String> =
         inventory.running_pods(None).iter().filter_map(|p| p.node_name.clone()).collect();
     let fetches = futures::future::join_all(nodes.iter().map(|node| kubelet.node_usage(node))).await;
-    let failed = fetches.iter().filter(|r| r.is_err()).count();
-    tracing::info!(nodes = nodes.len(), failed, "kubelet warm-up done");
+    let errors: Vec<String> = fetches.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect();
+    match errors.first() {
+        None => tracing::info!(nodes = nodes.len(), "kubelet warm-up done"),
+        Some(first) => {
+            tracing::warn!(nodes = nodes.len(), failed = errors.len(), first = %first, "kubelet warm-up done with errors")
+        }
+    }
 }
 
 /// The kubelet client configuration: flags, plus the cluster's credentials and CA from the

@@ -200,13 +200,18 @@ async fn kubectl_lists_match_the_simulators_truth() {
         serde_yaml::from_str(&env.kubectl_ok(&["get", "pms", "-n", "api", "-o", "yaml"])).unwrap();
     assert_eq!(yaml["kind"], "List");
 
-    // Not found and empty namespaces, as kubectl prints them.
-    let out = env.kubectl(&["get", "pms", "-n", ns, "nope"]);
+    // Not found and empty namespaces, as kubectl prints them. (`kubectl get pms NAME` would
+    // then look the namespace up in the core API, which only kube-apiserver serves, so the
+    // message is checked on the raw path.)
+    let out = env.kubectl(&["get", "--raw", &format!("{GV}/namespaces/{ns}/podmetricssummaries/nope")]);
     assert!(!out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
         "Error from server (NotFound): podmetricssummaries.stats.une-tasse-de.cafe \"nope\" not found"
     );
+    let out = env.kubectl(&["get", "pms", "-n", ns, "nope"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("(NotFound)"));
     let out = env.kubectl(&["get", "pms", "-n", "empty-namespace"]);
     assert!(out.status.success());
     assert_eq!(
@@ -219,10 +224,12 @@ async fn kubectl_lists_match_the_simulators_truth() {
     assert!(out.contains("KIND:       PodMetricsSummary"), "{out}");
     assert!(out.contains("errorRatio"), "{out}");
     let out = env.kubectl_ok(&["explain", "podmetricssummaries.containers"]);
+    assert!(out.contains("FIELD: containers <[]PodMetricsSummaryContainer>"), "{out}");
     assert!(out.contains("Usage of each container"), "{out}");
     assert!(out.contains("memory\t<string>") || out.contains("memory"), "{out}");
     let out = env.kubectl_ok(&["explain", "pms.cpu"]);
-    assert!(out.contains("sum of its containers' CPU"), "{out}");
+    let squashed = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(squashed.contains("the sum of its containers' CPU"), "{out}");
 
     // get --raw on the discovery paths.
     for path in

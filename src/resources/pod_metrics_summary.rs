@@ -192,14 +192,16 @@ impl PodMetricsSummaries {
             }
             containers.iter().map(get).sum()
         };
-        let cpu = sum(|c| c.cpu_cores);
+        let cpu = sum(|c| c.cpu_cores).map(round_cpu);
         let memory = sum(|c| c.memory_bytes);
         let requests_value = requests.map(|s| s.value).filter(|v| v.is_finite());
         let errors_value = errors.map(|s| s.value).filter(|v| v.is_finite());
         let error_ratio = match (requests_value, errors_value) {
-            (Some(r), Some(e)) if r > 0.0 => Some(e / r),
+            (Some(r), Some(e)) if r > 0.0 => Some(round_to(e / r, RATIO_STEP)),
             _ => None,
         };
+        let requests_value = requests_value.map(|v| round_to(v, RATE_STEP));
+        let errors_value = errors_value.map(|v| round_to(v, RATE_STEP));
         let newest = containers
             .iter()
             .filter_map(|c| c.timestamp)
@@ -229,7 +231,7 @@ impl PodMetricsSummaries {
                 .iter()
                 .map(|c| ContainerMetrics {
                     name: &c.name,
-                    cpu: c.cpu_cores.map(quantity::decimal_si),
+                    cpu: c.cpu_cores.map(round_cpu).map(quantity::decimal_si),
                     memory: c.memory_bytes.map(quantity::binary_si),
                 })
                 .collect(),
@@ -249,6 +251,22 @@ impl PodMetricsSummaries {
         ];
         Item { meta, object, cells }
     }
+}
+
+/// Rates are published to the milli-unit (0.001/s): finer digits are floating-point noise of
+/// `rate()`, and they make Quantities unreadable (`15840230907n`).
+const RATE_STEP: f64 = 1e-3;
+/// Ratios to the micro-unit, so small error ratios keep three significant digits.
+const RATIO_STEP: f64 = 1e-6;
+/// CPU to the micro-core: two cumulative samples in seconds carry no more precision.
+const CPU_STEP: f64 = 1e-6;
+
+fn round_to(value: f64, step: f64) -> f64 {
+    (value / step).round() * step
+}
+
+fn round_cpu(cores: f64) -> f64 {
+    round_to(cores, CPU_STEP)
 }
 
 /// Indexes a query result by pod, or records why the field is missing.

@@ -182,6 +182,8 @@ impl Env {
             .arg(state.join("kubeconfig"))
             .args(["--prometheus-url", &prometheus.url()])
             .args(["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"])
+            // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
+            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
             .args(&options.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -201,7 +203,7 @@ impl Env {
         std::fs::write(
             &kubeconfig,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator\n  cluster:\n    server: {url}\n    certificate-authority: {}\ncontexts:\n- name: percolator\n  context: {{cluster: percolator, user: tester}}\ncurrent-context: percolator\nusers:\n- name: tester\n  user: {{}}\n",
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator\n  cluster:\n    server: {url}\n    certificate-authority: {}\ncontexts:\n- name: percolator\n  context: {{cluster: percolator, user: tester}}\ncurrent-context: percolator\nusers:\n- name: tester\n  user: {{token: e2e-tester}}\n",
                 dir.join("certs/apiserver.crt").display()
             ),
         )
