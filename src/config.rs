@@ -66,6 +66,9 @@ pub struct Args {
     /// Prometheus and the query configuration.
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
+    /// Delegated authentication and authorization.
+    #[command(flatten)]
+    pub auth: crate::auth::AuthArgs,
     /// Log verbosity, as Kubernetes components count it: 0 warnings and errors, 1-2 info,
     /// 3-4 debug, 5+ trace.
     #[arg(short = 'v', long = "v", default_value_t = 1, env = "PERCOLATOR_V")]
@@ -171,6 +174,9 @@ pub struct QueryConfig {
     /// PromQL of the PodMetricsSummary fields.
     #[serde(default)]
     pub pod_metrics_summary: PodMetricsQueries,
+    /// PromQL of the CafeBrewStats fields.
+    #[serde(default)]
+    pub cafe_brew_stats: CafeQueries,
 }
 
 /// PromQL templates of PodMetricsSummary. `SCOPE` stands for the namespace matcher (empty
@@ -199,6 +205,82 @@ fn default_requests() -> String {
 
 fn default_errors() -> String {
     "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))".to_string()
+}
+
+/// PromQL templates of CafeBrewStats (same placeholders). Results must keep the `namespace`
+/// and `cafe` labels; `brews` also keeps `type`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CafeQueries {
+    /// Completed brews in the window, per cafe and type.
+    #[serde(default = "default_brews")]
+    pub brews: String,
+    /// Failed brews in the window, per cafe.
+    #[serde(default = "default_failures")]
+    pub failures: String,
+    /// Median brew time in seconds, per cafe.
+    #[serde(default = "default_p50")]
+    pub p50: String,
+    /// 95th percentile brew time in seconds, per cafe.
+    #[serde(default = "default_p95")]
+    pub p95: String,
+    /// 99th percentile brew time in seconds, per cafe.
+    #[serde(default = "default_p99")]
+    pub p99: String,
+    /// Current temperature in °C, per cafe.
+    #[serde(default = "default_temperature")]
+    pub temperature: String,
+    /// Unix time of the last completed brew, per cafe.
+    #[serde(default = "default_last_brewed")]
+    pub last_brewed: String,
+}
+
+impl Default for CafeQueries {
+    fn default() -> Self {
+        Self {
+            brews: default_brews(),
+            failures: default_failures(),
+            p50: default_p50(),
+            p95: default_p95(),
+            p99: default_p99(),
+            temperature: default_temperature(),
+            last_brewed: default_last_brewed(),
+        }
+    }
+}
+
+fn default_brews() -> String {
+    "sum by (namespace, cafe, type) (increase(cafe_brews_total{SCOPE}[WINDOW]))".to_string()
+}
+
+fn default_failures() -> String {
+    "sum by (namespace, cafe) (increase(cafe_brew_failures_total{SCOPE}[WINDOW]))".to_string()
+}
+
+fn quantile(q: &str) -> String {
+    format!(
+        "histogram_quantile({q}, sum by (namespace, cafe, le) (rate(cafe_brew_duration_seconds_bucket{{SCOPE}}[WINDOW])))"
+    )
+}
+
+fn default_p50() -> String {
+    quantile("0.5")
+}
+
+fn default_p95() -> String {
+    quantile("0.95")
+}
+
+fn default_p99() -> String {
+    quantile("0.99")
+}
+
+fn default_temperature() -> String {
+    "max by (namespace, cafe) (cafe_temperature_celsius{SCOPE})".to_string()
+}
+
+fn default_last_brewed() -> String {
+    "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})".to_string()
 }
 
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
@@ -233,9 +315,17 @@ impl QueryConfig {
     }
 
     fn validate(&self, path: &str) -> Result<()> {
+        let cafe = &self.cafe_brew_stats;
         let fields = [
             ("podMetricsSummary.requests", &self.pod_metrics_summary.requests),
             ("podMetricsSummary.errors", &self.pod_metrics_summary.errors),
+            ("cafeBrewStats.brews", &cafe.brews),
+            ("cafeBrewStats.failures", &cafe.failures),
+            ("cafeBrewStats.p50", &cafe.p50),
+            ("cafeBrewStats.p95", &cafe.p95),
+            ("cafeBrewStats.p99", &cafe.p99),
+            ("cafeBrewStats.temperature", &cafe.temperature),
+            ("cafeBrewStats.lastBrewed", &cafe.last_brewed),
         ];
         for (field, template) in fields {
             validate_template(template).map_err(|e| ConfigError::Invalid {
@@ -279,6 +369,11 @@ mod tests {
         assert!(err.contains("--cache-ttl"), "{err}");
         let err = Args::try_parse_from(["percolator", "--tls-cert-file", "x"]).unwrap_err().to_string();
         assert!(err.contains("--tls-private-key-file"), "{err}");
+    }
+
+    #[test]
+    fn default_templates_are_valid() {
+        QueryConfig::default().validate("defaults").unwrap();
     }
 
     #[test]

@@ -70,7 +70,13 @@ pub async fn run(
         .await?;
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
-        jobs: vec![ScrapeJob { job: "sim-apps".into(), target, scheme: "http".into(), bearer_token: None }],
+        jobs: vec![ScrapeJob {
+            job: "sim-apps".into(),
+            target,
+            scheme: "http".into(),
+            bearer_token: None,
+            targets_file: None,
+        }],
         scrape_interval: scrape,
         backfill: Some(history),
     })
@@ -96,7 +102,7 @@ pub async fn run(
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator-demo\n  cluster:\n    server: https://{address}\n    certificate-authority: {}\ncontexts:\n- name: percolator-demo\n  context: {{cluster: percolator-demo, user: demo}}\ncurrent-context: percolator-demo\nusers:\n- name: demo\n  user: {{token: demo}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator-demo\n  cluster:\n    server: https://{address}\n    certificate-authority: {}\ncontexts:\n- name: percolator-demo\n  context: {{cluster: percolator-demo, user: demo}}\ncurrent-context: percolator-demo\nusers:\n- name: demo\n  user: {{token: carol-token}}\n",
             dir.join("certs/apiserver.crt").display()
         ),
     )?;

@@ -36,8 +36,12 @@ pub type Result<T> = std::result::Result<T, DevEnvError>;
 pub struct ScrapeJob {
     /// Job name (becomes the `job` label).
     pub job: String,
-    /// `host:port` of the target (becomes the `instance` label).
+    /// `host:port` of the target (becomes the `instance` label). Empty when the targets come
+    /// from [`ScrapeJob::targets_file`].
     pub target: String,
+    /// A file_sd JSON file to read targets from instead (written later, e.g. once the scraped
+    /// server has bound its port; Prometheus watches the file).
+    pub targets_file: Option<PathBuf>,
     /// `http` or `https` (https skips verification: test targets are self-signed).
     pub scheme: String,
     /// Bearer token to send, if any.
@@ -201,13 +205,21 @@ impl Prometheus {
 
     /// Waits until every job has been scraped successfully at least once.
     pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
+        for job in &self.options.jobs {
+            self.wait_for_job(&job.job, timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `job` has been scraped successfully at least once.
+    pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + timeout;
-        for job in &self.options.jobs {
+        {
             loop {
                 let response = client
                     .get(format!("{}/api/v1/query", self.url()))
-                    .query(&[("query", format!("up{{job=\"{}\"}}", job.job))])
+                    .query(&[("query", format!("up{{job=\"{job}\"}}"))])
                     .send()
                     .await;
                 if let Ok(response) = response
@@ -217,7 +229,7 @@ impl Prometheus {
                     break;
                 }
                 if Instant::now() > deadline {
-                    return Err(DevEnvError::Timeout(format!("scrape of job {}", job.job)));
+                    return Err(DevEnvError::Timeout(format!("scrape of job {job}")));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -240,9 +252,22 @@ fn config_yaml(options: &PrometheusOptions) -> String {
         if let Some(token) = &job.bearer_token {
             out.push_str(&format!("    authorization:\n      credentials: {token}\n"));
         }
-        out.push_str(&format!("    static_configs:\n      - targets: ['{}']\n", job.target));
+        match &job.targets_file {
+            Some(file) => out.push_str(&format!(
+                "    file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n",
+                file.display()
+            )),
+            None => out.push_str(&format!("    static_configs:\n      - targets: ['{}']\n", job.target)),
+        }
     }
     out
+}
+
+/// Writes a file_sd targets file for one `host:port` target.
+pub fn write_targets_file(path: &Path, target: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::json!([{ "targets": [target] }]).to_string())?;
+    std::fs::rename(tmp, path)
 }
 
 /// Reads the PromQL expressions of a Prometheus query log.
@@ -267,6 +292,7 @@ mod tests {
                 target: "127.0.0.1:9".into(),
                 scheme: "http".into(),
                 bearer_token: None,
+                targets_file: None,
             }],
             scrape_interval: Duration::from_secs(2),
             backfill: None,

@@ -9,6 +9,7 @@
 //! the demo, the tests and the benchmarks) and [`devenv`] (the local Prometheus they run).
 
 pub mod api;
+pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod demo;

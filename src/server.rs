@@ -15,11 +15,13 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::api::{self, ApiState};
+use crate::auth::PeerCertificates;
 use crate::cache::CachedKind;
 use crate::config::{Args, DEFAULT_WINDOW, KubeletArgs, QueryConfig};
 use crate::inventory::KubeInventory;
-use crate::resources::Kinds;
+use crate::resources::cafe_brew_stats::CafeBrewStatsKind;
 use crate::resources::pod_metrics_summary::PodMetricsSummaries;
+use crate::resources::{Kinds, Sources};
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
 use crate::sources::{Inventory, KubeletSource, UpstreamObserver};
@@ -65,7 +67,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// Builds everything from `args` and binds the listener; logs the address it serves on.
 pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
-    let tls = crate::tls::server_config(&args.serving)?;
     let queries = QueryConfig::load(args.prometheus.config.as_deref())?;
     let window = args.prometheus.window.or(queries.window).unwrap_or(DEFAULT_WINDOW);
 
@@ -79,6 +80,8 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         }
         None => kube::Config::infer().await.context("no --kubeconfig and no in-cluster configuration")?,
     };
+    let auth = crate::auth::Auth::start(&args.auth, &kube_config).await?;
+    let tls = crate::tls::server_config(&args.serving, Some(auth.client_cert_verifier()))?;
     let metrics = Metrics::new();
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
@@ -107,15 +110,14 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     .context("--prometheus-url")?;
     tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
 
-    let pod_summaries = PodMetricsSummaries::new(
-        inventory.clone(),
-        kubelet,
-        Arc::new(prometheus),
-        queries.pod_metrics_summary.clone(),
-        window,
-    );
-    let kinds: Kinds =
-        vec![Arc::new(CachedKind::new(Arc::new(pod_summaries), args.prometheus.cache_ttl, metrics.clone()))];
+    let sources = Sources { inventory: inventory.clone(), kubelet, prometheus: Arc::new(prometheus), window };
+    let ttl = args.prometheus.cache_ttl;
+    let pod_summaries = PodMetricsSummaries::new(sources.clone(), queries.pod_metrics_summary.clone());
+    let cafes = CafeBrewStatsKind::new(sources, queries.cafe_brew_stats.clone());
+    let kinds: Kinds = vec![
+        Arc::new(CachedKind::new(Arc::new(pod_summaries), ttl, metrics.clone())),
+        Arc::new(CachedKind::new(Arc::new(cafes), ttl, metrics.clone())),
+    ];
 
     let ready_metrics = metrics.clone();
     let ready = Arc::new(move || {
@@ -123,7 +125,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         ready_metrics.ready.set(i64::from(ready));
         ready
     });
-    let app = api::router(ApiState::new(kinds, ready, metrics.clone()));
+    let app = api::router(ApiState::new(kinds, ready, metrics.clone()).with_auth(auth));
 
     let listener = TcpListener::bind((args.serving.bind_address, args.serving.secure_port))
         .await
@@ -244,7 +246,7 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let builder = builder.clone();
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -258,6 +260,18 @@ pub async fn serve(
                     return;
                 }
             };
+            // The client certificate chain (if any) travels with every request of the
+            // connection, for the authenticators.
+            let chain = PeerCertificates::from_server_connection(stream.get_ref().1);
+            let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+                app,
+                move |mut request: http::Request<hyper::body::Incoming>| {
+                    if let Some(chain) = &chain {
+                        request.extensions_mut().insert(chain.clone());
+                    }
+                    request
+                },
+            ));
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             if let Err(error) = watcher.watch(connection).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");

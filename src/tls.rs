@@ -50,7 +50,10 @@ const SELF_SIGNED_CERT: &str = "apiserver.crt";
 const SELF_SIGNED_KEY: &str = "apiserver.key";
 
 /// Builds the rustls server configuration for the flags.
-pub fn server_config(args: &ServingArgs) -> Result<Arc<ServerConfig>> {
+pub fn server_config(
+    args: &ServingArgs,
+    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> Result<Arc<ServerConfig>> {
     let (cert_path, key_path) = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         _ => ensure_self_signed(&args.cert_dir)?,
@@ -62,10 +65,14 @@ pub fn server_config(args: &ServingArgs) -> Result<Arc<ServerConfig>> {
     } else {
         &[&rustls::version::TLS13, &rustls::version::TLS12]
     };
-    let mut config = ServerConfig::builder_with_protocol_versions(versions)
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Rustls(e.to_string()))?;
+    let builder = ServerConfig::builder_with_protocol_versions(versions);
+    let builder = match client_verifier {
+        // Client certificates are requested, not required; each request verifies the chain
+        // against the current CAs (see crate::auth).
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| TlsError::Rustls(e.to_string()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -144,10 +151,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("percolator-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let args = crate::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
-        let config = server_config(&args.serving).unwrap();
+        let config = server_config(&args.serving, None).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
         let first = std::fs::read(dir.join(SELF_SIGNED_CERT)).unwrap();
-        server_config(&args.serving).unwrap();
+        server_config(&args.serving, None).unwrap();
         assert_eq!(std::fs::read(dir.join(SELF_SIGNED_CERT)).unwrap(), first);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -161,7 +168,7 @@ mod tests {
             "--tls-private-key-file",
             "/nonexistent/k.pem",
         ]);
-        let err = server_config(&args.serving).unwrap_err().to_string();
+        let err = server_config(&args.serving, None).unwrap_err().to_string();
         assert!(err.starts_with("--tls-cert-file /nonexistent/c.pem"), "{err}");
     }
 }

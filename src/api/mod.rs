@@ -64,6 +64,7 @@ pub struct ApiState {
     openapi: Arc<OpenApi>,
     ready: ReadyFn,
     metrics: Arc<Metrics>,
+    auth: Option<Arc<crate::auth::Auth>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -80,7 +81,14 @@ impl ApiState {
     pub fn new(kinds: Kinds, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
         let discovery = Arc::new(Discovery::new(&kinds, &[]));
         let openapi = Arc::new(OpenApi::new(&kinds));
-        Self { kinds, discovery, openapi, ready, metrics }
+        Self { kinds, discovery, openapi, ready, metrics, auth: None }
+    }
+
+    /// Authenticates and authorizes every request with `auth` (delegated to the cluster).
+    /// Without it every request is served, which only tests should do.
+    pub fn with_auth(mut self, auth: Arc<crate::auth::Auth>) -> Self {
+        self.auth = Some(auth);
+        self
     }
 
     /// Adds discovery entries for group-versions served by routers merged in later (e.g.
@@ -131,7 +139,12 @@ pub fn router(state: ApiState) -> Router {
     for path in ROUTES {
         router = router.route(path, any(dispatch));
     }
-    router.fallback(dispatch).layer(middleware::from_fn_with_state(state.clone(), observe)).with_state(state)
+    let mut router = router.fallback(dispatch);
+    if let Some(auth) = &state.auth {
+        // Inside `observe`, so refused requests are counted too.
+        router = router.layer(middleware::from_fn_with_state(auth.clone(), crate::auth::middleware));
+    }
+    router.layer(middleware::from_fn_with_state(state.clone(), observe)).with_state(state)
 }
 
 /// Decrements the in-flight gauge even when the request future is dropped.

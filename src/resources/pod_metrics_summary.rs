@@ -5,9 +5,7 @@
 //! A field whose source has no data for a pod is omitted, never faked; a failing source removes
 //! fields, not objects, and adds a warning.
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -15,11 +13,10 @@ use serde_json::json;
 
 use super::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
-    ServedKind, rfc3339, schema_name, to_raw,
+    ServedKind, Sources, index_by_pod, rfc3339, schema_name, to_raw,
 };
 use crate::config::PodMetricsQueries;
-use crate::sources::prometheus::{Matcher, render};
-use crate::sources::{ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromSample, PromSource};
+use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 use crate::{duration, quantity};
 
 static INFO: KindInfo = KindInfo {
@@ -97,69 +94,38 @@ static COLUMNS: &[Column] = &[
 ];
 
 /// Computes PodMetricsSummaries from the sources.
+#[derive(Debug)]
 pub struct PodMetricsSummaries {
-    inventory: Arc<dyn Inventory>,
-    kubelet: Arc<dyn KubeletSource>,
-    prometheus: Arc<dyn PromSource>,
+    sources: Sources,
     queries: PodMetricsQueries,
-    window: Duration,
-}
-
-impl std::fmt::Debug for PodMetricsSummaries {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodMetricsSummaries").field("window", &self.window).finish_non_exhaustive()
-    }
 }
 
 impl PodMetricsSummaries {
     /// Builds the kind from its sources and queries.
-    pub fn new(
-        inventory: Arc<dyn Inventory>,
-        kubelet: Arc<dyn KubeletSource>,
-        prometheus: Arc<dyn PromSource>,
-        queries: PodMetricsQueries,
-        window: Duration,
-    ) -> Self {
-        Self { inventory, kubelet, prometheus, queries, window }
+    pub fn new(sources: Sources, queries: PodMetricsQueries) -> Self {
+        Self { sources, queries }
     }
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
-        if !self.inventory.is_synced() {
+        let inventory = &self.sources.inventory;
+        if !inventory.is_synced() {
             return Err(ComputeError::NotReady);
         }
-        let resource_version = self.inventory.resource_version();
-        let pods = self.inventory.running_pods(namespace);
+        let resource_version = inventory.resource_version();
+        let pods = inventory.running_pods(namespace);
         let mut warnings = Vec::new();
 
-        let nodes: BTreeSet<&str> = pods.iter().filter_map(|p| p.node_name.as_deref()).collect();
-        let kubelet = futures::future::join_all(nodes.iter().map(|node| self.kubelet.node_usage(node)));
-        let scope: Vec<Matcher> =
-            namespace.and_then(|ns| Matcher::eq("namespace", ns).ok()).into_iter().collect();
-        let requests = self.query("requests", &self.queries.requests, &scope);
-        let errors = self.query("errors", &self.queries.errors, &scope);
-        let (kubelet, requests, errors) = futures::join!(kubelet, requests, errors);
+        let (usage, requests, errors) = futures::join!(
+            self.sources.pod_usage(&pods),
+            self.sources.query("requests", &self.queries.requests, namespace),
+            self.sources.query("errors", &self.queries.errors, namespace),
+        );
+        let (usage, usage_warning) = usage;
+        warnings.extend(usage_warning);
+        let requests = index_by_pod(requests, "requests", &mut warnings);
+        let errors = index_by_pod(errors, "errors", &mut warnings);
 
-        let mut usage: HashMap<PodKey, Vec<ContainerUsage>> = HashMap::new();
-        let mut failed_nodes = Vec::new();
-        for (node, result) in nodes.iter().zip(kubelet) {
-            match result {
-                Ok(node_usage) => {
-                    usage.extend(node_usage.pods.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-                Err(error) => failed_nodes.push((node.to_string(), error.to_string())),
-            }
-        }
-        if let Some((_, first)) = failed_nodes.first() {
-            warnings.push(if failed_nodes.len() == 1 {
-                format!("cpu and memory omitted for pods on 1 node: {first}")
-            } else {
-                format!("cpu and memory omitted for pods on {} nodes; first: {first}", failed_nodes.len())
-            });
-        }
-        let requests = by_pod(requests, "requests", &mut warnings);
-        let errors = by_pod(errors, "errors", &mut warnings);
-
-        let window = duration::go_string(self.window);
+        let window = duration::go_string(self.sources.window);
         let items = pods
             .iter()
             .map(|pod| {
@@ -168,11 +134,6 @@ impl PodMetricsSummaries {
             })
             .collect();
         Ok(Arc::new(Listing { items, warnings, resource_version }))
-    }
-
-    async fn query(&self, field: &str, template: &str, scope: &[Matcher]) -> Result<Vec<PromSample>, String> {
-        let promql = render(template, scope, self.window).map_err(|e| format!("{field} query: {e}"))?;
-        self.prometheus.query(promql).await.map_err(|e| e.to_string())
     }
 
     fn item(
@@ -267,30 +228,6 @@ fn round_to(value: f64, step: f64) -> f64 {
 
 fn round_cpu(cores: f64) -> f64 {
     round_to(cores, CPU_STEP)
-}
-
-/// Indexes a query result by pod, or records why the field is missing.
-fn by_pod(
-    result: Result<Vec<PromSample>, String>,
-    field: &str,
-    warnings: &mut Vec<String>,
-) -> HashMap<PodKey, PromSample> {
-    match result {
-        Ok(samples) => samples
-            .into_iter()
-            .filter_map(|s| {
-                let key = PodKey {
-                    namespace: s.labels.get("namespace")?.clone(),
-                    name: s.labels.get("pod")?.clone(),
-                };
-                Some((key, s))
-            })
-            .collect(),
-        Err(error) => {
-            warnings.push(format!("{field} omitted: {error}"));
-            HashMap::new()
-        }
-    }
 }
 
 impl ServedKind for PodMetricsSummaries {

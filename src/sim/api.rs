@@ -1,7 +1,9 @@
-//! The simulated Kubernetes API (HTTPS): discovery (`/version`, `/api`, `/api/v1`, `/apis`),
-//! nodes and pods with get, list (`limit`/`continue`, label and field selectors) and watch
-//! (resourceVersion replay from a bounded history, 410 Expired past it, bookmarks), all
-//! behind the service-account bearer token. Errors are `metav1.Status` objects.
+//! The simulated Kubernetes API (HTTPS): discovery (`/version`, `/api`, `/api/v1`, `/apis`,
+//! `/apis/authentication.k8s.io/v1`, `/apis/authorization.k8s.io/v1`), nodes, pods and
+//! config maps with get, list (`limit`/`continue`, label and field selectors) and watch
+//! (resourceVersion replay from a bounded history, 410 Expired past it, bookmarks), and the
+//! TokenReview and SubjectAccessReview endpoints ([`super::reviews`]), all behind the
+//! service-account bearer token. Errors are `metav1.Status` objects.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,17 +14,20 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use bytes::Bytes;
 use futures::StreamExt as _;
 use http::{StatusCode, header};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
-use super::cluster::{Cluster, Event, EventType, Expired, WatchStart};
+use super::cluster::{Cluster, Event, EventType, Expired, Object, WatchStart, Watched};
 use super::kubelet::has_token;
 use super::objects::{self, Status, bookmark_line, error_line, event_line};
+use super::policy::Policy;
+use super::reviews;
 use super::selector::{FieldSelector, LabelSelector};
 use super::text::{base64_url, base64_url_decode};
 use super::workload::{SimNode, SimPod};
@@ -42,6 +47,8 @@ pub(crate) struct ApiState {
     pub(crate) cluster: Arc<Cluster>,
     /// `host:port` the API listens on (for `/api`).
     pub(crate) address: String,
+    /// Tokens and rules for TokenReview and SubjectAccessReview.
+    pub(crate) policy: Arc<Policy>,
 }
 
 /// An API error: always rendered as a `metav1.Status`.
@@ -74,6 +81,22 @@ pub(crate) fn router(state: ApiState) -> axum::Router {
         .route("/api/v1/pods", get(list_all_pods).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{ns}/pods", get(list_namespaced_pods).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod).fallback(method_not_allowed))
+        .route("/api/v1/configmaps", get(list_all_config_maps).fallback(method_not_allowed))
+        .route(
+            "/api/v1/namespaces/{ns}/configmaps",
+            get(list_namespaced_config_maps).fallback(method_not_allowed),
+        )
+        .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map).fallback(method_not_allowed))
+        .route("/apis/{group}", get(api_group).fallback(method_not_allowed))
+        .route("/apis/{group}/{version}", get(api_group_resources).fallback(method_not_allowed))
+        .route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            post(reviews::token_review).fallback(method_not_allowed),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            post(reviews::subject_access_review).fallback(method_not_allowed),
+        )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
@@ -88,8 +111,12 @@ async fn authenticate(State(state): State<ApiState>, request: Request, next: Nex
     }
 }
 
+fn not_found_status() -> Status {
+    Status::failure(404, "NotFound", "the server could not find the requested resource")
+}
+
 async fn not_found() -> ApiError {
-    err(Status::failure(404, "NotFound", "the server could not find the requested resource"))
+    err(not_found_status())
 }
 
 async fn method_not_allowed(request: Request) -> ApiError {
@@ -139,15 +166,60 @@ async fn api_resources(State(state): State<ApiState>) -> Response {
             {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
              "verbs": ["get", "list", "watch"], "shortNames": ["no"]},
             {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
-             "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]}
+             "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]},
+            {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap",
+             "verbs": ["get", "list", "watch"], "shortNames": ["cm"]}
         ]
     }))
     .into_response()
 }
 
+/// The API groups besides core: `(group, version, resource, kind)`, each one create-only
+/// resource.
+const GROUPS: &[(&str, &str, &str, &str)] = &[
+    ("authentication.k8s.io", "v1", "tokenreviews", "TokenReview"),
+    ("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview"),
+];
+
+fn group_json(group: &str, version: &str) -> serde_json::Value {
+    let gv = serde_json::json!({"groupVersion": format!("{group}/{version}"), "version": version});
+    serde_json::json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
 async fn api_groups(State(state): State<ApiState>) -> Response {
     state.cluster.stats.api("get discovery");
-    Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})).into_response()
+    let groups: Vec<serde_json::Value> = GROUPS.iter().map(|(g, v, _, _)| group_json(g, v)).collect();
+    Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
+}
+
+async fn api_group(State(state): State<ApiState>, Path(group): Path<String>) -> Result<Response, ApiError> {
+    let (g, v, _, _) = GROUPS.iter().find(|(g, ..)| *g == group).ok_or_else(|| err(not_found_status()))?;
+    state.cluster.stats.api("get discovery");
+    let mut body = group_json(g, v);
+    if let Some(object) = body.as_object_mut() {
+        object.insert("kind".into(), "APIGroup".into());
+        object.insert("apiVersion".into(), "v1".into());
+    }
+    Ok(Json(body).into_response())
+}
+
+async fn api_group_resources(
+    State(state): State<ApiState>,
+    Path((group, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (g, v, resource, kind) = GROUPS
+        .iter()
+        .find(|(g, v, ..)| *g == group && *v == version)
+        .ok_or_else(|| err(not_found_status()))?;
+    state.cluster.stats.api("get discovery");
+    Ok(Json(serde_json::json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{g}/{v}"),
+        "resources": [{"name": resource, "singularName": kind.to_lowercase(), "namespaced": false,
+                       "kind": kind, "verbs": ["create"]}]
+    }))
+    .into_response())
 }
 
 /// The list/watch query parameters we honour.
@@ -242,6 +314,7 @@ fn pod_field<'a>(cluster: &'a Cluster, pod: &'a SimPod, field: &str) -> Option<&
 }
 
 const POD_FIELDS: &[&str] = &["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"];
+const CONFIG_MAP_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 const NODE_FIELDS: &[&str] = &["metadata.name"];
 
 fn node_label<'a>(node: &'a SimNode, key: &str) -> Option<&'a str> {
@@ -411,6 +484,103 @@ async fn list_nodes(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> R
     }))
 }
 
+async fn list_all_config_maps(
+    State(state): State<ApiState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    config_maps(state, None, q)
+}
+
+async fn list_namespaced_config_maps(
+    State(state): State<ApiState>,
+    Path(ns): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    config_maps(state, Some(ns), q)
+}
+
+fn config_maps(
+    state: ApiState,
+    namespace: Option<String>,
+    raw: Option<String>,
+) -> Result<Response, ApiError> {
+    let q = parse_query(raw)?;
+    let fields =
+        FieldSelector::parse(&q.field_text, CONFIG_MAP_FIELDS).map_err(|e| bad_request(e.to_string()))?;
+    let cluster = Arc::clone(&state.cluster);
+    let filter = ConfigMapFilter { namespace, labels: q.labels, fields };
+    if q.watch {
+        cluster.stats.api("watch configmaps");
+        return Ok(watch(
+            cluster,
+            WatchKind::ConfigMaps(filter),
+            &q.resource_version,
+            q.timeout,
+            q.bookmarks,
+        ));
+    }
+    cluster.stats.api("list configmaps");
+    let after = match &q.continue_token {
+        Some(token) => Some(decode_continue(&cluster, token)?),
+        None => None,
+    };
+    let (mut items, rv) = cluster.list_config_maps(filter.namespace.as_deref(), |cm| {
+        filter.matches(cm) && after.as_ref().is_none_or(|(_, start)| config_map_key(cm) > *start)
+    });
+    // Config maps are few: a continue token resumes after a key, at the current revision.
+    let rv = after.as_ref().map_or(rv, |(rv, _)| *rv);
+    let limit = q.limit.unwrap_or(usize::MAX);
+    let token = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|last| encode_continue(rv, config_map_key(last)))
+    } else {
+        None
+    };
+    Ok(list_response("ConfigMapList", rv, token, items.len(), move |i, buf| {
+        if let Some(cm) = items.get(i) {
+            // k8s-openapi adds `kind` and `apiVersion`.
+            write_json(buf, cm.as_ref());
+        }
+    }))
+}
+
+fn config_map_key(cm: &ConfigMap) -> String {
+    format!(
+        "{}/{}",
+        cm.metadata.namespace.as_deref().unwrap_or_default(),
+        cm.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+async fn get_config_map(
+    State(state): State<ApiState>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let cluster = &state.cluster;
+    cluster.stats.api("get configmaps");
+    let cm = cluster.config_map(&ns, &name).ok_or_else(|| err(Status::not_found("configmaps", &name)))?;
+    Ok(Json(cm.as_ref()).into_response())
+}
+
+struct ConfigMapFilter {
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl ConfigMapFilter {
+    fn matches(&self, cm: &ConfigMap) -> bool {
+        let meta = &cm.metadata;
+        self.namespace.as_deref().is_none_or(|ns| meta.namespace.as_deref() == Some(ns))
+            && self.labels.matches(|k| meta.labels.as_ref().and_then(|l| l.get(k)).map(String::as_str))
+            && self.fields.matches(|f| match f {
+                "metadata.name" => meta.name.as_deref(),
+                "metadata.namespace" => meta.namespace.as_deref(),
+                _ => None,
+            })
+    }
+}
+
 struct PodFilter {
     namespace: Option<String>,
     labels: LabelSelector,
@@ -440,6 +610,15 @@ impl NodeFilter {
 enum WatchKind {
     Pods(PodFilter),
     Nodes(NodeFilter),
+    ConfigMaps(ConfigMapFilter),
+}
+
+fn typed_line<T: Serialize>(kind: EventType, object: T) -> Vec<u8> {
+    event_line(&match kind {
+        EventType::Added => WatchEvent::Added(object),
+        EventType::Modified => WatchEvent::Modified(object),
+        EventType::Deleted => WatchEvent::Deleted(object),
+    })
 }
 
 impl WatchKind {
@@ -447,23 +626,34 @@ impl WatchKind {
         match self {
             WatchKind::Pods(_) => "Pod",
             WatchKind::Nodes(_) => "Node",
+            WatchKind::ConfigMaps(_) => "ConfigMap",
         }
     }
 
-    /// The line for a pod event, if this watch wants it.
-    fn pod_event(&self, cluster: &Cluster, event: &Event) -> Option<Vec<u8>> {
-        let WatchKind::Pods(filter) = self else {
-            return None;
-        };
-        if !filter.matches(cluster, &event.pod) {
-            return None;
+    fn watched(&self) -> Watched {
+        match self {
+            WatchKind::Pods(_) => Watched::Pods,
+            WatchKind::Nodes(_) => Watched::Other,
+            WatchKind::ConfigMaps(_) => Watched::ConfigMaps,
         }
-        let object = objects::pod(&event.pod, cluster.node_of(&event.pod));
-        let event = match event.kind {
-            EventType::Added => WatchEvent::Added(object),
-            EventType::Deleted => WatchEvent::Deleted(object),
-        };
-        Some(event_line(&event))
+    }
+
+    /// The line for `object` changing by `kind`, if this watch wants it.
+    fn line(&self, cluster: &Cluster, kind: EventType, object: &Object) -> Option<Vec<u8>> {
+        match (self, object) {
+            (WatchKind::Pods(filter), Object::Pod(pod)) => filter
+                .matches(cluster, pod)
+                .then(|| typed_line(kind, objects::pod(pod, cluster.node_of(pod)))),
+            (WatchKind::ConfigMaps(filter), Object::ConfigMap(cm)) => {
+                filter.matches(cm).then(|| typed_line(kind, cm.as_ref()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The line for an event, if this watch wants it.
+    fn event_line(&self, cluster: &Cluster, event: &Event) -> Option<Vec<u8>> {
+        self.line(cluster, event.kind, &event.object)
     }
 }
 
@@ -514,17 +704,18 @@ async fn run_watch(
     tx: &mpsc::Sender<Vec<u8>>,
 ) -> Result<(), Gone> {
     let send = |line: Vec<u8>| async move { tx.send(line).await.map_err(|_| Gone) };
-    let subscription = match cluster.subscribe(from) {
+    let subscription = match cluster.subscribe(from, kind.watched()) {
         Ok(s) => s,
         Err(e) => return send(expired_line(&e)).await,
     };
     let mut last_rv = subscription.rv;
     match subscription.start {
-        WatchStart::Snapshot(pods) => match kind {
-            WatchKind::Pods(filter) => {
-                for pod in pods.iter().filter(|p| filter.matches(cluster, p)) {
-                    let object = objects::pod(pod, cluster.node_of(pod));
-                    send(event_line(&WatchEvent::Added(object))).await?;
+        WatchStart::Snapshot(snapshot) => match kind {
+            WatchKind::Pods(_) | WatchKind::ConfigMaps(_) => {
+                for object in &snapshot {
+                    if let Some(line) = kind.line(cluster, EventType::Added, object) {
+                        send(line).await?;
+                    }
                 }
             }
             WatchKind::Nodes(filter) => {
@@ -538,7 +729,7 @@ async fn run_watch(
         },
         WatchStart::Replay(events) => {
             for event in &events {
-                if let Some(line) = kind.pod_event(cluster, event) {
+                if let Some(line) = kind.event_line(cluster, event) {
                     send(line).await?;
                 }
             }
@@ -562,7 +753,7 @@ async fn run_watch(
                         continue;
                     }
                     last_rv = event.rv;
-                    if let Some(line) = kind.pod_event(cluster, &event) {
+                    if let Some(line) = kind.event_line(cluster, &event) {
                         send(line).await?;
                     }
                 }
@@ -578,7 +769,7 @@ async fn run_watch(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sim::workload::{Workload, WorkloadParams};
     use axum::body::to_bytes;
@@ -589,7 +780,8 @@ mod tests {
         cluster.stats.api_requests.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
-    fn mk_state() -> ApiState {
+    /// An API state over the default 3×4 cluster, the built-in policy and no trust ConfigMap.
+    pub(crate) fn mk_state() -> ApiState {
         let start = 1_764_000_000;
         let w = Workload::generate(
             &WorkloadParams {
@@ -603,6 +795,7 @@ mod tests {
         ApiState {
             cluster: Arc::new(Cluster::new(w, 1, (start - 3600) as f64, 10_000, 10250)),
             address: "127.0.0.1:6443".into(),
+            policy: Arc::new(Policy::builtin()),
         }
     }
 

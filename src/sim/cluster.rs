@@ -1,5 +1,6 @@
-//! The simulated cluster's mutable state: pods and nodes with resourceVersions, the bounded
-//! watch-event history and its broadcast, churn, and the call counters behind `/sim/stats`.
+//! The simulated cluster's mutable state: pods, nodes and config maps with resourceVersions,
+//! the bounded watch-event history and its broadcast, churn, and the call counters behind
+//! `/sim/stats`.
 //!
 //! One `RwLock` guards the state; it is never held across an `.await`. Writers append to the
 //! history and broadcast while holding it, and a watcher subscribes while holding it, so a
@@ -11,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::broadcast;
 
 use super::rng::SplitMix64;
@@ -24,6 +27,7 @@ pub(crate) const HISTORY_LIMIT: usize = 10_000;
 const BROADCAST_CAPACITY: usize = 16_384;
 
 const DOMAIN_CHURN_PICK: u64 = 10;
+const DOMAIN_CONFIG_MAP_UID: u64 = 11;
 
 /// The current time as unix seconds.
 pub(crate) fn now() -> f64 {
@@ -33,27 +37,51 @@ pub(crate) fn now() -> f64 {
 /// The type of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EventType {
-    /// A pod was created.
+    /// An object was created.
     Added,
-    /// A pod was deleted (the object is its last state).
+    /// An object was replaced (the object is its new state).
+    Modified,
+    /// An object was deleted (the object is its last state).
     Deleted,
 }
 
-/// A pod change, at resourceVersion `rv`.
+/// The object of a watch event.
+#[derive(Debug, Clone)]
+pub(crate) enum Object {
+    /// A pod.
+    Pod(Arc<SimPod>),
+    /// A config map (its `metadata.resourceVersion` is set).
+    ConfigMap(Arc<ConfigMap>),
+}
+
+/// A change of one object, at resourceVersion `rv`.
 #[derive(Debug)]
 pub(crate) struct Event {
     pub(crate) rv: u64,
     pub(crate) kind: EventType,
-    pub(crate) pod: Arc<SimPod>,
+    pub(crate) object: Object,
 }
 
-/// Key of a pod in the ordered store: `(namespace, name)`, kube-apiserver's key order.
+/// Key of a namespaced object in the ordered stores: `(namespace, name)`, kube-apiserver's
+/// key order.
 pub(crate) type PodKey = (String, String);
+
+/// What a watch is about: decides what its snapshot (watch without resourceVersion) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// Pods: the snapshot is every pod.
+    Pods,
+    /// Config maps: the snapshot is every config map.
+    ConfigMaps,
+    /// Anything else (nodes never change): an empty snapshot.
+    Other,
+}
 
 struct Inner {
     rv: u64,
     pods: BTreeMap<PodKey, Arc<SimPod>>,
     by_node: Vec<Vec<Arc<SimPod>>>,
+    config_maps: BTreeMap<PodKey, Arc<ConfigMap>>,
     history: VecDeque<Arc<Event>>,
     /// Watches from a resourceVersion `>= floor` can be served from `history`.
     floor: u64,
@@ -80,11 +108,11 @@ impl Stats {
 pub(crate) enum WatchStart {
     /// Events after the requested resourceVersion, from the history.
     Replay(Vec<Arc<Event>>),
-    /// No resourceVersion (or `0`): every current pod as ADDED.
-    Snapshot(Vec<Arc<SimPod>>),
+    /// No resourceVersion (or `0`): every current object of the watched kind, as ADDED.
+    Snapshot(Vec<Object>),
 }
 
-/// A subscription to pod events.
+/// A subscription to object events.
 pub(crate) struct Subscription {
     pub(crate) start: WatchStart,
     pub(crate) rv: u64,
@@ -168,6 +196,7 @@ impl Cluster {
                 rv,
                 pods,
                 by_node,
+                config_maps: BTreeMap::new(),
                 history: VecDeque::new(),
                 floor: rv,
                 churns: 0,
@@ -257,12 +286,17 @@ impl Cluster {
         self.read().by_node.get(index as usize).cloned().unwrap_or_default()
     }
 
-    /// Subscribes to pod events after resourceVersion `from` (`None`: current snapshot).
-    pub(crate) fn subscribe(&self, from: Option<u64>) -> Result<Subscription, Expired> {
+    /// Subscribes to events after resourceVersion `from` (`None`: a snapshot of the
+    /// `watched` kind's current objects).
+    pub(crate) fn subscribe(&self, from: Option<u64>, watched: Watched) -> Result<Subscription, Expired> {
         let inner = self.read();
         let live = self.events.subscribe();
         let start = match from {
-            None => WatchStart::Snapshot(inner.pods.values().cloned().collect()),
+            None => WatchStart::Snapshot(match watched {
+                Watched::Pods => inner.pods.values().cloned().map(Object::Pod).collect(),
+                Watched::ConfigMaps => inner.config_maps.values().cloned().map(Object::ConfigMap).collect(),
+                Watched::Other => Vec::new(),
+            }),
             Some(rv) if rv < inner.floor => {
                 return Err(Expired { requested: rv, oldest: inner.floor });
             }
@@ -271,8 +305,8 @@ impl Cluster {
         Ok(Subscription { start, rv: inner.rv, live })
     }
 
-    fn push_event(&self, inner: &mut Inner, kind: EventType, pod: Arc<SimPod>) {
-        let event = Arc::new(Event { rv: pod.resource_version, kind, pod });
+    fn push_event(&self, inner: &mut Inner, kind: EventType, rv: u64, object: Object) {
+        let event = Arc::new(Event { rv, kind, object });
         inner.history.push_back(Arc::clone(&event));
         while inner.history.len() > HISTORY_LIMIT {
             if let Some(old) = inner.history.pop_front() {
@@ -309,7 +343,7 @@ impl Cluster {
         if let Some(list) = inner.by_node.get_mut(old.node as usize) {
             list.retain(|p| p.uid != old.uid);
         }
-        self.push_event(inner, EventType::Deleted, Arc::clone(&gone));
+        self.push_event(inner, EventType::Deleted, gone.resource_version, Object::Pod(Arc::clone(&gone)));
 
         let slot = inner.ip_slots.get(old.node as usize).copied().unwrap_or(0);
         if let Some(s) = inner.ip_slots.get_mut(old.node as usize) {
@@ -331,8 +365,68 @@ impl Cluster {
         if let Some(list) = inner.by_node.get_mut(fresh.node as usize) {
             list.push(Arc::clone(&fresh));
         }
-        self.push_event(inner, EventType::Added, Arc::clone(&fresh));
+        self.push_event(inner, EventType::Added, fresh.resource_version, Object::Pod(Arc::clone(&fresh)));
         Some((gone, fresh))
+    }
+
+    /// Config map `namespace/name`.
+    pub(crate) fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
+        self.read().config_maps.get(&(namespace.to_owned(), name.to_owned())).cloned()
+    }
+
+    /// The config maps (in key order, optionally in one namespace) accepted by `keep`, and
+    /// the current resourceVersion.
+    pub(crate) fn list_config_maps(
+        &self,
+        namespace: Option<&str>,
+        keep: impl Fn(&ConfigMap) -> bool,
+    ) -> (Vec<Arc<ConfigMap>>, u64) {
+        let inner = self.read();
+        let items = inner
+            .config_maps
+            .iter()
+            .filter(|((ns, _), cm)| namespace.is_none_or(|want| want == ns) && keep(cm))
+            .map(|(_, cm)| Arc::clone(cm))
+            .collect();
+        (items, inner.rv)
+    }
+
+    /// Creates or replaces config map `namespace/name` with `data` at time `now` (unix
+    /// seconds): a new resourceVersion and an ADDED or MODIFIED watch event. The uid and
+    /// creationTimestamp survive a replacement. Returns the new resourceVersion.
+    pub(crate) fn put_config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: BTreeMap<String, String>,
+        now: f64,
+    ) -> u64 {
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let key = (namespace.to_owned(), name.to_owned());
+        let previous = inner.config_maps.get(&key).map(|cm| cm.metadata.clone());
+        inner.rv += 1;
+        let rv = inner.rv;
+        let metadata = match previous {
+            Some(meta) => ObjectMeta { resource_version: Some(rv.to_string()), ..meta },
+            None => {
+                let index = inner.config_maps.len() as u64;
+                let mut rng = SplitMix64::stream(self.seed, DOMAIN_CONFIG_MAP_UID, index);
+                ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some(namespace.to_owned()),
+                    uid: Some(workload::uuid(&mut rng)),
+                    resource_version: Some(rv.to_string()),
+                    creation_timestamp: Some(super::objects::time(now.floor() as i64)),
+                    ..Default::default()
+                }
+            }
+        };
+        let kind = if inner.config_maps.contains_key(&key) { EventType::Modified } else { EventType::Added };
+        let cm = Arc::new(ConfigMap { metadata, data: Some(data), ..Default::default() });
+        inner.config_maps.insert(key, Arc::clone(&cm));
+        self.push_event(inner, kind, rv, Object::ConfigMap(cm));
+        rv
     }
 
     /// Counts a kubelet fetch of node `index`.
@@ -344,7 +438,7 @@ impl Cluster {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sim::workload::WorkloadParams;
 
@@ -365,7 +459,7 @@ mod tests {
     fn churn_emits_events_and_keeps_counts() {
         let c = mk_cluster();
         let rv0 = c.resource_version();
-        let sub = c.subscribe(Some(rv0)).unwrap();
+        let sub = c.subscribe(Some(rv0), Watched::Pods).unwrap();
         let mut live = sub.live;
         let (gone, fresh) = c.churn(1_764_000_100.0).unwrap();
         assert!(c.pod(&gone.namespace, &gone.name).is_none());
@@ -376,11 +470,34 @@ mod tests {
         let e2 = live.try_recv().unwrap();
         assert_eq!((e1.kind, e1.rv), (EventType::Deleted, rv0 + 1));
         assert_eq!((e2.kind, e2.rv), (EventType::Added, rv0 + 2));
-        match c.subscribe(Some(rv0)).unwrap().start {
+        match c.subscribe(Some(rv0), Watched::Pods).unwrap().start {
             WatchStart::Replay(events) => assert_eq!(events.len(), 2),
             WatchStart::Snapshot(_) => panic!("expected a replay"),
         }
-        assert!(c.subscribe(Some(rv0 - 1)).is_err());
+        assert!(c.subscribe(Some(rv0 - 1), Watched::Pods).is_err());
+    }
+
+    #[test]
+    fn config_maps_are_added_then_modified() {
+        let c = mk_cluster();
+        let rv0 = c.resource_version();
+        let rv1 = c.put_config_map("kube-system", "x", BTreeMap::from([("a".into(), "1".into())]), 1.0e9);
+        let rv2 = c.put_config_map("kube-system", "x", BTreeMap::from([("a".into(), "2".into())]), 2.0e9);
+        assert_eq!((rv1, rv2), (rv0 + 1, rv0 + 2));
+        let cm = c.config_map("kube-system", "x").unwrap();
+        assert_eq!(cm.metadata.resource_version.as_deref(), Some(rv2.to_string().as_str()));
+        assert_eq!(cm.data.as_ref().unwrap()["a"], "2");
+        assert_eq!(cm.metadata.creation_timestamp, Some(crate::sim::objects::time(1_000_000_000)));
+        let WatchStart::Replay(events) = c.subscribe(Some(rv0), Watched::ConfigMaps).unwrap().start else {
+            panic!("expected a replay");
+        };
+        let kinds: Vec<EventType> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventType::Added, EventType::Modified]);
+        let WatchStart::Snapshot(objects) = c.subscribe(None, Watched::ConfigMaps).unwrap().start else {
+            panic!("expected a snapshot");
+        };
+        assert_eq!(objects.len(), 1);
+        assert_eq!(c.list_config_maps(Some("default"), |_| true).0.len(), 0);
     }
 
     #[test]

@@ -5,10 +5,16 @@
 //! - a Kubernetes API subset over HTTPS (`api`): nodes and pods, get/list/watch;
 //! - one kubelet per node over HTTPS (`kubelet`): `GET /metrics/resource`;
 //! - the apps' metrics and the control endpoints over HTTP (`apps`): `/metrics`,
-//!   `/sim/history`, `/sim/truth`, `/sim/stats`, `POST /sim/churn`.
+//!   `/sim/history`, `/sim/truth`, `/sim/stats`, `POST /sim/churn`,
+//!   `POST /sim/rotate-front-proxy-ca`;
+//! - kube-apiserver's part in delegated authentication and authorization (CONTRACT §5): the
+//!   trust ConfigMap `kube-system/extension-apiserver-authentication` (get/list/watch) built
+//!   from a generated client CA and front-proxy CA (`trust`), and TokenReview and
+//!   SubjectAccessReview answered from a [`policy::Policy`] (`reviews`).
 //!
-//! [`start`] binds everything, writes `ca.crt`, `token`, `kubeconfig` and `sim.json` into the
-//! state directory and returns a [`RunningSim`]; [`run`] also prints the ready line and
+//! [`start`] binds everything, writes `ca.crt`, `token`, `kubeconfig`, `sim.json` and the
+//! authentication PKI (`client-ca.*`, `front-proxy-*`, `users/*`, `bad/*`; see `trust`) into
+//! the state directory and returns a [`RunningSim`]; [`run`] also prints the ready line and
 //! serves until its shutdown future resolves.
 
 mod api;
@@ -17,10 +23,13 @@ mod cluster;
 mod kubelet;
 mod objects;
 mod pki;
+pub mod policy;
+mod reviews;
 mod rng;
 pub mod selector;
 mod serve;
 mod text;
+mod trust;
 pub mod workload;
 
 use std::future::Future;
@@ -34,6 +43,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use self::pki::PkiError;
+pub use self::policy::{Policy, PolicyError};
 pub use self::text::parse_duration;
 
 use self::cluster::Cluster;
@@ -87,6 +97,11 @@ pub struct SimConfig {
     /// Every interval, delete one running pod and create a replacement (0: never).
     #[arg(long, env = "PERCOLATOR_SIM_CHURN_INTERVAL", default_value = "0", value_parser = parse_duration)]
     pub churn_interval: Duration,
+
+    /// YAML file of tokens and authorization rules for TokenReview and SubjectAccessReview
+    /// (default: the built-in policy; format in `percolator::sim::policy`).
+    #[arg(long, env = "PERCOLATOR_SIM_POLICY")]
+    pub policy: Option<PathBuf>,
 }
 
 impl SimConfig {
@@ -104,6 +119,7 @@ impl SimConfig {
             metrics_port: 0,
             housekeeping: Duration::from_secs(10),
             churn_interval: Duration::ZERO,
+            policy: None,
         }
     }
 }
@@ -135,6 +151,9 @@ pub enum Error {
     /// Generating certificates or TLS configuration failed.
     #[error(transparent)]
     Pki(#[from] PkiError),
+    /// The `--policy` file is unreadable or invalid.
+    #[error("--policy: {0}")]
+    Policy(#[from] PolicyError),
 }
 
 /// Result of simulator operations.
@@ -166,6 +185,7 @@ pub struct RunningSim {
     /// Path of the written kubeconfig.
     pub kubeconfig: PathBuf,
     cluster: Arc<Cluster>,
+    trust: Arc<trust::Trust>,
     trigger: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
@@ -177,6 +197,16 @@ impl RunningSim {
         self.cluster.churn(cluster::now()).map(|(gone, fresh)| {
             (format!("{}/{}", gone.namespace, gone.name), format!("{}/{}", fresh.namespace, fresh.name))
         })
+    }
+
+    /// Replaces the front-proxy CA as `POST /sim/rotate-front-proxy-ca` does (new CA and
+    /// client certificates on disk, only the new CA in the trust ConfigMap); returns the
+    /// ConfigMap's new resourceVersion.
+    ///
+    /// # Errors
+    /// Certificate generation or a file write failed.
+    pub fn rotate_front_proxy_ca(&self) -> Result<u64> {
+        self.trust.rotate(&self.cluster)
     }
 
     /// Stops serving and waits for the listeners to close.
@@ -256,10 +286,14 @@ async fn bind_kubelets(ips: &[Ipv4Addr], port: u16) -> Result<(Vec<TcpListener>,
     Err(last_error.unwrap_or_else(|| Error::Config("cannot bind the kubelets".into())))
 }
 
-fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<()> {
+/// Writes `contents` to `path` atomically (a sibling temporary file, then a rename), mode
+/// 0600 when `private`.
+pub(crate) fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<()> {
     let err = |source| Error::Write { path: path.to_owned(), source };
-    // Write then rename, so a reader polling for the file never sees half of it.
-    let tmp = path.with_extension("tmp");
+    // Write then rename, so a reader polling for the file never sees half of it. The
+    // temporary name keeps the whole file name: `a.crt` and `a.key` never share one.
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
     std::fs::write(&tmp, contents).map_err(err)?;
     if private {
         use std::os::unix::fs::PermissionsExt as _;
@@ -275,6 +309,7 @@ fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<()> {
 /// Invalid flags, a port that cannot be bound, or a state file that cannot be written.
 pub async fn start(config: SimConfig) -> Result<RunningSim> {
     validate(&config)?;
+    let policy = Arc::new(Policy::load(config.policy.as_deref())?);
     let start_s = cluster::now().floor() as i64;
     let origin = (start_s - ORIGIN_OFFSET_SECONDS) as f64;
     let params = WorkloadParams {
@@ -312,6 +347,8 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     write_file(&dir.join("ca.crt"), pki.ca_pem().as_bytes(), false)?;
     write_file(&dir.join("token"), cluster.token.as_bytes(), true)?;
     write_file(&kubeconfig, pki::kubeconfig(&api_url, pki.ca_pem(), &cluster.token).as_bytes(), true)?;
+    let trust = Arc::new(trust::Trust::create(dir)?);
+    trust.publish(&cluster);
     let ready = Ready {
         event: "ready".into(),
         state_dir: dir.to_path_buf(),
@@ -325,14 +362,18 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     // Serve.
     let (trigger, shutdown) = Shutdown::new();
     let mut tasks = JoinSet::new();
-    let api_router =
-        api::router(api::ApiState { cluster: Arc::clone(&cluster), address: api_addr.to_string() });
+    let api_router = api::router(api::ApiState {
+        cluster: Arc::clone(&cluster),
+        address: api_addr.to_string(),
+        policy: Arc::clone(&policy),
+    });
     tasks.spawn(serve::serve_tls(api_listener, pki.api_config()?, api_router, shutdown.clone()));
     let apps_router = apps::router(apps::AppState {
         cluster: Arc::clone(&cluster),
         exporters: Arc::new(apps::default_exporters()),
         instance: metrics_addr.to_string(),
-    });
+    })
+    .merge(trust::control_router(Arc::clone(&cluster), Arc::clone(&trust)));
     tasks.spawn(serve::serve_plain(metrics_listener, apps_router, shutdown.clone()));
     for (index, listener) in kubelet_listeners.into_iter().enumerate() {
         tasks.spawn(kubelet::serve(
@@ -367,7 +408,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         pods = cluster.all_pods().len(),
         "percolator-sim serving"
     );
-    Ok(RunningSim { token: cluster.token.clone(), kubeconfig, ready, cluster, trigger, tasks })
+    Ok(RunningSim { token: cluster.token.clone(), kubeconfig, ready, cluster, trust, trigger, tasks })
 }
 
 /// Runs the simulator until `shutdown` resolves: [`start`], then prints the ready line

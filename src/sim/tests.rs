@@ -166,3 +166,180 @@ async fn kube_rs_watcher_sees_list_and_churn() {
     sim.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_config_map_watch_sees_rotation_and_reviews_work() {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    use k8s_openapi::api::authorization::v1::{
+        NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = mk_state_dir();
+    let sim = start(mk_config(dir.clone())).await.unwrap();
+    for file in [
+        "client-ca.crt",
+        "client-ca.key",
+        "front-proxy-ca.crt",
+        "front-proxy-ca.key",
+        "front-proxy-client.crt",
+        "front-proxy-client.key",
+        "users/alice.crt",
+        "users/carol.key",
+        "users/admin.crt",
+        "bad/other-ca-client.crt",
+        "bad/wrong-cn-front-proxy.key",
+        "bad/expired-front-proxy.crt",
+        "bad/server-eku-front-proxy.crt",
+    ] {
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    let client = mk_kube_client(&sim).await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "kube-system");
+    let cm = cms.get("extension-apiserver-authentication").await.unwrap();
+    let data = cm.data.unwrap();
+    let ca1 = std::fs::read_to_string(dir.join("front-proxy-ca.crt")).unwrap();
+    assert_eq!(data["requestheader-client-ca-file"], ca1);
+    assert_eq!(data["client-ca-file"], std::fs::read_to_string(dir.join("client-ca.crt")).unwrap());
+    assert_eq!(data["requestheader-allowed-names"], r#"["front-proxy-client"]"#);
+    let err = cms.get("nope").await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
+
+    let config = watcher::Config::default().fields("metadata.name=extension-apiserver-authentication");
+    let mut stream = watcher::watcher(cms.clone(), config).boxed();
+    let deadline = Duration::from_secs(5);
+    let mut initial = Vec::new();
+    loop {
+        match tokio::time::timeout(deadline, stream.try_next()).await.unwrap().unwrap().unwrap() {
+            Event::Init => {}
+            Event::InitApply(cm) => initial.push(cm),
+            Event::InitDone => break,
+            other => panic!("unexpected event before InitDone: {other:?}"),
+        }
+    }
+    assert_eq!(initial.len(), 1);
+
+    // Rotate through the control endpoint: the watch gets the new CA.
+    let http = mk_http_client(&sim);
+    let rotated: serde_json::Value = http
+        .post(format!("{}/sim/rotate-front-proxy-ca", sim.ready.metrics))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rv = rotated["resourceVersion"].as_str().unwrap().to_owned();
+    let ca2 = std::fs::read_to_string(dir.join("front-proxy-ca.crt")).unwrap();
+    assert_ne!(ca1, ca2);
+    match tokio::time::timeout(deadline, stream.try_next()).await.unwrap().unwrap().unwrap() {
+        Event::Apply(cm) => {
+            assert_eq!(cm.metadata.resource_version.as_deref(), Some(rv.as_str()));
+            assert_eq!(cm.data.unwrap()["requestheader-client-ca-file"], ca2);
+        }
+        other => panic!("expected the rotated ConfigMap, got {other:?}"),
+    }
+    // In-process rotation works the same way.
+    let rv3 = sim.rotate_front_proxy_ca().unwrap();
+    match tokio::time::timeout(deadline, stream.try_next()).await.unwrap().unwrap().unwrap() {
+        Event::Apply(cm) => assert_eq!(cm.metadata.resource_version, Some(rv3.to_string())),
+        other => panic!("expected the rotated ConfigMap, got {other:?}"),
+    }
+
+    // TokenReview and SubjectAccessReview through kube-rs's typed client.
+    let review = TokenReview {
+        spec: TokenReviewSpec { token: Some("tester-token".into()), audiences: None },
+        ..Default::default()
+    };
+    let done = Api::<TokenReview>::all(client.clone()).create(&PostParams::default(), &review).await.unwrap();
+    let status = done.status.unwrap();
+    assert_eq!(status.authenticated, Some(true));
+    let user = status.user.unwrap();
+    assert_eq!(user.username.as_deref(), Some("tester"));
+    assert_eq!(user.groups.unwrap(), ["viewers", "system:authenticated"]);
+
+    let sar = |attributes: Option<ResourceAttributes>, path: Option<&str>, user: &str, groups: &[&str]| {
+        SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                resource_attributes: attributes,
+                non_resource_attributes: path
+                    .map(|p| NonResourceAttributes { path: Some(p.into()), verb: Some("get".into()) }),
+                user: Some(user.into()),
+                groups: Some(groups.iter().map(|g| (*g).to_owned()).collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    };
+    let sars = Api::<SubjectAccessReview>::all(client.clone());
+    let list_shop = ResourceAttributes {
+        namespace: Some("shop".into()),
+        verb: Some("list".into()),
+        group: Some("stats.une-tasse-de.cafe".into()),
+        version: Some("v1alpha1".into()),
+        resource: Some("podmetricssummaries".into()),
+        ..Default::default()
+    };
+    let allowed = sars
+        .create(
+            &PostParams::default(),
+            &sar(Some(list_shop.clone()), None, "alice", &["devs", "system:authenticated"]),
+        )
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(allowed.allowed);
+    assert!(allowed.reason.unwrap().starts_with("RBAC: allowed by RoleBinding"));
+    assert_eq!(allowed.denied, None);
+    let denied = sars
+        .create(&PostParams::default(), &sar(Some(list_shop), None, "bob", &["system:authenticated"]))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.reason, None);
+    let anonymous = sars
+        .create(
+            &PostParams::default(),
+            &sar(None, Some("/healthz"), "system:anonymous", &["system:unauthenticated"]),
+        )
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(anonymous.allowed);
+
+    let stats: serde_json::Value =
+        http.get(format!("{}/sim/stats", sim.ready.metrics)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(stats["apiRequests"]["create tokenreviews"], 1);
+    assert_eq!(stats["apiRequests"]["create subjectaccessreviews"], 3);
+    assert!(stats["apiRequests"]["watch configmaps"].as_u64().unwrap() >= 1);
+    assert!(stats["apiRequests"]["list configmaps"].as_u64().unwrap() >= 1);
+    assert_eq!(stats["apiRequests"]["get configmaps"], 2);
+
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn invalid_policy_file_is_an_error() {
+    let dir = mk_state_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("policy.yaml");
+    std::fs::write(&path, "rules: [{users: [x]}]").unwrap();
+    let mut config = mk_config(dir.join("state"));
+    config.policy = Some(path.clone());
+    let Err(e) = start(config).await else { panic!("an invalid policy must fail the start") };
+    assert!(matches!(e, Error::Policy(_)), "{e}");
+    let custom = "tokens: [{token: zed-token, username: zed}]\n";
+    std::fs::write(&path, custom).unwrap();
+    let mut config = mk_config(dir.join("state"));
+    config.policy = Some(path);
+    let sim = start(config).await.unwrap();
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

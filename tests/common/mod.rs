@@ -16,6 +16,8 @@ use tokio::process::{Child, Command};
 
 /// Scrape interval of the test Prometheus (and backfill step).
 pub const SCRAPE: Duration = Duration::from_secs(2);
+/// Bearer token of the e2e user (`tester`, group `viewers` in the simulator's policy).
+pub const TESTER_TOKEN: &str = "tester-token";
 /// Kubelet sample period of the simulator in tests.
 pub const HOUSEKEEPING: &str = "2s";
 
@@ -29,6 +31,9 @@ pub struct Options {
     pub cache_ttl: &'static str,
     pub window: &'static str,
     pub extra_args: Vec<String>,
+    /// Whether Prometheus scrapes percolator's /metrics (each scrape is an authorized
+    /// request: tests counting SubjectAccessReviews turn it off).
+    pub scrape_percolator: bool,
 }
 
 impl Default for Options {
@@ -41,6 +46,7 @@ impl Default for Options {
             cache_ttl: "2s",
             window: "1m",
             extra_args: Vec::new(),
+            scrape_percolator: true,
         }
     }
 }
@@ -160,18 +166,32 @@ impl Env {
             .unwrap();
         let prometheus = Prometheus::start(PrometheusOptions {
             dir: dir.join("prometheus"),
-            jobs: vec![ScrapeJob {
-                job: "sim-apps".into(),
-                target: metrics_target,
-                scheme: "http".into(),
-                bearer_token: None,
-            }],
+            jobs: vec![
+                ScrapeJob {
+                    job: "sim-apps".into(),
+                    target: metrics_target,
+                    scheme: "http".into(),
+                    bearer_token: None,
+                    targets_file: None,
+                },
+                // percolator's own /metrics, once it has bound its port.
+                ScrapeJob {
+                    job: "percolator".into(),
+                    target: String::new(),
+                    scheme: "https".into(),
+                    bearer_token: Some(TESTER_TOKEN.into()),
+                    targets_file: Some(dir.join("percolator-targets.json")),
+                },
+            ],
             scrape_interval: SCRAPE,
             backfill: Some(history),
         })
         .await
         .expect("prometheus starts");
-        prometheus.wait_for_targets(Duration::from_secs(30)).await.expect("prometheus scrapes the simulator");
+        prometheus
+            .wait_for_job("sim-apps", Duration::from_secs(30))
+            .await
+            .expect("prometheus scrapes the simulator");
 
         let stderr_log = dir.join("percolator.log");
         let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
@@ -198,12 +218,19 @@ impl Env {
         )
         .await;
         let url = format!("https://{}", serving.as_str().unwrap());
+        if options.scrape_percolator {
+            percolator::devenv::write_targets_file(
+                &dir.join("percolator-targets.json"),
+                serving.as_str().unwrap(),
+            )
+            .unwrap();
+        }
 
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(
             &kubeconfig,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator\n  cluster:\n    server: {url}\n    certificate-authority: {}\ncontexts:\n- name: percolator\n  context: {{cluster: percolator, user: tester}}\ncurrent-context: percolator\nusers:\n- name: tester\n  user: {{token: e2e-tester}}\n",
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: percolator\n  cluster:\n    server: {url}\n    certificate-authority: {}\ncontexts:\n- name: percolator\n  context: {{cluster: percolator, user: tester}}\ncurrent-context: percolator\nusers:\n- name: tester\n  user: {{token: tester-token}}\n",
                 dir.join("certs/apiserver.crt").display()
             ),
         )
@@ -211,6 +238,7 @@ impl Env {
         let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
         let client = reqwest::Client::builder()
             .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .default_headers(auth_headers())
             .build()
             .unwrap();
         let env = Env {
@@ -240,6 +268,21 @@ impl Env {
             assert!(Instant::now() < deadline, "percolator never became ready");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// A client trusting percolator's serving certificate that authenticates with `token`
+    /// (anonymous when `None`).
+    pub fn client_as(&self, token: Option<&str>) -> reqwest::Client {
+        let ca = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token {
+            headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .default_headers(headers)
+            .build()
+            .unwrap()
     }
 
     /// Runs real kubectl against percolator with a per-environment discovery cache.
@@ -313,6 +356,13 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+/// Headers authenticating as the e2e user.
+pub fn auth_headers() -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {TESTER_TOKEN}").parse().unwrap());
+    headers
 }
 
 pub fn kubectl_bin() -> String {

@@ -1,0 +1,283 @@
+//! Delegated authentication and authorization (CONTRACT §5), as the generic Kubernetes API
+//! server does them for an aggregated server, in one axum [`middleware`]:
+//!
+//! 1. authenticate ([`authn`]): front proxy (request-header) certificate + `X-Remote-*`
+//!    headers, x509 client certificate, bearer token through TokenReview; else anonymous;
+//! 2. strip `Authorization` and the identity headers;
+//! 3. authorize ([`authz`]): always-allow groups and paths, else SubjectAccessReview;
+//! 4. put the [`UserInfo`] into the request's extensions and go on, or answer the
+//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 500 `InternalError`).
+//!
+//! Trust material (client CA, front proxy CA and header names) comes from flags or the
+//! `kube-system/extension-apiserver-authentication` ConfigMap, watched ([`trust`]). The TLS
+//! listener requests a client certificate without verifying its chain ([`tls`]); the TLS accept
+//! loop hands the chain to the middleware as a [`PeerCertificates`] extension and chains are
+//! verified per request against the current CAs. The upstream calls are behind
+//! [`TokenReviewer`] and [`AccessReviewer`].
+
+pub mod args;
+pub mod authn;
+pub mod authz;
+pub mod review;
+pub mod tls;
+pub mod trust;
+pub mod x509;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, header};
+use rustls::pki_types::CertificateDer;
+
+use crate::api::request_info::{RequestInfo, percent_decode};
+use crate::api::{ApiError, GroupResource};
+pub use args::AuthArgs;
+use authn::TokenAuthenticator;
+use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
+pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, ReviewError, TokenReviewer};
+pub use trust::{RequestHeaderConfig, Trust, TrustMaterial};
+pub use x509::CaBundle;
+
+/// The authenticated user of a request (`user.Info`), found in the request's extensions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserInfo {
+    /// User name.
+    pub name: String,
+    /// UID, empty when unknown.
+    pub uid: String,
+    /// Groups, `system:authenticated` included for authenticated users.
+    pub groups: Vec<String>,
+    /// Extra attributes.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The certificate chain the TLS peer presented (leaf first), put into every request's
+/// extensions by the TLS accept loop; absent when the peer presented none. Not verified: the
+/// middleware verifies it per request.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+
+impl std::fmt::Debug for PeerCertificates {
+    /// Only the length: certificate material is never logged.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerCertificates").field("len", &self.0.len()).finish()
+    }
+}
+
+impl PeerCertificates {
+    /// The chain of an established server connection, if the client sent one.
+    pub fn from_server_connection(connection: &rustls::ServerConnection) -> Option<Self> {
+        connection
+            .peer_certificates()
+            .filter(|chain| !chain.is_empty())
+            .map(|chain| Self(Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())))
+    }
+}
+
+/// Errors setting up authentication and authorization.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// A kubeconfig flag names a file that cannot be used.
+    #[error("{flag} {}: {message}", .path.display())]
+    Kubeconfig {
+        /// The flag.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A CA file flag names a file that cannot be used.
+    #[error("{flag} {}: {message}", .path.display())]
+    File {
+        /// The flag.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The trust ConfigMap could not be read or is invalid (the message names it and the RBAC
+    /// needed).
+    #[error("{0}")]
+    Lookup(String),
+    /// The Kubernetes client could not be built.
+    #[error("building the Kubernetes client for {what}: {message}")]
+    Client {
+        /// Which client.
+        what: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// `--authorization-always-allow-paths` is malformed.
+    #[error(transparent)]
+    Paths(#[from] PathPatternError),
+}
+
+/// Authentication and authorization state shared by every request.
+pub struct Auth {
+    trust: Arc<Trust>,
+    tokens: TokenAuthenticator,
+    authorizer: Authorizer,
+    anonymous: bool,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("trust", &self.trust)
+            .field("anonymous", &self.anonymous)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    /// Sets everything up from the flags: the clients (`--authentication-kubeconfig`,
+    /// `--authorization-kubeconfig`, else `default_config`), the trust material (ConfigMap read
+    /// and watched when needed) and the caches.
+    pub async fn start(args: &AuthArgs, default_config: &kube::Config) -> Result<Arc<Self>, AuthError> {
+        let authn_config = config_for(
+            args.authentication_kubeconfig.as_deref(),
+            "--authentication-kubeconfig",
+            default_config,
+        )
+        .await?;
+        let authz_config = config_for(
+            args.authorization_kubeconfig.as_deref(),
+            "--authorization-kubeconfig",
+            default_config,
+        )
+        .await?;
+        let client = |config: kube::Config, what| {
+            kube::Client::try_from(config).map_err(|e| AuthError::Client { what, message: e.to_string() })
+        };
+        let authn_client = client(authn_config, "authentication")?;
+        let authz_client = client(authz_config, "authorization")?;
+        let trust = Trust::start(args, authn_client.clone()).await?;
+        Self::new(
+            args,
+            trust,
+            Arc::new(KubeTokenReviewer::new(authn_client)),
+            Arc::new(KubeAccessReviewer::new(authz_client)),
+        )
+    }
+
+    /// Assembles the state from parts (tests use fixed trust and fake reviewers); the flags
+    /// give the anonymous switch, the TTLs and the always-allow lists.
+    pub fn new(
+        args: &AuthArgs,
+        trust: Arc<Trust>,
+        tokens: Arc<dyn TokenReviewer>,
+        access: Arc<dyn AccessReviewer>,
+    ) -> Result<Arc<Self>, AuthError> {
+        let paths = AlwaysAllowPaths::new(&args::non_empty(&args.authorization_always_allow_paths))?;
+        let authorizer = Authorizer::new(
+            access,
+            args::non_empty(&args.authorization_always_allow_groups),
+            paths,
+            args.authorization_webhook_cache_authorized_ttl,
+            args.authorization_webhook_cache_unauthorized_ttl,
+        );
+        Ok(Arc::new(Self {
+            trust,
+            tokens: TokenAuthenticator::new(tokens, args.authentication_token_webhook_cache_ttl),
+            authorizer,
+            anonymous: args.anonymous_auth,
+        }))
+    }
+
+    /// The handshake-time client certificate verifier for the serving TLS configuration
+    /// (see [`tls::client_cert_verifier`]).
+    pub fn client_cert_verifier(&self) -> Arc<dyn rustls::server::danger::ClientCertVerifier> {
+        tls::client_cert_verifier()
+    }
+
+    /// The trust material holder.
+    pub fn trust(&self) -> &Arc<Trust> {
+        &self.trust
+    }
+}
+
+async fn config_for(
+    path: Option<&Path>,
+    flag: &'static str,
+    default_config: &kube::Config,
+) -> Result<kube::Config, AuthError> {
+    let Some(path) = path else {
+        return Ok(default_config.clone());
+    };
+    let error = |message: String| AuthError::Kubeconfig { flag, path: path.to_path_buf(), message };
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| error(e.to_string()))
+}
+
+/// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
+/// extensions and without credentials in the headers; or answers 401/403/500 as a
+/// `metav1.Status`. Install with `axum::middleware::from_fn_with_state(auth, middleware)`.
+pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, next: Next) -> Response {
+    let material = auth.trust.current();
+    let peer = request.extensions().get::<PeerCertificates>().cloned();
+    let outcome = authn::authenticate(&material, &auth.tokens, peer.as_ref(), request.headers()).await;
+    authn::strip_credentials(&material, request.headers_mut());
+
+    let user = match outcome {
+        Ok(Some(user)) => user,
+        Ok(None) if auth.anonymous => authn::anonymous(),
+        Ok(None) => {
+            tracing::debug!("unauthorized: no credentials and anonymous access is disabled");
+            return ApiError::Unauthorized.into_response();
+        }
+        Err(errors) => {
+            let cn =
+                peer.as_ref().and_then(|p| p.0.first()).and_then(|leaf| x509::subject(leaf.as_ref()).ok());
+            let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            tracing::debug!(
+                peer_cn = cn.as_ref().map(|s| s.common_name.as_str()),
+                reasons = ?reasons,
+                "unauthorized: authentication failed"
+            );
+            return ApiError::Unauthorized.into_response();
+        }
+    };
+
+    let uri = request.uri();
+    let Ok(info) = RequestInfo::new(request.method(), uri.path(), uri.query()) else {
+        return ApiError::PathNotFound.into_response();
+    };
+    // Go authorizes `URL.Path`, which is decoded.
+    let path = percent_decode(uri.path());
+    match auth.authorizer.authorize(&user, &info, &path).await {
+        Ok(Decision::Allow) => {}
+        Ok(Decision::Forbid(reason)) => {
+            tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
+            return forbidden(&user, &info, &path, &reason);
+        }
+        Err(detail) => return ApiError::Internal(detail).into_response(),
+    }
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
+
+/// The 403 of `responsewriters.Forbidden`.
+fn forbidden(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> Response {
+    let (resource, name) = if info.is_resource_request {
+        (GroupResource::new(info.api_group.clone(), info.resource.clone()), info.name.clone())
+    } else {
+        (GroupResource::default(), String::new())
+    };
+    let reason = authz::forbidden_reason(user, info, path, reason);
+    let mut response = ApiError::Forbidden { resource, name, reason }.into_response();
+    response.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}

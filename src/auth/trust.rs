@@ -1,0 +1,325 @@
+//! Trust material (CONTRACT §5.1): the client CA bundle and the request-header (front proxy)
+//! settings, from flags or from the ConfigMap `kube-system/extension-apiserver-authentication`.
+//!
+//! Each part comes from its flag when given (`--client-ca-file`; `--requestheader-client-ca-file`
+//! with the other `--requestheader-*` flags), otherwise from the ConfigMap unless
+//! `--authentication-skip-lookup`. The ConfigMap is read once at start (a failure stops the
+//! start unless `--authentication-tolerate-lookup-failure`) and then watched, so a rotated CA
+//! or a changed header list applies to the next request. The material is prebuilt (CA bundles
+//! with their verifiers) and swapped atomically behind a lock; readers take an `Arc` snapshot.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+
+use super::AuthError;
+use super::args::{AuthArgs, non_empty};
+use super::x509::CaBundle;
+
+/// Namespace of the trust ConfigMap.
+pub const CONFIGMAP_NAMESPACE: &str = "kube-system";
+/// Name of the trust ConfigMap.
+pub const CONFIGMAP_NAME: &str = "extension-apiserver-authentication";
+
+/// What to do when reading the ConfigMap is refused (printed in the start error).
+const RBAC_HINT: &str = "the server's identity needs get, list and watch on it: bind the Role \
+kube-system/extension-apiserver-authentication-reader (e.g. 'kubectl create rolebinding -n kube-system \
+ROLEBINDING_NAME --role=extension-apiserver-authentication-reader --serviceaccount=YOUR_NS:YOUR_SA'), \
+or start with --authentication-tolerate-lookup-failure or --authentication-skip-lookup";
+
+/// Settings of the request-header (front proxy) authenticator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestHeaderConfig {
+    /// CAs that sign the front proxy's client certificate.
+    pub ca: CaBundle,
+    /// CNs allowed for that certificate; empty allows any.
+    pub allowed_names: Vec<String>,
+    /// Headers carrying the user name (first non-empty wins).
+    pub username_headers: Vec<String>,
+    /// Headers carrying the UID (first non-empty wins).
+    pub uid_headers: Vec<String>,
+    /// Headers carrying groups (all values of all of them).
+    pub group_headers: Vec<String>,
+    /// Prefixes of the headers carrying extras.
+    pub extra_header_prefixes: Vec<String>,
+}
+
+impl RequestHeaderConfig {
+    /// kube-apiserver's usual settings (`X-Remote-User`, `X-Remote-Uid`, `X-Remote-Group`,
+    /// `X-Remote-Extra-`), any CN.
+    pub fn with_defaults(ca: CaBundle) -> Self {
+        Self {
+            ca,
+            allowed_names: Vec::new(),
+            username_headers: vec!["X-Remote-User".to_owned()],
+            uid_headers: vec!["X-Remote-Uid".to_owned()],
+            group_headers: vec!["X-Remote-Group".to_owned()],
+            extra_header_prefixes: vec!["X-Remote-Extra-".to_owned()],
+        }
+    }
+}
+
+/// A snapshot of everything client authentication trusts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrustMaterial {
+    /// CAs of ordinary client certificates; `None` disables x509 authentication.
+    pub client_ca: Option<CaBundle>,
+    /// The front proxy settings; `None` disables request-header authentication.
+    pub request_header: Option<RequestHeaderConfig>,
+}
+
+/// The current trust material, kept up to date from the ConfigMap where it comes from there.
+pub struct Trust {
+    current: RwLock<Arc<TrustMaterial>>,
+    /// The parts given by flags.
+    flags: TrustMaterial,
+    client_ca_from_configmap: bool,
+    request_header_from_configmap: bool,
+    watch: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for Trust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trust")
+            .field("client_ca_from_configmap", &self.client_ca_from_configmap)
+            .field("request_header_from_configmap", &self.request_header_from_configmap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Trust {
+    fn drop(&mut self) {
+        if let Some(handle) = self.watch.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            handle.abort();
+        }
+    }
+}
+
+impl Trust {
+    /// Fixed material that never changes (tests, or everything given by flags).
+    pub fn fixed(material: TrustMaterial) -> Arc<Self> {
+        Arc::new(Self {
+            current: RwLock::new(Arc::new(material.clone())),
+            flags: material,
+            client_ca_from_configmap: false,
+            request_header_from_configmap: false,
+            watch: Mutex::new(None),
+        })
+    }
+
+    /// The material to use for the request at hand.
+    pub fn current(&self) -> Arc<TrustMaterial> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Builds the trust from the flags and, for the parts they leave out, the ConfigMap read
+    /// with `client` (then watched in the background).
+    pub async fn start(args: &AuthArgs, client: kube::Client) -> Result<Arc<Self>, AuthError> {
+        let flags = TrustMaterial {
+            client_ca: match &args.client_ca_file {
+                Some(path) => Some(read_bundle(path, "--client-ca-file")?),
+                None => None,
+            },
+            request_header: match &args.requestheader_client_ca_file {
+                Some(path) => Some(RequestHeaderConfig {
+                    ca: read_bundle(path, "--requestheader-client-ca-file")?,
+                    allowed_names: non_empty(&args.requestheader_allowed_names),
+                    username_headers: non_empty(&args.requestheader_username_headers),
+                    uid_headers: non_empty(&args.requestheader_uid_headers),
+                    group_headers: non_empty(&args.requestheader_group_headers),
+                    extra_header_prefixes: non_empty(&args.requestheader_extra_headers_prefix),
+                }),
+                None => None,
+            },
+        };
+        let lookup = !args.authentication_skip_lookup;
+        let trust = Arc::new(Self {
+            current: RwLock::new(Arc::new(flags.clone())),
+            client_ca_from_configmap: lookup && args.client_ca_file.is_none(),
+            request_header_from_configmap: lookup && args.requestheader_client_ca_file.is_none(),
+            flags,
+            watch: Mutex::new(None),
+        });
+        if !(trust.client_ca_from_configmap || trust.request_header_from_configmap) {
+            trust.log("from flags");
+            return Ok(trust);
+        }
+
+        let api: Api<ConfigMap> = Api::namespaced(client, CONFIGMAP_NAMESPACE);
+        let initial = match api.get_opt(CONFIGMAP_NAME).await {
+            Ok(Some(cm)) => trust
+                .apply(Some(&cm))
+                .map_err(|e| format!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}: {e}")),
+            Ok(None) => {
+                tracing::warn!(
+                    "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} not found: client certificates and the \
+                     front proxy are not trusted until it appears"
+                );
+                Ok(())
+            }
+            Err(error) => Err(format!(
+                "unable to read ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}: {error}; {RBAC_HINT}"
+            )),
+        };
+        if let Err(message) = initial {
+            if !args.authentication_tolerate_lookup_failure {
+                return Err(AuthError::Lookup(message));
+            }
+            tracing::error!(error = %message, "error looking up in-cluster authentication configuration");
+            tracing::error!(
+                "continuing without authentication configuration; this may treat all requests as anonymous"
+            );
+            tracing::error!(
+                "to require authentication configuration lookup to succeed, set \
+                 --authentication-tolerate-lookup-failure=false"
+            );
+        }
+        trust.log("at start");
+        trust.spawn_watch(api);
+        Ok(trust)
+    }
+
+    /// Folds the ConfigMap (or its absence) into the current material. On a parse error the
+    /// current material stays.
+    pub(crate) fn apply(&self, cm: Option<&ConfigMap>) -> Result<(), String> {
+        let from_cm = match cm.and_then(|cm| cm.data.as_ref()) {
+            Some(data) => material_from_configmap(data)?,
+            None => TrustMaterial::default(),
+        };
+        let next = TrustMaterial {
+            client_ca: if self.client_ca_from_configmap {
+                from_cm.client_ca
+            } else {
+                self.flags.client_ca.clone()
+            },
+            request_header: if self.request_header_from_configmap {
+                from_cm.request_header
+            } else {
+                self.flags.request_header.clone()
+            },
+        };
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if **current != next {
+            *current = Arc::new(next);
+            drop(current);
+            self.log("changed");
+        }
+        Ok(())
+    }
+
+    fn log(&self, when: &str) {
+        let material = self.current();
+        let rh = material.request_header.as_ref();
+        tracing::info!(
+            client_ca_certs = material.client_ca.as_ref().map_or(0, CaBundle::len),
+            requestheader_ca_certs = rh.map_or(0, |r| r.ca.len()),
+            requestheader_allowed_names = ?rh.map(|r| &r.allowed_names),
+            client_ca_source = source(self.client_ca_from_configmap, &self.flags.client_ca),
+            requestheader_source = source(self.request_header_from_configmap, &self.flags.request_header),
+            "authentication trust material {when}"
+        );
+    }
+
+    fn spawn_watch(self: &Arc<Self>, api: Api<ConfigMap>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let config = watcher::Config::default().fields(&format!("metadata.name={CONFIGMAP_NAME}"));
+        let stream = watcher::watcher(api, config).default_backoff();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            // Whether the current (re-)list has shown the ConfigMap.
+            let mut listed = false;
+            while let Some(event) = stream.next().await {
+                let Some(trust) = weak.upgrade() else { return };
+                let result = match event {
+                    Ok(Event::Init) => {
+                        listed = false;
+                        Ok(())
+                    }
+                    Ok(Event::InitApply(cm) | Event::Apply(cm)) if is_ours(&cm) => {
+                        listed = true;
+                        trust.apply(Some(&cm))
+                    }
+                    Ok(Event::InitDone) if !listed => {
+                        tracing::warn!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} not found");
+                        trust.apply(None)
+                    }
+                    Ok(Event::Delete(cm)) if is_ours(&cm) => {
+                        tracing::warn!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} deleted");
+                        trust.apply(None)
+                    }
+                    Ok(_) => Ok(()),
+                    Err(error) => {
+                        tracing::warn!(%error, "watch of ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} failed; retrying with backoff");
+                        Ok(())
+                    }
+                };
+                if let Err(error) = result {
+                    tracing::error!(
+                        %error,
+                        "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} is invalid; keeping the previous trust material"
+                    );
+                }
+            }
+        });
+        *self.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(task.abort_handle());
+    }
+}
+
+fn is_ours(cm: &ConfigMap) -> bool {
+    cm.metadata.name.as_deref() == Some(CONFIGMAP_NAME)
+        && cm.metadata.namespace.as_deref().is_none_or(|ns| ns == CONFIGMAP_NAMESPACE)
+}
+
+fn source<T>(from_configmap: bool, flag: &Option<T>) -> &'static str {
+    match (from_configmap, flag.is_some()) {
+        (true, _) => "configmap",
+        (false, true) => "flags",
+        (false, false) => "none",
+    }
+}
+
+fn read_bundle(path: &Path, flag: &'static str) -> Result<CaBundle, AuthError> {
+    let file = |message: String| AuthError::File { flag, path: path.to_path_buf(), message };
+    let pem = std::fs::read(path).map_err(|e| file(e.to_string()))?;
+    CaBundle::from_pem(&pem).map_err(file)?.ok_or_else(|| file("no CERTIFICATE block found".to_owned()))
+}
+
+/// Reads the ConfigMap's data the way the generic server does: PEM bundles under
+/// `client-ca-file` and `requestheader-client-ca-file`, JSON string arrays for the header
+/// lists and allowed names (missing = empty). Request-header settings exist only with a
+/// request-header CA.
+pub fn material_from_configmap(data: &BTreeMap<String, String>) -> Result<TrustMaterial, String> {
+    let bundle = |key: &str| match data.get(key) {
+        Some(pem) => CaBundle::from_pem(pem.as_bytes()).map_err(|e| format!("{key}: {e}")),
+        None => Ok(None),
+    };
+    let client_ca = bundle("client-ca-file")?;
+    let request_header = match bundle("requestheader-client-ca-file")? {
+        Some(ca) => Some(RequestHeaderConfig {
+            ca,
+            allowed_names: json_strings(data, "requestheader-allowed-names")?,
+            username_headers: json_strings(data, "requestheader-username-headers")?,
+            uid_headers: json_strings(data, "requestheader-uid-headers")?,
+            group_headers: json_strings(data, "requestheader-group-headers")?,
+            extra_header_prefixes: json_strings(data, "requestheader-extra-headers-prefix")?,
+        }),
+        None => None,
+    };
+    Ok(TrustMaterial { client_ca, request_header })
+}
+
+/// `deserializeStrings`: empty = none, else a JSON array of strings (or `null`).
+fn json_strings(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>, String> {
+    match data.get(key).map(|s| s.trim()) {
+        None | Some("") => Ok(Vec::new()),
+        Some(text) => serde_json::from_str::<Option<Vec<String>>>(text)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| format!("{key}: not a JSON array of strings: {e}")),
+    }
+}

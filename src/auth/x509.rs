@@ -1,0 +1,207 @@
+//! X.509 for client authentication: CA bundles that verify a presented chain (webpki through
+//! rustls' `WebPkiClientVerifier`, clientAuth usage, validity at the time of the request), and
+//! the little DER reading needed to take the user out of a verified leaf: the subject's CN
+//! (user name), O values (groups) and the Kubernetes UID attribute (OID 1.3.6.1.4.1.57683.2),
+//! as Go's `pkix.Name.FillFromRDNSequence` reads them.
+
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+
+/// A CA bundle ready to verify client certificate chains.
+#[derive(Clone)]
+pub struct CaBundle {
+    verifier: Arc<dyn ClientCertVerifier>,
+    certs: usize,
+    fingerprint: [u8; 32],
+}
+
+impl std::fmt::Debug for CaBundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaBundle").field("certs", &self.certs).finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CaBundle {
+    fn eq(&self, other: &Self) -> bool {
+        self.fingerprint == other.fingerprint
+    }
+}
+
+impl CaBundle {
+    /// Builds a bundle from PEM text. `Ok(None)` when it holds no certificate (an empty
+    /// ConfigMap key, for instance); an error when a block does not parse or no certificate is
+    /// usable as a trust anchor.
+    pub fn from_pem(pem: &[u8]) -> Result<Option<Self>, String> {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("invalid PEM: {e}"))?;
+        Self::from_der(certs)
+    }
+
+    /// Builds a bundle from DER certificates; `Ok(None)` when there are none.
+    pub fn from_der(certs: Vec<CertificateDer<'static>>) -> Result<Option<Self>, String> {
+        if certs.is_empty() {
+            return Ok(None);
+        }
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut roots = RootCertStore::empty();
+        for cert in &certs {
+            digest.update(cert.as_ref());
+            roots.add(cert.clone()).map_err(|e| format!("unusable CA certificate: {e}"))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("building the verifier: {e}"))?;
+        let mut fingerprint = [0u8; 32];
+        fingerprint.copy_from_slice(digest.finish().as_ref());
+        Ok(Some(Self { verifier, certs: certs.len(), fingerprint }))
+    }
+
+    /// Number of CA certificates in the bundle.
+    pub fn len(&self) -> usize {
+        self.certs
+    }
+
+    /// Always false: an empty bundle is `None` (see [`CaBundle::from_pem`]).
+    pub fn is_empty(&self) -> bool {
+        self.certs == 0
+    }
+
+    /// Verifies `chain` (leaf first, then intermediates as the peer sent them) against this
+    /// bundle for client authentication, now.
+    pub fn verify(&self, chain: &[CertificateDer<'static>]) -> Result<(), String> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Err("no certificate".to_owned());
+        };
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The subject attributes that make a Kubernetes user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subject {
+    /// The last CN (Go keeps the last one), empty when there is none.
+    pub common_name: String,
+    /// Every O value, in order.
+    pub organizations: Vec<String>,
+    /// Every value of the Kubernetes UID attribute (1.3.6.1.4.1.57683.2).
+    pub uids: Vec<String>,
+}
+
+const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
+/// 1.3.6.1.4.1.57683.2 (`apiserver/pkg/authentication/request/x509: uidOID`).
+const OID_K8S_UID: &[u8] = &[0x2b, 0x06, 0x01, 0x04, 0x01, 0x83, 0xc2, 0x53, 0x02];
+
+const TAG_SEQUENCE: u8 = 0x30;
+const TAG_SET: u8 = 0x31;
+const TAG_OID: u8 = 0x06;
+const TAG_INTEGER: u8 = 0x02;
+const TAG_VERSION: u8 = 0xa0;
+
+/// Reads the subject of a DER certificate.
+pub fn subject(cert: &[u8]) -> Result<Subject, String> {
+    let (certificate, _) = expect(cert, TAG_SEQUENCE, "certificate")?;
+    let (tbs, _) = expect(certificate, TAG_SEQUENCE, "tbsCertificate")?;
+    let mut rest = tbs;
+    let (tag, _, after) = tlv(rest)?;
+    if tag == TAG_VERSION {
+        rest = after;
+    }
+    let (_, rest) = expect(rest, TAG_INTEGER, "serialNumber")?;
+    let (_, rest) = expect(rest, TAG_SEQUENCE, "signature")?;
+    let (_, rest) = expect(rest, TAG_SEQUENCE, "issuer")?;
+    let (_, rest) = expect(rest, TAG_SEQUENCE, "validity")?;
+    let (mut rdns, _) = expect(rest, TAG_SEQUENCE, "subject")?;
+
+    let mut subject = Subject::default();
+    while !rdns.is_empty() {
+        let (mut rdn, next) = expect(rdns, TAG_SET, "RelativeDistinguishedName")?;
+        rdns = next;
+        while !rdn.is_empty() {
+            let (atv, next) = expect(rdn, TAG_SEQUENCE, "AttributeTypeAndValue")?;
+            rdn = next;
+            let (oid, value) = expect(atv, TAG_OID, "attribute type")?;
+            let (value_tag, value, _) = tlv(value)?;
+            let value = asn1_string(value_tag, value)?;
+            match oid {
+                OID_CN => subject.common_name = value,
+                OID_O => subject.organizations.push(value),
+                OID_K8S_UID => subject.uids.push(value),
+                _ => {}
+            }
+        }
+    }
+    Ok(subject)
+}
+
+/// Reads one TLV: (tag, content, rest). DER only: definite lengths, low tag numbers.
+fn tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
+    let malformed = || "malformed DER".to_owned();
+    let (&tag, rest) = input.split_first().ok_or_else(malformed)?;
+    if tag & 0x1f == 0x1f {
+        return Err("unsupported DER tag".to_owned());
+    }
+    let (&first, mut rest) = rest.split_first().ok_or_else(malformed)?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return Err(malformed());
+        }
+        let (bytes, after) = rest.split_at(n);
+        rest = after;
+        bytes.iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b))
+    };
+    if rest.len() < len {
+        return Err(malformed());
+    }
+    let (content, rest) = rest.split_at(len);
+    Ok((tag, content, rest))
+}
+
+fn expect<'a>(input: &'a [u8], want: u8, what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
+    let (tag, content, rest) = tlv(input)?;
+    if tag != want {
+        return Err(format!("malformed DER: expected {what}"));
+    }
+    Ok((content, rest))
+}
+
+/// The string types Go's `parseASN1String` accepts.
+fn asn1_string(tag: u8, value: &[u8]) -> Result<String, String> {
+    match tag {
+        // UTF8String
+        0x0c => String::from_utf8(value.to_vec()).map_err(|_| "invalid UTF8String".to_owned()),
+        // NumericString, PrintableString, IA5String
+        0x12 | 0x13 | 0x16 => {
+            if value.is_ascii() {
+                Ok(value.iter().map(|b| char::from(*b)).collect())
+            } else {
+                Err("invalid ASCII string".to_owned())
+            }
+        }
+        // T61String: Go keeps the bytes; read them as Latin-1.
+        0x14 => Ok(value.iter().map(|b| char::from(*b)).collect()),
+        // BMPString: UCS-2 big endian.
+        0x1e => {
+            if !value.len().is_multiple_of(2) {
+                return Err("invalid BMPString".to_owned());
+            }
+            let units: Vec<u16> = value.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+            String::from_utf16(&units).map_err(|_| "invalid BMPString".to_owned())
+        }
+        _ => Err(format!("unsupported string type: {tag}")),
+    }
+}

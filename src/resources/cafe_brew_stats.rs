@@ -1,0 +1,413 @@
+//! `CafeBrewStats`: one object per cafe (an app that brews coffee and exports the cafe metric
+//! contract), computed from its Prometheus metrics and its serving pods' kubelet usage. Its
+//! type, discovery entry, OpenAPI schema, table columns and computation all live here.
+//!
+//! The set of cafes in a namespace is the union of the cafes Prometheus has `cafe_brews_total`
+//! series for and the cafes named by running pods' `une-tasse-de.cafe/cafe` label, so a
+//! Prometheus outage removes fields, not objects.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{
+    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
+    ServedKind, Sources, index_by, rfc3339, schema_name, to_raw,
+};
+use crate::config::CafeQueries;
+use crate::sources::{PodInfo, PodKey, PromSample};
+use crate::{duration, quantity};
+
+/// Pod label naming the cafe a pod serves.
+pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
+/// Object label carrying the cafe's type (espresso, lungo, cappuccino, latte).
+pub const TYPE_LABEL: &str = "une-tasse-de.cafe/type";
+/// A cafe is ready when its temperature is within this band (°C), inclusive.
+pub const READY_BAND: (f64, f64) = (60.0, 95.0);
+
+static INFO: KindInfo = KindInfo {
+    plural: "cafebrewstats",
+    singular: "cafebrewstats",
+    kind: "CafeBrewStats",
+    list_kind: "CafeBrewStatsList",
+    short_names: &["brews"],
+    categories: &["percolator"],
+    namespaced: true,
+    description: "CafeBrewStats is the live brewing activity of one cafe (an application that brews coffee \
+                  and exports the cafe metrics), computed at request time from its Prometheus metrics and \
+                  its serving pods' kubelet usage. Fields whose source has no data are omitted.",
+};
+
+static COLUMNS: &[Column] = &[
+    Column { name: "Name", type_: "string", format: "name", description: "Name of the cafe.", priority: 0 },
+    Column { name: "Type", type_: "string", format: "", description: "What the cafe brews.", priority: 0 },
+    Column {
+        name: "Brews/min",
+        type_: "string",
+        format: "",
+        description: "Completed brews per minute over the window.",
+        priority: 0,
+    },
+    Column {
+        name: "P95",
+        type_: "string",
+        format: "",
+        description: "95th percentile brew time.",
+        priority: 0,
+    },
+    Column {
+        name: "Temp",
+        type_: "string",
+        format: "",
+        description: "Current temperature in °C.",
+        priority: 0,
+    },
+    Column {
+        name: "Ready",
+        type_: "string",
+        format: "",
+        description: "Temperature within 60–95 °C and at least one serving pod running.",
+        priority: 0,
+    },
+    Column {
+        name: "Last Brewed",
+        type_: "string",
+        format: "",
+        description: "Time since the last brew.",
+        priority: 0,
+    },
+    Column {
+        name: "Failures",
+        type_: "string",
+        format: "",
+        description: "Failed brews over the window.",
+        priority: 1,
+    },
+    Column { name: "Pods", type_: "string", format: "", description: "Serving pods running.", priority: 1 },
+    Column {
+        name: "CPU",
+        type_: "string",
+        format: "quantity",
+        description: "CPU of the serving pods.",
+        priority: 1,
+    },
+    Column {
+        name: "Memory",
+        type_: "string",
+        format: "quantity",
+        description: "Memory working set of the serving pods.",
+        priority: 1,
+    },
+];
+
+/// Computes CafeBrewStats from the sources.
+#[derive(Debug)]
+pub struct CafeBrewStatsKind {
+    sources: Sources,
+    queries: CafeQueries,
+}
+
+/// Query results of one computation, indexed by (namespace, cafe).
+struct Series {
+    brews: HashMap<PodKey, PromSample>,
+    failures: HashMap<PodKey, PromSample>,
+    p50: HashMap<PodKey, PromSample>,
+    p95: HashMap<PodKey, PromSample>,
+    p99: HashMap<PodKey, PromSample>,
+    temperature: HashMap<PodKey, PromSample>,
+    last_brewed: HashMap<PodKey, PromSample>,
+}
+
+impl CafeBrewStatsKind {
+    /// Builds the kind from its sources and queries.
+    pub fn new(sources: Sources, queries: CafeQueries) -> Self {
+        Self { sources, queries }
+    }
+
+    async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
+        let inventory = &self.sources.inventory;
+        if !inventory.is_synced() {
+            return Err(ComputeError::NotReady);
+        }
+        let resource_version = inventory.resource_version();
+        let serving: Vec<Arc<PodInfo>> = inventory
+            .running_pods(namespace)
+            .into_iter()
+            .filter(|p| p.labels.contains_key(CAFE_LABEL))
+            .collect();
+        let q = &self.queries;
+        let s = &self.sources;
+        let (usage, brews, failures, p50, p95, p99, temperature, last_brewed) = futures::join!(
+            s.pod_usage(&serving),
+            s.query("brews", &q.brews, namespace),
+            s.query("failures", &q.failures, namespace),
+            s.query("brewDuration.p50", &q.p50, namespace),
+            s.query("brewDuration.p95", &q.p95, namespace),
+            s.query("brewDuration.p99", &q.p99, namespace),
+            s.query("temperature", &q.temperature, namespace),
+            s.query("lastBrewed", &q.last_brewed, namespace),
+        );
+        let (usage, usage_warning) = usage;
+        let mut warnings: Vec<String> = usage_warning.into_iter().collect();
+        let series = Series {
+            brews: index_by(brews, "brews", "cafe", &mut warnings),
+            failures: index_by(failures, "failures", "cafe", &mut warnings),
+            p50: index_by(p50, "brewDuration.p50", "cafe", &mut warnings),
+            p95: index_by(p95, "brewDuration.p95", "cafe", &mut warnings),
+            p99: index_by(p99, "brewDuration.p99", "cafe", &mut warnings),
+            temperature: index_by(temperature, "temperature", "cafe", &mut warnings),
+            last_brewed: index_by(last_brewed, "lastBrewed", "cafe", &mut warnings),
+        };
+
+        // Every cafe Prometheus or the inventory knows, with its serving pods.
+        let mut cafes: BTreeMap<PodKey, Vec<&PodInfo>> = BTreeMap::new();
+        for key in series.brews.keys() {
+            cafes.entry(key.clone()).or_default();
+        }
+        for pod in &serving {
+            if let Some(cafe) = pod.labels.get(CAFE_LABEL) {
+                cafes
+                    .entry(PodKey { namespace: pod.namespace.clone(), name: cafe.clone() })
+                    .or_default()
+                    .push(pod);
+            }
+        }
+        let window = duration::go_string(s.window);
+        let items = cafes
+            .iter()
+            // A label value that is not a valid object name cannot be served (or fetched).
+            .filter(|(key, _)| crate::api::validation::is_dns1123_subdomain(&key.name).is_empty())
+            .map(|(key, pods)| Arc::new(self.item(key, pods, &series, &usage, &window)))
+            .collect();
+        Ok(Arc::new(Listing { items, warnings, resource_version }))
+    }
+
+    fn item(
+        &self,
+        key: &PodKey,
+        pods: &[&PodInfo],
+        series: &Series,
+        usage: &HashMap<PodKey, Vec<crate::sources::ContainerUsage>>,
+        window: &str,
+    ) -> Item {
+        let value =
+            |map: &HashMap<PodKey, PromSample>| map.get(key).map(|s| s.value).filter(|v| v.is_finite());
+        let window_seconds = self.sources.window.as_secs_f64();
+        let brews = value(&series.brews).map(|v| v.max(0.0));
+        let failures = value(&series.failures).map(|v| v.max(0.0));
+        let brews_per_minute = brews.map(|b| round_to(b * 60.0 / window_seconds, 1e-3));
+        let failure_ratio = match (brews, failures) {
+            (Some(b), Some(f)) if b + f > 0.0 => Some(round_to(f / (b + f), 1e-6)),
+            _ => None,
+        };
+        let p50 = value(&series.p50);
+        let p95 = value(&series.p95);
+        let p99 = value(&series.p99);
+        let temperature = value(&series.temperature).map(|t| round_to(t, 1e-3));
+        let last_brewed = value(&series.last_brewed)
+            .filter(|t| *t > 0.0)
+            .and_then(|t| Timestamp::from_second(t.floor() as i64).ok());
+        let kind_type = series.brews.get(key).and_then(|s| s.labels.get("type")).cloned();
+
+        // Serving pods' usage: the sum over pods, only when every pod has it.
+        let pod_usage: Vec<_> = pods
+            .iter()
+            .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
+            .collect();
+        let sum = |get: fn(&crate::sources::ContainerUsage) -> Option<f64>| -> Option<f64> {
+            if pods.is_empty() {
+                return None;
+            }
+            pod_usage
+                .iter()
+                .map(|containers| {
+                    let containers = containers.filter(|c| !c.is_empty())?;
+                    containers.iter().map(get).sum::<Option<f64>>()
+                })
+                .sum()
+        };
+        let cpu = sum(|c| c.cpu_cores).map(|v| round_to(v, 1e-6));
+        let memory = sum(|c| c.memory_bytes);
+        let ready =
+            temperature.is_some_and(|t| (READY_BAND.0..=READY_BAND.1).contains(&t)) && !pods.is_empty();
+
+        let mut labels = BTreeMap::from([(CAFE_LABEL.to_string(), key.name.clone())]);
+        if let Some(t) = &kind_type {
+            labels.insert(TYPE_LABEL.to_string(), t.clone());
+        }
+        let meta = Meta {
+            name: key.name.clone(),
+            namespace: key.namespace.clone(),
+            uid: None,
+            creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
+            labels,
+        };
+        let object = to_raw(&CafeBrewStats {
+            api_version: API_VERSION,
+            kind: INFO.kind,
+            metadata: ObjectMeta::from(&meta),
+            type_: kind_type.as_deref(),
+            window,
+            brews: brews.map(|b| b.round() as u64),
+            brews_per_minute: brews_per_minute.map(quantity::decimal_si),
+            failures: failures.map(|f| f.round() as u64),
+            failure_ratio: failure_ratio.map(quantity::decimal_si),
+            brew_duration: BrewDuration {
+                p50: p50.map(seconds_duration),
+                p95: p95.map(seconds_duration),
+                p99: p99.map(seconds_duration),
+            },
+            temperature: temperature.map(quantity::decimal_si),
+            last_brewed: last_brewed.map(rfc3339),
+            ready,
+            pods: pods.len(),
+            cpu: cpu.map(quantity::decimal_si),
+            memory: memory.map(quantity::binary_si),
+        });
+        let text = |v: Option<String>| v.map_or(Cell::None, Cell::Text);
+        let cells = vec![
+            Cell::Text(key.name.clone()),
+            text(kind_type),
+            text(brews_per_minute.map(quantity::rate_cell)),
+            text(p95.map(seconds_cell)),
+            text(temperature.map(|t| trim(format!("{t:.1}")))),
+            Cell::Text(ready.to_string()),
+            last_brewed.map_or(Cell::None, Cell::Age),
+            text(failures.map(|f| format!("{}", f.round() as u64))),
+            Cell::Text(pods.len().to_string()),
+            text(cpu.map(quantity::cpu_cell)),
+            text(memory.map(quantity::memory_cell)),
+        ];
+        Item { meta, object, cells }
+    }
+}
+
+fn round_to(value: f64, step: f64) -> f64 {
+    (value / step).round() * step
+}
+
+/// A duration in seconds as `metav1.Duration` prints it, to the millisecond (`21.5s`).
+fn seconds_duration(seconds: f64) -> String {
+    duration::go_string(std::time::Duration::from_millis((seconds.max(0.0) * 1000.0).round() as u64))
+}
+
+/// A duration cell with one decimal (`32.1s`).
+fn seconds_cell(seconds: f64) -> String {
+    format!("{}s", trim(format!("{seconds:.1}")))
+}
+
+fn trim(text: String) -> String {
+    if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.').to_string() } else { text }
+}
+
+impl ServedKind for CafeBrewStatsKind {
+    fn info(&self) -> &'static KindInfo {
+        &INFO
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        COLUMNS
+    }
+
+    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+        let string = |description: &str| json!({"type": "string", "description": description});
+        let integer =
+            |description: &str| json!({"type": "integer", "format": "int64", "description": description});
+        let durations = json!({
+            "type": "object",
+            "description": "Brew time percentiles over the window, from the cafe_brew_duration_seconds histogram (histogram_quantile), as durations (21.5s). A percentile is omitted when the histogram has no observations in the window.",
+            "properties": {
+                "p50": string("Median brew time."),
+                "p95": string("95th percentile brew time."),
+                "p99": string("99th percentile brew time."),
+            }
+        });
+        let object = json!({
+            "type": "object",
+            "description": INFO.description,
+            "properties": {
+                "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object: stats.une-tasse-de.cafe/v1alpha1."},
+                "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents: CafeBrewStats."},
+                "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata: the name is the cafe's name (its pods' une-tasse-de.cafe/cafe label); labels carry the cafe and its type."},
+                "type": string("What the cafe brews: espresso, lungo, cappuccino or latte (the type label of its metrics)."),
+                "window": string("Range the counts and rates are computed over, as a duration (5m0s)."),
+                "brews": integer("Completed brews in the window (increase of cafe_brews_total)."),
+                "brewsPerMinute": string("Completed brews per minute over the window, a Quantity (8400m for 8.4/min)."),
+                "failures": integer("Failed brews in the window (increase of cafe_brew_failures_total)."),
+                "failureRatio": string("failures / (brews + failures) over the window, a Quantity (23m for 2.3%). Omitted when nothing was brewed."),
+                "brewDuration": {"$ref": format!("#/components/schemas/{}", schema_name("CafeBrewDuration")), "description": "Brew time percentiles over the window."},
+                "temperature": string("Current temperature of the cafe's machine in °C, a Quantity (the latest cafe_temperature_celsius sample)."),
+                "lastBrewed": {"type": "string", "format": "date-time", "description": "When the cafe last completed a brew (cafe_last_brew_timestamp_seconds), RFC 3339."},
+                "ready": {"type": "boolean", "description": "True when the temperature is within 60–95 °C and at least one serving pod is running."},
+                "pods": integer("Running pods serving the cafe (pods labelled une-tasse-de.cafe/cafe=<name>)."),
+                "cpu": string("CPU usage of the serving pods in cores, summed (a Quantity), from the kubelets. Omitted when any pod has no CPU rate yet."),
+                "memory": string("Memory working set of the serving pods, summed (a Quantity), from the kubelets."),
+            },
+            "x-kubernetes-group-version-kind": [{"group": super::GROUP, "version": super::VERSION, "kind": INFO.kind}],
+        });
+        vec![(schema_name(INFO.kind), object), (schema_name("CafeBrewDuration"), durations)]
+    }
+
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        Box::pin(self.compute(namespace))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CafeBrewStats<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: ObjectMeta<'a>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    type_: Option<&'a str>,
+    window: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    brews: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    brews_per_minute: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failures: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure_ratio: Option<String>,
+    brew_duration: BrewDuration,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_brewed: Option<String>,
+    ready: bool,
+    pods: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<String>,
+}
+
+#[derive(Serialize)]
+struct BrewDuration {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p50: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p95: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p99: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_durations_and_cells() {
+        assert_eq!(seconds_duration(21.5), "21.5s");
+        assert_eq!(seconds_duration(28.0), "28s");
+        assert_eq!(seconds_duration(75.25), "1m15.25s");
+        assert_eq!(seconds_cell(32.14), "32.1s");
+        assert_eq!(seconds_cell(28.0), "28s");
+        assert_eq!(trim(format!("{:.1}", 90.0)), "90");
+    }
+}
