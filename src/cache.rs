@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use moka::future::Cache;
 
+use crate::config::LiveConfig;
 use crate::resources::{Column, ComputeError, KindInfo, Listing, ServedKind};
 use crate::telemetry::Metrics;
 
@@ -19,8 +20,11 @@ const MAX_ENTRIES: u64 = 10_000;
 /// A [`ServedKind`] whose lists are cached for a TTL.
 pub struct CachedKind {
     inner: Arc<dyn ServedKind>,
-    cache: Cache<Option<String>, Arc<Listing>>,
+    // Keyed by configuration generation too: a reloaded configuration never serves results
+    // computed with the old queries.
+    cache: Cache<(u64, Option<String>), Arc<Listing>>,
     metrics: Arc<Metrics>,
+    config: Arc<LiveConfig>,
 }
 
 impl std::fmt::Debug for CachedKind {
@@ -31,9 +35,14 @@ impl std::fmt::Debug for CachedKind {
 
 impl CachedKind {
     /// Wraps `inner` with a cache of `ttl`.
-    pub fn new(inner: Arc<dyn ServedKind>, ttl: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        inner: Arc<dyn ServedKind>,
+        ttl: Duration,
+        metrics: Arc<Metrics>,
+        config: Arc<LiveConfig>,
+    ) -> Self {
         let cache = Cache::builder().time_to_live(ttl).max_capacity(MAX_ENTRIES).build();
-        Self { inner, cache, metrics }
+        Self { inner, cache, metrics, config }
     }
 }
 
@@ -52,7 +61,7 @@ impl ServedKind for CachedKind {
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
         Box::pin(async move {
-            let key = namespace.map(str::to_string);
+            let key = (self.config.current().generation, namespace.map(str::to_string));
             let entry = self
                 .cache
                 .entry(key)
@@ -106,7 +115,9 @@ mod tests {
     async fn concurrent_misses_share_one_computation_and_expire() {
         let slow = Arc::new(Slow(AtomicUsize::new(0)));
         let metrics = Metrics::new();
-        let cached = Arc::new(CachedKind::new(slow.clone(), Duration::from_millis(300), metrics.clone()));
+        let config = LiveConfig::fixed(Default::default(), None);
+        let cached =
+            Arc::new(CachedKind::new(slow.clone(), Duration::from_millis(300), metrics.clone(), config));
         let barrier = Arc::new(tokio::sync::Barrier::new(50));
         let tasks: Vec<_> = (0..50)
             .map(|_| {

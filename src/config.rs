@@ -4,6 +4,7 @@
 //! Every bad flag or file fails at start with a message naming the flag or field.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
@@ -345,6 +346,135 @@ impl QueryConfig {
     }
 }
 
+/// One validated configuration in force, with its effective window.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The queries.
+    pub queries: QueryConfig,
+    /// Range of the rates: `--window`, else the file's `window`, else [`DEFAULT_WINDOW`].
+    pub window: Duration,
+    /// Increases by one at every successful reload.
+    pub generation: u64,
+}
+
+/// The query configuration in force, reloaded from `--config` when the file changes (a
+/// ConfigMap volume update is a symlink swap, so the content is compared, not the inode).
+/// Readers take a [`Snapshot`] per request, so a reload never disturbs requests in flight; an
+/// invalid new file is rejected with a log line and a metric, and the last good configuration
+/// stays in force.
+#[derive(Debug)]
+pub struct LiveConfig {
+    path: Option<PathBuf>,
+    window_flag: Option<Duration>,
+    current: std::sync::RwLock<Arc<Snapshot>>,
+    changes: tokio::sync::watch::Sender<u64>,
+    last_text: std::sync::Mutex<Option<String>>,
+}
+
+impl LiveConfig {
+    /// Loads `path` (defaults when `None`); `window_flag` is `--window`.
+    pub fn load(path: Option<&Path>, window_flag: Option<Duration>) -> Result<Arc<Self>> {
+        let (queries, text) = match path {
+            None => (QueryConfig::default(), None),
+            Some(p) => {
+                let shown = p.display().to_string();
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+                (QueryConfig::from_yaml(&text, &shown)?, Some(text))
+            }
+        };
+        Ok(Arc::new(Self::with(queries, path.map(Path::to_path_buf), window_flag, text)))
+    }
+
+    /// A fixed configuration (tests, or no `--config`).
+    pub fn fixed(queries: QueryConfig, window_flag: Option<Duration>) -> Arc<Self> {
+        Arc::new(Self::with(queries, None, window_flag, None))
+    }
+
+    fn with(
+        queries: QueryConfig,
+        path: Option<PathBuf>,
+        window_flag: Option<Duration>,
+        text: Option<String>,
+    ) -> Self {
+        let window = window_flag.or(queries.window).unwrap_or(DEFAULT_WINDOW);
+        let snapshot = Arc::new(Snapshot { queries, window, generation: 0 });
+        let (changes, _) = tokio::sync::watch::channel(0);
+        Self {
+            path,
+            window_flag,
+            current: std::sync::RwLock::new(snapshot),
+            changes,
+            last_text: std::sync::Mutex::new(text),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn current(&self) -> Arc<Snapshot> {
+        match self.current.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Notified with the new generation after each successful reload.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Re-reads the file; `Ok(true)` when a new configuration took effect, `Ok(false)` when
+    /// the content is unchanged (or there is no file), `Err` when the new file is invalid (the
+    /// old configuration stays).
+    pub fn reload(&self) -> Result<bool> {
+        let Some(path) = &self.path else { return Ok(false) };
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        let Ok(mut last) = self.last_text.lock() else { return Ok(false) };
+        if last.as_deref() == Some(text.as_str()) {
+            return Ok(false);
+        }
+        // Remember the rejected text too, so an invalid file is reported once, not every poll.
+        *last = Some(text.clone());
+        let queries = QueryConfig::from_yaml(&text, &shown)?;
+        let generation = self.current().generation + 1;
+        let window = self.window_flag.or(queries.window).unwrap_or(DEFAULT_WINDOW);
+        let snapshot = Arc::new(Snapshot { queries, window, generation });
+        if let Ok(mut current) = self.current.write() {
+            *current = snapshot;
+        }
+        self.changes.send_replace(generation);
+        Ok(true)
+    }
+
+    /// Polls the file every `interval` and reloads it when it changed; `observe` is told the
+    /// outcome of every attempted reload (`true` = applied).
+    pub fn spawn_reloader(self: &Arc<Self>, interval: Duration, observe: impl Fn(bool) + Send + 'static) {
+        if self.path.is_none() {
+            return;
+        }
+        let live = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                match live.reload() {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        tracing::info!(generation = live.current().generation, "configuration reloaded");
+                        observe(true);
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "configuration rejected; the previous one stays in force");
+                        observe(false);
+                    }
+                }
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,6 +499,35 @@ mod tests {
         assert!(err.contains("--cache-ttl"), "{err}");
         let err = Args::try_parse_from(["percolator", "--tls-cert-file", "x"]).unwrap_err().to_string();
         assert!(err.contains("--tls-private-key-file"), "{err}");
+    }
+
+    #[test]
+    fn reload_applies_valid_files_and_keeps_the_last_good_one() {
+        let dir = std::env::temp_dir().join(format!("percolator-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.yaml");
+        std::fs::write(&file, "window: 2m\n").unwrap();
+        let live = LiveConfig::load(Some(&file), None).unwrap();
+        assert_eq!(live.current().window, Duration::from_secs(120));
+        assert!(!live.reload().unwrap(), "unchanged content is not a reload");
+        std::fs::write(&file, "window: 3m\n").unwrap();
+        assert!(live.reload().unwrap());
+        assert_eq!(live.current().window, Duration::from_secs(180));
+        assert_eq!(live.current().generation, 1);
+        std::fs::write(&file, "window: 3m\nbogus: 1\n").unwrap();
+        assert!(live.reload().is_err());
+        assert_eq!(live.current().window, Duration::from_secs(180), "the last good configuration stays");
+        assert!(!live.reload().unwrap(), "a rejected file is reported once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn window_flag_wins_over_the_file() {
+        let live = LiveConfig::fixed(
+            QueryConfig::from_yaml("window: 2m\n", "f").unwrap(),
+            Some(Duration::from_secs(30)),
+        );
+        assert_eq!(live.current().window, Duration::from_secs(30));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
 use crate::cache::CachedKind;
-use crate::config::{Args, DEFAULT_WINDOW, KubeletArgs, QueryConfig};
+use crate::config::{Args, KubeletArgs, LiveConfig};
 use crate::inventory::KubeInventory;
 use crate::resources::cafe_brew_stats::CafeBrewStatsKind;
 use crate::resources::pod_metrics_summary::PodMetricsSummaries;
@@ -27,6 +27,9 @@ use crate::sources::prometheus::PromClient;
 use crate::sources::{Inventory, KubeletSource, UpstreamObserver};
 use crate::telemetry::Metrics;
 
+/// How often `--config` is checked for changes (a ConfigMap volume updates within about a
+/// minute; polling a small file this often costs nothing).
+const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests (the kubelet's default grace period is 30s).
@@ -67,8 +70,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// Builds everything from `args` and binds the listener; logs the address it serves on.
 pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
-    let queries = QueryConfig::load(args.prometheus.config.as_deref())?;
-    let window = args.prometheus.window.or(queries.window).unwrap_or(DEFAULT_WINDOW);
+    let config = LiveConfig::load(args.prometheus.config.as_deref(), args.prometheus.window)?;
 
     let kube_config = match &args.cluster.kubeconfig {
         Some(path) => {
@@ -110,14 +112,21 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     .context("--prometheus-url")?;
     tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
 
-    let sources = Sources { inventory: inventory.clone(), kubelet, prometheus: Arc::new(prometheus), window };
+    let sources = Sources {
+        inventory: inventory.clone(),
+        kubelet,
+        prometheus: Arc::new(prometheus),
+        config: config.clone(),
+    };
     let ttl = args.prometheus.cache_ttl;
-    let pod_summaries = PodMetricsSummaries::new(sources.clone(), queries.pod_metrics_summary.clone());
-    let cafes = CafeBrewStatsKind::new(sources, queries.cafe_brew_stats.clone());
+    let pod_summaries = PodMetricsSummaries::new(sources.clone());
+    let cafes = CafeBrewStatsKind::new(sources);
     let kinds: Kinds = vec![
-        Arc::new(CachedKind::new(Arc::new(pod_summaries), ttl, metrics.clone())),
-        Arc::new(CachedKind::new(Arc::new(cafes), ttl, metrics.clone())),
+        Arc::new(CachedKind::new(Arc::new(pod_summaries), ttl, metrics.clone(), config.clone())),
+        Arc::new(CachedKind::new(Arc::new(cafes), ttl, metrics.clone(), config.clone())),
     ];
+    let reload_metrics = metrics.clone();
+    config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
 
     let ready_metrics = metrics.clone();
     let ready = Arc::new(move || {
@@ -131,7 +140,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .await
         .with_context(|| format!("binding {}:{}", args.serving.bind_address, args.serving.secure_port))?;
     let address = listener.local_addr()?;
-    tracing::info!(%address, window = %crate::duration::go_string(window), "serving");
+    tracing::info!(%address, window = %crate::duration::go_string(config.current().window), "serving");
     Ok(Prepared { listener, tls, app, max_streams: args.serving.http2_max_streams_per_connection })
 }
 

@@ -80,6 +80,18 @@ pub struct Metrics {
     pub upstream_duration: Family<SourceLabels, Histogram, fn() -> Histogram>,
     /// 1 when the server is ready (inventory synced).
     pub ready: Gauge,
+    /// Configuration reload attempts by result (`success` or `failure`).
+    pub config_reloads: Family<ResultLabels, Counter>,
+    /// 1 when the last configuration reload attempt succeeded (or none was needed), 0 when the
+    /// last file was rejected.
+    pub config_last_reload_successful: Gauge,
+}
+
+/// Labels of outcomes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `success` or `failure`.
+    pub result: &'static str,
 }
 
 fn latency_buckets() -> Histogram {
@@ -100,6 +112,19 @@ impl Metrics {
         let upstream_duration =
             Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
         let ready = Gauge::default();
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        let config_last_reload_successful = Gauge::default();
+        config_last_reload_successful.set(1);
+        registry.register(
+            "config_reloads",
+            "Configuration reload attempts, by result",
+            config_reloads.clone(),
+        );
+        registry.register(
+            "config_last_reload_successful",
+            "1 when the last configuration reload attempt succeeded, 0 when the file was rejected",
+            config_last_reload_successful.clone(),
+        );
         registry.register(
             "http_requests",
             "Requests served, by resource, verb and HTTP code",
@@ -138,6 +163,8 @@ impl Metrics {
             upstream,
             upstream_duration,
             ready,
+            config_reloads,
+            config_last_reload_successful,
         })
     }
 
@@ -147,6 +174,13 @@ impl Metrics {
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Records one configuration reload attempt.
+    pub fn config_reload(&self, applied: bool) {
+        let result = if applied { "success" } else { "failure" };
+        self.config_reloads.get_or_create(&ResultLabels { result }).inc();
+        self.config_last_reload_successful.set(i64::from(applied));
     }
 
     /// Records one cache lookup.

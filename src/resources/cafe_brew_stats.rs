@@ -18,7 +18,6 @@ use super::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
     ServedKind, Sources, index_by, rfc3339, schema_name, to_raw,
 };
-use crate::config::CafeQueries;
 use crate::sources::{PodInfo, PodKey, PromSample};
 use crate::{duration, quantity};
 
@@ -108,7 +107,6 @@ static COLUMNS: &[Column] = &[
 #[derive(Debug)]
 pub struct CafeBrewStatsKind {
     sources: Sources,
-    queries: CafeQueries,
 }
 
 /// Query results of one computation, indexed by (namespace, cafe).
@@ -123,9 +121,9 @@ struct Series {
 }
 
 impl CafeBrewStatsKind {
-    /// Builds the kind from its sources and queries.
-    pub fn new(sources: Sources, queries: CafeQueries) -> Self {
-        Self { sources, queries }
+    /// Builds the kind from its sources (queries come from `sources.config`).
+    pub fn new(sources: Sources) -> Self {
+        Self { sources }
     }
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
@@ -139,17 +137,18 @@ impl CafeBrewStatsKind {
             .into_iter()
             .filter(|p| p.labels.contains_key(CAFE_LABEL))
             .collect();
-        let q = &self.queries;
+        let config = self.sources.config.current();
+        let (q, w) = (&config.queries.cafe_brew_stats, config.window);
         let s = &self.sources;
         let (usage, brews, failures, p50, p95, p99, temperature, last_brewed) = futures::join!(
             s.pod_usage(&serving),
-            s.query("brews", &q.brews, namespace),
-            s.query("failures", &q.failures, namespace),
-            s.query("brewDuration.p50", &q.p50, namespace),
-            s.query("brewDuration.p95", &q.p95, namespace),
-            s.query("brewDuration.p99", &q.p99, namespace),
-            s.query("temperature", &q.temperature, namespace),
-            s.query("lastBrewed", &q.last_brewed, namespace),
+            s.query("brews", &q.brews, namespace, w),
+            s.query("failures", &q.failures, namespace, w),
+            s.query("brewDuration.p50", &q.p50, namespace, w),
+            s.query("brewDuration.p95", &q.p95, namespace, w),
+            s.query("brewDuration.p99", &q.p99, namespace, w),
+            s.query("temperature", &q.temperature, namespace, w),
+            s.query("lastBrewed", &q.last_brewed, namespace, w),
         );
         let (usage, usage_warning) = usage;
         let mut warnings: Vec<String> = usage_warning.into_iter().collect();
@@ -176,12 +175,12 @@ impl CafeBrewStatsKind {
                     .push(pod);
             }
         }
-        let window = duration::go_string(s.window);
+        let window = duration::go_string(w);
         let items = cafes
             .iter()
             // A label value that is not a valid object name cannot be served (or fetched).
             .filter(|(key, _)| crate::api::validation::is_dns1123_subdomain(&key.name).is_empty())
-            .map(|(key, pods)| Arc::new(self.item(key, pods, &series, &usage, &window)))
+            .map(|(key, pods)| Arc::new(self.item(key, pods, &series, &usage, (&window, w))))
             .collect();
         Ok(Arc::new(Listing { items, warnings, resource_version }))
     }
@@ -192,11 +191,11 @@ impl CafeBrewStatsKind {
         pods: &[&PodInfo],
         series: &Series,
         usage: &HashMap<PodKey, Vec<crate::sources::ContainerUsage>>,
-        window: &str,
+        (window, window_duration): (&str, std::time::Duration),
     ) -> Item {
         let value =
             |map: &HashMap<PodKey, PromSample>| map.get(key).map(|s| s.value).filter(|v| v.is_finite());
-        let window_seconds = self.sources.window.as_secs_f64();
+        let window_seconds = window_duration.as_secs_f64();
         let brews = value(&series.brews).map(|v| v.max(0.0));
         let failures = value(&series.failures).map(|v| v.max(0.0));
         let brews_per_minute = brews.map(|b| round_to(b * 60.0 / window_seconds, 1e-3));

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use crate::config::LiveConfig;
 use crate::sources::prometheus::{Matcher, render};
 use crate::sources::{ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromSample, PromSource};
 
@@ -156,13 +157,13 @@ pub struct Sources {
     pub kubelet: Arc<dyn KubeletSource>,
     /// PromQL.
     pub prometheus: Arc<dyn PromSource>,
-    /// Range of the Prometheus rates.
-    pub window: Duration,
+    /// The query configuration in force (reloadable): kinds take one snapshot per computation.
+    pub config: Arc<LiveConfig>,
 }
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sources").field("window", &self.window).finish_non_exhaustive()
+        f.debug_struct("Sources").field("config", &self.config).finish_non_exhaustive()
     }
 }
 
@@ -198,12 +199,13 @@ impl Sources {
         field: &str,
         template: &str,
         namespace: Option<&str>,
+        window: Duration,
     ) -> Result<Vec<PromSample>, String> {
         let scope: Vec<Matcher> = match namespace {
             Some(ns) => vec![Matcher::eq("namespace", ns).map_err(|e| format!("{field} query: {e}"))?],
             None => Vec::new(),
         };
-        let promql = render(template, &scope, self.window).map_err(|e| format!("{field} query: {e}"))?;
+        let promql = render(template, &scope, window).map_err(|e| format!("{field} query: {e}"))?;
         self.prometheus.query(promql).await.map_err(|e| e.to_string())
     }
 }

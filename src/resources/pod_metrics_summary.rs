@@ -15,7 +15,6 @@ use super::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
     ServedKind, Sources, index_by_pod, rfc3339, schema_name, to_raw,
 };
-use crate::config::PodMetricsQueries;
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 use crate::{duration, quantity};
 
@@ -97,13 +96,12 @@ static COLUMNS: &[Column] = &[
 #[derive(Debug)]
 pub struct PodMetricsSummaries {
     sources: Sources,
-    queries: PodMetricsQueries,
 }
 
 impl PodMetricsSummaries {
-    /// Builds the kind from its sources and queries.
-    pub fn new(sources: Sources, queries: PodMetricsQueries) -> Self {
-        Self { sources, queries }
+    /// Builds the kind from its sources (queries come from `sources.config`).
+    pub fn new(sources: Sources) -> Self {
+        Self { sources }
     }
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
@@ -114,18 +112,20 @@ impl PodMetricsSummaries {
         let resource_version = inventory.resource_version();
         let pods = inventory.running_pods(namespace);
         let mut warnings = Vec::new();
+        let config = self.sources.config.current();
+        let (queries, window) = (&config.queries.pod_metrics_summary, config.window);
 
         let (usage, requests, errors) = futures::join!(
             self.sources.pod_usage(&pods),
-            self.sources.query("requests", &self.queries.requests, namespace),
-            self.sources.query("errors", &self.queries.errors, namespace),
+            self.sources.query("requests", &queries.requests, namespace, window),
+            self.sources.query("errors", &queries.errors, namespace, window),
         );
         let (usage, usage_warning) = usage;
         warnings.extend(usage_warning);
         let requests = index_by_pod(requests, "requests", &mut warnings);
         let errors = index_by_pod(errors, "errors", &mut warnings);
 
-        let window = duration::go_string(self.sources.window);
+        let window = duration::go_string(window);
         let items = pods
             .iter()
             .map(|pod| {
