@@ -16,9 +16,15 @@ if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/
   systemctl stop prometheus || true
 fi
 
-if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
-  echo "installing openapi-spec-validator from PyPI" >&2
-  python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator
+# Independent validators and clients used by the tests: OpenAPI documents, Kubernetes
+# manifests, and the official Kubernetes Python client.
+missing=()
+python3 -c 'import openapi_spec_validator' 2>/dev/null || missing+=(openapi-spec-validator)
+command -v kubernetes-validate >/dev/null || missing+=(kubernetes-validate)
+python3 -c 'import kubernetes' 2>/dev/null || missing+=(kubernetes)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing from PyPI: ${missing[*]}" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${missing[@]}"
 fi
 
 kubectl_bin="${KUBECTL:-/usr/bin/kubectl}"
