@@ -11,7 +11,7 @@ use clap::{Args as ClapArgs, Parser};
 use serde::Deserialize;
 
 use crate::duration;
-use crate::sources::prometheus::validate_template;
+use crate::sources::prometheus::{is_valid_label_name, validate_template};
 
 /// Errors loading the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +70,9 @@ pub struct Args {
     /// Delegated authentication and authorization.
     #[command(flatten)]
     pub auth: crate::auth::AuthArgs,
+    /// The opt-in external metrics API.
+    #[command(flatten)]
+    pub external_metrics: ExternalMetricsArgs,
     /// Log verbosity, as Kubernetes components count it: 0 warnings and errors, 1-2 info,
     /// 3-4 debug, 5+ trace.
     #[arg(short = 'v', long = "v", default_value_t = 1, env = "PERCOLATOR_V")]
@@ -162,11 +165,21 @@ pub struct PrometheusArgs {
     pub config: Option<PathBuf>,
 }
 
+/// Flags of the external metrics API (`external.metrics.k8s.io/v1beta1`).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ExternalMetricsArgs {
+    /// Serve and advertise external.metrics.k8s.io/v1beta1 (HPA external metrics) with the
+    /// `externalMetrics` of --config. Only one server per cluster may own that group (KEDA and
+    /// prometheus-adapter claim it too), so it is off by default.
+    #[arg(long, env = "PERCOLATOR_ENABLE_EXTERNAL_METRICS")]
+    pub enable_external_metrics: bool,
+}
+
 /// Default range of rates.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
 
 /// The query configuration file (`--config`).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QueryConfig {
     /// Range the rates are computed over (Go duration); `--window` overrides it.
@@ -178,6 +191,82 @@ pub struct QueryConfig {
     /// PromQL of the CafeBrewStats fields.
     #[serde(default)]
     pub cafe_brew_stats: CafeQueries,
+    /// The metrics of `external.metrics.k8s.io/v1beta1` (served with
+    /// `--enable-external-metrics`); [`default_external_metrics`] when the key is absent. Never
+    /// empty: an empty resource list makes every kubectl discovery report an error.
+    #[serde(default = "default_external_metrics")]
+    pub external_metrics: Vec<ExternalMetricConfig>,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        Self {
+            window: None,
+            pod_metrics_summary: PodMetricsQueries::default(),
+            cafe_brew_stats: CafeQueries::default(),
+            external_metrics: default_external_metrics(),
+        }
+    }
+}
+
+/// One external metric: `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/<name>`
+/// runs `query` with `SCOPE` = `namespace="NS"` plus the request's label selector, which may
+/// only name the `labels` listed here.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExternalMetricConfig {
+    /// Metric name, the resource of its URL: lowercase letters, digits, `_`, `.` and `-`.
+    pub name: String,
+    /// PromQL template (`SCOPE`, `WINDOW` placeholders as for the other queries). Each series
+    /// of the result becomes one item; its labels are the item's `metricLabels`.
+    pub query: String,
+    /// Labels a selector may constrain (Prometheus label names, never `namespace`): each
+    /// requirement becomes a matcher in `SCOPE`. A selector on any other label is a 400.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Range of this metric's rates (Go duration); the configuration's window when unset.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub window: Option<Duration>,
+}
+
+/// Names a metric may not take: they are namespace subresources in a Kubernetes URL
+/// (`/namespaces/NS/status`), so requests for them would be authorized as such.
+const RESERVED_METRIC_NAMES: [&str; 4] = [".", "..", "status", "finalize"];
+
+fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
+    ExternalMetricConfig {
+        name: name.to_owned(),
+        query: query.to_owned(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        window: None,
+    }
+}
+
+/// The compiled-in external metrics: `cafe_brews_per_minute`, `cafe_brew_duration_p95_seconds`,
+/// `http_requests_per_second` and `http_error_ratio`.
+pub fn default_external_metrics() -> Vec<ExternalMetricConfig> {
+    vec![
+        external(
+            "cafe_brews_per_minute",
+            "sum by (namespace, cafe, type) (rate(cafe_brews_total{SCOPE}[WINDOW])) * 60",
+            &["cafe", "type"],
+        ),
+        external(
+            "cafe_brew_duration_p95_seconds",
+            "histogram_quantile(0.95, sum by (namespace, cafe, type, le) (rate(cafe_brew_duration_seconds_bucket{SCOPE}[WINDOW])))",
+            &["cafe", "type"],
+        ),
+        external(
+            "http_requests_per_second",
+            "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
+            &["pod", "code"],
+        ),
+        external(
+            "http_error_ratio",
+            "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW])) / sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
+            &["pod"],
+        ),
+    ]
 }
 
 /// PromQL templates of PodMetricsSummary. `SCOPE` stands for the namespace matcher (empty
@@ -341,6 +430,71 @@ impl QueryConfig {
                 field: "window".to_string(),
                 message: "must be at least 1s".to_string(),
             });
+        }
+        self.validate_external_metrics(path)
+    }
+
+    fn validate_external_metrics(&self, path: &str) -> Result<()> {
+        let invalid =
+            |field: String, message: String| ConfigError::Invalid { path: path.to_string(), field, message };
+        if self.external_metrics.is_empty() {
+            return Err(invalid(
+                "externalMetrics".to_string(),
+                "must list at least one metric (an empty external.metrics.k8s.io resource list makes \
+                 every kubectl discovery report an error); leave the key out for the defaults"
+                    .to_string(),
+            ));
+        }
+        for (i, metric) in self.external_metrics.iter().enumerate() {
+            let field = |name: &str| format!("externalMetrics[{i}].{name}");
+            let name = &metric.name;
+            let name_ok = !name.is_empty()
+                && name.len() <= 253
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b));
+            if !name_ok {
+                return Err(invalid(
+                    field("name"),
+                    format!(
+                        "{name:?} is not a valid metric name: 1 to 253 characters among lowercase \
+                         letters, digits, '_', '.' and '-'"
+                    ),
+                ));
+            }
+            if RESERVED_METRIC_NAMES.contains(&name.as_str()) {
+                return Err(invalid(field("name"), format!("{name:?} is reserved in Kubernetes URLs")));
+            }
+            if let Some(first) = self.external_metrics[..i].iter().position(|m| m.name == *name) {
+                return Err(invalid(
+                    field("name"),
+                    format!("duplicate name {name:?} (also externalMetrics[{first}])"),
+                ));
+            }
+            validate_template(&metric.query).map_err(|e| invalid(field("query"), e.to_string()))?;
+            for (j, label) in metric.labels.iter().enumerate() {
+                let label_field = format!("externalMetrics[{i}].labels[{j}]");
+                if !is_valid_label_name(label) {
+                    return Err(invalid(
+                        label_field,
+                        format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"),
+                    ));
+                }
+                if label == "namespace" {
+                    return Err(invalid(
+                        label_field,
+                        "\"namespace\" cannot be selected: the request's namespace always scopes the query"
+                            .to_string(),
+                    ));
+                }
+                if label.starts_with("__") {
+                    return Err(invalid(label_field, format!("{label:?} is reserved by Prometheus")));
+                }
+                if metric.labels[..j].contains(label) {
+                    return Err(invalid(label_field, format!("duplicate label {label:?}")));
+                }
+            }
+            if metric.window.is_some_and(|w| w < Duration::from_secs(1)) {
+                return Err(invalid(field("window"), "must be at least 1s".to_string()));
+            }
         }
         Ok(())
     }
@@ -553,5 +707,106 @@ mod tests {
         assert_eq!(c.window, Some(Duration::from_secs(120)));
         let err = QueryConfig::from_yaml("window: soon\n", "f").unwrap_err().to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn external_metrics_default_when_absent() {
+        let c = QueryConfig::from_yaml("window: 2m\n", "f").unwrap();
+        let names: Vec<&str> = c.external_metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cafe_brews_per_minute",
+                "cafe_brew_duration_p95_seconds",
+                "http_requests_per_second",
+                "http_error_ratio"
+            ]
+        );
+        assert_eq!(c.external_metrics[0].labels, ["cafe", "type"]);
+        assert_eq!(c.external_metrics[2].labels, ["pod", "code"]);
+        assert_eq!(c.external_metrics[3].labels, ["pod"]);
+        assert!(!Args::try_parse_from(["percolator"]).unwrap().external_metrics.enable_external_metrics);
+        let args = Args::try_parse_from(["percolator", "--enable-external-metrics"]).unwrap();
+        assert!(args.external_metrics.enable_external_metrics);
+    }
+
+    #[test]
+    fn external_metrics_parse() {
+        let c = QueryConfig::from_yaml(
+            "externalMetrics:\n- name: queue_depth\n  query: max by (namespace, queue) (q{SCOPE})\n  labels: [queue]\n  window: 1m\n- name: x.y-z\n  query: sum(rate(x{SCOPE}[WINDOW]))\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            c.external_metrics,
+            vec![
+                ExternalMetricConfig {
+                    name: "queue_depth".into(),
+                    query: "max by (namespace, queue) (q{SCOPE})".into(),
+                    labels: vec!["queue".into()],
+                    window: Some(Duration::from_secs(60)),
+                },
+                ExternalMetricConfig {
+                    name: "x.y-z".into(),
+                    query: "sum(rate(x{SCOPE}[WINDOW]))".into(),
+                    labels: vec![],
+                    window: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn external_metrics_are_validated_with_the_field_named() {
+        let ok = "  query: x{SCOPE}\n";
+        for (yaml, field, says) in [
+            ("externalMetrics: []\n".to_owned(), "externalMetrics", "at least one metric"),
+            (format!("externalMetrics:\n- name: Brews\n{ok}"), "externalMetrics[0].name", "lowercase"),
+            (format!("externalMetrics:\n- name: a/b\n{ok}"), "externalMetrics[0].name", "\"a/b\""),
+            (format!("externalMetrics:\n- name: \"\"\n{ok}"), "externalMetrics[0].name", "1 to 253"),
+            (format!("externalMetrics:\n- name: status\n{ok}"), "externalMetrics[0].name", "reserved"),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}- name: a\n{ok}"),
+                "externalMetrics[1].name",
+                "duplicate name \"a\" (also externalMetrics[0])",
+            ),
+            (
+                "externalMetrics:\n- name: a\n  query: sum(rate(x[5m]))\n".to_owned(),
+                "externalMetrics[0].query",
+                "would read every namespace",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [ok, app.kubernetes.io/name]\n"),
+                "externalMetrics[0].labels[1]",
+                "not a Prometheus label name",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [namespace]\n"),
+                "externalMetrics[0].labels[0]",
+                "always scopes",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [__name__]\n"),
+                "externalMetrics[0].labels[0]",
+                "reserved",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [pod, pod]\n"),
+                "externalMetrics[0].labels[1]",
+                "duplicate label",
+            ),
+            (format!("externalMetrics:\n- name: a\n{ok}  window: 10ms\n"), "externalMetrics[0].window", "1s"),
+        ] {
+            let err = QueryConfig::from_yaml(&yaml, "f.yaml").unwrap_err().to_string();
+            assert!(err.starts_with(&format!("--config f.yaml: field {field}: ")), "{yaml}: {err}");
+            assert!(err.contains(says), "{yaml}: {err}");
+        }
+        let err =
+            QueryConfig::from_yaml("externalMetrics:\n- name: a\n  query: x{SCOPE}\n  label: [a]\n", "f")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("label"), "{err}");
+        let err = QueryConfig::from_yaml("externalMetrics:\n- name: a\n", "f").unwrap_err().to_string();
+        assert!(err.contains("query"), "{err}");
     }
 }

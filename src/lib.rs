@@ -4,9 +4,10 @@
 //! The binary is thin; everything lives here so tests can reach it:
 //! [`config`] (flags and the query file), [`tls`] (serving certificates), [`inventory`] (pods and
 //! nodes from the cluster), [`sources`] (kubelets, Prometheus), [`resources`] (the served
-//! kinds), [`cache`] (TTL + single-flight), [`api`] (the HTTP surface), [`telemetry`] (own
-//! metrics and logs), [`server`] (wiring and serving), [`sim`] (the simulated cluster used by
-//! the demo, the tests and the benchmarks) and [`devenv`] (the local Prometheus they run).
+//! kinds), [`external`] (the opt-in `external.metrics.k8s.io` API for the HPA), [`cache`]
+//! (TTL + single-flight), [`api`] (the HTTP surface), [`telemetry`] (own metrics and logs),
+//! [`server`] (wiring and serving), [`sim`] (the simulated cluster used by the demo, the tests
+//! and the benchmarks) and [`devenv`] (the local Prometheus they run).
 
 pub mod api;
 pub mod auth;
@@ -15,6 +16,7 @@ pub mod config;
 pub mod demo;
 pub mod devenv;
 pub mod duration;
+pub mod external;
 pub mod inventory;
 pub mod quantity;
 pub mod resources;

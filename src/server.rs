@@ -18,13 +18,14 @@ use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
 use crate::cache::CachedKind;
 use crate::config::{Args, KubeletArgs, LiveConfig};
+use crate::external::ExternalMetrics;
 use crate::inventory::KubeInventory;
 use crate::resources::cafe_brew_stats::CafeBrewStatsKind;
 use crate::resources::pod_metrics_summary::PodMetricsSummaries;
 use crate::resources::{Kinds, Sources};
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
-use crate::sources::{Inventory, KubeletSource, UpstreamObserver};
+use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver};
 use crate::telemetry::Metrics;
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
@@ -104,18 +105,20 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         )
         .context("building the kubelet client")?,
     );
-    let prometheus = PromClient::new(
-        args.prometheus.prometheus_url.as_str(),
-        args.prometheus.prometheus_timeout,
-        observer,
-    )
-    .context("--prometheus-url")?;
+    let prometheus: Arc<dyn PromSource> = Arc::new(
+        PromClient::new(
+            args.prometheus.prometheus_url.as_str(),
+            args.prometheus.prometheus_timeout,
+            observer,
+        )
+        .context("--prometheus-url")?,
+    );
     tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
 
     let sources = Sources {
         inventory: inventory.clone(),
         kubelet,
-        prometheus: Arc::new(prometheus),
+        prometheus: prometheus.clone(),
         config: config.clone(),
     };
     let ttl = args.prometheus.cache_ttl;
@@ -134,7 +137,15 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         ready_metrics.ready.set(i64::from(ready));
         ready
     });
-    let app = api::router(ApiState::new(kinds, ready, metrics.clone()).with_auth(auth));
+    let mut state = ApiState::new(kinds, ready, metrics.clone()).with_auth(auth);
+    if args.external_metrics.enable_external_metrics {
+        let names: Vec<String> =
+            config.current().queries.external_metrics.iter().map(|m| m.name.clone()).collect();
+        tracing::info!(metrics = ?names, "serving external.metrics.k8s.io/v1beta1");
+        let external = ExternalMetrics::new(prometheus, config.clone(), ttl, metrics.clone());
+        state = state.with_external_metrics(Arc::new(external));
+    }
+    let app = api::router(state);
 
     let listener = TcpListener::bind((args.serving.bind_address, args.serving.secure_port))
         .await

@@ -10,8 +10,12 @@
 //! - `GET /version`: `version.Info`.
 //!
 //! Built from the served kinds plus extra group-versions (e.g. `external.metrics.k8s.io`).
+//! [`LiveDiscovery`] holds the documents in force: group-versions whose resources come from
+//! the reloadable configuration ([`DynamicGroupVersions`]) are rebuilt, and the documents
+//! swapped (with new ETags), when the configuration generation changes.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -267,6 +271,84 @@ impl Discovery {
     /// `GET /version` (always JSON, like kube-apiserver's version handler).
     pub fn version(&self) -> Response {
         json_response(self.version.clone())
+    }
+}
+
+/// Group-versions whose resources change at runtime (the external metrics of the reloadable
+/// configuration).
+pub trait DynamicGroupVersions: Send + Sync {
+    /// A number that changes whenever [`DynamicGroupVersions::group_versions`] would (the
+    /// configuration generation).
+    fn generation(&self) -> u64;
+    /// The group-versions in force, with the generation they belong to (read from one
+    /// configuration snapshot, so the two agree).
+    fn group_versions(&self) -> (u64, Vec<GroupVersionResources>);
+}
+
+/// The discovery documents in force. With a [`DynamicGroupVersions`], every read compares its
+/// generation with the one the documents were built for and rebuilds them when it moved, so
+/// discovery never lags the configuration that requests are served with (a rebuild is a few
+/// small JSON documents and their SHA-512, well under a millisecond).
+pub struct LiveDiscovery {
+    kinds: Kinds,
+    extra: Vec<GroupVersionResources>,
+    dynamic: Option<Arc<dyn DynamicGroupVersions>>,
+    built: RwLock<(u64, Arc<Discovery>)>,
+}
+
+impl std::fmt::Debug for LiveDiscovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveDiscovery").field("extra", &self.extra).finish_non_exhaustive()
+    }
+}
+
+impl LiveDiscovery {
+    /// Documents for `kinds`, then the static `extra` group-versions, then the `dynamic` ones.
+    pub fn new(
+        kinds: Kinds,
+        extra: Vec<GroupVersionResources>,
+        dynamic: Option<Arc<dyn DynamicGroupVersions>>,
+    ) -> Self {
+        let (generation, gvs) = dynamic.as_ref().map(|d| d.group_versions()).unwrap_or_default();
+        let built = Arc::new(Self::build(&kinds, &extra, gvs));
+        Self { kinds, extra, dynamic, built: RwLock::new((generation, built)) }
+    }
+
+    fn build(
+        kinds: &Kinds,
+        extra: &[GroupVersionResources],
+        dynamic: Vec<GroupVersionResources>,
+    ) -> Discovery {
+        let mut all = extra.to_vec();
+        all.extend(dynamic);
+        Discovery::new(kinds, &all)
+    }
+
+    fn built(&self) -> (u64, Arc<Discovery>) {
+        match self.built.read() {
+            Ok(built) => built.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The documents for the configuration in force.
+    pub fn current(&self) -> Arc<Discovery> {
+        let (built_generation, built) = self.built();
+        let Some(dynamic) = &self.dynamic else { return built };
+        if dynamic.generation() == built_generation {
+            return built;
+        }
+        let (generation, gvs) = dynamic.group_versions();
+        let fresh = Arc::new(Self::build(&self.kinds, &self.extra, gvs));
+        let mut slot = match self.built.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Generations only grow: never replace newer documents built by a concurrent reader.
+        if generation >= slot.0 {
+            *slot = (generation, fresh.clone());
+        }
+        fresh
     }
 }
 

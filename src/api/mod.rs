@@ -9,7 +9,10 @@
 //! - resources, for every served kind: `GET /apis/<g>/<v>/<plural>`,
 //!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>` and
 //!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>` (`labelSelector`, `fieldSelector`,
-//!   JSON / Table / PartialObjectMetadata by `Accept`); `watch` and every write verb are a 405.
+//!   JSON / Table / PartialObjectMetadata by `Accept`); `watch` and every write verb are a 405;
+//! - with [`ApiState::with_external_metrics`], everything under
+//!   `/apis/external.metrics.k8s.io/` ([`crate::external`]), whose discovery follows the
+//!   reloadable configuration.
 //!
 //! Every error is a `metav1.Status` ([`status`]); paths and queries are parsed here from the raw
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
@@ -37,9 +40,10 @@ use axum::routing::any;
 use futures::FutureExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 
+use crate::external::ExternalMetrics;
 use crate::resources::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
 use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
-use discovery::{Discovery, GroupVersionResources};
+use discovery::{Discovery, DynamicGroupVersions, GroupVersionResources, LiveDiscovery};
 use negotiate::{Endpoint, Representation, negotiate_headers};
 use openapi::OpenApi;
 use render::{IncludeObject, RenderContext, render_list, render_object};
@@ -60,11 +64,13 @@ pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 #[derive(Clone)]
 pub struct ApiState {
     kinds: Kinds,
-    discovery: Arc<Discovery>,
+    extra: Vec<GroupVersionResources>,
+    discovery: Arc<LiveDiscovery>,
     openapi: Arc<OpenApi>,
     ready: ReadyFn,
     metrics: Arc<Metrics>,
     auth: Option<Arc<crate::auth::Auth>>,
+    external: Option<Arc<ExternalMetrics>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -79,9 +85,9 @@ impl ApiState {
     /// Precomputes discovery and OpenAPI for `kinds`; `ready` answers `/readyz`, `metrics`
     /// counts requests and is served on `/metrics`.
     pub fn new(kinds: Kinds, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
-        let discovery = Arc::new(Discovery::new(&kinds, &[]));
+        let discovery = Arc::new(LiveDiscovery::new(kinds.clone(), Vec::new(), None));
         let openapi = Arc::new(OpenApi::new(&kinds));
-        Self { kinds, discovery, openapi, ready, metrics, auth: None }
+        Self { kinds, extra: Vec::new(), discovery, openapi, ready, metrics, auth: None, external: None }
     }
 
     /// Authenticates and authorizes every request with `auth` (delegated to the cluster).
@@ -94,8 +100,22 @@ impl ApiState {
     /// Adds discovery entries for group-versions served by routers merged in later (e.g.
     /// `external.metrics.k8s.io/v1beta1`), after the kinds' own group-version.
     pub fn with_extra_group_versions(mut self, extra: Vec<GroupVersionResources>) -> Self {
-        self.discovery = Arc::new(Discovery::new(&self.kinds, &extra));
+        self.extra = extra;
+        self.rebuild_discovery();
         self
+    }
+
+    /// Serves `external.metrics.k8s.io/v1beta1` with `external` and advertises it in
+    /// discovery, whose resource list follows configuration reloads.
+    pub fn with_external_metrics(mut self, external: Arc<ExternalMetrics>) -> Self {
+        self.external = Some(external);
+        self.rebuild_discovery();
+        self
+    }
+
+    fn rebuild_discovery(&mut self) {
+        let dynamic = self.external.clone().map(|e| e as Arc<dyn DynamicGroupVersions>);
+        self.discovery = Arc::new(LiveDiscovery::new(self.kinds.clone(), self.extra.clone(), dynamic));
     }
 
     /// The served kinds.
@@ -103,9 +123,9 @@ impl ApiState {
         &self.kinds
     }
 
-    /// The precomputed discovery documents.
-    pub fn discovery(&self) -> &Discovery {
-        &self.discovery
+    /// The discovery documents in force.
+    pub fn discovery(&self) -> Arc<Discovery> {
+        self.discovery.current()
     }
 
     /// The precomputed OpenAPI documents.
@@ -208,9 +228,10 @@ fn metric_labels(state: &ApiState, method: &Method, uri: &Uri, matched: Option<S
     let resource = info
         .filter(|i| {
             i.is_resource_request
-                && i.api_group == GROUP
-                && i.api_version == VERSION
-                && state.kinds.iter().any(|k| k.info().plural == i.resource)
+                && ((i.api_group == GROUP
+                    && i.api_version == VERSION
+                    && state.kinds.iter().any(|k| k.info().plural == i.resource))
+                    || state.external.as_ref().is_some_and(|e| e.is_metric_request(i)))
         })
         .map(|i| i.resource)
         .or(matched)
@@ -223,7 +244,12 @@ async fn dispatch(State(state): State<ApiState>, request: Request) -> Response {
     let segments = split_path(parts.uri.path());
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
 
-    if let ["apis", _, _, _, ..] = segs.as_slice() {
+    if let ["apis", group, _, _, ..] = segs.as_slice() {
+        if *group == crate::external::GROUP
+            && let Some(external) = &state.external
+        {
+            return external.serve(&parts.method, &parts.uri, &parts.headers).await;
+        }
         return match serve_resource(&state, &parts.method, &parts.uri, &parts.headers).await {
             Ok(response) => response,
             Err(e) => e.into_response(),
@@ -248,7 +274,7 @@ async fn dispatch(State(state): State<ApiState>, request: Request) -> Response {
     match segs.as_slice() {
         ["healthz" | "livez"] => text(StatusCode::OK, "ok"),
         ["readyz"] => readyz(&state, &QueryParams::parse(parts.uri.query())),
-        ["version"] => state.discovery.version(),
+        ["version"] => state.discovery().version(),
         ["metrics"] => (
             [(
                 header::CONTENT_TYPE,
@@ -257,10 +283,10 @@ async fn dispatch(State(state): State<ApiState>, request: Request) -> Response {
             state.metrics.encode(),
         )
             .into_response(),
-        ["api"] => state.discovery.api(headers),
-        ["apis"] => state.discovery.apis(headers),
-        ["apis", group] => state.discovery.group(group, headers),
-        ["apis", group, version] => state.discovery.group_version(group, version, headers),
+        ["api"] => state.discovery().api(headers),
+        ["apis"] => state.discovery().apis(headers),
+        ["apis", group] => state.discovery().group(group, headers),
+        ["apis", group, version] => state.discovery().group_version(group, version, headers),
         ["openapi", "v2"] => state.openapi.v2(headers),
         ["openapi", "v3"] => state.openapi.v3_root(headers),
         ["openapi", "v3", rest @ ..] => state
