@@ -780,7 +780,8 @@ pub(crate) mod tests {
         cluster.stats.api_requests.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
-    /// An API state over the default 3×4 cluster, the built-in policy and no trust ConfigMap.
+    /// An API state over the default 3×4 cluster (with 2 cafes per namespace), the built-in
+    /// policy and no trust ConfigMap.
     pub(crate) fn mk_state() -> ApiState {
         let start = 1_764_000_000;
         let w = Workload::generate(
@@ -789,6 +790,7 @@ pub(crate) mod tests {
                 nodes: 3,
                 pods_per_node: 4,
                 namespaces: vec!["shop".into(), "api".into(), "default".into()],
+                cafes_per_namespace: 2,
             },
             start,
         );
@@ -840,7 +842,9 @@ pub(crate) mod tests {
                 None => break,
             }
         }
-        assert_eq!(names.len(), 12);
+        let cafe_pods = state.cluster.all_pods().iter().filter(|p| p.cafe.is_some()).count();
+        assert!(cafe_pods >= 6);
+        assert_eq!(names.len(), 12 + cafe_pods);
         assert!(rvs.windows(2).all(|w| w[0] == w[1]));
         let all: Vec<String> = state.cluster.all_pods().iter().map(|p| p.name.clone()).collect();
         assert_eq!(names, all);
@@ -852,7 +856,22 @@ pub(crate) mod tests {
             assert_eq!(item["metadata"]["labels"]["app"], "web");
         }
         let (_, body) = call(&state, "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1", Some(&token)).await;
-        assert_eq!(body["items"].as_array().unwrap().len(), 4);
+        assert_eq!(body["items"].as_array().unwrap().len(), state.cluster.pods_on(1).len());
+        assert!(state.cluster.pods_on(1).len() > 4);
+        let latte = state.cluster.cafes.iter().find(|c| c.kind.as_str() == "latte").unwrap();
+        let uri = format!(
+            "/api/v1/namespaces/{}/pods?labelSelector=app%3Dcafe%2Cune-tasse-de.cafe%2Fcafe%3D{}",
+            latte.namespace, latte.name
+        );
+        let (_, body) = call(&state, &uri, Some(&token)).await;
+        assert_eq!(body["items"].as_array().unwrap().len(), latte.pods as usize);
+        let (_, body) =
+            call(&state, "/api/v1/pods?labelSelector=une-tasse-de.cafe%2Fcafe", Some(&token)).await;
+        assert_eq!(body["items"].as_array().unwrap().len(), cafe_pods);
+        for item in body["items"].as_array().unwrap() {
+            assert_eq!(item["metadata"]["labels"]["app"], "cafe");
+            assert_eq!(item["status"]["phase"], "Running");
+        }
         let (status, body) = call(&state, "/api/v1/namespaces/shop/pods/nope", Some(&token)).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["reason"], "NotFound");

@@ -8,8 +8,9 @@
 //! - `GET /sim/stats`: kubelet fetches per node and API requests per kind;
 //! - `POST /sim/churn`: delete one running pod and create its replacement now.
 //!
-//! Exporters are pluggable: the HTTP-requests exporter is the first; more (cafes) are added
-//! by implementing [`Exporter`] and listing it in [`default_exporters`].
+//! Exporters are pluggable: [`HttpRequestsExporter`] (`http_requests_total`) and
+//! [`CafeExporter`] (the cafe metric contract); more are added by implementing [`Exporter`] and
+//! listing it in [`default_exporters`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,6 +27,9 @@ use futures::StreamExt as _;
 use http::{StatusCode, header};
 use serde::Serialize;
 
+pub use super::cafe::{CafeExporter, StepCurve};
+
+use super::cafe::{Cafe, TEMPERATURE_STEP_SECONDS};
 use super::cluster::{Cluster, now};
 use super::objects::rfc3339;
 use super::text::{push_go_float, push_label_value};
@@ -43,6 +47,16 @@ pub enum SeriesValue {
     },
     /// Always the same value.
     Constant(f64),
+    /// The unix time of the last whole event of a linear counter of events:
+    /// `start + floor(rate × (t − start)) / rate` (`start` before the first one).
+    LastEvent {
+        /// Events per second.
+        rate: f64,
+        /// Unix seconds.
+        start: f64,
+    },
+    /// A curve constant within steps of wall time.
+    Steps(StepCurve),
 }
 
 impl SeriesValue {
@@ -51,6 +65,11 @@ impl SeriesValue {
         match self {
             SeriesValue::Linear { rate, start } => linear(rate, start, t),
             SeriesValue::Constant(v) => v,
+            SeriesValue::LastEvent { rate, start } if rate > 0.0 => {
+                start + linear(rate, start, t).floor() / rate
+            }
+            SeriesValue::LastEvent { start, .. } => start,
+            SeriesValue::Steps(curve) => curve.at(t),
         }
     }
 }
@@ -62,6 +81,8 @@ pub enum FamilyType {
     Counter,
     /// A gauge.
     Gauge,
+    /// A histogram: samples `<name>_bucket{le}`, `<name>_sum` and `<name>_count`.
+    Histogram,
 }
 
 /// One metric family an exporter writes.
@@ -71,7 +92,7 @@ pub struct Family {
     pub name: &'static str,
     /// `# HELP` text.
     pub help: &'static str,
-    /// Counter or gauge.
+    /// Counter, gauge or histogram.
     pub kind: FamilyType,
 }
 
@@ -79,7 +100,7 @@ impl Family {
     fn sample_name(&self) -> String {
         match self.kind {
             FamilyType::Counter => format!("{}_total", self.name),
-            FamilyType::Gauge => self.name.to_owned(),
+            FamilyType::Gauge | FamilyType::Histogram => self.name.to_owned(),
         }
     }
 
@@ -87,12 +108,16 @@ impl Family {
         match self.kind {
             FamilyType::Counter => "counter",
             FamilyType::Gauge => "gauge",
+            FamilyType::Histogram => "histogram",
         }
     }
 }
 
-/// Receives the series of one pod: its labels (sorted by name) and value function.
-pub type SeriesSink<'a> = dyn FnMut(&[(&str, &str)], SeriesValue) + 'a;
+/// Receives the series of one pod, one call per series: the suffix appended to the family's
+/// sample name (`""`, or `_bucket`, `_sum`, `_count` for a histogram), its labels (sorted by
+/// name) and its value function. The series of one histogram come in exposition order: the
+/// buckets by increasing `le` (`+Inf` last), then `_sum` and `_count`.
+pub type SeriesSink<'a> = dyn FnMut(&'static str, &[(&str, &str)], SeriesValue) + 'a;
 
 /// A simulated application exporter: metric families with per-pod series.
 pub trait Exporter: Send + Sync {
@@ -124,6 +149,7 @@ impl Exporter for HttpRequestsExporter {
         let start = counter_origin(origin, pod.started());
         for (code, rate) in http.series() {
             sink(
+                "",
                 &[("code", code), ("namespace", &pod.namespace), ("pod", &pod.name)],
                 SeriesValue::Linear { rate, start },
             );
@@ -133,7 +159,7 @@ impl Exporter for HttpRequestsExporter {
 
 /// The exporters `/metrics` and `/sim/history` serve.
 pub fn default_exporters() -> Vec<Box<dyn Exporter>> {
-    vec![Box::new(HttpRequestsExporter)]
+    vec![Box::new(HttpRequestsExporter), Box::new(CafeExporter)]
 }
 
 /// State of the metrics/control router.
@@ -172,8 +198,9 @@ enum Mode {
     History { start: f64, end: f64, step: f64, job: String, instance: String },
 }
 
-fn push_series_name(out: &mut String, name: &str, labels: &[(&str, &str)]) {
-    out.push_str(name);
+/// Appends `<suffix>{labels}` (the caller has written the family's sample name).
+fn push_series_name(out: &mut String, suffix: &str, labels: &[(&str, &str)]) {
+    out.push_str(suffix);
     out.push('{');
     for (i, (k, v)) in labels.iter().enumerate() {
         if i > 0 {
@@ -225,33 +252,46 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
             let hi = (lo + PODS_PER_CHUNK).min(pods.len());
             for pod in pods.get(lo..hi).unwrap_or_default() {
                 match mode {
-                    Mode::Now(t) => exporter.pod_series(*f, pod, origin, &mut |labels, value| {
-                        push_series_name(&mut out, &name, labels);
+                    Mode::Now(t) => exporter.pod_series(*f, pod, origin, &mut |suffix, labels, value| {
+                        out.push_str(&name);
+                        push_series_name(&mut out, suffix, labels);
                         out.push(' ');
                         push_go_float(&mut out, value.at(*t));
                         out.push('\n');
                     }),
                     Mode::History { start, end, step, job, instance } => {
-                        exporter.pod_series(*f, pod, origin, &mut |labels, value| {
+                        // OpenMetrics: the points of one metric (a label set, `le` aside) are
+                        // consecutive and in time order, each point with all its samples.
+                        let mut samples: Vec<(String, String, SeriesValue)> = Vec::new();
+                        exporter.pod_series(*f, pod, origin, &mut |suffix, labels, value| {
                             let mut all: Vec<(&str, &str)> = labels.to_vec();
                             all.push(("instance", instance));
                             all.push(("job", job));
                             all.sort_by(|a, b| a.0.cmp(b.0));
-                            let mut head = String::new();
-                            push_series_name(&mut head, &name, &all);
+                            let mut head = name.clone();
+                            push_series_name(&mut head, suffix, &all);
+                            let mut metric = String::new();
+                            for (k, v) in all.iter().filter(|(k, _)| *k != "le") {
+                                let _ = write!(metric, "{k}={v:?},");
+                            }
+                            samples.push((metric, head, value));
+                        });
+                        for group in samples.chunk_by(|a, b| a.0 == b.0) {
                             let mut k = 0u64;
                             loop {
                                 let t = start + k as f64 * step;
                                 if t > *end {
                                     break;
                                 }
-                                out.push_str(&head);
-                                out.push(' ');
-                                push_go_float(&mut out, value.at(t));
-                                let _ = writeln!(out, " {t}");
+                                for (_, head, value) in group {
+                                    out.push_str(head);
+                                    out.push(' ');
+                                    push_go_float(&mut out, value.at(t));
+                                    let _ = writeln!(out, " {t}");
+                                }
                                 k += 1;
                             }
-                        })
+                        }
                     }
                 }
             }
@@ -364,6 +404,47 @@ struct TruthPod<'a> {
 }
 
 #[derive(Serialize)]
+struct TruthDuration {
+    min: f64,
+    max: f64,
+    p50: f64,
+    p95: f64,
+    p99: f64,
+}
+
+#[derive(Serialize)]
+struct TruthRange {
+    min: f64,
+    max: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TruthCafe<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    #[serde(rename = "type")]
+    type_: &'static str,
+    /// Its running serving pods.
+    pods: Vec<&'a str>,
+    brews_per_minute: f64,
+    failures_per_minute: f64,
+    /// `failures / (brews + failures)`.
+    failure_ratio: f64,
+    duration: TruthDuration,
+    /// The current step's value.
+    temperature: f64,
+    temperature_step_seconds: i64,
+    temperature_step_start: i64,
+    /// The lowest and highest temperature the curve ever takes.
+    temperature_range: TruthRange,
+    /// Unix seconds of the last completed brew (the latest over its pods).
+    last_brewed: Option<f64>,
+    cpu_cores: f64,
+    memory_bytes: f64,
+}
+
+#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Truth<'a> {
     time: f64,
@@ -371,11 +452,60 @@ struct Truth<'a> {
     housekeeping_seconds: f64,
     nodes: Vec<TruthNode<'a>>,
     pods: Vec<TruthPod<'a>>,
+    cafes: Vec<TruthCafe<'a>>,
+}
+
+/// The truth of `cafe` at `t`, served by the running pods among `pods`.
+fn truth_cafe<'a>(cafe: &'a Cafe, pods: &[&'a SimPod], origin: f64, t: f64) -> TruthCafe<'a> {
+    let serving: Vec<&SimPod> = pods
+        .iter()
+        .copied()
+        .filter(|p| p.is_running() && p.cafe.as_ref().is_some_and(|c| c.name == cafe.name))
+        .collect();
+    let running = serving.len() as u32;
+    // The nominal rates when every pod serves (no rounding), pro rata otherwise.
+    let share = |v: f64| if running == cafe.pods { v } else { v * f64::from(running) / f64::from(cafe.pods) };
+    let rate = cafe.brews_per_second_per_pod();
+    let last_brewed = serving
+        .iter()
+        .map(|p| SeriesValue::LastEvent { rate, start: counter_origin(origin, p.started()) }.at(t))
+        .reduce(f64::max);
+    let containers = || serving.iter().flat_map(|p| p.containers.iter());
+    let (temperature_min, temperature_max) = cafe.temperature.range();
+    TruthCafe {
+        namespace: &cafe.namespace,
+        name: &cafe.name,
+        type_: cafe.kind.as_str(),
+        pods: serving.iter().map(|p| p.name.as_str()).collect(),
+        brews_per_minute: share(cafe.brews_per_minute),
+        failures_per_minute: share(cafe.failures_per_minute()),
+        failure_ratio: cafe.failure_ratio(),
+        duration: TruthDuration {
+            min: cafe.duration_min,
+            max: cafe.duration_max,
+            p50: cafe.duration_quantile(0.5),
+            p95: cafe.duration_quantile(0.95),
+            p99: cafe.duration_quantile(0.99),
+        },
+        temperature: cafe.temperature.at(t),
+        temperature_step_seconds: TEMPERATURE_STEP_SECONDS,
+        temperature_step_start: StepCurve::step_start(t),
+        temperature_range: TruthRange { min: temperature_min, max: temperature_max },
+        last_brewed,
+        cpu_cores: containers().map(|c| c.cpu_cores).sum(),
+        memory_bytes: containers().map(|c| c.memory_bytes).sum(),
+    }
 }
 
 /// The ground truth document at time `t`.
 pub(crate) fn truth_json(cluster: &Cluster, t: f64) -> Vec<u8> {
     let pods = cluster.all_pods();
+    let mut by_cafe: BTreeMap<(&str, &str), Vec<&SimPod>> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(cafe) = &pod.cafe {
+            by_cafe.entry((cafe.namespace.as_str(), cafe.name.as_str())).or_default().push(pod);
+        }
+    }
     let truth = Truth {
         time: t,
         origin: cluster.origin,
@@ -410,6 +540,14 @@ pub(crate) fn truth_json(cluster: &Cluster, t: f64) -> Vec<u8> {
                     errors_per_second: http.and_then(|h| h.errors_per_second()),
                     counter_origin: counter_origin(cluster.origin, p.started()),
                 }
+            })
+            .collect(),
+        cafes: cluster
+            .cafes
+            .iter()
+            .map(|c| {
+                let serving = by_cafe.get(&(c.namespace.as_str(), c.name.as_str()));
+                truth_cafe(c, serving.map_or(&[][..], Vec::as_slice), cluster.origin, t)
             })
             .collect(),
     };
@@ -475,6 +613,7 @@ mod tests {
                 nodes: 3,
                 pods_per_node: 4,
                 namespaces: vec!["shop".into(), "api".into(), "default".into()],
+                cafes_per_namespace: 2,
             },
             start,
         );
@@ -515,7 +654,7 @@ mod tests {
         let t = start + 30.0;
         let mut totals: BTreeMap<String, f64> = BTreeMap::new();
         let mut errors: BTreeMap<String, f64> = BTreeMap::new();
-        for line in body.lines().filter(|l| !l.starts_with('#')) {
+        for line in body.lines().filter(|l| l.starts_with("http_")) {
             let (series, rest) = line.split_once("} ").unwrap();
             let mut fields = rest.split(' ');
             let value: f64 = fields.next().unwrap().parse().unwrap();
@@ -578,8 +717,31 @@ mod tests {
             .arg(dir.join("tsdb"))
             .output()
             .unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // Every family made it into the blocks, the histogram's samples included (`dump` opens
+        // the directory as a TSDB, which needs a WAL directory).
+        std::fs::create_dir_all(dir.join("tsdb").join("wal")).unwrap();
+        let dump = std::process::Command::new(promtool)
+            .args(["tsdb", "dump"])
+            .arg(dir.join("tsdb"))
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+        let dump = String::from_utf8_lossy(&dump.stdout);
+        for name in [
+            "http_requests_total",
+            "cafe_brews_total",
+            "cafe_brew_failures_total",
+            "cafe_brew_duration_seconds_bucket",
+            "cafe_brew_duration_seconds_sum",
+            "cafe_brew_duration_seconds_count",
+            "cafe_temperature_celsius",
+            "cafe_last_brew_timestamp_seconds",
+        ] {
+            assert!(dump.contains(&format!("{{__name__=\"{name}\"")), "{name} missing from the blocks");
+        }
+        assert!(dump.contains("le=\"+Inf\""));
     }
 
     #[tokio::test]
@@ -589,9 +751,268 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert!(body.starts_with("# HELP http_requests_total "));
         assert!(body.contains("# TYPE http_requests_total counter\n"));
+        let http: Vec<&str> = body.lines().filter(|l| l.starts_with("http_requests_total{")).collect();
+        let cafe: Vec<&str> = body.lines().filter(|l| l.starts_with("cafe_")).collect();
         for pod in state.cluster.all_pods() {
-            let present = body.contains(&format!("pod=\"{}\"", pod.name));
+            let label = format!("pod=\"{}\"", pod.name);
+            let present = http.iter().any(|l| l.contains(&label));
             assert_eq!(present, pod.is_running() && pod.http.is_some(), "{}", pod.name);
+            let cafe_series = cafe.iter().filter(|l| l.contains(&label)).count();
+            // brews, 2 failure reasons, 11 buckets + sum + count, temperature, last brew.
+            assert_eq!(cafe_series, if pod.cafe.is_some() { 18 } else { 0 }, "{}", pod.name);
         }
+        for (name, kind) in [
+            ("cafe_brews_total", "counter"),
+            ("cafe_brew_failures_total", "counter"),
+            ("cafe_brew_duration_seconds", "histogram"),
+            ("cafe_temperature_celsius", "gauge"),
+            ("cafe_last_brew_timestamp_seconds", "gauge"),
+        ] {
+            assert!(body.contains(&format!("\n# TYPE {name} {kind}\n")), "{name}");
+        }
+        let bucket = cafe.iter().find(|l| l.starts_with("cafe_brew_duration_seconds_bucket{")).unwrap();
+        assert!(bucket.starts_with("cafe_brew_duration_seconds_bucket{cafe=\""), "{bucket}");
+        assert!(bucket.contains(",le=\"5\",namespace=\""), "{bucket}");
+        assert!(cafe.iter().any(|l| l.contains(",le=\"+Inf\",")));
+        assert!(
+            cafe.iter().any(|l| l.starts_with("cafe_brew_failures_total{") && l.contains("reason=\"grind\""))
+        );
+    }
+
+    /// `/sim/history` samples: `(series name, labels without instance/job, timestamp) → value`.
+    type Samples = BTreeMap<(String, BTreeMap<String, String>, i64), f64>;
+
+    fn parse_history(body: &str) -> Samples {
+        let mut out = Samples::new();
+        for line in body.lines().filter(|l| l.starts_with("cafe_")) {
+            let (head, rest) = line.split_once("} ").unwrap();
+            let (name, labels) = head.split_once('{').unwrap();
+            let labels: BTreeMap<String, String> = labels
+                .split(',')
+                .map(|kv| kv.split_once('=').unwrap())
+                .filter(|(k, _)| *k != "instance" && *k != "job")
+                .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+                .collect();
+            let mut fields = rest.split(' ');
+            let value: f64 = fields.next().unwrap().parse().unwrap();
+            let ts: f64 = fields.next().unwrap().parse().unwrap();
+            assert!(out.insert((name.to_owned(), labels, (ts * 1000.0).round() as i64), value).is_none());
+        }
+        out
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    /// Prometheus' `histogram_quantile` over cumulative `(le, count)` buckets (`+Inf` last).
+    fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> f64 {
+        let total = buckets.last().unwrap().1;
+        let rank = q * total;
+        let i = buckets.iter().position(|(_, c)| *c >= rank).unwrap();
+        if i == buckets.len() - 1 {
+            return buckets[i - 1].0;
+        }
+        let (upper, count) = buckets[i];
+        let (lower, below) = if i == 0 { (0.0, 0.0) } else { buckets[i - 1] };
+        lower + (upper - lower) * (rank - below) / (count - below)
+    }
+
+    #[tokio::test]
+    async fn cafe_history_matches_truth() {
+        let state = mk_state();
+        let (_, truth) = get_text(&state, "/sim/truth").await;
+        let truth: serde_json::Value = serde_json::from_str(&truth).unwrap();
+        let origin = truth["origin"].as_f64().unwrap();
+        let cafes = truth["cafes"].as_array().unwrap();
+        assert_eq!(cafes.len(), 6);
+        let start = origin + 600.0;
+        let (status, body) =
+            get_text(&state, &format!("/sim/history?start={start}&end={}&step=15", start + 120.0)).await;
+        assert_eq!(status, StatusCode::OK);
+        for family in
+            ["cafe_brews counter", "cafe_brew_failures counter", "cafe_brew_duration_seconds histogram"]
+        {
+            assert!(body.contains(&format!("\n# TYPE {family}\n")), "{family}");
+        }
+        let samples = parse_history(&body);
+        let at = |name: &str, l: &BTreeMap<String, String>, t: f64| -> f64 {
+            *samples
+                .get(&(name.to_owned(), l.clone(), (t * 1000.0).round() as i64))
+                .unwrap_or_else(|| panic!("no {name}{l:?} at {t}"))
+        };
+        let les = ["5", "10", "15", "20", "25", "30", "35", "40", "50", "60", "+Inf"];
+        let mut temperatures = Vec::new();
+        for cafe in cafes {
+            let (name, ns, ty) = (
+                cafe["name"].as_str().unwrap(),
+                cafe["namespace"].as_str().unwrap(),
+                cafe["type"].as_str().unwrap(),
+            );
+            let pods: Vec<&str> =
+                cafe["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+            assert!((1..=3).contains(&pods.len()));
+            let bpm = cafe["brewsPerMinute"].as_f64().unwrap();
+            let fpm = cafe["failuresPerMinute"].as_f64().unwrap();
+            assert!((2.0..=12.0).contains(&bpm));
+            assert!(fpm <= 0.12 * bpm + 1e-12);
+            let ratio = cafe["failureRatio"].as_f64().unwrap();
+            assert!((ratio - fpm / (bpm + fpm)).abs() < 1e-12, "{name}");
+            let d = &cafe["duration"];
+            let (min, max) = (d["min"].as_f64().unwrap(), d["max"].as_f64().unwrap());
+            for (q, key) in [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")] {
+                assert!((d[key].as_f64().unwrap() - (min + q * (max - min))).abs() < 1e-9, "{name} {key}");
+            }
+            let t = start + 60.0;
+            let dt = t - origin;
+            let (mut brews, mut failures) = (0.0, 0.0);
+            let mut buckets = vec![0.0; les.len()];
+            let mut temperature = None;
+            for pod in &pods {
+                let base = labels(&[("cafe", name), ("namespace", ns), ("pod", pod), ("type", ty)]);
+                let count = at("cafe_brews_total", &base, t);
+                // Linear from the origin, split evenly over the pods.
+                assert!((count - bpm / 60.0 / pods.len() as f64 * dt).abs() < 1e-9 * count, "{name}/{pod}");
+                let later = at("cafe_brews_total", &base, t + 60.0);
+                assert!((later - count - bpm / pods.len() as f64).abs() < 1e-9 * later);
+                brews += count;
+                for reason in ["grind", "pressure"] {
+                    let mut l = base.clone();
+                    l.insert("reason".into(), reason.into());
+                    let v = at("cafe_brew_failures_total", &l, t);
+                    assert!(v >= 0.0);
+                    failures += v;
+                }
+                let hist_count = at("cafe_brew_duration_seconds_count", &base, t);
+                assert_eq!(hist_count, count);
+                let mut previous = 0.0;
+                for (k, le) in les.iter().enumerate() {
+                    let mut l = base.clone();
+                    l.insert("le".into(), (*le).into());
+                    let v = at("cafe_brew_duration_seconds_bucket", &l, t);
+                    assert!(v >= previous, "{name}/{pod} buckets must grow with le");
+                    previous = v;
+                    let bound: f64 = if *le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() };
+                    let cdf = ((bound - min) / (max - min)).clamp(0.0, 1.0);
+                    assert!((v - count * cdf).abs() < 1e-9 * count, "{name}/{pod} le={le}");
+                    buckets[k] += v;
+                }
+                assert_eq!(previous, count, "+Inf bucket = count");
+                let sum = at("cafe_brew_duration_seconds_sum", &base, t);
+                assert!((sum - count * (min + max) / 2.0).abs() < 1e-9 * sum);
+                let temp = at("cafe_temperature_celsius", &base, t);
+                assert_eq!(*temperature.get_or_insert(temp), temp, "pods of {name} disagree");
+                let last = at("cafe_last_brew_timestamp_seconds", &base, t);
+                let rate = bpm / 60.0 / pods.len() as f64;
+                assert!(last <= t && last > t - 1.0 / rate - 1e-6, "{name}/{pod}: {last} at {t}");
+                assert!((last - (origin + (rate * dt).floor() / rate)).abs() < 1e-6);
+            }
+            assert!((brews / dt * 60.0 - bpm).abs() < 1e-9 * bpm, "{name} brews/min");
+            assert!((failures / dt * 60.0 - fpm).abs() < 1e-9 * bpm, "{name} failures/min");
+            // histogram_quantile (linear within buckets) is exact for uniform durations whose
+            // bounds are bucket bounds.
+            let bounds: Vec<(f64, f64)> = les
+                .iter()
+                .map(|le| if *le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() })
+                .zip(buckets)
+                .collect();
+            for key in ["p50", "p95", "p99"] {
+                let q = key[1..].parse::<f64>().unwrap() / 100.0;
+                let got = histogram_quantile(q, &bounds);
+                assert!((got - d[key].as_f64().unwrap()).abs() < 1e-6, "{name} {key}: {got}");
+            }
+            temperatures.push(temperature.unwrap());
+        }
+        assert!(cafes.iter().any(|c| c["failuresPerMinute"] == 0.0));
+
+        // At the truth's own time: the current temperature step and the last brew.
+        let now = truth["time"].as_f64().unwrap();
+        let (_, body) = get_text(&state, &format!("/sim/history?start={now}&end={now}&step=1")).await;
+        let samples_now = parse_history(&body);
+        let step_start = cafes[0]["temperatureStepStart"].as_f64().unwrap();
+        assert!(step_start <= now && now < step_start + 30.0);
+        for cafe in cafes {
+            assert_eq!(cafe["temperatureStepSeconds"], 30);
+            let name = cafe["name"].as_str().unwrap();
+            let mut last_brewed = f64::MIN;
+            let mut temps = Vec::new();
+            for ((metric, l, _), v) in &samples_now {
+                if l["cafe"] != name || l["namespace"] != cafe["namespace"].as_str().unwrap() {
+                    continue;
+                }
+                match metric.as_str() {
+                    "cafe_last_brew_timestamp_seconds" => last_brewed = last_brewed.max(*v),
+                    "cafe_temperature_celsius" => temps.push(*v),
+                    _ => {}
+                }
+            }
+            // serde_json's default float parsing may be one ulp off.
+            let truth_last = cafe["lastBrewed"].as_f64().unwrap();
+            assert!((last_brewed - truth_last).abs() < 1e-6, "{name}: {last_brewed} vs {truth_last}");
+            assert!(!temps.is_empty() && temps.iter().all(|t| *t == cafe["temperature"].as_f64().unwrap()));
+            let range = &cafe["temperatureRange"];
+            let t = cafe["temperature"].as_f64().unwrap();
+            assert!(range["min"].as_f64().unwrap() <= t && t <= range["max"].as_f64().unwrap());
+        }
+        // Within one 30 s step the temperature is constant, whatever the scrape times.
+        let (_, body) =
+            get_text(&state, &format!("/sim/history?start={step_start}&end={}&step=1", step_start + 29.0))
+                .await;
+        let stepped = parse_history(&body);
+        let mut per_series: BTreeMap<&BTreeMap<String, String>, Vec<f64>> = BTreeMap::new();
+        for ((metric, l, _), v) in &stepped {
+            if metric == "cafe_temperature_celsius" {
+                per_series.entry(l).or_default().push(*v);
+            }
+        }
+        assert!(!per_series.is_empty());
+        for (l, values) in per_series {
+            assert_eq!(values.len(), 30);
+            assert!(values.iter().all(|v| *v == values[0]), "{l:?}: {values:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn truth_lists_cafes_with_their_pods_and_usage() {
+        let state = mk_state();
+        let (_, truth) = get_text(&state, "/sim/truth").await;
+        let truth: serde_json::Value = serde_json::from_str(&truth).unwrap();
+        let pods = truth["pods"].as_array().unwrap();
+        let mut in_band = 0;
+        let mut out_of_band = 0;
+        for cafe in truth["cafes"].as_array().unwrap() {
+            let names: Vec<&str> =
+                cafe["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+            let serving: Vec<&serde_json::Value> = pods
+                .iter()
+                .filter(|p| {
+                    p["namespace"] == cafe["namespace"]
+                        && p["labels"]["une-tasse-de.cafe/cafe"] == cafe["name"]
+                })
+                .collect();
+            assert_eq!(serving.len(), names.len());
+            let (mut cpu, mut memory) = (0.0, 0.0);
+            for pod in &serving {
+                assert!(names.contains(&pod["name"].as_str().unwrap()));
+                assert_eq!(pod["phase"], "Running");
+                assert_eq!(pod["labels"]["app"], "cafe");
+                assert!(pod["labels"]["pod-template-hash"].is_string());
+                assert!(pod["requestsPerSecond"].is_null());
+                for c in pod["containers"].as_array().unwrap() {
+                    cpu += c["cpuCores"].as_f64().unwrap();
+                    memory += c["memoryBytes"].as_f64().unwrap();
+                }
+            }
+            assert!((cafe["cpuCores"].as_f64().unwrap() - cpu).abs() < 1e-9);
+            assert_eq!(cafe["memoryBytes"].as_f64().unwrap(), memory);
+            let range = &cafe["temperatureRange"];
+            let (lo, hi) = (range["min"].as_f64().unwrap(), range["max"].as_f64().unwrap());
+            if (60.0..=95.0).contains(&lo) && (60.0..=95.0).contains(&hi) {
+                in_band += 1;
+            } else if hi < 60.0 || lo > 95.0 {
+                out_of_band += 1;
+            }
+        }
+        assert!(in_band >= 1 && out_of_band >= 1);
     }
 }

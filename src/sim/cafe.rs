@@ -43,7 +43,7 @@ pub const FAILURE_REASONS: [(&str, f64); 2] = [("grind", 0.7), ("pressure", 0.3)
 pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
 
 /// What a cafe brews (its `type` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CafeType {
     /// `espresso`
     Espresso,
@@ -57,7 +57,8 @@ pub enum CafeType {
 
 impl CafeType {
     /// Every type, in the order cafes cycle through them.
-    pub const ALL: [CafeType; 4] = [CafeType::Espresso, CafeType::Lungo, CafeType::Cappuccino, CafeType::Latte];
+    pub const ALL: [CafeType; 4] =
+        [CafeType::Espresso, CafeType::Lungo, CafeType::Cappuccino, CafeType::Latte];
 
     /// The `type` label value.
     pub fn as_str(self) -> &'static str {
@@ -238,8 +239,7 @@ pub(crate) fn generate(seed: u64, namespaces: &[String], per_namespace: u32) -> 
             let duration_min = [15.0, 20.0][rng.range(0, 1) as usize];
             let duration_max = duration_min + [10.0, 15.0, 20.0][rng.range(0, 2) as usize];
             // One cafe in five never fails (its failure series stay at 0).
-            let failure_fraction =
-                if c % 5 == 2 { 0.0 } else { rng.range(1, 12) as f64 / 100.0 };
+            let failure_fraction = if c % 5 == 2 { 0.0 } else { rng.range(1, 12) as f64 / 100.0 };
             cafes.push(Cafe {
                 namespace: namespace.clone(),
                 name,
@@ -328,7 +328,8 @@ impl Exporter for CafeExporter {
         let Some(cafe) = &pod.cafe else { return };
         let start = counter_origin(origin, pod.started());
         let rate = cafe.brews_per_second_per_pod();
-        let (c, ns, p, ty) = (cafe.name.as_str(), pod.namespace.as_str(), pod.name.as_str(), cafe.kind.as_str());
+        let (c, ns, p, ty) =
+            (cafe.name.as_str(), pod.namespace.as_str(), pod.name.as_str(), cafe.kind.as_str());
         let base = [("cafe", c), ("namespace", ns), ("pod", p), ("type", ty)];
         match family {
             0 => sink("", &base, SeriesValue::Linear { rate, start }),
@@ -491,7 +492,11 @@ mod tests {
                 sometimes += 1;
             }
             if k % 2 == 0 {
-                assert!(inside(range), "first cafe of its namespace {} leaves the band: {range:?}", cafe.name);
+                assert!(
+                    inside(range),
+                    "first cafe of its namespace {} leaves the band: {range:?}",
+                    cafe.name
+                );
             }
         }
         assert!(always_in >= 1 && always_out >= 1 && sometimes >= 1, "{always_in} {always_out} {sometimes}");

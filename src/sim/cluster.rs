@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::broadcast;
 
+use super::cafe::Cafe;
 use super::rng::SplitMix64;
 use super::workload::{self, SimNode, SimPod, Workload};
 
@@ -138,6 +139,8 @@ pub(crate) struct Cluster {
     /// Node indices in name order (`node-0, node-1, node-10, …`, as the apiserver lists).
     pub(crate) nodes_by_name: Vec<u32>,
     node_index: HashMap<String, u32>,
+    /// The cafes (fixed: churn never replaces their serving pods).
+    pub(crate) cafes: Vec<Arc<Cafe>>,
     inner: RwLock<Inner>,
     events: broadcast::Sender<Arc<Event>>,
     pub(crate) stats: Stats,
@@ -192,6 +195,7 @@ impl Cluster {
             nodes,
             nodes_by_name,
             node_index,
+            cafes: workload.cafes,
             inner: RwLock::new(Inner {
                 rv,
                 pods,
@@ -318,14 +322,15 @@ impl Cluster {
     }
 
     /// Deletes one running pod and creates its replacement at time `now` (unix seconds);
-    /// both changes are watch events. `None` when no pod is running.
+    /// both changes are watch events. `None` when no pod is running. Cafes' serving pods are
+    /// left alone, so every cafe keeps its pods and its metrics.
     pub(crate) fn churn(&self, now: f64) -> Option<(Arc<SimPod>, Arc<SimPod>)> {
         let now_s = now.floor() as i64;
         let mut guard = self.write();
         let inner = &mut *guard;
         let n = inner.churns;
         let running: Vec<&PodKey> =
-            inner.pods.iter().filter(|(_, p)| p.is_running()).map(|(k, _)| k).collect();
+            inner.pods.iter().filter(|(_, p)| p.is_running() && p.cafe.is_none()).map(|(k, _)| k).collect();
         if running.is_empty() {
             return None;
         }
@@ -449,10 +454,37 @@ pub(crate) mod tests {
                 nodes: 3,
                 pods_per_node: 4,
                 namespaces: vec!["shop".into(), "api".into(), "default".into()],
+                cafes_per_namespace: 0,
             },
             1_764_000_000,
         );
         Cluster::new(w, 1, 1_764_000_000.0 - 3600.0, 10_000, 10250)
+    }
+
+    #[test]
+    fn churn_leaves_cafes_alone() {
+        let w = Workload::generate(
+            &WorkloadParams {
+                seed: 1,
+                nodes: 3,
+                pods_per_node: 4,
+                namespaces: vec!["shop".into(), "api".into(), "default".into()],
+                cafes_per_namespace: 2,
+            },
+            1_764_000_000,
+        );
+        let c = Cluster::new(w, 1, 1_764_000_000.0 - 3600.0, 10_000, 10250);
+        let cafe_pods = |c: &Cluster| -> Vec<String> {
+            c.all_pods().iter().filter(|p| p.cafe.is_some()).map(|p| p.uid.clone()).collect()
+        };
+        let before = cafe_pods(&c);
+        assert!(before.len() >= 6);
+        for k in 0..50 {
+            let (gone, fresh) = c.churn(1_764_000_100.0 + f64::from(k)).unwrap();
+            assert!(gone.cafe.is_none() && fresh.cafe.is_none());
+        }
+        assert_eq!(cafe_pods(&c), before);
+        assert_eq!(c.cafes.len(), 6);
     }
 
     #[test]

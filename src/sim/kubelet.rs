@@ -298,6 +298,7 @@ mod tests {
                 nodes: 3,
                 pods_per_node: 4,
                 namespaces: vec!["shop".into(), "api".into(), "default".into()],
+                cafes_per_namespace: 2,
             },
             start,
         );

@@ -4,7 +4,7 @@
 //! It serves, from one deterministic workload ([`workload`]):
 //! - a Kubernetes API subset over HTTPS (`api`): nodes and pods, get/list/watch;
 //! - one kubelet per node over HTTPS (`kubelet`): `GET /metrics/resource`;
-//! - the apps' metrics and the control endpoints over HTTP (`apps`): `/metrics`,
+//! - the apps' and cafes' ([`cafe`]) metrics and the control endpoints over HTTP (`apps`): `/metrics`,
 //!   `/sim/history`, `/sim/truth`, `/sim/stats`, `POST /sim/churn`,
 //!   `POST /sim/rotate-front-proxy-ca`;
 //! - kube-apiserver's part in delegated authentication and authorization (CONTRACT §5): the
@@ -19,6 +19,7 @@
 
 mod api;
 pub mod apps;
+pub mod cafe;
 mod cluster;
 mod kubelet;
 mod objects;
@@ -65,6 +66,11 @@ pub struct SimConfig {
     #[arg(long, env = "PERCOLATOR_SIM_PODS_PER_NODE", default_value_t = 4)]
     pub pods_per_node: u32,
 
+    /// Cafes (apps that brew coffee and export the cafe metrics) per namespace, each with 1–3
+    /// serving pods on top of the pods per node (0: none).
+    #[arg(long, env = "PERCOLATOR_SIM_CAFES_PER_NAMESPACE", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub cafes_per_namespace: u32,
+
     /// Namespaces the pods are spread over (comma-separated).
     #[arg(
         long,
@@ -106,12 +112,14 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// The default configuration (as with no flags) writing into `state_dir`: 3 nodes × 4
-    /// pods, seed 1, ports picked by the system, churn off. Handy for in-process tests.
+    /// pods, 2 cafes per namespace, seed 1, ports picked by the system, churn off. Handy for
+    /// in-process tests.
     pub fn with_state_dir(state_dir: impl Into<PathBuf>) -> Self {
         Self {
             seed: 1,
             nodes: 3,
             pods_per_node: 4,
+            cafes_per_namespace: 2,
             namespaces: vec!["shop".into(), "api".into(), "default".into()],
             state_dir: state_dir.into(),
             api_port: 0,
@@ -317,6 +325,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         nodes: config.nodes,
         pods_per_node: config.pods_per_node,
         namespaces: config.namespaces.clone(),
+        cafes_per_namespace: config.cafes_per_namespace,
     };
     let workload = Workload::generate(&params, start_s);
     let pki = Arc::new(pki::Pki::new(workload.nodes.len())?);
@@ -406,6 +415,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         kubelet_port,
         nodes = cluster.nodes.len(),
         pods = cluster.all_pods().len(),
+        cafes = cluster.cafes.len(),
         "percolator-sim serving"
     );
     Ok(RunningSim { token: cluster.token.clone(), kubeconfig, ready, cluster, trust, trigger, tasks })

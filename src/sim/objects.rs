@@ -351,7 +351,13 @@ mod tests {
     #[test]
     fn objects_round_trip() {
         let w = Workload::generate(
-            &WorkloadParams { seed: 3, nodes: 2, pods_per_node: 12, namespaces: vec!["shop".into()] },
+            &WorkloadParams {
+                seed: 3,
+                nodes: 2,
+                pods_per_node: 12,
+                namespaces: vec!["shop".into()],
+                cafes_per_namespace: 2,
+            },
             1_764_000_000,
         );
         for p in &w.pods {

@@ -63,6 +63,10 @@ fn flags_are_consistent() {
     assert_eq!(cli.sim.churn_interval, Duration::from_secs(60));
     assert_eq!(cli.sim.housekeeping, Duration::from_secs(10));
     assert_eq!(cli.sim.nodes, 3);
+    assert_eq!(cli.sim.cafes_per_namespace, 2);
+    let cli = Cli::try_parse_from(["percolator-sim", "--state-dir", "/tmp/x", "--cafes-per-namespace", "0"])
+        .unwrap();
+    assert_eq!(cli.sim.cafes_per_namespace, 0);
     assert!(Cli::try_parse_from(["percolator-sim"]).is_err());
 }
 
@@ -113,7 +117,9 @@ async fn kube_rs_watcher_sees_list_and_churn() {
             other => panic!("unexpected event before InitDone: {other:?}"),
         }
     }
-    assert_eq!(initial.len(), 12);
+    let cafe_pods = sim.cluster.all_pods().iter().filter(|p| p.cafe.is_some()).count();
+    assert!(cafe_pods >= 6);
+    assert_eq!(initial.len(), 12 + cafe_pods);
 
     let (deleted, created) = sim.churn().unwrap();
     let mut saw_delete = false;

@@ -9,10 +9,15 @@
 //! Which pods are special is decided by the pod's index, not by chance, so even the
 //! default 3 × 4 cluster contains every kind (Pending, Succeeded, no 5xx series, no HTTP
 //! series, with and without `tier`); the seed picks names, apps, rates and ages.
+//!
+//! Cafes ([`Cafe`]) come on top: `cafes_per_namespace` per namespace, each with 1–3 Running
+//! serving pods (`app: cafe`) placed round-robin on the nodes after the regular pods.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
+use super::cafe::{self, CAFE_LABEL, Cafe};
 use super::rng::SplitMix64;
 
 /// How long before the simulator's start its counters begin.
@@ -23,6 +28,7 @@ const DOMAIN_POD: u64 = 2;
 const DOMAIN_HASH: u64 = 3;
 const DOMAIN_CHURN: u64 = 4;
 const DOMAIN_TOKEN: u64 = 5;
+const DOMAIN_CAFE_POD: u64 = 7;
 
 /// The app a pod runs (its `app` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +41,8 @@ pub enum App {
     Worker,
     /// A cache (no HTTP series).
     Cache,
+    /// A cafe's serving pod (cafe series, no HTTP series).
+    Cafe,
 }
 
 impl App {
@@ -45,6 +53,7 @@ impl App {
             App::Api => "api",
             App::Worker => "worker",
             App::Cache => "cache",
+            App::Cafe => "cafe",
         }
     }
 
@@ -54,6 +63,7 @@ impl App {
             App::Api => 1,
             App::Worker => 2,
             App::Cache => 3,
+            App::Cafe => 4,
         }
     }
 
@@ -63,6 +73,7 @@ impl App {
             App::Api => "registry.example.com/shop/api:3.2.0",
             App::Worker => "registry.example.com/shop/worker:2.0.7",
             App::Cache => "docker.io/library/redis:7.4",
+            App::Cafe => "registry.example.com/une-tasse-de/brewer:2.4.1",
         }
     }
 }
@@ -134,7 +145,7 @@ pub struct SimNode {
 /// A container of a pod, with its constant usage.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimContainer {
-    /// `app` or `envoy`.
+    /// `app` or `envoy`; `brewer` or `exporter` in a cafe's pods.
     pub name: &'static str,
     /// Image reference.
     pub image: &'static str,
@@ -181,13 +192,14 @@ impl HttpProfile {
 pub struct SimPod {
     /// Namespace.
     pub namespace: String,
-    /// `<app>-<10 hex>-<5 alnum>`.
+    /// `<app>-<10 hex>-<5 alnum>` (`<cafe>-<10 hex>-<5 alnum>` for a cafe's pods).
     pub name: String,
     /// Deterministic UUID-shaped uid.
     pub uid: String,
     /// `app` label.
     pub app: App,
-    /// `pod-template-hash` label (shared by the pods of one app in one namespace).
+    /// `pod-template-hash` label (shared by the pods of one app in one namespace, or of one
+    /// cafe).
     pub template_hash: String,
     /// Optional `tier` label.
     pub tier: Option<Tier>,
@@ -203,6 +215,8 @@ pub struct SimPod {
     pub containers: Vec<SimContainer>,
     /// HTTP rates, `None` for pods without HTTP series.
     pub http: Option<HttpProfile>,
+    /// The cafe this pod serves (label `une-tasse-de.cafe/cafe`), if any.
+    pub cafe: Option<Arc<Cafe>>,
     /// resourceVersion of the object.
     pub resource_version: u64,
     /// Set on the copy sent in a DELETED event.
@@ -216,6 +230,7 @@ impl SimPod {
             "app" => Some(self.app.as_str()),
             "pod-template-hash" => Some(&self.template_hash),
             "tier" => self.tier.map(Tier::as_str),
+            CAFE_LABEL => self.cafe.as_ref().map(|c| c.name.as_str()),
             _ => None,
         }
     }
@@ -225,6 +240,9 @@ impl SimPod {
         let mut labels = vec![("app", self.app.as_str()), ("pod-template-hash", self.template_hash.as_str())];
         if let Some(tier) = self.tier {
             labels.push(("tier", tier.as_str()));
+        }
+        if let Some(cafe) = &self.cafe {
+            labels.push((CAFE_LABEL, cafe.name.as_str()));
         }
         labels
     }
@@ -239,9 +257,12 @@ impl SimPod {
         self.containers.iter().map(|c| c.started).min().unwrap_or(self.created)
     }
 
-    /// The `<app>-<hash>` ReplicaSet name owning the pod.
+    /// The `<app>-<hash>` (`<cafe>-<hash>`) ReplicaSet name owning the pod.
     pub fn replica_set(&self) -> String {
-        format!("{}-{}", self.app.as_str(), self.template_hash)
+        match &self.cafe {
+            Some(cafe) => format!("{}-{}", cafe.name, self.template_hash),
+            None => format!("{}-{}", self.app.as_str(), self.template_hash),
+        }
     }
 }
 
@@ -266,6 +287,8 @@ pub struct WorkloadParams {
     pub pods_per_node: u32,
     /// Namespaces pods are spread over.
     pub namespaces: Vec<String>,
+    /// Cafes in each namespace (each with 1–3 serving pods on top of the regular pods).
+    pub cafes_per_namespace: u32,
 }
 
 /// A generated workload (before any churn).
@@ -273,8 +296,10 @@ pub struct WorkloadParams {
 pub struct Workload {
     /// Nodes, by index.
     pub nodes: Vec<SimNode>,
-    /// Pods, in generation order.
+    /// Pods, in generation order (the cafes' serving pods last).
     pub pods: Vec<SimPod>,
+    /// Cafes, namespace by namespace.
+    pub cafes: Vec<Arc<Cafe>>,
     /// The service-account bearer token.
     pub token: String,
 }
@@ -337,6 +362,31 @@ fn containers(rng: &mut SplitMix64, app: App, created: i64) -> Vec<SimContainer>
             image: "docker.io/envoyproxy/envoy:v1.34.1",
             cpu_cores: round_cores(rng.log_uniform(0.005, 0.1)),
             memory_bytes: round_pages(rng.log_uniform(20.0 * 1048576.0, 80.0 * 1048576.0)),
+            started: started + 1,
+        });
+    }
+    out
+}
+
+/// Containers of a serving pod of `cafe` created at `created`: `brewer`, and `exporter` when
+/// the cafe runs the sidecar.
+fn cafe_containers(rng: &mut SplitMix64, cafe: &Cafe, created: i64) -> Vec<SimContainer> {
+    let round_cores = |c: f64| (c * 1000.0).round().max(5.0) / 1000.0;
+    let round_pages = |b: f64| (b / 4096.0).round() * 4096.0;
+    let started = created + rng.range(2, 20) as i64;
+    let mut out = vec![SimContainer {
+        name: "brewer",
+        image: App::Cafe.image(),
+        cpu_cores: round_cores(rng.log_uniform(0.01, 0.3)),
+        memory_bytes: round_pages(rng.log_uniform(24.0 * 1048576.0, 160.0 * 1048576.0)),
+        started,
+    }];
+    if cafe.sidecar {
+        out.push(SimContainer {
+            name: "exporter",
+            image: "registry.example.com/une-tasse-de/cafe-exporter:0.9.3",
+            cpu_cores: round_cores(rng.log_uniform(0.005, 0.03)),
+            memory_bytes: round_pages(rng.log_uniform(12.0 * 1048576.0, 32.0 * 1048576.0)),
             started: started + 1,
         });
     }
@@ -445,11 +495,53 @@ impl Workload {
                 ip,
                 containers,
                 http,
+                cafe: None,
                 resource_version: 0,
                 deleted: None,
             });
         }
-        Workload { nodes, pods, token: token(seed) }
+
+        // The cafes' serving pods, round-robin on the nodes after the regular pods.
+        let cafes: Vec<Arc<Cafe>> =
+            cafe::generate(seed, namespaces, params.cafes_per_namespace).into_iter().map(Arc::new).collect();
+        let mut k = 0u64;
+        for cafe in &cafes {
+            let ns_index = namespaces.iter().position(|n| *n == cafe.namespace).unwrap_or(0);
+            for _ in 0..cafe.pods {
+                let mut rng = SplitMix64::stream(seed, DOMAIN_CAFE_POD, k);
+                let node = ((total + k) % u64::from(n_nodes)) as u32;
+                k += 1;
+                let name = loop {
+                    let candidate = format!("{}-{}-{}", cafe.name, cafe.template_hash, suffix(&mut rng));
+                    if names.insert((ns_index, candidate.clone())) {
+                        break candidate;
+                    }
+                };
+                let created = start - rng.log_uniform(3660.0, 9.0 * 86400.0) as i64;
+                let containers = cafe_containers(&mut rng, cafe, created);
+                let slot = &mut slots[node as usize];
+                let ip = pod_ip(node, *slot);
+                *slot += 1;
+                pods.push(SimPod {
+                    namespace: cafe.namespace.clone(),
+                    name,
+                    uid: uuid(&mut rng),
+                    app: App::Cafe,
+                    template_hash: cafe.template_hash.clone(),
+                    tier: None,
+                    node,
+                    phase: Phase::Running,
+                    created,
+                    ip,
+                    containers,
+                    http: None,
+                    cafe: Some(Arc::clone(cafe)),
+                    resource_version: 0,
+                    deleted: None,
+                });
+            }
+        }
+        Workload { nodes, pods, cafes, token: token(seed) }
     }
 }
 
@@ -460,8 +552,8 @@ fn token(seed: u64) -> String {
     format!("sim.{}", super::text::base64_url(&bytes))
 }
 
-/// A replacement for `old` created by the `n`-th churn at `now`: same deployment, node and
-/// usage profile, new name, uid, IP and start time.
+/// A replacement for `old` created by the `n`-th churn at `now`: same deployment (or cafe),
+/// node and usage profile, new name, uid, IP and start time.
 pub fn replacement(
     seed: u64,
     n: u64,
@@ -472,7 +564,7 @@ pub fn replacement(
 ) -> SimPod {
     let mut rng = SplitMix64::stream(seed, DOMAIN_CHURN, n);
     let name = loop {
-        let candidate = format!("{}-{}-{}", old.app.as_str(), old.template_hash, suffix(&mut rng));
+        let candidate = format!("{}-{}", old.replica_set(), suffix(&mut rng));
         if !taken(&candidate) && candidate != old.name {
             break candidate;
         }
@@ -496,6 +588,7 @@ pub fn replacement(
         ip: pod_ip(old.node, ip_slot),
         containers,
         http: old.http.clone(),
+        cafe: old.cafe.clone(),
         resource_version: 0,
         deleted: None,
     }
@@ -511,6 +604,7 @@ mod tests {
             nodes: 3,
             pods_per_node: 4,
             namespaces: vec!["shop".into(), "api".into(), "default".into()],
+            cafes_per_namespace: 2,
         }
     }
 
@@ -522,11 +616,14 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a.pods, c.pods);
         assert_ne!(a.token, c.token);
+        assert_ne!(a.cafes, c.cafes);
     }
 
     #[test]
     fn default_cluster_has_every_kind_of_pod() {
-        let w = Workload::generate(&mk_params(1), 1_764_000_000);
+        let mut w = Workload::generate(&mk_params(1), 1_764_000_000);
+        // The cafes' serving pods are checked in `cafe`.
+        w.pods.retain(|p| p.cafe.is_none());
         assert_eq!(w.pods.len(), 12);
         assert!(w.pods.iter().any(|p| p.phase == Phase::Pending));
         assert!(w.pods.iter().any(|p| p.phase == Phase::Succeeded));
@@ -569,7 +666,13 @@ mod tests {
 
     #[test]
     fn names_are_unique_at_scale() {
-        let params = WorkloadParams { seed: 7, nodes: 200, pods_per_node: 30, namespaces: vec!["a".into()] };
+        let params = WorkloadParams {
+            seed: 7,
+            nodes: 200,
+            pods_per_node: 30,
+            namespaces: vec!["a".into()],
+            cafes_per_namespace: 40,
+        };
         let w = Workload::generate(&params, 1_764_000_000);
         let names: HashSet<_> = w.pods.iter().map(|p| &p.name).collect();
         assert_eq!(names.len(), w.pods.len());
