@@ -39,14 +39,16 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
     )
     .await;
     let truth = env.truth().await;
-    let cafes: Vec<&Value> = truth["cafes"].as_array().unwrap().iter().filter(|c| c["namespace"] == "shop").collect();
+    let cafes: Vec<&Value> =
+        truth["cafes"].as_array().unwrap().iter().filter(|c| c["namespace"] == "shop").collect();
     assert!(cafes.len() >= 2, "shop has cafes");
     let (a, b) = (cafes[0], cafes[1]);
     let name = |c: &Value| c["name"].as_str().unwrap().to_string();
     let bpm = |c: &Value| c["brewsPerMinute"].as_f64().unwrap();
 
     // cafe_brews_per_minute with =, in and != (and the whole namespace).
-    let (code, list) = metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("cafe={}", name(a)))).await;
+    let (code, list) =
+        metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("cafe={}", name(a)))).await;
     assert_eq!(code, 200, "{list}");
     assert_eq!(list["kind"], "ExternalMetricValueList");
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
@@ -57,19 +59,24 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
     assert_eq!(item["window"], 60);
     assert!(item["timestamp"].as_str().unwrap().ends_with('Z'));
     assert_close(q(&item["value"]), bpm(a), 0.05, "cafe_brews_per_minute cafe=a");
-    let (_, list) = metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("cafe in ({},{})", name(a), name(b)))).await;
+    let (_, list) =
+        metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("cafe in ({},{})", name(a), name(b))))
+            .await;
     assert_close(sum(&list), bpm(a) + bpm(b), 0.05, "cafe in (a,b)");
     let (_, list) = metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("cafe!={}", name(a)))).await;
     let others: f64 = cafes.iter().filter(|c| c["name"] != a["name"]).map(|c| bpm(c)).sum();
     assert_close(sum(&list), others, 0.05, "cafe!=a");
     let (_, list) = metric(&env, "shop", "cafe_brews_per_minute", None).await;
     assert_close(sum(&list), cafes.iter().map(|c| bpm(c)).sum(), 0.05, "no selector");
-    let (_, list) = metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("type={}", a["type"].as_str().unwrap()))).await;
+    let (_, list) =
+        metric(&env, "shop", "cafe_brews_per_minute", Some(&format!("type={}", a["type"].as_str().unwrap())))
+            .await;
     let same_type: f64 = cafes.iter().filter(|c| c["type"] == a["type"]).map(|c| bpm(c)).sum();
     assert_close(sum(&list), same_type, 0.05, "type=");
 
     // cafe_brew_duration_p95_seconds.
-    let (_, list) = metric(&env, "shop", "cafe_brew_duration_p95_seconds", Some(&format!("cafe={}", name(a)))).await;
+    let (_, list) =
+        metric(&env, "shop", "cafe_brew_duration_p95_seconds", Some(&format!("cafe={}", name(a)))).await;
     assert_close(sum(&list), a["duration"]["p95"].as_f64().unwrap(), 0.05, "p95");
 
     // http_requests_per_second and http_error_ratio for a pod with errors.
@@ -82,13 +89,16 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
     let pod_name = pod["name"].as_str().unwrap();
     let (_, list) = metric(&env, "shop", "http_requests_per_second", Some(&format!("pod={pod_name}"))).await;
     assert_close(sum(&list), pod["requestsPerSecond"].as_f64().unwrap(), 0.05, "http_requests_per_second");
-    let (_, list) = metric(&env, "shop", "http_requests_per_second", Some(&format!("pod={pod_name},code in (500,503)"))).await;
+    let (_, list) =
+        metric(&env, "shop", "http_requests_per_second", Some(&format!("pod={pod_name},code in (500,503)")))
+            .await;
     assert_close(sum(&list), pod["errorsPerSecond"].as_f64().unwrap(), 0.05, "http_requests_per_second 5xx");
     let (_, list) = metric(&env, "shop", "http_error_ratio", Some(&format!("pod={pod_name}"))).await;
     let ratio = pod["errorsPerSecond"].as_f64().unwrap() / pod["requestsPerSecond"].as_f64().unwrap();
     assert_close(sum(&list), ratio, 0.05, "http_error_ratio");
     // The namespace in the path bounds the query: a pod of another namespace matches nothing.
-    let (code, list) = metric(&env, "api", "http_requests_per_second", Some(&format!("pod={pod_name}"))).await;
+    let (code, list) =
+        metric(&env, "api", "http_requests_per_second", Some(&format!("pod={pod_name}"))).await;
     assert_eq!((code, list["items"].clone()), (200, serde_json::json!([])));
 
     // Errors: unknown metric 404, malformed selector 400, label not accepted 400 naming it.
@@ -108,12 +118,28 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
 
     // Discovery lists the metrics; kubectl sees the group.
     let resources = env.get_json(EM).await;
-    let names: Vec<&str> = resources["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-    for expected in ["cafe_brews_per_minute", "cafe_brew_duration_p95_seconds", "http_requests_per_second", "http_error_ratio"] {
+    let names: Vec<&str> =
+        resources["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for expected in [
+        "cafe_brews_per_minute",
+        "cafe_brew_duration_p95_seconds",
+        "http_requests_per_second",
+        "http_error_ratio",
+    ] {
         assert!(names.contains(&expected), "{names:?}");
     }
-    let out = env.kubectl_ok(&["get", "--raw", &format!("{EM}/namespaces/shop/cafe_brews_per_minute?labelSelector={}", enc(&format!("cafe={}", name(a))))]);
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["items"][0]["metricLabels"]["cafe"], name(a).as_str());
+    let out = env.kubectl_ok(&[
+        "get",
+        "--raw",
+        &format!(
+            "{EM}/namespaces/shop/cafe_brews_per_minute?labelSelector={}",
+            enc(&format!("cafe={}", name(a)))
+        ),
+    ]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["items"][0]["metricLabels"]["cafe"],
+        name(a).as_str()
+    );
 
     // An independent client: the official Python kubernetes package decodes the list and
     // parses every value as a Quantity.
@@ -122,18 +148,25 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
         .arg(script)
         .arg(&env.url)
         .arg(env.dir.join("certs/apiserver.crt"))
-        .args([common::TESTER_TOKEN, "shop", "cafe_brews_per_minute", &format!("cafe in ({},{})", name(a), name(b))])
+        .args([
+            common::TESTER_TOKEN,
+            "shop",
+            "cafe_brews_per_minute",
+            &format!("cafe in ({},{})", name(a), name(b)),
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "python client: {}", String::from_utf8_lossy(&out.stderr));
     let decoded: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let python_sum: f64 = decoded["items"].as_array().unwrap().iter().map(|i| i["value"].as_f64().unwrap()).sum();
+    let python_sum: f64 =
+        decoded["items"].as_array().unwrap().iter().map(|i| i["value"].as_f64().unwrap()).sum();
     assert_eq!(decoded["items"].as_array().unwrap().len(), 2);
     assert_close(python_sum, bpm(a) + bpm(b), 0.05, "python-decoded values");
 
     // 100 concurrent identical cold requests: one PromQL query.
     let selector = format!("cafe={},type={}", name(b), b["type"].as_str().unwrap());
-    let path = format!("{}{EM}/namespaces/shop/cafe_brews_per_minute?labelSelector={}", env.url, enc(&selector));
+    let path =
+        format!("{}{EM}/namespaces/shop/cafe_brews_per_minute?labelSelector={}", env.url, enc(&selector));
     let before = env.prometheus.queries().len();
     let tasks: Vec<_> = (0..100)
         .map(|_| {
@@ -145,7 +178,11 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
         assert_eq!(task.await.unwrap(), 200);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let new: Vec<String> = env.prometheus.queries()[before..].iter().filter(|q| q.contains("cafe_brews_total")).cloned().collect();
+    let new: Vec<String> = env.prometheus.queries()[before..]
+        .iter()
+        .filter(|q| q.contains("cafe_brews_total"))
+        .cloned()
+        .collect();
     assert_eq!(new.len(), 1, "one query for 100 identical requests: {new:#?}");
     assert!(new[0].contains("namespace=\"shop\""), "{}", new[0]);
 }
@@ -173,7 +210,11 @@ async fn configuration_reloads_without_restart_and_rejects_bad_files() {
     let env = Env::start(
         "reload",
         Options {
-            extra_args: vec!["--enable-external-metrics".into(), "--config".into(), dir.join("config.yaml").display().to_string()],
+            extra_args: vec![
+                "--enable-external-metrics".into(),
+                "--config".into(),
+                dir.join("config.yaml").display().to_string(),
+            ],
             ..Options::default()
         },
     )
@@ -195,8 +236,19 @@ async fn configuration_reloads_without_restart_and_rejects_bad_files() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let truth = env.truth().await;
-    let cafe = truth["cafes"].as_array().unwrap().iter().find(|c| c["namespace"] == "shop" && c["failuresPerMinute"].as_f64().unwrap() > 0.0).unwrap();
-    let (code, list) = metric(&env, "shop", "cafe_failures_per_minute", Some(&format!("cafe={}", cafe["name"].as_str().unwrap()))).await;
+    let cafe = truth["cafes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["namespace"] == "shop" && c["failuresPerMinute"].as_f64().unwrap() > 0.0)
+        .unwrap();
+    let (code, list) = metric(
+        &env,
+        "shop",
+        "cafe_failures_per_minute",
+        Some(&format!("cafe={}", cafe["name"].as_str().unwrap())),
+    )
+    .await;
     assert_eq!(code, 200, "{list}");
     assert_close(sum(&list), cafe["failuresPerMinute"].as_f64().unwrap(), 0.05, "reloaded metric");
     let (code, _) = metric(&env, "shop", "cafe_brews_per_minute", None).await;
@@ -219,5 +271,8 @@ async fn configuration_reloads_without_restart_and_rejects_bad_files() {
     let log = std::fs::read_to_string(&env.stderr_log).unwrap();
     assert!(log.contains("configuration rejected"), "a log line names the rejection");
     // The server never restarted: PodMetricsSummaries kept being served throughout.
-    assert_eq!(env.get("/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries", None).await.0, 200);
+    assert_eq!(
+        env.get("/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries", None).await.0,
+        200
+    );
 }

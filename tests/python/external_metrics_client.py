@@ -22,15 +22,16 @@ def main():
     config.api_key_prefix = {"authorization": "Bearer"}
     api = kubernetes.client.ApiClient(config)
     query = [("labelSelector", selector)] if selector else []
-    body = api.call_api(
-        f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}",
+    request = api.param_serialize(
         "GET",
+        f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}",
         query_params=query,
         header_params={"Accept": "application/vnd.kubernetes.protobuf, */*"},
         auth_settings=["BearerToken"],
-        response_type="object",
-        _return_http_data_only=True,
     )
+    response = api.call_api(*request)
+    response.read()
+    body = api.response_deserialize(response, {"200": "object"}).data
     assert body["kind"] == "ExternalMetricValueList", body
     assert body["apiVersion"] == "external.metrics.k8s.io/v1beta1", body
     assert isinstance(body["metadata"], dict), body
