@@ -83,6 +83,37 @@ fn every_kustomization_renders_and_validates() {
 }
 
 #[test]
+fn examples_validate_and_the_shipped_configuration_is_the_default() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/hpa-cafe.yaml");
+    let out = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "-k", "1.33.0", example])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && report.contains("passed for resource horizontalpodautoscaler/espresso-du-matin"),
+        "{report}"
+    );
+    let hpa: Value = serde_json::to_value(
+        serde_yaml::from_str::<serde_yaml::Value>(&std::fs::read_to_string(example).unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(hpa["spec"]["metrics"][0]["external"]["metric"]["name"], "cafe_brews_per_minute");
+    assert_eq!(hpa["spec"]["metrics"][0]["external"]["target"]["type"], "AverageValue");
+
+    // The ConfigMap ships exactly the compiled-in defaults, and they validate.
+    let objects = render("deploy/base");
+    let text =
+        find(&objects, "ConfigMap", "percolator-config")["data"]["config.yaml"].as_str().unwrap().to_string();
+    let shipped = percolator::config::QueryConfig::from_yaml(&text, "deploy/base/config.yaml").unwrap();
+    let defaults = percolator::config::QueryConfig::default();
+    assert_eq!(shipped.pod_metrics_summary, defaults.pod_metrics_summary);
+    assert_eq!(shipped.cafe_brew_stats, defaults.cafe_brew_stats);
+    assert_eq!(shipped.external_metrics, defaults.external_metrics);
+}
+
+#[test]
 fn overlays_wire_trust_as_documented() {
     let prod = render("deploy");
     let api = find(&prod, "APIService", "v1alpha1.stats.une-tasse-de.cafe");

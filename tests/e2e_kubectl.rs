@@ -90,18 +90,27 @@ async fn kubectl_lists_match_the_simulators_truth() {
     let out = env.kubectl_ok(&["api-resources", "--api-group=stats.une-tasse-de.cafe", "-o", "wide"]);
     let (header, rows) = table(&out);
     assert_eq!(header, ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND", "VERBS", "CATEGORIES"]);
-    assert_eq!(
-        rows,
-        [[
+    let expected = [
+        [
+            "cafebrewstats",
+            "brews",
+            "stats.une-tasse-de.cafe/v1alpha1",
+            "true",
+            "CafeBrewStats",
+            "get,list",
+            "percolator",
+        ],
+        [
             "podmetricssummaries",
             "pms",
             "stats.une-tasse-de.cafe/v1alpha1",
             "true",
             "PodMetricsSummary",
             "get,list",
-            "percolator"
-        ]]
-    );
+            "percolator",
+        ],
+    ];
+    assert_eq!(rows, expected);
 
     // -o json across all namespaces: every running pod, values within 5% of the truth.
     let list: Value = serde_json::from_str(&env.kubectl_ok(&["get", "pms", "-A", "-o", "json"])).unwrap();
