@@ -1,0 +1,538 @@
+//! Cluster-scale benchmarks (BENCHMARKS.md): starts `percolator-sim` at a given size, a real
+//! Prometheus scraping it (history backfilled with promtool), and percolator (release
+//! builds), then measures B1–B6 with baselines taken in the same run:
+//!
+//! - B1 cold `list` latency (one namespace, all namespaces) vs the same upstream work done
+//!   directly (the PromQL queries plus the kubelet fetches);
+//! - B2 warm `get`/`list` throughput and p50/p99 over HTTPS keep-alive (HTTP/1.1, HTTP/2) with
+//!   h2load, vs a bare rustls+hyper server returning the same bytes;
+//! - B3 resident memory per pod after the inventory and caches are full;
+//! - B4 upstream calls for 1, 10, 100 identical concurrent cold requests;
+//! - B5 aggregated discovery p99 while 1,000 cold lists share one HTTP/2 connection;
+//! - B6 CPU seconds per cache refresh (a cold all-namespaces list).
+//!
+//! `cargo bench --bench cluster -- 1000 10000 150000` (sizes in pods; default 1000 10000).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use percolator::devenv::{Prometheus, PrometheusOptions, ScrapeJob};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const PODS_PER_NODE: u32 = 30;
+const NAMESPACES: usize = 10;
+const SCRAPE: Duration = Duration::from_secs(15);
+const TOKEN: &str = "tester-token";
+const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
+
+struct Sim {
+    /// Killed on drop.
+    _child: Child,
+    state: PathBuf,
+    metrics: String,
+}
+
+struct Server {
+    /// Killed on drop.
+    _child: Child,
+    url: String,
+    pid: u32,
+}
+
+fn namespaces() -> String {
+    (0..NAMESPACES).map(|i| format!("ns-{i}")).collect::<Vec<_>>().join(",")
+}
+
+async fn start_sim(dir: &Path, pods: u32) -> Sim {
+    let nodes = pods.div_ceil(PODS_PER_NODE);
+    let state = dir.join("sim");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_percolator-sim"))
+        .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
+        .args(["--namespaces", &namespaces(), "--cafes-per-namespace", "2", "--housekeeping", "10s"])
+        .arg("--state-dir")
+        .arg(&state)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = loop {
+        let line = lines.next_line().await.unwrap().expect("sim exited");
+        if let Ok(v) = serde_json::from_str::<Value>(&line)
+            && v["event"] == "ready"
+        {
+            break v;
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Sim { _child: child, state, metrics: ready["metrics"].as_str().unwrap().to_string() }
+}
+
+async fn start_prometheus(dir: &Path, sim: &Sim) -> Prometheus {
+    let target = sim.metrics.trim_start_matches("http://").to_string();
+    let now = jiff::Timestamp::now().as_second() as u64;
+    let end = now - SCRAPE.as_secs();
+    let history = reqwest::Client::new()
+        .get(format!("{}/sim/history", sim.metrics))
+        .query(&[
+            ("start", (end - 600).to_string()),
+            ("end", end.to_string()),
+            ("step", SCRAPE.as_secs().to_string()),
+            ("job", "sim-apps".into()),
+            ("instance", target.clone()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prometheus = Prometheus::start(PrometheusOptions {
+        dir: dir.join("prometheus"),
+        jobs: vec![ScrapeJob {
+            job: "sim-apps".into(),
+            target,
+            scheme: "http".into(),
+            bearer_token: None,
+            targets_file: None,
+        }],
+        scrape_interval: SCRAPE,
+        backfill: Some(history),
+    })
+    .await
+    .unwrap();
+    prometheus.wait_for_targets(Duration::from_secs(300)).await.unwrap();
+    prometheus
+}
+
+async fn start_percolator(
+    dir: &Path,
+    sim: &Sim,
+    prometheus: &Prometheus,
+    cache_ttl: &str,
+    tag: &str,
+) -> Server {
+    let log = dir.join(format!("percolator-{tag}.log"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+        .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
+        .arg("--cert-dir")
+        .arg(dir.join("certs"))
+        .arg("--kubeconfig")
+        .arg(sim.state.join("kubeconfig"))
+        .args(["--prometheus-url", &prometheus.url(), "--cache-ttl", cache_ttl])
+        .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let address = loop {
+        let line = lines.next_line().await.unwrap().expect("percolator exited");
+        if let Ok(v) = serde_json::from_str::<Value>(&line)
+            && v["fields"]["message"] == "serving"
+        {
+            break v["fields"]["address"].as_str().unwrap().to_string();
+        }
+    };
+    tokio::spawn(async move {
+        let mut out = std::fs::File::create(log).unwrap();
+        while let Ok(Some(line)) = lines.next_line().await {
+            use std::io::Write;
+            let _ = writeln!(out, "{line}");
+        }
+    });
+    let server = Server { _child: child, url: format!("https://{address}"), pid };
+    let client = mk_client(dir);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !client.get(format!("{}/readyz", server.url)).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "percolator never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server
+}
+
+fn mk_client(dir: &Path) -> reqwest::Client {
+    let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .default_headers(headers)
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap()
+}
+
+fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of /proc/pid/stat (11 and 12 after the ')').
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+async fn timed_get(client: &reqwest::Client, url: &str) -> (Duration, usize) {
+    let started = Instant::now();
+    let response = client.get(url).send().await.unwrap();
+    assert!(response.status().is_success(), "{url}: {}", response.status());
+    let body = response.bytes().await.unwrap();
+    (started.elapsed(), body.len())
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[index]
+}
+
+/// The upstream work of one cold list, done directly: the two PromQL queries and the kubelet
+/// fetches of the nodes involved, all in parallel (64 kubelets at a time, like percolator).
+async fn direct_upstream(
+    prometheus: &str,
+    namespace: Option<&str>,
+    kubelets: &[String],
+    token: &str,
+    ca: &[u8],
+) -> Duration {
+    let prom = reqwest::Client::new();
+    let kubelet = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca).unwrap())
+        .build()
+        .unwrap();
+    let scope = namespace.map(|ns| format!("namespace=\"{ns}\"")).unwrap_or_default();
+    let queries = [
+        format!("sum by (namespace, pod) (rate(http_requests_total{{{scope}}}[5m]))"),
+        format!("sum by (namespace, pod) (rate(http_requests_total{{code=~\"5..\",{scope}}}[5m]))"),
+    ];
+    let started = Instant::now();
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(64));
+    let fetches = kubelets.iter().map(|url| {
+        let (kubelet, semaphore) = (kubelet.clone(), semaphore.clone());
+        let url = url.clone();
+        let token = token.to_string();
+        async move {
+            let _permit = semaphore.acquire().await.unwrap();
+            kubelet.get(url).bearer_auth(token).send().await.unwrap().bytes().await.unwrap().len()
+        }
+    });
+    let promql = queries.iter().map(|q| {
+        let prom = prom.clone();
+        let url = format!("{prometheus}/api/v1/query");
+        async move {
+            prom.get(url).query(&[("query", q.as_str())]).send().await.unwrap().bytes().await.unwrap().len()
+        }
+    });
+    let (_, _) = futures::join!(futures::future::join_all(fetches), futures::future::join_all(promql));
+    started.elapsed()
+}
+
+/// Runs h2load against `url` and returns (requests per second, p50 ms, p99 ms).
+async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
+    let log = dir.join(format!("h2load-{tag}.log"));
+    let mut cmd = Command::new("h2load");
+    cmd.args(["-D", "8", "-c", "16", "-m", if h1 { "1" } else { "16" }, "-t", "1"])
+        .args(["-H", &format!("authorization: Bearer {TOKEN}")])
+        .arg("--log-file")
+        .arg(&log);
+    if h1 {
+        cmd.arg("--h1");
+    }
+    let out = cmd.arg(url).output().await.expect("h2load (Debian nghttp2-client) is installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps = text
+        .lines()
+        .find(|l| l.starts_with("finished in"))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let failed = text.lines().find(|l| l.starts_with("requests:")).unwrap_or("").to_string();
+    assert!(failed.contains(" 0 failed"), "h2load {tag}: {failed}\n{text}");
+    // Log lines: start-time(us) status duration(us).
+    let mut latencies: Vec<f64> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).and_then(|d| d.parse::<f64>().ok()))
+        .map(|us| us / 1000.0)
+        .collect();
+    if latencies.is_empty() {
+        return (rps, 0.0, 0.0);
+    }
+    let p50 = percentile(&mut latencies, 0.5);
+    let p99 = percentile(&mut latencies, 0.99);
+    (rps, p50, p99)
+}
+
+/// A bare rustls + hyper server answering every request with `body`, the ceiling for B2.
+async fn bare_server(dir: &Path, body: bytes::Bytes) -> String {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let args: percolator::config::Args =
+        clap::Parser::parse_from(["percolator", "--cert-dir", dir.join("certs").to_str().unwrap()]);
+    let tls = percolator::tls::server_config(&args.serving, None).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let (acceptor, body) = (acceptor.clone(), body.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else { return };
+                let service = hyper::service::service_fn(move |_req| {
+                    let body = body.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(http_body_util::Full::new(body))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder.http2().max_concurrent_streams(1000);
+                let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    url
+}
+
+async fn kubelet_urls(sim: &Sim) -> Vec<String> {
+    let truth: Value =
+        reqwest::get(format!("{}/sim/truth", sim.metrics)).await.unwrap().json().await.unwrap();
+    let port: Value =
+        serde_json::from_str(&std::fs::read_to_string(sim.state.join("sim.json")).unwrap()).unwrap();
+    let port = port["kubeletPort"].as_u64().unwrap();
+    truth["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| format!("https://{}:{port}/metrics/resource", n["address"].as_str().unwrap()))
+        .collect()
+}
+
+async fn kubelet_fetches(sim: &Sim) -> u64 {
+    let stats: Value =
+        reqwest::get(format!("{}/sim/stats", sim.metrics)).await.unwrap().json().await.unwrap();
+    stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
+}
+
+async fn run_size(pods: u32, report: &mut Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("percolator-bench-{pods}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let sim = start_sim(&dir, pods).await;
+    let prometheus = start_prometheus(&dir, &sim).await;
+    eprintln!("[{pods}] simulator + prometheus ready in {:.0?}", started.elapsed());
+    let token = std::fs::read_to_string(sim.state.join("token")).unwrap();
+    let sim_ca = std::fs::read(sim.state.join("ca.crt")).unwrap();
+    let kubelets = kubelet_urls(&sim).await;
+    let ns = "ns-3";
+
+    // B1 and B6 with a short TTL: every measurement is cold.
+    let ttl = Duration::from_secs(2);
+    let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold").await;
+    let client = mk_client(&dir);
+    // Let the warm-up fetch finish and the second kubelet sample exist.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let ns_url = format!("{}{GV}/namespaces/{ns}/podmetricssummaries", server.url);
+    let all_url = format!("{}{GV}/podmetricssummaries", server.url);
+    let truth: Value =
+        reqwest::get(format!("{}/sim/truth", sim.metrics)).await.unwrap().json().await.unwrap();
+    let ns_nodes: std::collections::BTreeSet<String> = truth["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == ns && p["phase"] == "Running")
+        .map(|p| p["node"].as_str().unwrap().to_string())
+        .collect();
+    let node_address: BTreeMap<String, String> = truth["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&kubelets)
+        .map(|(n, url)| (n["name"].as_str().unwrap().to_string(), url.clone()))
+        .collect();
+    let ns_kubelets: Vec<String> = ns_nodes.iter().map(|n| node_address[n].clone()).collect();
+    let (mut cold_ns, mut cold_all, mut direct_ns, mut direct_all, mut cpu) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut all_bytes = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        cold_ns.push(timed_get(&client, &ns_url).await.0.as_secs_f64() * 1000.0);
+        direct_ns.push(
+            direct_upstream(&prometheus.url(), Some(ns), &ns_kubelets, token.trim(), &sim_ca)
+                .await
+                .as_secs_f64()
+                * 1000.0,
+        );
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        let before = cpu_seconds(server.pid);
+        let (elapsed, bytes) = timed_get(&client, &all_url).await;
+        cpu.push(cpu_seconds(server.pid) - before);
+        all_bytes = bytes;
+        cold_all.push(elapsed.as_secs_f64() * 1000.0);
+        direct_all.push(
+            direct_upstream(&prometheus.url(), None, &kubelets, token.trim(), &sim_ca).await.as_secs_f64()
+                * 1000.0,
+        );
+    }
+    let (cns, dns, call, dall) = (median(cold_ns), median(direct_ns), median(cold_all), median(direct_all));
+    report.push(format!("| B1 | {pods} | cold list, 1 namespace ({} pods) | {cns:.1} ms | direct upstream {dns:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cns / dns));
+    report.push(format!("| B1 | {pods} | cold list, all namespaces ({all_bytes} B) | {call:.1} ms | direct upstream {dall:.1} ms | **{:.2}** |", call / dall));
+    report.push(format!(
+        "| B6 | {pods} | CPU per cache refresh (cold all-namespaces list) | {:.3} s | | |",
+        median(cpu)
+    ));
+
+    // B4: N identical concurrent cold requests → upstream calls.
+    for n in [1usize, 10, 100] {
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        let (queries_before, fetches_before) = (prometheus.queries().len(), kubelet_fetches(&sim).await);
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (client, url) = (client.clone(), ns_url.clone());
+                tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+            })
+            .collect();
+        for t in tasks {
+            assert!(t.await.unwrap().is_success());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let queries = prometheus.queries()[queries_before..]
+            .iter()
+            .filter(|q| q.contains("http_requests_total"))
+            .count();
+        let fetches = kubelet_fetches(&sim).await - fetches_before;
+        report.push(format!(
+            "| B4 | {pods} | {n} concurrent cold lists of {ns} | {queries} PromQL queries, {fetches} kubelet fetches | 2 queries, {} nodes | {} |",
+            ns_nodes.len(),
+            if queries == 2 && fetches as usize == ns_nodes.len() { "exact" } else { "MORE" }
+        ));
+    }
+
+    // B5: discovery p99 on one HTTP/2 connection while 1,000 cold all-namespaces lists share it.
+    let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let h2 = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .default_headers(headers)
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    let lists: Vec<_> = (0..1000)
+        .map(|_| {
+            let (h2, url) = (h2.clone(), all_url.clone());
+            tokio::spawn(async move { h2.get(url).send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    let mut discovery = Vec::new();
+    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    for _ in 0..200 {
+        let started = Instant::now();
+        let r = h2.get(format!("{}/apis", server.url)).header("accept", accept).send().await.unwrap();
+        r.bytes().await.unwrap();
+        discovery.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    for l in lists {
+        assert_eq!(l.await.unwrap().unwrap(), 200);
+    }
+    let p99 = percentile(&mut discovery, 0.99);
+    report.push(format!("| B5 | {pods} | aggregated discovery p99 during 1,000 cold lists on one h2 connection | {p99:.2} ms | goal 5 ms | |"));
+
+    // B3: resident memory once the inventory and every namespace's cache are full.
+    for i in 0..NAMESPACES {
+        timed_get(&client, &format!("{}{GV}/namespaces/ns-{i}/podmetricssummaries", server.url)).await;
+    }
+    timed_get(&client, &all_url).await;
+    let rss = proc_status_kb(server.pid, "VmRSS:");
+    let hwm = proc_status_kb(server.pid, "VmHWM:");
+    report.push(format!(
+        "| B3 | {pods} | resident memory, inventory + caches full | {:.1} MiB (peak {:.1} MiB) | {:.2} KiB per pod | |",
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+        rss as f64 / pods as f64
+    ));
+    drop(server);
+
+    // B2 with a long TTL: warm get and namespaced list, HTTP/1.1 and HTTP/2, vs a bare server.
+    let server = start_percolator(&dir, &sim, &prometheus, "10m", "warm").await;
+    let client = mk_client(&dir);
+    let pod = truth["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["namespace"] == ns && p["phase"] == "Running")
+        .unwrap();
+    let list_url = format!("{}{GV}/namespaces/{ns}/podmetricssummaries", server.url);
+    let get_url = format!("{list_url}/{}", pod["name"].as_str().unwrap());
+    for (what, url) in [("get", get_url), ("namespaced list", list_url)] {
+        let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
+        let bare = bare_server(&dir, body.clone()).await;
+        for h1 in [true, false] {
+            let proto = if h1 { "HTTP/1.1" } else { "HTTP/2" };
+            let (rps, p50, p99) = h2load(&url, h1, &dir, &format!("{what}-{proto}")).await;
+            let (brps, bp50, bp99) =
+                h2load(&format!("{bare}/x"), h1, &dir, &format!("bare-{what}-{proto}")).await;
+            report.push(format!(
+                "| B2 | {pods} | warm {what} ({} B), {proto}, 16 conns | {rps:.0} req/s, p50 {p50:.2} ms, p99 {p99:.2} ms | bare {brps:.0} req/s, p50 {bp50:.2} ms, p99 {bp99:.2} ms | **{:.2}** |",
+                body.len(),
+                rps / brps
+            ));
+        }
+    }
+    drop(server);
+    drop(prometheus);
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::main]
+async fn main() {
+    percolator::install_crypto_provider();
+    let sizes: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let sizes = if sizes.is_empty() { vec![1000, 10000] } else { sizes };
+    let mut report = vec![
+        "| | pods | measure | percolator | baseline (same run) | ratio |".to_string(),
+        "| --- | --- | --- | --- | --- | --- |".to_string(),
+    ];
+    for pods in sizes {
+        run_size(pods, &mut report).await;
+        for line in &report {
+            println!("{line}");
+        }
+    }
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-report.md");
+    std::fs::write(&out, report.join("\n") + "\n").unwrap();
+    eprintln!("report written to {}", out.display());
+}
