@@ -95,6 +95,8 @@ pub async fn run(
         // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
         "--kubelet-preferred-address-types=InternalIP".to_string(),
         "--kubelet-use-node-status-port".to_string(),
+        // The demo cluster has no other external metrics provider.
+        "--enable-external-metrics".to_string(),
     ];
     let percolator = crate::server::prepare(crate::config::Args::parse_from(flags)).await?;
     let address = percolator.local_addr()?;
@@ -108,7 +110,7 @@ pub async fn run(
     )?;
     let server = tokio::spawn(percolator.serve(shutdown));
     println!(
-        "\npercolator is serving on https://{address}\n\nTry (CPU appears about 10 s after start: it is a rate between two kubelet samples):\n\n  export KUBECONFIG={kc}\n  kubectl get podmetricssummaries -A\n  kubectl get pms -n shop -o wide\n  kubectl get pms -A -l 'app in (web,api)'\n  kubectl get pms -n shop -o yaml\n  kubectl explain pms.containers\n  kubectl get --raw /apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries\n\nGround truth of the simulator: curl -s {truth}/sim/truth\nPrometheus: {prom}\n\nCtrl-C stops everything.\n",
+        "\npercolator is serving on https://{address}\n\nTry (CPU appears about 10 s after start: it is a rate between two kubelet samples):\n\n  export KUBECONFIG={kc}\n  kubectl get podmetricssummaries -A\n  kubectl get pms -n shop -o wide\n  kubectl get pms -A -l 'app in (web,api)'\n  kubectl get pms -n shop -o yaml\n  kubectl get brews -A -o wide\n  kubectl get percolator -A\n  kubectl explain pms.containers\n  kubectl explain cafebrewstats.brewDuration\n  kubectl get --raw /apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries\n  kubectl get --raw /apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_per_minute\n\nOther users of the simulated cluster: alice-token (namespace shop only), bob-token (nothing),\nadmin-token (system:masters); e.g. kubectl --token=alice-token get pms -n api → Forbidden.\n\nGround truth of the simulator: curl -s {truth}/sim/truth\nPrometheus: {prom}\n\nCtrl-C stops everything.\n",
         kc = kubeconfig.display(),
         truth = sim.ready.metrics,
         prom = prometheus.url(),

@@ -1,12 +1,14 @@
 //! The local development environment shared by the demo, the end-to-end tests and the
 //! benchmarks: a real Prometheus (Debian's `prometheus` package) started on a loopback port
 //! with history backfilled by `promtool`, so that `rate()` over the whole window is exact from
-//! the first query.
+//! the first query — and a fault-injecting proxy ([`FaultProxy`]) to put in front of it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, Command};
 
 /// Errors of the development environment.
@@ -279,6 +281,225 @@ pub fn read_query_log(path: &Path) -> Vec<String> {
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// Fault-injecting proxy
+// ---------------------------------------------------------------------------------------------
+
+/// What a [`FaultProxy`] does with the requests it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProxyFault {
+    /// Forward every byte to the upstream and back.
+    #[default]
+    Pass,
+    /// Nothing listens on the port: connections are refused.
+    Down,
+    /// Wait this long, then forward.
+    Slow(Duration),
+    /// Read the request, answer `200` with headers promising a JSON body, then send nothing.
+    HangAfterHeaders,
+    /// Read the request, answer `200` with `Content-Type: application/json` and a body that is
+    /// not JSON.
+    Garbage,
+    /// Read the request, answer `500 Internal Server Error` with a plain-text body (what a
+    /// proxy or load balancer in front of a broken Prometheus sends).
+    Error500,
+}
+
+/// A TCP proxy on a loopback port in front of an HTTP server (the test Prometheus) that
+/// injects [`ProxyFault`]s, switchable at any time with [`FaultProxy::set`]. A change of fault
+/// closes the connections open through the proxy, so pooled client connections meet the new
+/// fault on their next request. Stops when dropped.
+#[derive(Debug)]
+pub struct FaultProxy {
+    port: u16,
+    fault: Arc<tokio::sync::watch::Sender<ProxyFault>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Body of [`ProxyFault::Garbage`] answers.
+const GARBAGE_BODY: &str =
+    "<html><body><h1>502 Bad Gateway</h1>\u{0}\u{1}\u{2}{\"status\":\"succ</body></html>\n";
+
+impl FaultProxy {
+    /// Starts a proxy on a free loopback port forwarding to `upstream` (`host:port`), on the
+    /// current tokio runtime.
+    pub async fn start(upstream: &str) -> Result<Self> {
+        let upstream = upstream.to_owned();
+        let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        let fault = Arc::new(tokio::sync::watch::Sender::new(ProxyFault::Pass));
+        let task = tokio::spawn(proxy_loop(listener, port, upstream, Arc::clone(&fault)));
+        Ok(Self { port, fault, task })
+    }
+
+    /// Base URL of the proxy (`http://127.0.0.1:<port>`).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The fault in force.
+    pub fn fault(&self) -> ProxyFault {
+        *self.fault.borrow()
+    }
+
+    /// Switches to `fault` (closing the open connections when it changes).
+    pub fn set(&self, fault: ProxyFault) {
+        self.fault.send_if_modified(|current| {
+            let changed = *current != fault;
+            *current = fault;
+            changed
+        });
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Accepts connections (or, while [`ProxyFault::Down`], holds no listener at all) until the
+/// task is aborted; aborting it drops the connections too.
+async fn proxy_loop(
+    listener: tokio::net::TcpListener,
+    port: u16,
+    upstream: String,
+    fault: Arc<tokio::sync::watch::Sender<ProxyFault>>,
+) {
+    let mut listener = Some(listener);
+    let mut changes = fault.subscribe();
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let current = *changes.borrow_and_update();
+        if current == ProxyFault::Down {
+            // Refused: close the listening socket until the fault changes.
+            listener = None;
+            if changes.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let Some(bound) = listener.as_ref() else {
+            match tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).await {
+                Ok(l) => listener = Some(l),
+                Err(error) => {
+                    tracing::debug!(%error, port, "fault proxy cannot bind its port again; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            continue;
+        };
+        tokio::select! {
+            _ = changes.changed() => {}
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = bound.accept() => match accepted {
+                Ok((client, _)) => {
+                    let _ = client.set_nodelay(true);
+                    connections.spawn(proxy_connection(client, upstream.clone(), current, fault.subscribe()));
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "fault proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Serves one client connection under `fault`, until the connection ends or the fault changes.
+async fn proxy_connection(
+    mut client: tokio::net::TcpStream,
+    upstream: String,
+    fault: ProxyFault,
+    mut changes: tokio::sync::watch::Receiver<ProxyFault>,
+) {
+    let work = async {
+        match fault {
+            ProxyFault::Pass | ProxyFault::Down => forward(&mut client, &upstream).await,
+            ProxyFault::Slow(delay) => {
+                tokio::time::sleep(delay).await;
+                forward(&mut client, &upstream).await;
+            }
+            ProxyFault::HangAfterHeaders => {
+                if read_request(&mut client).await.is_ok() {
+                    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{\"status\":";
+                    let _ = client.write_all(head.as_bytes()).await;
+                    std::future::pending::<()>().await;
+                }
+            }
+            ProxyFault::Garbage => respond(&mut client, "200 OK", "application/json", GARBAGE_BODY).await,
+            ProxyFault::Error500 => {
+                respond(&mut client, "500 Internal Server Error", "text/plain", "upstream unavailable\n")
+                    .await;
+            }
+        }
+    };
+    tokio::select! {
+        () = work => {}
+        _ = changes.changed() => {}
+    }
+}
+
+/// Copies bytes both ways between `client` and `upstream` until either side closes.
+async fn forward(client: &mut tokio::net::TcpStream, upstream: &str) {
+    match tokio::net::TcpStream::connect(upstream).await {
+        Ok(mut server) => {
+            let _ = server.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(client, &mut server).await;
+        }
+        Err(error) => tracing::debug!(%error, upstream, "fault proxy cannot reach its upstream"),
+    }
+}
+
+/// Answers one request with `status` and `body`, then closes the connection.
+async fn respond(client: &mut tokio::net::TcpStream, status: &str, content_type: &str, body: &str) {
+    if read_request(client).await.is_err() {
+        return;
+    }
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(response.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+/// Reads one HTTP/1.1 request (head and `Content-Length` body), so that closing afterwards
+/// sends FIN rather than RST (unread data makes the kernel reset the connection).
+async fn read_request(client: &mut tokio::net::TcpStream) -> std::io::Result<()> {
+    const MAX_HEAD: usize = 64 * 1024;
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(std::io::Error::other("request head too large"));
+        }
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    };
+    let head = String::from_utf8_lossy(buf.get(..head_end).unwrap_or_default()).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut remaining = length.saturating_sub(buf.len() - head_end);
+    while remaining > 0 {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        remaining = remaining.saturating_sub(n);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +521,75 @@ mod tests {
         let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
         assert_eq!(parsed["global"]["scrape_interval"], "2s");
         assert_eq!(parsed["scrape_configs"][0]["static_configs"][0]["targets"][0], "127.0.0.1:9");
+    }
+
+    /// A tiny upstream answering every request with `{"ok":true}`.
+    async fn upstream() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    while read_request(&mut stream).await.is_ok() {
+                        let body = "{\"ok\":true}";
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(response.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn fault_proxy_injects_every_fault_and_recovers() {
+        crate::install_crypto_provider();
+        let proxy = FaultProxy::start(&upstream().await).await.unwrap();
+        let client = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
+        let url = format!("{}/api/v1/query", proxy.url());
+        let get = || async {
+            match client.post(&url).body("query=up").send().await {
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    match r.text().await {
+                        Ok(body) => Ok((status, body)),
+                        Err(e) => Err(format!("body: timeout={} {e}", e.is_timeout())),
+                    }
+                }
+                Err(e) => Err(format!("send: timeout={} connect={} {e}", e.is_timeout(), e.is_connect())),
+            }
+        };
+        assert_eq!(get().await.unwrap(), (200, "{\"ok\":true}".to_owned()));
+
+        proxy.set(ProxyFault::Down);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let error = get().await.unwrap_err();
+        assert!(error.contains("connect=true"), "{error}");
+
+        proxy.set(ProxyFault::Slow(Duration::from_secs(2)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let error = get().await.unwrap_err();
+        assert!(error.contains("timeout=true"), "{error}");
+
+        proxy.set(ProxyFault::HangAfterHeaders);
+        let error = get().await.unwrap_err();
+        assert!(error.starts_with("body: timeout=true"), "{error}");
+
+        proxy.set(ProxyFault::Garbage);
+        let (status, body) = get().await.unwrap();
+        assert_eq!(status, 200);
+        assert!(serde_json::from_str::<serde_json::Value>(&body).is_err());
+
+        proxy.set(ProxyFault::Error500);
+        assert_eq!(get().await.unwrap().0, 500);
+
+        proxy.set(ProxyFault::Pass);
+        assert_eq!(proxy.fault(), ProxyFault::Pass);
+        assert_eq!(get().await.unwrap(), (200, "{\"ok\":true}".to_owned()));
     }
 }

@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{
-    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
-    ServedKind, Sources, index_by, rfc3339, schema_name, to_raw,
+    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind, Sources,
+    index_by, kind_schema, rfc3339, schema_name, to_raw,
 };
 use crate::sources::{PodInfo, PodKey, PromSample};
 use crate::{duration, quantity};
@@ -325,13 +325,10 @@ impl ServedKind for CafeBrewStatsKind {
                 "p99": string("99th percentile brew time."),
             }
         });
-        let object = json!({
-            "type": "object",
-            "description": INFO.description,
-            "properties": {
-                "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object: stats.une-tasse-de.cafe/v1alpha1."},
-                "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents: CafeBrewStats."},
-                "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata: the name is the cafe's name (its pods' une-tasse-de.cafe/cafe label); labels carry the cafe and its type."},
+        let object = kind_schema(
+            &INFO,
+            "Standard object metadata: the name is the cafe's name (its pods' une-tasse-de.cafe/cafe label); labels carry the cafe and its type.",
+            json!({
                 "type": string("What the cafe brews: espresso, lungo, cappuccino or latte (the type label of its metrics)."),
                 "window": string("Range the counts and rates are computed over, as a duration (5m0s)."),
                 "brews": integer("Completed brews in the window (increase of cafe_brews_total)."),
@@ -345,9 +342,8 @@ impl ServedKind for CafeBrewStatsKind {
                 "pods": integer("Running pods serving the cafe (pods labelled une-tasse-de.cafe/cafe=<name>)."),
                 "cpu": string("CPU usage of the serving pods in cores, summed (a Quantity), from the kubelets. Omitted when any pod has no CPU rate yet."),
                 "memory": string("Memory working set of the serving pods, summed (a Quantity), from the kubelets."),
-            },
-            "x-kubernetes-group-version-kind": [{"group": super::GROUP, "version": super::VERSION, "kind": INFO.kind}],
-        });
+            }),
+        );
         vec![(schema_name(INFO.kind), object), (schema_name("CafeBrewDuration"), durations)]
     }
 

@@ -252,6 +252,29 @@ pub fn schema_name(kind: &str) -> String {
     format!("cafe.une-tasse-de.stats.{VERSION}.{kind}")
 }
 
+/// The OpenAPI v3 schema of a kind: `properties` plus the `apiVersion`, `kind` and `metadata`
+/// every object has, the kind's description and its group-version-kind.
+pub fn kind_schema(
+    info: &KindInfo,
+    metadata_description: &str,
+    properties: serde_json::Value,
+) -> serde_json::Value {
+    let mut all = serde_json::json!({
+        "apiVersion": {"type": "string", "description": format!("APIVersion defines the versioned schema of this representation of an object: {API_VERSION}.")},
+        "kind": {"type": "string", "description": format!("Kind is a string value representing the REST resource this object represents: {}.", info.kind)},
+        "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": metadata_description},
+    });
+    if let (Some(all), serde_json::Value::Object(properties)) = (all.as_object_mut(), properties) {
+        all.extend(properties);
+    }
+    serde_json::json!({
+        "type": "object",
+        "description": info.description,
+        "properties": all,
+        "x-kubernetes-group-version-kind": [{"group": GROUP, "version": VERSION, "kind": info.kind}],
+    })
+}
+
 /// Serializes an object once, for every later response to reuse.
 pub fn to_raw<T: Serialize>(object: &T) -> Box<RawValue> {
     serde_json::value::to_raw_value(object).unwrap_or_else(|error| {

@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{
-    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ObjectMeta,
-    ServedKind, Sources, index_by_pod, rfc3339, schema_name, to_raw,
+    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind, Sources,
+    index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
 };
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 use crate::{duration, quantity};
@@ -251,13 +251,10 @@ impl ServedKind for PodMetricsSummaries {
                 "memory": quantity("Memory working set of the container in bytes (a Quantity such as 120Mi), as the kubelet reports it."),
             }
         });
-        let object = json!({
-            "type": "object",
-            "description": INFO.description,
-            "properties": {
-                "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object: stats.une-tasse-de.cafe/v1alpha1."},
-                "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents: PodMetricsSummary."},
-                "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata, copied from the pod: name, namespace, uid, labels and creationTimestamp."},
+        let object = kind_schema(
+            &INFO,
+            "Standard object metadata, copied from the pod: name, namespace, uid, labels and creationTimestamp.",
+            json!({
                 "timestamp": {"type": "string", "format": "date-time", "description": "When the newest input sample (kubelet or Prometheus) was taken, RFC 3339."},
                 "window": {"type": "string", "description": "Range the request and error rates are computed over, as a duration (5m0s)."},
                 "cpu": quantity("CPU usage of the pod in cores (a Quantity such as 250m): the sum of its containers' CPU. Omitted when any container has no CPU rate yet or the kubelet is unreachable."),
@@ -266,9 +263,8 @@ impl ServedKind for PodMetricsSummaries {
                 "errors": quantity("HTTP 5xx responses per second over the window (a Quantity), from Prometheus. Omitted when Prometheus has no error series for the pod."),
                 "errorRatio": quantity("errors divided by requests (a Quantity such as 20m for 2%). Omitted when requests is absent or 0, or errors is absent."),
                 "containers": {"type": "array", "description": "Usage of each container, from the kubelet; their sum is the pod's cpu and memory.", "items": {"$ref": format!("#/components/schemas/{}", schema_name("PodMetricsSummaryContainer"))}},
-            },
-            "x-kubernetes-group-version-kind": [{"group": super::GROUP, "version": super::VERSION, "kind": INFO.kind}],
-        });
+            }),
+        );
         vec![(schema_name(INFO.kind), object), (schema_name("PodMetricsSummaryContainer"), container)]
     }
 

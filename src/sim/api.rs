@@ -1,7 +1,8 @@
 //! The simulated Kubernetes API (HTTPS): discovery (`/version`, `/api`, `/api/v1`, `/apis`,
 //! `/apis/authentication.k8s.io/v1`, `/apis/authorization.k8s.io/v1`), nodes, pods and
 //! config maps with get, list (`limit`/`continue`, label and field selectors) and watch
-//! (resourceVersion replay from a bounded history, 410 Expired past it, bookmarks), and the
+//! (resourceVersion replay from a bounded history, 410 Expired past it, bookmarks, and the
+//! injected faults of [`super::faults`]: watches aborted, or expired once), and the
 //! TokenReview and SubjectAccessReview endpoints ([`super::reviews`]), all behind the
 //! service-account bearer token. Errors are `metav1.Status` objects.
 
@@ -682,14 +683,32 @@ fn watch(
             }
         },
     };
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+    if let Some(rv) = from
+        && cluster.faults.take_gone(kind.kind())
+    {
+        // Fault injection (`gone-once`): this resumption is too old, as after a compaction.
+        let line = expired_line(&Expired { requested: rv, oldest: cluster.resource_version() + 1 });
+        return ([(header::CONTENT_TYPE, "application/json")], line).into_response();
+    }
+    let (tx, mut rx) = mpsc::channel::<Chunk>(64);
     let timeout = timeout.unwrap_or(DEFAULT_WATCH_TIMEOUT);
     tokio::spawn(async move {
         let _ = run_watch(&cluster, &kind, from, timeout, bookmarks, &tx).await;
     });
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-        .map(|line| Ok::<_, Infallible>(Bytes::from(line)));
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(|chunk| match chunk {
+        Chunk::Line(line) => Ok(Bytes::from(line)),
+        // An error ends the body abruptly: HTTP/2 RST_STREAM, HTTP/1.1 connection closed.
+        Chunk::Abort => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "watch dropped")),
+    });
     ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
+}
+
+/// What a watch task sends to its response body.
+enum Chunk {
+    /// One event line.
+    Line(Vec<u8>),
+    /// Break the connection (fault injection).
+    Abort,
 }
 
 /// The client went away.
@@ -701,9 +720,10 @@ async fn run_watch(
     from: Option<u64>,
     timeout: Duration,
     bookmarks: bool,
-    tx: &mpsc::Sender<Vec<u8>>,
+    tx: &mpsc::Sender<Chunk>,
 ) -> Result<(), Gone> {
-    let send = |line: Vec<u8>| async move { tx.send(line).await.map_err(|_| Gone) };
+    let send = |line: Vec<u8>| async move { tx.send(Chunk::Line(line)).await.map_err(|_| Gone) };
+    let mut drops = cluster.faults.watch_drops();
     let subscription = match cluster.subscribe(from, kind.watched()) {
         Ok(s) => s,
         Err(e) => return send(expired_line(&e)).await,
@@ -744,6 +764,10 @@ async fn run_watch(
         tokio::select! {
             () = &mut deadline => return Ok(()),
             () = tx.closed() => return Err(Gone),
+            _ = drops.changed() => {
+                cluster.faults.count_dropped();
+                return tx.send(Chunk::Abort).await.map_err(|_| Gone);
+            }
             _ = ticker.tick(), if bookmarks => {
                 send(bookmark_line(kind.kind(), last_rv)).await?;
             }

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::broadcast;
 
 use super::cafe::Cafe;
+use super::faults::Faults;
 use super::rng::SplitMix64;
 use super::workload::{self, SimNode, SimPod, Workload};
 
@@ -144,6 +145,8 @@ pub(crate) struct Cluster {
     inner: RwLock<Inner>,
     events: broadcast::Sender<Arc<Event>>,
     pub(crate) stats: Stats,
+    /// Injected faults (`/sim/faults`).
+    pub(crate) faults: Faults,
 }
 
 impl Cluster {
@@ -186,6 +189,7 @@ impl Cluster {
         }
         let kubelet_fetches = nodes.iter().map(|_| AtomicU64::new(0)).collect();
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let faults = Faults::new(nodes.len());
         Self {
             seed,
             origin,
@@ -208,6 +212,7 @@ impl Cluster {
             }),
             events,
             stats: Stats { kubelet_fetches, api_requests: Mutex::new(BTreeMap::new()) },
+            faults,
         }
     }
 

@@ -11,12 +11,15 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt as _;
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::cluster::{Cluster, now};
+use super::faults::{KubeletFault, huge_padding};
 use super::pki::Pki;
 use super::serve::{Shutdown, accept_loop, serve_connection};
 use super::text::{push_go_float, push_label_value};
@@ -61,14 +64,49 @@ fn push_labels(out: &mut String, container: Option<&str>, pod: &SimPod) {
     out.push_str("\"}");
 }
 
-fn push_sample(out: &mut String, value: f64, ts_ms: u64) {
+fn push_sample(out: &mut String, value: f64, ts_ms: Option<u64>) {
     out.push(' ');
     push_go_float(out, value);
-    let _ = writeln!(out, " {ts_ms}");
+    match ts_ms {
+        Some(ts) => {
+            let _ = writeln!(out, " {ts}");
+        }
+        None => out.push('\n'),
+    }
+}
+
+/// The shape of a `/metrics/resource` body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// A current kubelet (1.29+): `[STABLE]` families with sample timestamps, start times,
+    /// swap, `pod_*` series and `resource_scrape_error`.
+    Current,
+    /// An older kubelet: `[ALPHA]` help texts, no sample timestamps, no start times, swap or
+    /// `pod_*` series, and `scrape_error` instead of `resource_scrape_error`.
+    Old,
 }
 
 /// Renders the `/metrics/resource` body of `node` hosting `pods`, sampled at `ts_ms`.
+#[cfg(test)]
 pub(crate) fn render(node: &SimNode, pods: &[Arc<SimPod>], origin: f64, ts_ms: u64) -> String {
+    render_as(Format::Current, node, pods, origin, ts_ms)
+}
+
+/// Renders the `/metrics/resource` body of `node` hosting `pods` in `format`, sampled at
+/// `ts_ms` (the values are those of the sample either way).
+pub(crate) fn render_as(
+    format: Format,
+    node: &SimNode,
+    pods: &[Arc<SimPod>],
+    origin: f64,
+    ts_ms: u64,
+) -> String {
+    let old = format == Format::Old;
+    let stamp = (!old).then_some(ts_ms);
+    // Old kubelets tagged every family ALPHA.
+    let help = |text: &'static str| -> std::borrow::Cow<'static, str> {
+        if old { text.replace("[STABLE]", "[ALPHA]").into() } else { text.into() }
+    };
     let t = ts_ms as f64 / 1000.0;
     let mut containers: Vec<ContainerSample<'_>> = Vec::with_capacity(pods.len() * 2);
     for pod in pods.iter().filter(|p| p.is_running()) {
@@ -112,23 +150,43 @@ pub(crate) fn render(node: &SimNode, pods: &[Arc<SimPod>], origin: f64, ts_ms: u
         for s in &containers {
             out.push_str(name);
             push_labels(out, Some(s.container), s.pod);
-            push_sample(out, value(s), ts_ms);
+            push_sample(out, value(s), stamp);
         }
     };
     container_family(
         &mut out,
         "container_cpu_usage_seconds_total",
-        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        &help("[STABLE] Cumulative cpu time consumed by the container in core-seconds"),
         "counter",
         &|s| s.cpu,
     );
     container_family(
         &mut out,
         "container_memory_working_set_bytes",
-        "[STABLE] Current working set of the container in bytes",
+        &help("[STABLE] Current working set of the container in bytes"),
         "gauge",
         &|s| s.memory,
     );
+    if old {
+        for (name, help, value) in [
+            (
+                "node_cpu_usage_seconds_total",
+                "[ALPHA] Cumulative cpu time consumed by the node in core-seconds",
+                node_cpu,
+            ),
+            ("node_memory_working_set_bytes", "[ALPHA] Current working set of the node in bytes", node_mem),
+        ] {
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            out.push_str(name);
+            push_sample(&mut out, value, None);
+        }
+        out.push_str(
+            "# HELP scrape_error [ALPHA] 1 if there was an error while getting container metrics, 0 otherwise\n\
+             # TYPE scrape_error gauge\nscrape_error 0\n",
+        );
+        return out;
+    }
     container_family(
         &mut out,
         "container_start_time_seconds",
@@ -165,7 +223,7 @@ pub(crate) fn render(node: &SimNode, pods: &[Arc<SimPod>], origin: f64, ts_ms: u
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         out.push_str(name);
-        push_sample(&mut out, value, ts_ms);
+        push_sample(&mut out, value, stamp);
     }
     for (name, help, kind, which) in [
         (
@@ -191,7 +249,7 @@ pub(crate) fn render(node: &SimNode, pods: &[Arc<SimPod>], origin: f64, ts_ms: u
                 1 => *mem,
                 _ => 0.0,
             };
-            push_sample(&mut out, value, ts_ms);
+            push_sample(&mut out, value, stamp);
         }
     }
     out.push_str(
@@ -220,11 +278,35 @@ pub(crate) fn has_token<B>(request: &Request<B>, token: &str) -> bool {
         .is_some_and(|t| t.trim() == token)
 }
 
-fn handle(cluster: &Cluster, index: u32, request: &Request<Incoming>) -> Response<Body> {
+/// How much of the body a `stall`ing kubelet sends before it stops.
+const STALL_BYTES: usize = 1024;
+
+/// Chunk size of a streamed `huge` body.
+const HUGE_CHUNK: usize = 64 * 1024;
+
+/// A body that sends `first` and then fails, which makes hyper abort the response (HTTP/2
+/// `RST_STREAM`, HTTP/1.1 connection closed mid-body).
+fn aborted_body(first: Bytes) -> Body {
+    let abort = async {
+        // Let the status, headers and first bytes reach the client before the abort.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "kubelet fault injection"))
+    };
+    let stream = futures::stream::once(async move { Ok(first) }).chain(futures::stream::once(abort));
+    Body::from_stream(stream)
+}
+
+fn metrics_response(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static(TEXT_FORMAT));
+    response
+}
+
+async fn handle(cluster: Arc<Cluster>, index: u32, request: Request<Incoming>) -> Response<Body> {
     if request.uri().path() == "/healthz" {
         return text_response(StatusCode::OK, "ok");
     }
-    if !has_token(request, &cluster.token) {
+    if !has_token(&request, &cluster.token) {
         return text_response(StatusCode::UNAUTHORIZED, "Unauthorized");
     }
     if request.uri().path() != "/metrics/resource" {
@@ -239,13 +321,46 @@ fn handle(cluster: &Cluster, index: u32, request: &Request<Incoming>) -> Respons
     cluster.count_kubelet_fetch(index);
     let now_ms = (now() * 1000.0) as u64;
     let ts = sample_time_ms(node, cluster.housekeeping_ms, now_ms);
-    let body = render(node, &cluster.pods_on(index), cluster.origin, ts);
-    let mut response = Response::new(Body::from(body));
-    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static(TEXT_FORMAT));
-    response
+    let fault = cluster.faults.kubelet(index);
+    let format = if fault == KubeletFault::OldFormat { Format::Old } else { Format::Current };
+    let body = render_as(format, node, &cluster.pods_on(index), cluster.origin, ts);
+    match fault {
+        KubeletFault::Ok | KubeletFault::OldFormat => metrics_response(Body::from(body)),
+        KubeletFault::Error500 => text_response(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error\n"),
+        // The connection task ends when the fault changes or the client goes away.
+        KubeletFault::Hang => std::future::pending().await,
+        KubeletFault::Stall => {
+            let mut body = body.into_bytes();
+            body.truncate(STALL_BYTES);
+            let first = futures::stream::once(async move { Ok::<_, Infallible>(Bytes::from(body)) });
+            metrics_response(Body::from_stream(first.chain(futures::stream::pending())))
+        }
+        // New connections are reset before the handshake (see `serve`); a request that still
+        // arrives on an older connection has its response aborted.
+        KubeletFault::Reset => metrics_response(aborted_body(Bytes::new())),
+        KubeletFault::Truncate => {
+            let full = body.len();
+            let mut body = body.into_bytes();
+            body.truncate(full / 2);
+            let mut response = metrics_response(aborted_body(Bytes::from(body)));
+            response.headers_mut().insert(header::CONTENT_LENGTH, http::HeaderValue::from(full));
+            response
+        }
+        KubeletFault::Huge => {
+            let padding = huge_padding();
+            let chunks = (0..padding.len().div_ceil(HUGE_CHUNK)).map(move |i| {
+                let end = ((i + 1) * HUGE_CHUNK).min(padding.len());
+                Ok::<_, Infallible>(padding.slice(i * HUGE_CHUNK..end))
+            });
+            let stream = futures::stream::once(async move { Ok(Bytes::from(body)) })
+                .chain(futures::stream::iter(chunks));
+            metrics_response(Body::from_stream(stream))
+        }
+    }
 }
 
-/// Serves node `index`'s kubelet on `listener` until `shutdown`.
+/// Serves node `index`'s kubelet on `listener` until `shutdown`. In `reset`, open connections
+/// are closed and new ones reset at once.
 pub(crate) async fn serve(
     listener: TcpListener,
     index: u32,
@@ -258,6 +373,14 @@ pub(crate) async fn serve(
         let pki = Arc::clone(&pki);
         async move {
             let Some(node) = cluster.nodes.get(index as usize).cloned() else {
+                return;
+            };
+            if cluster.faults.kubelet(index) == KubeletFault::Reset {
+                // SO_LINGER 0: closing sends RST instead of FIN.
+                let _ = stream.set_zero_linger();
+                return;
+            }
+            let Some(mut changes) = cluster.faults.kubelet_changes(index) else {
                 return;
             };
             let tls = match pki.kubelet_config(index, &node.name, node.ip) {
@@ -275,10 +398,16 @@ pub(crate) async fn serve(
                 }
             };
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let response = handle(&cluster, index, &request);
-                async move { Ok::<_, Infallible>(response) }
+                let cluster = Arc::clone(&cluster);
+                async move { Ok::<_, Infallible>(handle(cluster, index, request).await) }
             });
-            serve_connection(stream, service).await;
+            // Only `reset` needs the connection gone; other faults apply per request.
+            tokio::select! {
+                () = serve_connection(stream, service) => {}
+                _ = changes.wait_for(|f| *f == KubeletFault::Reset) => {
+                    tracing::debug!(node = %node.name, "kubelet fault: connection reset");
+                }
+            }
         }
     })
     .await;

@@ -6,7 +6,7 @@
 //! - one kubelet per node over HTTPS (`kubelet`): `GET /metrics/resource`;
 //! - the apps' and cafes' ([`cafe`]) metrics and the control endpoints over HTTP (`apps`): `/metrics`,
 //!   `/sim/history`, `/sim/truth`, `/sim/stats`, `POST /sim/churn`,
-//!   `POST /sim/rotate-front-proxy-ca`;
+//!   `POST /sim/rotate-front-proxy-ca`, `GET`/`POST /sim/faults` (fault injection, [`faults`]);
 //! - kube-apiserver's part in delegated authentication and authorization (CONTRACT §5): the
 //!   trust ConfigMap `kube-system/extension-apiserver-authentication` (get/list/watch) built
 //!   from a generated client CA and front-proxy CA (`trust`), and TokenReview and
@@ -21,6 +21,7 @@ mod api;
 pub mod apps;
 pub mod cafe;
 mod cluster;
+pub mod faults;
 mod kubelet;
 mod objects;
 mod pki;
@@ -382,7 +383,8 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         exporters: Arc::new(apps::default_exporters()),
         instance: metrics_addr.to_string(),
     })
-    .merge(trust::control_router(Arc::clone(&cluster), Arc::clone(&trust)));
+    .merge(trust::control_router(Arc::clone(&cluster), Arc::clone(&trust)))
+    .merge(faults::control_router(Arc::clone(&cluster)));
     tasks.spawn(serve::serve_plain(metrics_listener, apps_router, shutdown.clone()));
     for (index, listener) in kubelet_listeners.into_iter().enumerate() {
         tasks.spawn(kubelet::serve(

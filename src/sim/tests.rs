@@ -349,3 +349,189 @@ async fn invalid_policy_file_is_an_error() {
     sim.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn pod_key(pod: &Pod) -> String {
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap(), pod.metadata.name.as_deref().unwrap())
+}
+
+async fn set_faults(sim: &RunningSim, http: &reqwest::Client, body: &str) -> serde_json::Value {
+    let response = http
+        .post(format!("{}/sim/faults", sim.ready.metrics))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_faults_over_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = mk_state_dir();
+    let sim = start(mk_config(dir.clone())).await.unwrap();
+    let control = mk_http_client(&sim);
+    let ca = std::fs::read(sim.ready.state_dir.join("ca.crt")).unwrap();
+    // Short timeouts, and a pooled connection opened before each fault.
+    let http = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca).unwrap()])
+        .timeout(Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let url = format!("https://127.1.0.1:{}/metrics/resource", sim.ready.kubelet_port);
+    let fetch = || async {
+        let response =
+            http.get(&url).bearer_auth(&sim.token).send().await.map_err(|e| format!("send: {e:?}"))?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(|e| format!("body: {e:?}"))?;
+        Ok::<_, String>((status, body))
+    };
+    let (status, normal) = fetch().await.unwrap();
+    assert_eq!(status, 200);
+    let normal = String::from_utf8(normal.to_vec()).unwrap();
+
+    for (fault, check) in [("hang", "send"), ("stall", "body"), ("reset", "send"), ("truncate", "body")] {
+        fetch().await.unwrap();
+        set_faults(&sim, &control, &format!(r#"{{"kubelet": {{"node-0": "{fault}"}}}}"#)).await;
+        let started = std::time::Instant::now();
+        let error = fetch().await.unwrap_err();
+        assert!(error.starts_with(check), "{fault}: {error}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{fault}");
+        set_faults(&sim, &control, r#"{"kubelet": {"node-0": "ok"}}"#).await;
+    }
+
+    set_faults(&sim, &control, r#"{"kubelet": {"*": "error500"}}"#).await;
+    assert_eq!(fetch().await.unwrap().0, 500);
+
+    set_faults(&sim, &control, r#"{"kubelet": {"*": "ok", "node-0": "huge"}}"#).await;
+    let (status, huge) = fetch().await.unwrap();
+    assert_eq!(status, 200);
+    assert!(huge.len() > faults::HUGE_PADDING_BYTES, "{}", huge.len());
+
+    set_faults(&sim, &control, r#"{"kubelet": {"node-0": "old-format"}}"#).await;
+    let (status, old) = fetch().await.unwrap();
+    assert_eq!(status, 200);
+    let old = String::from_utf8(old.to_vec()).unwrap();
+    assert!(old.contains("# HELP container_cpu_usage_seconds_total [ALPHA]"));
+    assert!(!old.contains("[STABLE]") && !old.contains("resource_scrape_error"));
+    assert!(old.ends_with("scrape_error 0\n"));
+    let scrape_time = jiff::Timestamp::from_second(2_000_000_000).unwrap();
+    let parsed = crate::sources::kubelet::parse_resource_metrics(&old, scrape_time).unwrap();
+    let current = crate::sources::kubelet::parse_resource_metrics(&normal, scrape_time).unwrap();
+    assert_eq!(parsed.containers.len(), current.containers.len());
+    assert!(!parsed.scrape_error);
+    assert_eq!(parsed.malformed_lines, 0);
+    for sample in parsed.containers.values() {
+        assert_eq!(sample.cpu.timestamp, scrape_time, "no timestamps: the scrape time");
+        assert_eq!(sample.start_time, None);
+    }
+    assert_eq!(parsed.node_memory.unwrap().timestamp, scrape_time);
+
+    let state = set_faults(&sim, &control, r#"{"kubelet": {"node-0": "ok"}}"#).await;
+    assert_eq!(state["kubelet"]["node-0"], "ok");
+    assert_eq!(fetch().await.unwrap().0, 200);
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = mk_state_dir();
+    let sim = start(mk_config(dir.clone())).await.unwrap();
+    let control = mk_http_client(&sim);
+    let client = mk_kube_client(&sim).await;
+    // No backoff: every event is checked, errors included. A task keeps polling the watcher,
+    // so its watch is open whenever a fault is injected.
+    let mut stream = watcher::watcher(Api::<Pod>::all(client), watcher::Config::default()).boxed();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let pump = tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if tx.send(item).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next = async || tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+    let watches = async || -> u64 {
+        let stats: serde_json::Value = control
+            .get(format!("{}/sim/stats", sim.ready.metrics))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        stats["apiRequests"]["watch pods"].as_u64().unwrap_or(0)
+    };
+    let wait_for_watches = async |n: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while watches().await < n {
+            assert!(std::time::Instant::now() < deadline, "no watch {n}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The request is counted before its task subscribes to the fault signal.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    while !matches!(next().await, Ok(Event::InitDone)) {}
+    wait_for_watches(1).await;
+
+    // Dropped: kube-rs takes the broken body for an end of stream (or reports it), watches
+    // again from its resourceVersion and sees later changes.
+    let state = set_faults(&sim, &control, r#"{"watch": "drop"}"#).await;
+    assert_eq!(state["watch"], "ok");
+    wait_for_watches(2).await;
+    let (_, created) = sim.churn().unwrap();
+    let mut saw = false;
+    while !saw {
+        match next().await {
+            Ok(Event::Apply(pod)) => {
+                saw = pod_key(&pod) == created;
+            }
+            Ok(Event::Delete(_)) | Err(watcher::Error::WatchFailed(_)) => {}
+            other => panic!("after a drop: {other:?}"),
+        }
+    }
+
+    // Gone: the resumed watch gets 410 and the watcher lists again.
+    set_faults(&sim, &control, r#"{"watch": "gone-once"}"#).await;
+    loop {
+        match next().await {
+            Err(watcher::Error::WatchFailed(_)) => {}
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => break,
+            other => panic!("expected a 410, got {other:?}"),
+        }
+    }
+    let mut relisted = Vec::new();
+    loop {
+        match next().await.unwrap() {
+            Event::Init => {}
+            Event::InitApply(pod) => {
+                relisted.push(pod_key(&pod));
+            }
+            Event::InitDone => break,
+            other => panic!("during the re-list: {other:?}"),
+        }
+    }
+    let current: Vec<String> =
+        sim.cluster.all_pods().iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect();
+    assert_eq!(relisted, current);
+    // And it watches again after the re-list.
+    let (_, created) = sim.churn().unwrap();
+    loop {
+        match next().await.unwrap() {
+            Event::Apply(pod) if pod_key(&pod) == created => break,
+            Event::Apply(_) | Event::Delete(_) => {}
+            other => panic!("after the re-list: {other:?}"),
+        }
+    }
+    let state: serde_json::Value =
+        control.get(format!("{}/sim/faults", sim.ready.metrics)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(state["watchDropped"], 2);
+    assert_eq!(state["watchExpired"], 1);
+
+    pump.abort();
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

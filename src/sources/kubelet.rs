@@ -11,8 +11,11 @@
 //!   computes `Δcpu / Δt` between them (metrics-server `pkg/storage`). A single sample, a restart
 //!   or a decreasing counter gives no CPU rate. Unlike metrics-server we do not synthesize a
 //!   zero sample at the start time of a fresh container: a first sample is never a usage.
+//!   Older kubelets send no sample timestamps: the scrape time stands in, and an unchanged
+//!   counter is then the same sample read again, not an idle period.
 //! - [`KubeletClient`] implements [`KubeletSource`]: per-node TTL cache whose misses share one
-//!   fetch, a semaphore bounding concurrent fetches, a body size cap, bearer-token auth (token
+//!   fetch, a semaphore bounding concurrent fetches, caps on body size and container count
+//!   (so one broken kubelet cannot take the memory), bearer-token auth (token
 //!   files are re-read at most once a minute, since service-account tokens rotate), and
 //!   verification against `--kubelet-certificate-authority` or, with `--kubelet-insecure-tls`,
 //!   none.
@@ -56,9 +59,16 @@ pub const DEFAULT_PORT: u16 = 10250;
 /// Path of the resource metrics endpoint.
 pub const RESOURCE_METRICS_PATH: &str = "/metrics/resource";
 
-/// Largest body we read from a kubelet. A node with 110 pods answers about 100 KiB, so 64 MiB
-/// only stops a broken or hostile endpoint from exhausting our memory.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Largest body we read from a kubelet. A node with 110 pods answers about 100 KiB and one with
+/// 500 pods of 3 containers about 1.2 MiB, so 8 MiB only stops a broken or hostile endpoint.
+/// Every concurrent fetch may hold this much (a 64 MiB cap let one 10 MB body take percolator
+/// from 27 to 240 MiB resident).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Most containers accepted from one kubelet. Far above what a node runs (kubelets default
+/// to 110 pods), it bounds the rate state kept per node, which a dense body under the size
+/// cap could otherwise fill with tens of thousands of phantom containers.
+pub const DEFAULT_MAX_CONTAINERS: usize = 10_000;
 
 /// metrics-server's default `--kubelet-preferred-address-types` order.
 pub const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 5] =
@@ -138,6 +148,9 @@ pub struct ContainerSample {
     pub memory: Sample,
     /// `container_start_time_seconds`, when present and sensible (after 1970).
     pub start_time: Option<Timestamp>,
+    /// Whether the CPU sample carried its own timestamp (older kubelets send none: the
+    /// scrape time stands in, see [`NodeSamples`]).
+    pub cpu_stamped: bool,
 }
 
 /// One decoded `/metrics/resource` body.
@@ -199,6 +212,7 @@ struct RawSample<'a> {
 #[derive(Default)]
 struct PartialContainer {
     cpu: Option<Sample>,
+    cpu_stamped: bool,
     memory: Option<Sample>,
     start_time: Option<Timestamp>,
 }
@@ -260,7 +274,12 @@ pub fn parse_resource_metrics(body: &str, scrape_time: Timestamp) -> Result<Pars
                     pod: pod.into_owned(),
                     container: container.into_owned(),
                 };
-                let sample = ContainerSample { cpu, memory, start_time: found.start_time };
+                let sample = ContainerSample {
+                    cpu,
+                    memory,
+                    start_time: found.start_time,
+                    cpu_stamped: found.cpu_stamped,
+                };
                 batch.containers.insert(key, sample);
             }
             _ => batch.dropped_containers += 1,
@@ -303,6 +322,7 @@ fn apply_sample<'a>(
             let entry = partial.entry(key).or_default();
             if family == Family::ContainerCpu {
                 entry.cpu = Some(sample);
+                entry.cpu_stamped = raw.timestamp.is_some();
             } else {
                 entry.memory = Some(sample);
             }
@@ -466,7 +486,14 @@ struct Point {
     cpu: Sample,
     memory: Sample,
     start_time: Option<Timestamp>,
+    /// The CPU timestamp is the kubelet's own, not the scrape time.
+    cpu_stamped: bool,
 }
+
+/// How long an unchanged CPU counter without a sample timestamp is taken for the sample
+/// already seen (the kubelet samples every housekeeping period, 10–15 s); past this the
+/// container is idle and its rate 0.
+const UNSTAMPED_REPEAT_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 
 /// The newest point and the previous distinct one.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -486,9 +513,15 @@ impl History {
         if restarted || new.cpu.value < self.last.cpu.value {
             return Self { last: new, prev: None };
         }
-        if new.cpu.timestamp <= self.last.cpu.timestamp {
+        let unstamped_repeat = !new.cpu_stamped
+            && new.cpu.value == self.last.cpu.value
+            && new.cpu.timestamp.duration_since(self.last.cpu.timestamp) < UNSTAMPED_REPEAT_WINDOW;
+        if new.cpu.timestamp <= self.last.cpu.timestamp || unstamped_repeat {
             // A fetch inside the same housekeeping period returns the same sample: keep the
-            // pair we have (a newer memory reading is still worth taking).
+            // pair we have (a newer memory reading is still worth taking). Without sample
+            // timestamps (older kubelets) the scrape time stands in, so the same sample read
+            // twice looks newer: an unchanged counter is that sample again, and it keeps the
+            // time it was first seen. Taken as new it would make a zero rate.
             let mut kept = self;
             if new.memory.timestamp > kept.last.memory.timestamp {
                 kept.last.memory = new.memory;
@@ -553,7 +586,12 @@ impl NodeSamples {
         let mut next = HashMap::with_capacity(batch.containers.len());
         let mut usage = NodeUsage::default();
         for (key, sample) in batch.containers {
-            let point = Point { cpu: sample.cpu, memory: sample.memory, start_time: sample.start_time };
+            let point = Point {
+                cpu: sample.cpu,
+                memory: sample.memory,
+                start_time: sample.start_time,
+                cpu_stamped: sample.cpu_stamped,
+            };
             let history = match self.containers.remove(&key) {
                 Some(old) => old.advance(point),
                 None => History { last: point, prev: None },
@@ -629,6 +667,8 @@ pub struct KubeletConfig {
     pub max_concurrency: usize,
     /// Largest body read; see [`DEFAULT_MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
+    /// Most containers accepted from one body; see [`DEFAULT_MAX_CONTAINERS`].
+    pub max_containers: usize,
     /// HTTPS unless talking to a simulator.
     pub scheme: Scheme,
 }
@@ -649,6 +689,7 @@ impl Default for KubeletConfig {
             use_node_status_port: false,
             max_concurrency: 64,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_containers: DEFAULT_MAX_CONTAINERS,
             scheme: Scheme::Https,
         }
     }
@@ -846,8 +887,16 @@ impl Inner {
             return Err(request_error(outcome::ERROR, format!("GET {url}: body exceeds {max} bytes")));
         }
         let text = String::from_utf8_lossy(&body);
-        parse_resource_metrics(&text, scrape_time)
-            .map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))
+        let batch = parse_resource_metrics(&text, scrape_time)
+            .map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))?;
+        let limit = self.config.max_containers;
+        if batch.containers.len() > limit {
+            return Err(request_error(
+                outcome::ERROR,
+                format!("GET {url}: {} containers, more than the {limit} accepted", batch.containers.len()),
+            ));
+        }
+        Ok(batch)
     }
 }
 
@@ -1084,6 +1133,7 @@ mod tests {
             cpu: Sample { value: cpu, timestamp: ts(cpu_ms) },
             memory: Sample { value: memory, timestamp: ts(mem_ms) },
             start_time: start_time(start_s),
+            cpu_stamped: true,
         }
     }
 
@@ -1160,7 +1210,10 @@ garbage line
 ";
         let scrape = ts(1_633_253_815_000);
         let batch = parse_resource_metrics(body, scrape).unwrap();
-        let want_a = mk_container(4.710169, 1_633_253_815_000, 12_533_760.0, 1_633_253_815_000, 0.0);
+        let want_a = ContainerSample {
+            cpu_stamped: false,
+            ..mk_container(4.710169, 1_633_253_815_000, 12_533_760.0, 1_633_253_815_000, 0.0)
+        };
         assert_eq!(want_a.start_time, None);
         assert_eq!(batch.containers[&key("ns", "p", "a")], want_a);
         let want_b = mk_container(15.0, 1_633_253_812_125, 1000.0, 1_633_253_812_000, -1.0);
@@ -1272,6 +1325,52 @@ garbage line
         let app = usage_of(&usage, "app");
         assert_eq!(app.cpu_cores, Some(0.5));
         assert_eq!(app.window_seconds, Some(10.0));
+    }
+
+    /// An older kubelet's body: no sample timestamps, `scrape_error`.
+    fn unstamped(cpu: f64, memory: f64) -> String {
+        format!(
+            "# HELP container_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the container in core-seconds\n\
+             # TYPE container_cpu_usage_seconds_total counter\n\
+             container_cpu_usage_seconds_total{{container=\"app\",namespace=\"ns\",pod=\"p\"}} {cpu}\n\
+             # HELP container_memory_working_set_bytes [ALPHA] Current working set of the container in bytes\n\
+             # TYPE container_memory_working_set_bytes gauge\n\
+             container_memory_working_set_bytes{{container=\"app\",namespace=\"ns\",pod=\"p\"}} {memory}\n\
+             # HELP scrape_error [ALPHA] 1 if there was an error while getting container metrics, 0 otherwise\n\
+             # TYPE scrape_error gauge\nscrape_error 0\n"
+        )
+    }
+
+    #[test]
+    fn unstamped_samples_rate_on_first_sight_and_a_repeat_is_not_idle() {
+        let mut samples = NodeSamples::new();
+        let mut fetch = |body: String, ms: i64| {
+            let batch = parse_resource_metrics(&body, ts(ms)).unwrap();
+            assert!(batch.containers.values().all(|c| !c.cpu_stamped && c.cpu.timestamp == ts(ms)));
+            usage_of(&samples.update(batch), "app")
+        };
+        assert_eq!(fetch(unstamped(100.0, 5e6), T0).cpu_cores, None);
+        // The kubelet has not sampled again: same counter, later scrape. Not a zero rate.
+        let again = fetch(unstamped(100.0, 5e6), T0 + 4_000);
+        assert_eq!(again.cpu_cores, None);
+        assert_eq!(again.memory_bytes, Some(5e6));
+        // A new sample: the rate runs from when each value was first seen.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 10_000);
+        assert_eq!(app.cpu_cores, Some(0.25));
+        assert_eq!(app.window_seconds, Some(10.0));
+        // Read again within the housekeeping period: the same rate, not 0.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 13_000);
+        assert_eq!(app.cpu_cores, Some(0.25));
+        assert_eq!(app.memory_bytes, Some(6e6));
+        assert_eq!(app.timestamp, Some(ts(T0 + 13_000)));
+        // Unchanged for more than a minute: the container is idle.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 75_000);
+        assert_eq!(app.cpu_cores, Some(0.0));
+        // Stamped samples keep their meaning: the same value at a later time is idle time.
+        let mut stamped = NodeSamples::new();
+        stamped.update(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
+        let usage = stamped.update(mk_batch(&[("app", 100.0, T0 + 10_000, 5e6, START)]));
+        assert_eq!(usage_of(&usage, "app").cpu_cores, Some(0.0));
     }
 
     #[test]
@@ -1616,6 +1715,19 @@ garbage line
         let coredns =
             PodKey { namespace: "kube-system".to_owned(), name: "coredns-76f75df574-8xk2p".to_owned() };
         assert_eq!(usage.pods[&coredns][0].cpu_cores, None);
+    }
+
+    #[tokio::test]
+    async fn too_many_containers_are_refused() {
+        let server = mk_server().await;
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            max_containers: 1,
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        let message = client.node_usage("node-a").await.unwrap_err().to_string();
+        assert!(message.contains("containers, more than the 1 accepted"), "{message}");
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use percolator::devenv::{Prometheus, PrometheusOptions, ScrapeJob};
+use percolator::devenv::{FaultProxy, Prometheus, PrometheusOptions, ScrapeJob};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -34,6 +34,10 @@ pub struct Options {
     /// Whether Prometheus scrapes percolator's /metrics (each scrape is an authorized
     /// request: tests counting SubjectAccessReviews turn it off).
     pub scrape_percolator: bool,
+    /// Put a [`FaultProxy`] between percolator and Prometheus ([`Env::proxy`]).
+    pub prometheus_proxy: bool,
+    /// Faults (`POST /sim/faults` JSON) set in the simulator before percolator starts.
+    pub sim_faults: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -47,6 +51,8 @@ impl Default for Options {
             window: "1m",
             extra_args: Vec::new(),
             scrape_percolator: true,
+            prometheus_proxy: false,
+            sim_faults: None,
         }
     }
 }
@@ -59,6 +65,8 @@ pub struct Env {
     pub url: String,
     pub kubeconfig: PathBuf,
     pub prometheus: Prometheus,
+    /// The fault-injecting proxy percolator reaches Prometheus through, when asked for.
+    pub proxy: Option<FaultProxy>,
     pub client: reqwest::Client,
     pub stderr_log: PathBuf,
     sim: Child,
@@ -193,6 +201,17 @@ impl Env {
             .await
             .expect("prometheus scrapes the simulator");
 
+        if let Some(faults) = options.sim_faults {
+            post_faults(&client, &sim_metrics, faults).await;
+        }
+        let proxy = if options.prometheus_proxy {
+            let upstream = prometheus.url().trim_start_matches("http://").to_string();
+            Some(FaultProxy::start(&upstream).await.expect("fault proxy starts"))
+        } else {
+            None
+        };
+        let prometheus_url = proxy.as_ref().map_or_else(|| prometheus.url(), FaultProxy::url);
+
         let stderr_log = dir.join("percolator.log");
         let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
             .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
@@ -200,7 +219,7 @@ impl Env {
             .arg(dir.join("certs"))
             .arg("--kubeconfig")
             .arg(state.join("kubeconfig"))
-            .args(["--prometheus-url", &prometheus.url()])
+            .args(["--prometheus-url", &prometheus_url])
             .args(["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"])
             // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
             .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
@@ -248,6 +267,7 @@ impl Env {
             url,
             kubeconfig,
             prometheus,
+            proxy,
             client,
             stderr_log,
             sim,
@@ -338,6 +358,62 @@ impl Env {
         self.client.get(format!("{}/sim/stats", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
     }
 
+    /// Sets simulator faults (`POST /sim/faults`, e.g. `{"kubelet": {"node-0": "hang"}}`);
+    /// returns the fault state.
+    pub async fn set_faults(&self, faults: &str) -> Value {
+        post_faults(&self.client, &self.sim_metrics, faults).await
+    }
+
+    /// Deletes one running pod and creates its replacement (`POST /sim/churn`).
+    pub async fn churn(&self) -> Value {
+        self.client
+            .post(format!("{}/sim/churn", self.sim_metrics))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The fault-injecting proxy in front of Prometheus (started with `prometheus_proxy`).
+    pub fn proxy(&self) -> &FaultProxy {
+        self.proxy.as_ref().expect("the environment was started with prometheus_proxy")
+    }
+
+    /// percolator's resident set and its peak so far (`VmRSS`, `VmHWM`), in KiB.
+    pub fn percolator_memory_kib(&self) -> (u64, u64) {
+        let pid = self.percolator.id().expect("percolator is running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Whether the percolator process is still running.
+    pub fn percolator_alive(&mut self) -> bool {
+        matches!(self.percolator.try_wait(), Ok(None))
+    }
+
+    /// A client trusting percolator's serving certificate that presents the certificate
+    /// `name` from the simulator's state directory (e.g. `front-proxy-client`).
+    pub fn client_with_cert(&self, name: &str) -> reqwest::Client {
+        let state = self.dir.join("sim");
+        let mut pem = std::fs::read(state.join(format!("{name}.crt"))).unwrap();
+        pem.extend(std::fs::read(state.join(format!("{name}.key"))).unwrap());
+        let ca = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap();
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .identity(reqwest::Identity::from_pem(&pem).unwrap())
+            .build()
+            .unwrap()
+    }
+
     /// Waits until every running pod of `namespace` (all when None) has a CPU value, which
     /// needs two kubelet samples one housekeeping period apart.
     pub async fn wait_for_cpu(&self, namespace: Option<&str>) -> Value {
@@ -356,6 +432,20 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+async fn post_faults(client: &reqwest::Client, sim_metrics: &str, faults: &str) -> Value {
+    let response = client
+        .post(format!("{sim_metrics}/sim/faults"))
+        .header("content-type", "application/json")
+        .body(faults.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert!(status.is_success(), "POST /sim/faults {faults}: {body}");
+    body
 }
 
 /// Headers authenticating as the e2e user.

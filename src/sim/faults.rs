@@ -1,0 +1,335 @@
+//! Fault injection for the reliability tests (issue 8), switchable at runtime through the
+//! control port: `POST /sim/faults` sets faults, `GET /sim/faults` reads them.
+//!
+//! ```json
+//! {"kubelet": {"node-0": "hang", "*": "ok"}, "watch": "gone-once"}
+//! ```
+//!
+//! Kubelet faults, per node (`"*"` is every node, applied before the named ones):
+//! - `ok`: normal answers;
+//! - `hang`: the request is read and never answered;
+//! - `stall`: status, headers and the first KiB of the body, then nothing;
+//! - `reset`: new connections are reset (TCP RST) before the TLS handshake;
+//! - `truncate`: a `Content-Length` for the whole body, half of it, then the stream is aborted;
+//! - `huge`: the body followed by 10 MiB of extra container series (a node
+//!   with tens of thousands of containers), streamed without a `Content-Length`;
+//! - `old-format`: the body of an older kubelet: `[ALPHA]` help texts, `scrape_error` instead of
+//!   `resource_scrape_error`, no sample timestamps, no start times and no `pod_*` series;
+//! - `error500`: `500 Internal Server Error`.
+//!
+//! Changing a node's fault closes its open connections, so a client's pooled connection meets
+//! the new fault on its next request.
+//!
+//! Watch faults are one-shot actions (the state reads `ok` again afterwards):
+//! - `drop`: every open watch is aborted mid-stream (the body ends with an error, as when a
+//!   connection breaks); clients re-watch from their last resourceVersion;
+//! - `gone-once`: like `drop`, and the next watch of each kind (pods, nodes, config maps) that
+//!   resumes from a resourceVersion gets a `410 Expired` ERROR event, so clients re-list.
+//!
+//! `GET` also reports how many watches were dropped and how many 410s were sent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::cluster::Cluster;
+
+/// Extra bytes a `huge` kubelet body carries.
+pub(crate) const HUGE_PADDING_BYTES: usize = 10 * 1024 * 1024;
+
+/// What a simulated kubelet does with `GET /metrics/resource`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KubeletFault {
+    /// Normal answers.
+    #[default]
+    Ok,
+    /// Never answers.
+    Hang,
+    /// Headers and the first bytes of the body, then nothing.
+    Stall,
+    /// Connections reset before the TLS handshake.
+    Reset,
+    /// Half of the declared body, then an aborted stream.
+    Truncate,
+    /// About 10 MB of body.
+    Huge,
+    /// An older kubelet's body (no timestamps, `scrape_error`).
+    OldFormat,
+    /// `500 Internal Server Error`.
+    Error500,
+}
+
+/// A one-shot action on the Kubernetes watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WatchFault {
+    /// Nothing.
+    Ok,
+    /// Abort every open watch.
+    Drop,
+    /// Abort every open watch and answer the next resuming watch of each kind with 410.
+    GoneOnce,
+}
+
+/// Kinds whose next resuming watch `gone-once` expires (`WatchKind::kind` names).
+const WATCHED_KINDS: [&str; 3] = ["Pod", "Node", "ConfigMap"];
+
+/// The fault state of the simulator.
+pub(crate) struct Faults {
+    kubelets: Vec<watch::Sender<KubeletFault>>,
+    drops: watch::Sender<u64>,
+    gone: Mutex<BTreeSet<&'static str>>,
+    dropped: AtomicU64,
+    expired: AtomicU64,
+}
+
+impl Faults {
+    /// No faults, for `nodes` kubelets.
+    pub(crate) fn new(nodes: usize) -> Self {
+        Self {
+            kubelets: (0..nodes).map(|_| watch::Sender::new(KubeletFault::Ok)).collect(),
+            drops: watch::Sender::new(0),
+            gone: Mutex::new(BTreeSet::new()),
+            dropped: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+        }
+    }
+
+    /// The current fault of node `index`'s kubelet.
+    pub(crate) fn kubelet(&self, index: u32) -> KubeletFault {
+        self.kubelets.get(index as usize).map_or(KubeletFault::Ok, |s| *s.borrow())
+    }
+
+    /// Changes of node `index`'s fault, from now on.
+    pub(crate) fn kubelet_changes(&self, index: u32) -> Option<watch::Receiver<KubeletFault>> {
+        self.kubelets.get(index as usize).map(watch::Sender::subscribe)
+    }
+
+    /// Sets node `index`'s fault; subscribers hear of it only when it changes.
+    pub(crate) fn set_kubelet(&self, index: u32, fault: KubeletFault) {
+        if let Some(sender) = self.kubelets.get(index as usize) {
+            sender.send_if_modified(|current| {
+                let changed = *current != fault;
+                *current = fault;
+                changed
+            });
+        }
+    }
+
+    /// A signal that changes whenever open watches must be aborted.
+    pub(crate) fn watch_drops(&self) -> watch::Receiver<u64> {
+        self.drops.subscribe()
+    }
+
+    /// Applies a watch action.
+    pub(crate) fn apply_watch(&self, fault: WatchFault) {
+        match fault {
+            WatchFault::Ok => {}
+            WatchFault::Drop => {
+                self.drops.send_modify(|generation| *generation += 1);
+            }
+            WatchFault::GoneOnce => {
+                if let Ok(mut gone) = self.gone.lock() {
+                    gone.extend(WATCHED_KINDS);
+                }
+                self.drops.send_modify(|generation| *generation += 1);
+            }
+        }
+    }
+
+    /// Whether the next resuming watch of `kind` must be expired (and disarms it).
+    pub(crate) fn take_gone(&self, kind: &str) -> bool {
+        let taken = self.gone.lock().is_ok_and(|mut gone| gone.remove(kind));
+        if taken {
+            self.expired.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    /// Counts one watch aborted by `drop` or `gone-once`.
+    pub(crate) fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn state(&self, cluster: &Cluster) -> serde_json::Value {
+        let kubelet: BTreeMap<&str, KubeletFault> =
+            cluster.nodes.iter().map(|n| (n.name.as_str(), self.kubelet(n.index))).collect();
+        serde_json::json!({
+            "kubelet": kubelet,
+            "watch": "ok",
+            "watchDropped": self.dropped.load(Ordering::Relaxed),
+            "watchExpired": self.expired.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The padding of a `huge` body: container series of fake pods, built once.
+pub(crate) fn huge_padding() -> Bytes {
+    static PADDING: OnceLock<Bytes> = OnceLock::new();
+    PADDING
+        .get_or_init(|| {
+            let mut out = String::with_capacity(HUGE_PADDING_BYTES + 256);
+            let mut i = 0u64;
+            while out.len() < HUGE_PADDING_BYTES {
+                use std::fmt::Write as _;
+                let _ = writeln!(
+                    out,
+                    "container_cpu_usage_seconds_total{{container=\"c\",namespace=\"padding\",pod=\"pad-{i}\"}} 1.5"
+                );
+                let _ = writeln!(
+                    out,
+                    "container_memory_working_set_bytes{{container=\"c\",namespace=\"padding\",pod=\"pad-{i}\"}} 1048576"
+                );
+                i += 1;
+            }
+            Bytes::from(out)
+        })
+        .clone()
+}
+
+/// What `POST /sim/faults` accepts.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultRequest {
+    #[serde(default)]
+    kubelet: BTreeMap<String, KubeletFault>,
+    #[serde(default)]
+    watch: Option<WatchFault>,
+}
+
+/// The `/sim/faults` endpoints.
+pub(crate) fn control_router(cluster: Arc<Cluster>) -> axum::Router {
+    axum::Router::new()
+        .route("/sim/faults", axum::routing::get(get_faults).post(set_faults))
+        .with_state(cluster)
+}
+
+async fn get_faults(State(cluster): State<Arc<Cluster>>) -> Response {
+    Json(cluster.faults.state(&cluster)).into_response()
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn set_faults(State(cluster): State<Arc<Cluster>>, body: Bytes) -> Response {
+    let request: FaultRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(format!("invalid fault request: {e}")),
+    };
+    // Validate everything before changing anything.
+    let mut named = Vec::new();
+    for (node, fault) in &request.kubelet {
+        if node == "*" {
+            continue;
+        }
+        match cluster.node_by_name(node) {
+            Some(n) => named.push((n.index, *fault)),
+            None => return bad_request(format!("no node named {node:?}")),
+        }
+    }
+    if let Some(all) = request.kubelet.get("*") {
+        for node in &cluster.nodes {
+            cluster.faults.set_kubelet(node.index, *all);
+        }
+    }
+    for (index, fault) in named {
+        cluster.faults.set_kubelet(index, fault);
+    }
+    if let Some(watch) = request.watch {
+        cluster.faults.apply_watch(watch);
+    }
+    tracing::info!(kubelet = ?request.kubelet, watch = ?request.watch, "faults set");
+    Json(cluster.faults.state(&cluster)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::cluster::tests::mk_cluster;
+    use axum::body::{Body, to_bytes};
+    use tower::ServiceExt as _;
+
+    async fn call(router: &axum::Router, method: &str, body: &str) -> (StatusCode, serde_json::Value) {
+        let request = http::Request::builder()
+            .method(method)
+            .uri("/sim/faults")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn faults_are_set_validated_and_reported() {
+        let cluster = Arc::new(mk_cluster());
+        let router = control_router(Arc::clone(&cluster));
+        let (status, state) = call(&router, "GET", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(state["kubelet"]["node-0"], "ok");
+        assert_eq!(state["watch"], "ok");
+
+        let mut changes = cluster.faults.kubelet_changes(1).unwrap();
+        let (status, state) =
+            call(&router, "POST", r#"{"kubelet": {"*": "hang", "node-1": "old-format"}}"#).await;
+        assert_eq!(status, StatusCode::OK, "{state}");
+        assert_eq!(state["kubelet"]["node-0"], "hang");
+        assert_eq!(state["kubelet"]["node-1"], "old-format");
+        assert_eq!(state["kubelet"]["node-2"], "hang");
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        // Setting the same fault again is not a change (connections stay open).
+        call(&router, "POST", r#"{"kubelet": {"node-1": "old-format"}}"#).await;
+        assert!(!changes.has_changed().unwrap());
+
+        for bad in [
+            r#"{"kubelet": {"node-9": "hang"}}"#,
+            r#"{"kubelet": {"node-0": "sleepy"}}"#,
+            r#"{"watch": "maybe"}"#,
+            r#"{"nodes": {}}"#,
+            "not json",
+        ] {
+            let (status, body) = call(&router, "POST", bad).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        }
+        // A rejected request changes nothing.
+        assert_eq!(cluster.faults.kubelet(0), KubeletFault::Hang);
+
+        let mut drops = cluster.faults.watch_drops();
+        let (status, _) = call(&router, "POST", r#"{"watch": "gone-once"}"#).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(drops.has_changed().unwrap());
+        drops.borrow_and_update();
+        assert!(cluster.faults.take_gone("Pod"));
+        assert!(!cluster.faults.take_gone("Pod"));
+        call(&router, "POST", r#"{"watch": "drop"}"#).await;
+        assert!(drops.has_changed().unwrap());
+        assert!(!cluster.faults.take_gone("Pod"));
+        let (_, state) = call(&router, "GET", "").await;
+        assert_eq!(state["watchExpired"], 1);
+    }
+
+    #[test]
+    fn huge_padding_is_ten_megabytes_of_parsable_series() {
+        let padding = huge_padding();
+        assert!(padding.len() >= HUGE_PADDING_BYTES && padding.len() < HUGE_PADDING_BYTES + 1024);
+        let text = std::str::from_utf8(&padding).unwrap();
+        assert!(text.ends_with('\n'));
+        let batch =
+            crate::sources::kubelet::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
+        assert!(batch.containers.len() > 50_000);
+        assert_eq!(batch.malformed_lines, 0);
+    }
+}
