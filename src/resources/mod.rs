@@ -185,10 +185,18 @@ impl Sources {
                 Err(error) => failed.push(error.to_string()),
             }
         }
-        let warning = failed.first().map(|first| match failed.len() {
-            1 => format!("cpu and memory omitted for pods on 1 node: {first}"),
-            n => format!("cpu and memory omitted for pods on {n} nodes; first: {first}"),
-        });
+        // Name every failed node (errors name their node), up to a bound that keeps the
+        // header readable.
+        const LISTED: usize = 5;
+        let warning = match failed.len() {
+            0 => None,
+            1 => Some(format!("cpu and memory omitted for pods on 1 node: {}", failed[0])),
+            n => {
+                let listed = failed.iter().take(LISTED).cloned().collect::<Vec<_>>().join("; ");
+                let more = if n > LISTED { format!("; and {} more", n - LISTED) } else { String::new() };
+                Some(format!("cpu and memory omitted for pods on {n} nodes: {listed}{more}"))
+            }
+        };
         (usage, warning)
     }
 
