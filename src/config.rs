@@ -105,6 +105,35 @@ pub struct ServingArgs {
     /// proxied request over one connection).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..), env = "PERCOLATOR_HTTP2_MAX_STREAMS_PER_CONNECTION")]
     pub http2_max_streams_per_connection: u32,
+    /// Maximum number of requests served at once (kube-apiserver's flag). Beyond it requests
+    /// are answered at once with 429 TooManyRequests and Retry-After: 1 instead of queueing.
+    /// Health, discovery, OpenAPI, /version and /metrics are exempt: they are precomputed,
+    /// cheap, and must keep answering under overload. 0 disables the limit.
+    #[arg(long, default_value_t = 400, env = "PERCOLATOR_MAX_REQUESTS_INFLIGHT")]
+    pub max_requests_inflight: u32,
+    /// Longest time a request may take (kube-apiserver's flag, e.g. 60s); a request still
+    /// running then is answered 504 Timeout. A request's `?timeout=` can only shorten it.
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration, env = "PERCOLATOR_REQUEST_TIMEOUT")]
+    pub request_timeout: Duration,
+    /// After SIGTERM, how long /readyz fails while requests are still served normally, so that
+    /// endpoints and load balancers stop sending traffic before the listener closes
+    /// (kube-apiserver's flag). In-flight requests are then drained. A second signal skips it.
+    #[arg(long, default_value = "5s", value_parser = duration::parse, env = "PERCOLATOR_SHUTDOWN_DELAY_DURATION")]
+    pub shutdown_delay_duration: Duration,
+    /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
+    /// --cert-dir) are checked for changes; a changed pair is served to new connections
+    /// without a restart.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "PERCOLATOR_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Duration,
+}
+
+/// A duration flag that must be greater than zero.
+fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> {
+    match duration::parse(text) {
+        Ok(d) if d.is_zero() => Err("must be greater than 0".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Flags of cluster access.
@@ -644,6 +673,10 @@ mod tests {
         let args = Args::try_parse_from(["percolator"]).unwrap();
         assert_eq!(args.prometheus.cache_ttl, Duration::from_secs(15));
         assert_eq!(args.serving.http2_max_streams_per_connection, 1000);
+        assert_eq!(args.serving.max_requests_inflight, 400);
+        assert_eq!(args.serving.request_timeout, Duration::from_secs(60));
+        assert_eq!(args.serving.shutdown_delay_duration, Duration::from_secs(5));
+        assert_eq!(args.serving.tls_reload_interval, Duration::from_secs(10));
         assert_eq!(args.kubelet.kubelet_preferred_address_types[0], "Hostname");
     }
 
@@ -651,6 +684,8 @@ mod tests {
     fn bad_flags_are_named() {
         let err = Args::try_parse_from(["percolator", "--cache-ttl", "fast"]).unwrap_err().to_string();
         assert!(err.contains("--cache-ttl"), "{err}");
+        let err = Args::try_parse_from(["percolator", "--request-timeout", "0s"]).unwrap_err().to_string();
+        assert!(err.contains("--request-timeout") && err.contains("greater than 0"), "{err}");
         let err = Args::try_parse_from(["percolator", "--tls-cert-file", "x"]).unwrap_err().to_string();
         assert!(err.contains("--tls-private-key-file"), "{err}");
     }

@@ -97,6 +97,8 @@ pub async fn run(
         "--kubelet-use-node-status-port".to_string(),
         // The demo cluster has no other external metrics provider.
         "--enable-external-metrics".to_string(),
+        // Nothing balances traffic away from the demo: stop at once on Ctrl-C.
+        "--shutdown-delay-duration=0s".to_string(),
     ];
     let percolator = crate::server::prepare(crate::config::Args::parse_from(flags)).await?;
     let address = percolator.local_addr()?;

@@ -1,14 +1,20 @@
 //! Wiring and serving: builds the sources, kinds and router from the flags ([`run`]), and
 //! serves a router over TLS on an already-bound listener ([`serve`]) with HTTP/1.1 and HTTP/2
-//! (ALPN), a bounded TLS handshake, and graceful shutdown.
+//! (ALPN), a bounded TLS handshake, bounded request heads, and graceful shutdown.
+//!
+//! Shutdown, as kube-apiserver does it: on SIGTERM (or Ctrl-C) `/readyz` fails at once while
+//! requests are still served for `--shutdown-delay-duration` (so endpoints and load balancers
+//! stop sending new traffic), then the listener closes, in-flight requests are drained (at
+//! most [`DRAIN_TIMEOUT`]) and the process exits 0. A second signal skips the delay.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -33,8 +39,18 @@ use crate::telemetry::Metrics;
 const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long shutdown waits for in-flight requests (the kubelet's default grace period is 30s).
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+/// How long shutdown waits for in-flight requests once the listener is closed (with the
+/// default 5s `--shutdown-delay-duration`, within the kubelet's default 30s grace period).
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// A client must send a complete HTTP/1.1 request head within this time (slow-loris); hyper
+/// runs it from the end of the previous response, so it also closes idle keep-alive
+/// connections. 32s, kube-apiserver's `ReadHeaderTimeout`.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+/// Largest request head accepted: the HTTP/1.1 read buffer (request line and headers) and the
+/// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper answers
+/// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
+/// kube-aggregator forwards.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// A configured server, bound but not yet serving.
 pub struct Prepared {
@@ -42,6 +58,9 @@ pub struct Prepared {
     tls: Arc<rustls::ServerConfig>,
     app: Router,
     max_streams: u32,
+    shutdown_delay: Duration,
+    shutting_down: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -56,9 +75,25 @@ impl Prepared {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` resolves, then drains.
+    /// Serves until `shutdown` resolves; then `/readyz` fails while requests are still served
+    /// for `--shutdown-delay-duration` (cut short by another SIGTERM or Ctrl-C), then the
+    /// listener closes and in-flight requests are drained.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
-        serve(self.listener, self.tls, self.app, self.max_streams, shutdown).await;
+        let Prepared { listener, tls, app, max_streams, shutdown_delay, shutting_down, metrics } = self;
+        let staged = async move {
+            shutdown.await;
+            shutting_down.store(true, Ordering::SeqCst);
+            metrics.ready.set(0);
+            tracing::info!(
+                delay = %crate::duration::go_string(shutdown_delay),
+                "shutting down: /readyz fails; still serving until the delay ends (signal again to skip it)"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(shutdown_delay) => {}
+                () = shutdown_signal() => tracing::info!("second signal: skipping the shutdown delay"),
+            }
+        };
+        serve(listener, tls, app, max_streams, staged).await;
     }
 }
 
@@ -84,7 +119,9 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         None => kube::Config::infer().await.context("no --kubeconfig and no in-cluster configuration")?,
     };
     let auth = crate::auth::Auth::start(&args.auth, &kube_config).await?;
-    let tls = crate::tls::server_config(&args.serving, Some(auth.client_cert_verifier()))?;
+    let (tls, serving_cert) =
+        crate::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
+    serving_cert.spawn_reloader(args.serving.tls_reload_interval);
     let metrics = Metrics::new();
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
@@ -132,12 +169,18 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
 
     let ready_metrics = metrics.clone();
+    let shutting_down = Arc::new(AtomicBool::new(false));
+    let stopping = shutting_down.clone();
+    // `/readyz` reports the shutdown check itself; the gauge covers both.
     let ready = Arc::new(move || {
-        let ready = inventory.is_synced();
-        ready_metrics.ready.set(i64::from(ready));
-        ready
+        let synced = inventory.is_synced();
+        ready_metrics.ready.set(i64::from(synced && !stopping.load(Ordering::SeqCst)));
+        synced
     });
-    let mut state = ApiState::new(kinds, ready, metrics.clone()).with_auth(auth);
+    let mut state = ApiState::new(kinds, ready, metrics.clone())
+        .with_auth(auth)
+        .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
+        .with_shutdown_flag(shutting_down.clone());
     if args.external_metrics.enable_external_metrics {
         let names: Vec<String> =
             config.current().queries.external_metrics.iter().map(|m| m.name.clone()).collect();
@@ -152,7 +195,15 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .with_context(|| format!("binding {}:{}", args.serving.bind_address, args.serving.secure_port))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, window = %crate::duration::go_string(config.current().window), "serving");
-    Ok(Prepared { listener, tls, app, max_streams: args.serving.http2_max_streams_per_connection })
+    Ok(Prepared {
+        listener,
+        tls,
+        app,
+        max_streams: args.serving.http2_max_streams_per_connection,
+        shutdown_delay: args.serving.shutdown_delay_duration,
+        shutting_down,
+        metrics,
+    })
 }
 
 /// Fetches every node's kubelet once after the inventory has synced, so that CPU rates (which
@@ -246,7 +297,16 @@ pub async fn serve(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(max_streams);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(max_streams)
+        .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -298,7 +358,9 @@ pub async fn serve(
             }
         });
     }
-    tracing::info!("shutting down: draining open connections");
+    // New connections are refused from here on.
+    drop(listener);
+    tracing::info!("shutting down: listener closed, draining open connections");
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
         tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; exiting anyway");
     }

@@ -19,6 +19,7 @@
 //! kind.
 
 pub mod discovery;
+pub mod guard;
 pub mod negotiate;
 pub mod openapi;
 pub mod render;
@@ -30,7 +31,8 @@ pub mod validation;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
@@ -44,6 +46,7 @@ use crate::external::ExternalMetrics;
 use crate::resources::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
 use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, DynamicGroupVersions, GroupVersionResources, LiveDiscovery};
+use guard::Guard;
 use negotiate::{Endpoint, Representation, negotiate_headers};
 use openapi::OpenApi;
 use render::{IncludeObject, RenderContext, render_list, render_object};
@@ -71,6 +74,8 @@ pub struct ApiState {
     metrics: Arc<Metrics>,
     auth: Option<Arc<crate::auth::Auth>>,
     external: Option<Arc<ExternalMetrics>>,
+    guard: Arc<Guard>,
+    shutting_down: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for ApiState {
@@ -87,7 +92,33 @@ impl ApiState {
     pub fn new(kinds: Kinds, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
         let discovery = Arc::new(LiveDiscovery::new(kinds.clone(), Vec::new(), None));
         let openapi = Arc::new(OpenApi::new(&kinds));
-        Self { kinds, extra: Vec::new(), discovery, openapi, ready, metrics, auth: None, external: None }
+        Self {
+            kinds,
+            extra: Vec::new(),
+            discovery,
+            openapi,
+            ready,
+            metrics,
+            auth: None,
+            external: None,
+            guard: Arc::new(Guard::default()),
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Serves at most `max_in_flight` requests at once (0: no limit; health, discovery and
+    /// OpenAPI are exempt) and answers 504 to any still running after `request_timeout`
+    /// ([`guard`]). Defaults: 400 and 60s, as kube-apiserver's.
+    pub fn with_limits(mut self, max_in_flight: u32, request_timeout: Duration) -> Self {
+        self.guard = Arc::new(Guard::new(max_in_flight, request_timeout));
+        self
+    }
+
+    /// `/readyz` fails (check `shutdown`) once `flag` is set: the server sets it on SIGTERM,
+    /// before it stops accepting connections.
+    pub fn with_shutdown_flag(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.shutting_down = flag;
+        self
     }
 
     /// Authenticates and authorizes every request with `auth` (delegated to the cluster).
@@ -164,6 +195,9 @@ pub fn router(state: ApiState) -> Router {
         // Inside `observe`, so refused requests are counted too.
         router = router.layer(middleware::from_fn_with_state(auth.clone(), crate::auth::middleware));
     }
+    // Outside authentication: oversized requests are refused and the limits applied before
+    // any webhook is called.
+    router = router.layer(middleware::from_fn_with_state(state.guard.clone(), guard::guard));
     router.layer(middleware::from_fn_with_state(state.clone(), observe)).with_state(state)
 }
 
@@ -176,16 +210,27 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Counts and times every request by resource (or route template), verb and code.
+/// The outermost layer: catches a panic anywhere below it (authentication, limits, routing,
+/// handlers, rendering) and answers it with a 500 `InternalError` Status, so one bad request
+/// never takes its connection or the process down; and counts and times every request by
+/// resource (or route template), verb and code.
 async fn observe(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let matched = request.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
-    let (resource, verb) = metric_labels(&state, request.method(), request.uri(), matched);
+    let labels = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        metric_labels(&state, request.method(), request.uri(), matched)
+    }));
+    let (resource, verb) = labels.unwrap_or_else(|_| ("other".to_owned(), "other".to_owned()));
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
     let metrics = Arc::clone(&state.metrics);
     metrics.in_flight.inc();
-    let guard = InFlight(&metrics);
+    let in_flight = InFlight(&metrics);
     let start = Instant::now();
-    let response = next.run(request).await;
-    drop(guard);
+    let response = match AssertUnwindSafe(next.run(request)).catch_unwind().await {
+        Ok(response) => response,
+        Err(payload) => guard::recover(&method, &path, payload.as_ref()),
+    };
+    drop(in_flight);
     metrics
         .request_duration
         .get_or_create(&LatencyLabels { resource: resource.clone(), verb: verb.clone() })
@@ -309,20 +354,33 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// `/readyz` worded like kube's health checks: `ok`, or the failed check and a 500.
+/// `/readyz` worded like kube's health checks: `ok`, or every check and a 500. `shutdown`
+/// fails from SIGTERM on, while requests are still served.
 fn readyz(state: &ApiState, query: &QueryParams) -> Response {
     let verbose = query.get("verbose").is_some();
-    if (state.ready)() {
-        if verbose {
-            text(StatusCode::OK, "[+]ping ok\n[+]informer-sync ok\nreadyz check passed\n")
+    let checks = [
+        ("ping", true),
+        ("informer-sync", (state.ready)()),
+        ("shutdown", !state.shutting_down.load(Ordering::SeqCst)),
+    ];
+    let passed = checks.iter().all(|(_, ok)| *ok);
+    if passed && !verbose {
+        return text(StatusCode::OK, "ok");
+    }
+    let mut body = String::new();
+    for (name, ok) in checks {
+        if ok {
+            body.push_str(&format!("[+]{name} ok\n"));
         } else {
-            text(StatusCode::OK, "ok")
+            body.push_str(&format!("[-]{name} failed: reason withheld\n"));
         }
+    }
+    if passed {
+        body.push_str("readyz check passed\n");
+        text(StatusCode::OK, body)
     } else {
-        text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "[+]ping ok\n[-]informer-sync failed: reason withheld\nreadyz check failed\n",
-        )
+        body.push_str("readyz check failed\n");
+        text(StatusCode::INTERNAL_SERVER_ERROR, body)
     }
 }
 

@@ -89,6 +89,19 @@ pub enum ApiError {
         /// Seconds the client should wait.
         retry_after: u32,
     },
+    /// 414 with reason `""` (`StatusReasonUnknown`: Kubernetes has no reason for it): the
+    /// request URI is longer than the server accepts.
+    #[error("{0}")]
+    UriTooLong(String),
+    /// 504 `Timeout` (`errors.NewTimeoutError`): `Timeout: <message>`, with
+    /// `details.retryAfterSeconds` when non-zero (`details: {}` otherwise).
+    #[error("Timeout: {message}")]
+    Timeout {
+        /// What timed out.
+        message: String,
+        /// Seconds the client should wait; 0 for none.
+        retry_after: u32,
+    },
     /// 500 `InternalError`. The detail is logged once when the response is rendered; the
     /// client gets a generic message.
     #[error("{INTERNAL_MESSAGE}")]
@@ -141,6 +154,8 @@ impl ApiError {
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::Gone(_) | Self::Expired(_) => StatusCode::GONE,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ServiceUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -158,6 +173,8 @@ impl ApiError {
             Self::Gone(_) => "Gone",
             Self::Expired(_) => "Expired",
             Self::TooManyRequests { .. } => "TooManyRequests",
+            Self::UriTooLong(_) => "",
+            Self::Timeout { .. } => "Timeout",
             Self::Internal(_) => "InternalError",
             Self::ServiceUnavailable { .. } => "ServiceUnavailable",
             Self::Unauthorized => "Unauthorized",
@@ -169,6 +186,7 @@ impl ApiError {
     pub fn retry_after(&self) -> Option<u32> {
         match self {
             Self::TooManyRequests { retry_after } => Some(*retry_after),
+            Self::Timeout { retry_after, .. } => Some(*retry_after),
             Self::ServiceUnavailable { retry_after, .. } => *retry_after,
             _ => None,
         }
@@ -199,7 +217,9 @@ impl ApiError {
             Self::Internal(_) => {
                 Some(Details { causes: vec![Cause { message: INTERNAL_MESSAGE }], ..Details::default() })
             }
-            Self::TooManyRequests { .. } => Some(Details { retry_after_seconds, ..Details::default() }),
+            Self::TooManyRequests { .. } | Self::Timeout { .. } => {
+                Some(Details { retry_after_seconds, ..Details::default() })
+            }
             Self::ServiceUnavailable { .. } if retry_after_seconds > 0 => {
                 Some(Details { retry_after_seconds, ..Details::default() })
             }
@@ -256,6 +276,7 @@ struct Status {
     metadata: Empty,
     status: &'static str,
     message: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
     reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     details: Option<Details>,
@@ -415,6 +436,28 @@ mod tests {
 
         let resp = ApiError::ServiceUnavailable { message: "x".into(), retry_after: None }.into_response();
         assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+    }
+
+    #[test]
+    fn timeout_and_uri_too_long() {
+        let err = ApiError::Timeout {
+            message: "request did not complete within requested timeout - context deadline exceeded".into(),
+            retry_after: 0,
+        };
+        assert_eq!(
+            body(&err),
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Timeout: request did not complete within requested timeout - context deadline exceeded",
+                "reason": "Timeout", "details": {}, "code": 504
+            })
+        );
+        let resp = err.into_response();
+        assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+        let b = body(&ApiError::UriTooLong("too long".into()));
+        assert_eq!(b["code"], 414);
+        assert!(b.get("reason").is_none(), "{b}");
     }
 
     #[test]

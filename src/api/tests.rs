@@ -57,6 +57,10 @@ enum Behavior {
     NotReady,
     Internal,
     Panic,
+    /// Computes fine, then takes this long.
+    Slow(std::time::Duration),
+    /// Computes fine; rendering panics (outside `compute`'s own catch).
+    PanicInColumns,
 }
 
 struct FakeKind {
@@ -73,6 +77,9 @@ impl ServedKind for FakeKind {
     }
 
     fn columns(&self) -> &'static [Column] {
+        if self.behavior == Behavior::PanicInColumns {
+            panic!("fake kind panics while rendering");
+        }
         if self.info.namespaced { WIDGET_COLUMNS } else { &[] }
     }
 
@@ -102,7 +109,8 @@ impl ServedKind for FakeKind {
         Box::pin(async move {
             self.calls.lock().unwrap().push(namespace.map(str::to_owned));
             match self.behavior {
-                Behavior::Ok => {}
+                Behavior::Ok | Behavior::PanicInColumns => {}
+                Behavior::Slow(delay) => tokio::time::sleep(delay).await,
                 Behavior::NotReady => return Err(ComputeError::NotReady),
                 Behavior::Internal => {
                     return Err(ComputeError::Internal("prometheus: secret detail".into()));
@@ -1027,7 +1035,10 @@ async fn health_endpoints() {
     let app = router(mk_state_with(mk_widgets(Behavior::Ok, &[]), false));
     let r = get(&app, "/readyz").await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(r.text(), "[+]ping ok\n[-]informer-sync failed: reason withheld\nreadyz check failed\n");
+    assert_eq!(
+        r.text(),
+        "[+]ping ok\n[-]informer-sync failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
+    );
     assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
     assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
 }
@@ -1081,4 +1092,132 @@ async fn odd_requests_never_panic_or_500() {
             assert!(r.status.as_u16() < 500, "{uri} [{accept}]: {} {}", r.status, r.text());
         }
     }
+}
+
+// ---- overload, deadlines, panics, oversized requests ----
+
+#[tokio::test]
+async fn in_flight_limit_answers_429_and_exempts_health_and_discovery() {
+    let slow = std::time::Duration::from_millis(400);
+    let app = router(
+        mk_state_with(mk_widgets(Behavior::Slow(slow), &[]), true)
+            .with_limits(2, std::time::Duration::from_secs(10)),
+    );
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { get(&app, &widgets_path("shop")).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let r = get(&app, &widgets_path("shop")).await;
+    assert_status(
+        &r,
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        Some(json!({"retryAfterSeconds": 1})),
+    );
+    assert_eq!(r.header("retry-after"), "1");
+    // Health, discovery and OpenAPI are exempt; a not-found path is not.
+    for path in
+        ["/healthz", "/livez", "/readyz", "/apis", &format!("/apis/{G}/{V}"), "/openapi/v2", "/version"]
+    {
+        assert_eq!(get(&app, path).await.status, StatusCode::OK, "{path}");
+    }
+    assert_eq!(get(&app, "/nope").await.status, StatusCode::TOO_MANY_REQUESTS);
+    for handle in busy {
+        assert_eq!(handle.await.unwrap().status, StatusCode::OK);
+    }
+    // The permits are back.
+    assert_eq!(get(&app, &widgets_path("shop")).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn requests_past_the_deadline_get_504_and_timeout_shortens_it() {
+    let app = router(
+        mk_state_with(mk_widgets(Behavior::Slow(std::time::Duration::from_secs(30)), &[]), true)
+            .with_limits(10, std::time::Duration::from_millis(300)),
+    );
+    let start = std::time::Instant::now();
+    let r = get(&app, &widgets_path("shop")).await;
+    assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
+    assert_status(
+        &r,
+        504,
+        "Timeout",
+        "Timeout: request did not complete within requested timeout - context deadline exceeded",
+        Some(json!({})),
+    );
+    let app = router(
+        mk_state_with(mk_widgets(Behavior::Slow(std::time::Duration::from_secs(30)), &[]), true)
+            .with_limits(10, std::time::Duration::from_secs(60)),
+    );
+    let start = std::time::Instant::now();
+    let r = get(&app, &format!("{}?timeout=200ms", widgets_path("shop"))).await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
+    let r = get(&app, &format!("{}?timeout=soon", widgets_path("shop"))).await;
+    assert_status(
+        &r,
+        400,
+        "BadRequest",
+        "invalid timeout specified in the request URL - time: invalid duration \"soon\"",
+        None,
+    );
+    // The in-flight gauge went back to zero although the handlers were dropped.
+    let metrics = get(&app, "/metrics").await.text();
+    assert!(metrics.contains("percolator_http_requests_in_flight 1\n"), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_panic_outside_compute_is_a_500_and_the_router_keeps_serving() {
+    let app = router(mk_state_with(mk_widgets(Behavior::PanicInColumns, &[]), true));
+    for _ in 0..3 {
+        let r = get_accept(&app, &widgets_path("shop"), KUBECTL_TABLE).await;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.text());
+        assert_eq!(r.json()["reason"], "InternalError");
+        assert!(!r.text().contains("panics"), "{}", r.text());
+    }
+    assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
+    let metrics = get(&app, "/metrics").await.text();
+    assert!(metrics.contains(r#"resource="widgets",verb="list",code="500"} 3"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn oversized_uris_and_selectors_are_refused_before_anything_else() {
+    let app = mk_app();
+    let long = "a".repeat(guard::MAX_URI_BYTES);
+    let r = get(&app, &format!("{}?x={long}", widgets_path("shop"))).await;
+    assert_eq!(r.status, StatusCode::URI_TOO_LONG, "{}", r.text());
+    assert_eq!(r.json()["code"], 414);
+    let selector = format!("a in ({})", vec!["b"; 2100].join(","));
+    let r =
+        get(&app, &format!("{}?labelSelector={selector}", widgets_path("shop")).replace(' ', "%20")).await;
+    let message = format!("labelSelector is {} bytes long; the maximum is 4096", selector.len());
+    assert_status(&r, 400, "BadRequest", &message, None);
+    let r = get(&app, &format!("{}?fieldSelector=metadata.name={}", widgets_path("shop"), "x".repeat(4100)))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // Just under the limits: parsed normally.
+    let selector = format!("app in ({})", vec!["web"; 900].join(","));
+    let r =
+        get(&app, &format!("{}?labelSelector={selector}", widgets_path("shop")).replace(' ', "%20")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+}
+
+#[tokio::test]
+async fn readyz_fails_once_shutting_down() {
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let app = router(mk_state_with(mk_widgets(Behavior::Ok, &[]), true).with_shutdown_flag(flag.clone()));
+    assert_eq!(get(&app, "/readyz").await.text(), "ok");
+    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = get(&app, "/readyz").await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        r.text(),
+        "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"
+    );
+    assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
+    assert_eq!(get(&app, &widgets_path("shop")).await.status, StatusCode::OK, "still serving");
 }
