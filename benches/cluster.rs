@@ -127,6 +127,8 @@ async fn start_percolator(
         .arg("--kubeconfig")
         .arg(sim.state.join("kubeconfig"))
         .args(["--prometheus-url", &prometheus.url(), "--cache-ttl", cache_ttl])
+        // B5 puts 1,000 lists on one connection on purpose: no in-flight limit here.
+        .args(["--max-requests-inflight", "0"])
         .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
