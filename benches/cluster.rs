@@ -128,7 +128,7 @@ async fn start_percolator(
         .arg(sim.state.join("kubeconfig"))
         .args(["--prometheus-url", &prometheus.url(), "--cache-ttl", cache_ttl])
         // B5 puts 1,000 lists on one connection on purpose: no in-flight limit here.
-        .args(["--max-requests-inflight", "0"])
+        .args(["--max-requests-inflight", "0", "--http2-max-streams-per-connection", "2000"])
         .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
