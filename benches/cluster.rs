@@ -266,7 +266,7 @@ async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
         cmd.arg("--h1");
     }
     let out = cmd.arg(url).output().await.expect("h2load (Debian nghttp2-client) is installed");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     let rps = text
         .lines()
         .find(|l| l.starts_with("finished in"))
