@@ -256,7 +256,7 @@ async fn direct_upstream(
 
 /// Runs h2load against `url` and returns (requests per second, p50 ms, p99 ms).
 async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
-    let log = dir.join(format!("h2load-{tag}.log"));
+    let log = dir.join(format!("h2load-{}.log", tag.replace(['/', ' '], "-")));
     let mut cmd = Command::new("h2load");
     cmd.args(["-D", "8", "-c", "16", "-m", if h1 { "1" } else { "16" }, "-t", "1"])
         .args(["-H", &format!("authorization: Bearer {TOKEN}")])
