@@ -458,4 +458,39 @@ async fn concurrent_cold_lists_share_one_upstream_call_per_query_and_node() {
     let new: Vec<_> =
         queries[before_queries..].iter().filter(|q| q.contains("http_requests_total")).collect();
     assert_eq!(new.len(), 2, "one query per field: {new:#?}");
+
+    // B4 at a small size, for N = 1, 10 and 100 identical concurrent cold lists of all
+    // namespaces: exactly one query per field and one fetch per node, whatever N.
+    let all = format!("{}{GV}/podmetricssummaries", env.url);
+    for n in [1usize, 10, 100] {
+        tokio::time::sleep(Duration::from_secs(5)).await; // both caches expire (TTL 4s)
+        let before_fetches: u64 = fetches(&env.sim_stats().await).values().sum();
+        let before_queries = env.prometheus.queries().len();
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (client, url) = (env.client.clone(), all.clone());
+                tokio::spawn(async move { client.get(url).send().await.unwrap().status().as_u16() })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), 200);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after_fetches: u64 = fetches(&env.sim_stats().await).values().sum();
+        let running_nodes: BTreeSet<String> = truth["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["phase"] == "Running")
+            .map(|p| p["node"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(after_fetches - before_fetches, running_nodes.len() as u64, "N={n}: one fetch per node");
+        let queries = env.prometheus.queries();
+        let new = queries[before_queries..].iter().filter(|q| q.contains("http_requests_total")).count();
+        assert_eq!(new, 2, "N={n}: one query per field");
+    }
+    // Memory stays bounded at this size (a regression guard; BENCHMARKS.md has the per-pod
+    // figures at scale): inventory, caches and 100 coalesced requests fit in 96 MiB.
+    let (rss, peak) = env.percolator_memory_kib();
+    assert!(peak < 96 * 1024, "percolator peaked at {peak} KiB (resident {rss} KiB)");
 }
