@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-# End-to-end tests mostly wait on processes; four at a time keeps two cores busy.
-exec cargo test --all-targets -- --test-threads "${TEST_THREADS:-4}"
+# End-to-end tests mostly wait on processes; four at a time keeps two cores busy. The
+# cluster benchmark (benches/) is not a test: `cargo bench --bench cluster` runs it.
+exec cargo test --lib --bins --tests -- --test-threads "${TEST_THREADS:-4}"
