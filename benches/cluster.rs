@@ -77,23 +77,10 @@ async fn start_sim(dir: &Path, pods: u32) -> Sim {
 
 async fn start_prometheus(dir: &Path, sim: &Sim) -> Prometheus {
     let target = sim.metrics.trim_start_matches("http://").to_string();
-    let now = jiff::Timestamp::now().as_second() as u64;
-    let end = now - SCRAPE.as_secs();
-    let history = reqwest::Client::new()
-        .get(format!("{}/sim/history", sim.metrics))
-        .query(&[
-            ("start", (end - 600).to_string()),
-            ("end", end.to_string()),
-            ("step", SCRAPE.as_secs().to_string()),
-            ("job", "sim-apps".into()),
-            ("instance", target.clone()),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let history =
+        percolator::devenv::sim_history(&sim.metrics, "sim-apps", &target, Duration::from_secs(600), SCRAPE)
+            .await
+            .unwrap();
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
         jobs: vec![ScrapeJob {

@@ -52,22 +52,14 @@ pub async fn run(
 
     let scrape = Duration::from_secs(5);
     let target = sim.ready.metrics.trim_start_matches("http://").to_string();
-    let now = jiff::Timestamp::now().as_second();
-    let end = now - 5;
-    let history = reqwest::Client::new()
-        .get(format!("{}/sim/history", sim.ready.metrics))
-        .query(&[
-            ("start", (end - 1800).to_string()),
-            ("end", end.to_string()),
-            ("step", scrape.as_secs().to_string()),
-            ("job", "sim-apps".to_string()),
-            ("instance", target.clone()),
-        ])
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
+    let history = crate::devenv::sim_history(
+        &sim.ready.metrics,
+        "sim-apps",
+        &target,
+        Duration::from_secs(1800),
+        scrape,
+    )
+    .await?;
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
         jobs: vec![ScrapeJob {
@@ -112,7 +104,7 @@ pub async fn run(
     )?;
     let server = tokio::spawn(percolator.serve(shutdown));
     println!(
-        "\npercolator is serving on https://{address}\n\nTry (CPU appears about 10 s after start: it is a rate between two kubelet samples):\n\n  export KUBECONFIG={kc}\n  kubectl get podmetricssummaries -A\n  kubectl get pms -n shop -o wide\n  kubectl get pms -A -l 'app in (web,api)'\n  kubectl get pms -n shop -o yaml\n  kubectl get brews -A -o wide\n  kubectl get percolator -A\n  kubectl explain pms.containers\n  kubectl explain cafebrewstats.brewDuration\n  kubectl get --raw /apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries\n  kubectl get --raw /apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_per_minute\n\nOther users of the simulated cluster: alice-token (namespace shop only), bob-token (nothing),\nadmin-token (system:masters); e.g. kubectl --token=alice-token get pms -n api → Forbidden.\n\nGround truth of the simulator: curl -s {truth}/sim/truth\nPrometheus: {prom}\n\nCtrl-C stops everything.\n",
+        "\npercolator is serving on https://{address}\n\nTry (CPU shows <none> for the first 20-30 s: it is a rate between two kubelet samples, taken ~10 s apart, and lists are cached 15 s):\n\n  export KUBECONFIG={kc}\n  kubectl get podmetricssummaries -A\n  kubectl get pms -n shop -o wide\n  kubectl get pms -A -l 'app in (web,api)'\n  kubectl get pms -n shop -o yaml\n  kubectl get brews -A -o wide\n  kubectl get percolator -A\n  kubectl explain pms.containers\n  kubectl explain cafebrewstats.brewDuration\n  kubectl get --raw /apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries\n  kubectl get --raw /apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_per_minute\n\nOther users of the simulated cluster: alice-token (namespace shop only), bob-token (nothing),\nadmin-token (system:masters); e.g. kubectl --token=alice-token get pms -n api → Forbidden.\n\nGround truth of the simulator: curl -s {truth}/sim/truth\nPrometheus: {prom}\n\nCtrl-C stops everything.\n",
         kc = kubeconfig.display(),
         truth = sim.ready.metrics,
         prom = prometheus.url(),

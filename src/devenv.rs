@@ -265,6 +265,42 @@ fn config_yaml(options: &PrometheusOptions) -> String {
     out
 }
 
+/// Fetches `span` of the simulator's history, ending one `step` ago, as OpenMetrics text for
+/// [`PrometheusOptions::backfill`]. `job` and `instance` must be the labels Prometheus will
+/// give the live scrapes of `sim_metrics`, so that backfilled and scraped samples form one
+/// series and `rate()` is exact over the whole window from the first query.
+pub async fn sim_history(
+    sim_metrics: &str,
+    job: &str,
+    instance: &str,
+    span: Duration,
+    step: Duration,
+) -> Result<String> {
+    crate::install_crypto_provider();
+    let fail = |e: reqwest::Error| DevEnvError::Program {
+        program: "percolator-sim /sim/history".into(),
+        message: e.to_string(),
+    };
+    let end = jiff::Timestamp::now().as_second() - step.as_secs() as i64;
+    let start = end - span.as_secs() as i64;
+    reqwest::Client::new()
+        .get(format!("{sim_metrics}/sim/history"))
+        .query(&[
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+            ("step", step.as_secs().max(1).to_string()),
+            ("job", job.to_string()),
+            ("instance", instance.to_string()),
+        ])
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(fail)?
+        .text()
+        .await
+        .map_err(fail)
+}
+
 /// Writes a file_sd targets file for one `host:port` target.
 pub fn write_targets_file(path: &Path, target: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");

@@ -153,25 +153,15 @@ impl Env {
         let metrics_target = sim_metrics.trim_start_matches("http://").to_string();
 
         // Backfill 15 minutes of history at the scrape interval, ending one interval ago.
-        let client = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let step = SCRAPE.as_secs();
-        let end = now - step;
-        let history = client
-            .get(format!("{sim_metrics}/sim/history"))
-            .query(&[
-                ("start", (end - 900).to_string()),
-                ("end", end.to_string()),
-                ("step", step.to_string()),
-                ("job", "sim-apps".to_string()),
-                ("instance", metrics_target.clone()),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let history = percolator::devenv::sim_history(
+            &sim_metrics,
+            "sim-apps",
+            &metrics_target,
+            Duration::from_secs(900),
+            SCRAPE,
+        )
+        .await
+        .unwrap();
         let prometheus = Prometheus::start(PrometheusOptions {
             dir: dir.join("prometheus"),
             jobs: vec![
@@ -202,7 +192,7 @@ impl Env {
             .expect("prometheus scrapes the simulator");
 
         if let Some(faults) = options.sim_faults {
-            post_faults(&client, &sim_metrics, faults).await;
+            post_faults(&reqwest::Client::new(), &sim_metrics, faults).await;
         }
         let proxy = if options.prometheus_proxy {
             let upstream = prometheus.url().trim_start_matches("http://").to_string();
