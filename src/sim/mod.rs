@@ -46,7 +46,6 @@ use tokio::task::JoinSet;
 
 pub use self::pki::PkiError;
 pub use self::policy::{Policy, PolicyError};
-pub use self::text::parse_duration;
 
 use self::cluster::Cluster;
 use self::serve::Shutdown;
@@ -98,11 +97,11 @@ pub struct SimConfig {
     pub metrics_port: u16,
 
     /// Kubelet sampling period (cAdvisor housekeeping), e.g. 10s.
-    #[arg(long, env = "PERCOLATOR_SIM_HOUSEKEEPING", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "PERCOLATOR_SIM_HOUSEKEEPING", default_value = "10s", value_parser = crate::duration::parse)]
     pub housekeeping: Duration,
 
     /// Every interval, delete one running pod and create a replacement (0: never).
-    #[arg(long, env = "PERCOLATOR_SIM_CHURN_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    #[arg(long, env = "PERCOLATOR_SIM_CHURN_INTERVAL", default_value = "0", value_parser = crate::duration::parse)]
     pub churn_interval: Duration,
 
     /// YAML file of tokens and authorization rules for TokenReview and SubjectAccessReview

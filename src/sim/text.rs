@@ -1,8 +1,7 @@
 //! Small text helpers shared by the simulator's endpoints: Go-style float formatting (as
-//! Prometheus' Go client writes samples), base64, label-value escaping and durations.
+//! Prometheus' Go client writes samples), base64 and label-value escaping.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 /// Appends `v` formatted like Go's `strconv.FormatFloat(v, 'g', -1, 64)`, which is what the
 /// Prometheus Go client (and so a kubelet) writes: shortest round-trip digits, exponent
@@ -106,45 +105,6 @@ pub(crate) fn base64_url_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Parses a Go-style duration (`10s`, `1m30s`, `500ms`, `1h`, `0`).
-///
-/// # Errors
-/// A message naming what is wrong, for clap to print.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration".to_owned());
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?} (use e.g. 10s, 1m, 500ms)"))?;
-        if num_len == 0 {
-            return Err(format!("invalid duration {s:?}"));
-        }
-        let number: f64 = rest[..num_len].parse().map_err(|_| format!("invalid number in duration {s:?}"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            unit => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
-        };
-        rest = &rest[unit_len..];
-        total += number * scale;
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {s:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,18 +137,5 @@ mod tests {
             assert_eq!(base64_url_decode(&base64_url(data)).as_deref(), Some(data));
         }
         assert_eq!(base64_url_decode("a$"), None);
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("10x").is_err());
-        assert!(parse_duration("").is_err());
     }
 }
