@@ -25,6 +25,10 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The bare baseline server runs in this process: same allocator as percolator's binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const PODS_PER_NODE: u32 = 30;
 const NAMESPACES: usize = 10;
 const SCRAPE: Duration = Duration::from_secs(15);

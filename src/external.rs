@@ -189,7 +189,7 @@ impl ExternalMetrics {
             [_, _, version, namespaces, namespace, metric]
                 if version == VERSION && namespaces == "namespaces" =>
             {
-                (namespace.as_str(), metric.as_str())
+                (namespace.as_ref(), metric.as_ref())
             }
             // Only the namespaced route exists, as in the adapter library.
             _ => return Err(ApiError::PathNotFound.into()),

@@ -4,6 +4,7 @@
 //!
 //! Metric names follow `percolator_<subsystem>_<name>_<unit>`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -20,10 +21,10 @@ use crate::sources::UpstreamObserver;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// Resource or route template.
-    pub resource: String,
+    pub resource: Cow<'static, str>,
     /// Kubernetes verb (`get`, `list`, `watch`, `create`, …) or the HTTP method lower-cased for
     /// non-resource paths.
-    pub verb: String,
+    pub verb: &'static str,
     /// HTTP status code.
     pub code: u16,
 }
@@ -32,16 +33,16 @@ pub struct RequestLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabels {
     /// Resource or route template.
-    pub resource: String,
+    pub resource: Cow<'static, str>,
     /// Verb.
-    pub verb: String,
+    pub verb: &'static str,
 }
 
 /// Labels of cache lookups.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
     /// Cache name (the plural resource, or `kubelet`).
-    pub cache: String,
+    pub cache: &'static str,
     /// `hit` or `miss`.
     pub result: &'static str,
 }
@@ -184,13 +185,8 @@ impl Metrics {
     }
 
     /// Records one cache lookup.
-    pub fn cache_lookup(&self, cache: &str, hit: bool) {
-        self.cache
-            .get_or_create(&CacheLabels {
-                cache: cache.to_string(),
-                result: if hit { "hit" } else { "miss" },
-            })
-            .inc();
+    pub fn cache_lookup(&self, cache: &'static str, hit: bool) {
+        self.cache.get_or_create(&CacheLabels { cache, result: if hit { "hit" } else { "miss" } }).inc();
     }
 }
 

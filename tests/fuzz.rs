@@ -496,6 +496,7 @@ impl ServedKind for FakeKind {
                 items,
                 warnings: vec!["a \"warning\"\n".to_owned()],
                 resource_version: "1".to_owned(),
+                ..Listing::default()
             }))
         })
     }

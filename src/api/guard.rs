@@ -86,7 +86,7 @@ pub fn is_exempt(method: &Method, path: &str) -> bool {
         return false;
     }
     let segments = split_path(path);
-    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let segs: Vec<&str> = segments.iter().map(AsRef::as_ref).collect();
     matches!(
         segs.as_slice(),
         ["healthz" | "livez" | "readyz" | "version" | "metrics" | "api" | "apis"]

@@ -28,6 +28,7 @@ pub mod selectors;
 pub mod status;
 pub mod validation;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -186,6 +188,7 @@ pub fn router(state: ApiState) -> Router {
         "/openapi/v3/{*rest}",
         "/metrics",
     ];
+    let state = Arc::new(state);
     let mut router = Router::new();
     for path in ROUTES {
         router = router.route(path, any(dispatch));
@@ -214,26 +217,36 @@ impl Drop for InFlight<'_> {
 /// handlers, rendering) and answers it with a 500 `InternalError` Status, so one bad request
 /// never takes its connection or the process down; and counts and times every request by
 /// resource (or route template), verb and code.
-async fn observe(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    let matched = request.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned());
+async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    // Parsed once here; authentication, authorization and dispatch read it from the
+    // extensions.
+    let info = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        RequestInfo::new(request.method(), request.uri().path(), request.uri().query()).ok().map(Arc::new)
+    }))
+    .ok()
+    .flatten();
     let labels = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        metric_labels(&state, request.method(), request.uri(), matched)
+        metric_labels(&state, request.method(), info.as_deref(), matched.as_ref().map(MatchedPath::as_str))
     }));
-    let (resource, verb) = labels.unwrap_or_else(|_| ("other".to_owned(), "other".to_owned()));
+    let (resource, verb) = labels.unwrap_or((Cow::Borrowed("other"), "other"));
+    if let Some(info) = info {
+        request.extensions_mut().insert(info);
+    }
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
+    let uri = request.uri().clone();
     let metrics = Arc::clone(&state.metrics);
     metrics.in_flight.inc();
     let in_flight = InFlight(&metrics);
     let start = Instant::now();
     let response = match AssertUnwindSafe(next.run(request)).catch_unwind().await {
         Ok(response) => response,
-        Err(payload) => guard::recover(&method, &path, payload.as_ref()),
+        Err(payload) => guard::recover(&method, uri.path(), payload.as_ref()),
     };
     drop(in_flight);
     metrics
         .request_duration
-        .get_or_create(&LatencyLabels { resource: resource.clone(), verb: verb.clone() })
+        .get_or_create(&LatencyLabels { resource: resource.clone(), verb })
         .observe(start.elapsed().as_secs_f64());
     metrics.requests.get_or_create(&RequestLabels { resource, verb, code: response.status().as_u16() }).inc();
     response
@@ -241,7 +254,12 @@ async fn observe(State(state): State<ApiState>, request: Request, next: Next) ->
 
 /// Bounded metric labels: the plural of a served kind or the route template (never a raw
 /// path), and a Kubernetes verb or a standard method.
-fn metric_labels(state: &ApiState, method: &Method, uri: &Uri, matched: Option<String>) -> (String, String) {
+fn metric_labels(
+    state: &ApiState,
+    method: &Method,
+    info: Option<&RequestInfo>,
+    matched: Option<&str>,
+) -> (Cow<'static, str>, &'static str) {
     const VERBS: &[&str] = &[
         "get",
         "list",
@@ -259,35 +277,32 @@ fn metric_labels(state: &ApiState, method: &Method, uri: &Uri, matched: Option<S
         "trace",
         "connect",
     ];
-    let info = RequestInfo::new(method, uri.path(), uri.query()).ok();
     let verb = info
-        .as_ref()
-        .map(|i| i.verb.as_str())
-        .filter(|v| VERBS.contains(v))
+        .and_then(|i| VERBS.iter().copied().find(|v| *v == i.verb))
         .or_else(|| {
             let m = method.as_str();
             VERBS.iter().copied().find(|v| v.eq_ignore_ascii_case(m))
         })
-        .unwrap_or("other")
-        .to_owned();
-    let resource = info
-        .filter(|i| {
-            i.is_resource_request
-                && ((i.api_group == GROUP
-                    && i.api_version == VERSION
-                    && state.kinds.iter().any(|k| k.info().plural == i.resource))
-                    || state.external.as_ref().is_some_and(|e| e.is_metric_request(i)))
-        })
-        .map(|i| i.resource)
-        .or(matched)
-        .unwrap_or_else(|| "other".to_owned());
+        .unwrap_or("other");
+    let resource = info.filter(|i| i.is_resource_request).and_then(|i| {
+        if i.api_group == GROUP && i.api_version == VERSION {
+            let kind = state.kinds.iter().find(|k| k.info().plural == i.resource)?;
+            Some(Cow::Borrowed(kind.info().plural))
+        } else if state.external.as_ref().is_some_and(|e| e.is_metric_request(i)) {
+            Some(Cow::Owned(i.resource.clone()))
+        } else {
+            None
+        }
+    });
+    let resource =
+        resource.or_else(|| matched.map(|m| Cow::Owned(m.to_owned()))).unwrap_or(Cow::Borrowed("other"));
     (resource, verb)
 }
 
-async fn dispatch(State(state): State<ApiState>, request: Request) -> Response {
+async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
     let segments = split_path(parts.uri.path());
-    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let segs: Vec<&str> = segments.iter().map(AsRef::as_ref).collect();
 
     if let ["apis", group, _, _, ..] = segs.as_slice() {
         if *group == crate::external::GROUP
@@ -295,7 +310,8 @@ async fn dispatch(State(state): State<ApiState>, request: Request) -> Response {
         {
             return external.serve(&parts.method, &parts.uri, &parts.headers).await;
         }
-        return match serve_resource(&state, &parts.method, &parts.uri, &parts.headers).await {
+        let info = parts.extensions.get::<Arc<RequestInfo>>().cloned();
+        return match serve_resource(&state, info, &parts.method, &parts.uri, &parts.headers).await {
             Ok(response) => response,
             Err(e) => e.into_response(),
         };
@@ -396,11 +412,17 @@ struct Target<'a> {
 
 async fn serve_resource(
     state: &ApiState,
+    info: Option<Arc<RequestInfo>>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let info = RequestInfo::new(method, uri.path(), uri.query()).map_err(|_| ApiError::PathNotFound)?;
+    let info = match info {
+        Some(info) => info,
+        None => {
+            Arc::new(RequestInfo::new(method, uri.path(), uri.query()).map_err(|_| ApiError::PathNotFound)?)
+        }
+    };
     let target = resolve(state, &info, uri.path())?;
 
     match info.verb.as_str() {
@@ -479,7 +501,7 @@ fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, path: &str) -> Result<Ta
 
     // Segments after /apis/<g>/<v>, without a `watch`/`proxy` prefix.
     let segments = split_path(path);
-    let mut rest: &[String] = segments.get(3..).unwrap_or_default();
+    let mut rest: &[Cow<'_, str>] = segments.get(3..).unwrap_or_default();
     if rest.first().is_some_and(|s| s == "watch" || s == "proxy") {
         rest = &rest[1..];
     }
@@ -543,6 +565,12 @@ async fn list(
             .map(str::to_owned)
     });
     let listing = compute(target.kind, namespace.as_deref()).await?;
+    let ctx = render_context(target, &listing, include_object);
+    if repr == Representation::Json && labels.is_empty() && fields.is_empty() {
+        // The whole listing: rendered once per cache entry, then shared.
+        let body = listing.rendered_list.get_or_init(|| render::kind_list(&ctx, &listing.items).into());
+        return Ok(json_response(body.clone(), &listing.warnings));
+    }
     let items: Vec<Arc<Item>> = listing
         .items
         .iter()
@@ -553,7 +581,6 @@ async fn list(
         })
         .cloned()
         .collect();
-    let ctx = render_context(target, &listing, include_object);
     let body = render_list(&ctx, &items, repr)?;
     Ok(json_response(body, &listing.warnings))
 }
@@ -570,10 +597,15 @@ async fn get_one(
         ));
     }
     let listing = compute(target.kind, target.namespace.as_deref()).await?;
+    let namespace = target.namespace.as_deref().unwrap_or_default();
+    let wanted = |i: &&Arc<Item>| i.meta.name == name && i.meta.namespace == namespace;
+    // Listings are sorted by namespace then name; the scan only runs when the search misses.
     let item = listing
         .items
-        .iter()
-        .find(|i| i.meta.name == name && target.namespace.as_deref().is_none_or(|ns| i.meta.namespace == ns))
+        .binary_search_by(|i| (i.meta.namespace.as_str(), i.meta.name.as_str()).cmp(&(namespace, name)))
+        .ok()
+        .and_then(|at| listing.items.get(at))
+        .or_else(|| listing.items.iter().find(wanted))
         .ok_or_else(|| ApiError::NotFound { resource: target.resource.clone(), name: name.to_owned() })?;
     let ctx = render_context(target, &listing, include_object);
     let body = render_object(&ctx, item, repr)?;
@@ -594,9 +626,9 @@ fn render_context<'a>(
     }
 }
 
-fn json_response(body: Vec<u8>, warnings: &[String]) -> Response {
+fn json_response(body: impl Into<Body>, warnings: &[String]) -> Response {
     let mut response =
-        ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
+        ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.into()).into_response();
     let mut seen: Vec<&str> = Vec::new();
     for w in warnings {
         if seen.contains(&w.as_str()) {

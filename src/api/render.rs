@@ -104,7 +104,7 @@ pub fn render_object(
 }
 
 /// `<Kind>List` written around the precomputed objects.
-fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
+pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
     let size: usize = items.iter().map(|i| i.object.get().len() + 1).sum();
     let mut out = Vec::with_capacity(size + 160);
     out.extend_from_slice(b"{\"kind\":");

@@ -8,6 +8,8 @@
 //! Also the raw query parsing shared by every endpoint ([`QueryParams`]), so that no request
 //! is ever rejected by an extractor with a plain-text body.
 
+use std::borrow::Cow;
+
 use http::Method;
 
 use super::selectors::{FIELD_NAME, FieldSelector, LabelSelector};
@@ -80,7 +82,7 @@ pub struct RequestInfoError(pub String);
 
 /// Splits a path like Go's `splitPath` (trim `/`, split on `/`), percent-decoding each
 /// segment. An encoded `/` stays inside its segment (and then fails name validation).
-pub fn split_path(path: &str) -> Vec<String> {
+pub fn split_path(path: &str) -> Vec<Cow<'_, str>> {
     let trimmed = path.trim_matches('/');
     if trimmed.is_empty() {
         return Vec::new();
@@ -90,9 +92,9 @@ pub fn split_path(path: &str) -> Vec<String> {
 
 /// Percent-decodes a path segment (invalid escapes are kept verbatim, invalid UTF-8 is
 /// replaced), never failing.
-pub fn percent_decode(segment: &str) -> String {
+pub fn percent_decode(segment: &str) -> Cow<'_, str> {
     if !segment.contains('%') {
-        return segment.to_owned();
+        return Cow::Borrowed(segment);
     }
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -112,7 +114,7 @@ pub fn percent_decode(segment: &str) -> String {
         out.push(bytes[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 const SPECIAL_VERBS: &[&str] = &["proxy", "watch"];
@@ -127,7 +129,7 @@ impl RequestInfo {
             verb: method.as_str().to_ascii_lowercase(),
             ..RequestInfo::default()
         };
-        let mut parts = split_path(path);
+        let mut parts: Vec<String> = split_path(path).into_iter().map(Cow::into_owned).collect();
         if parts.len() < 3 {
             return Ok(info);
         }

@@ -126,6 +126,7 @@ impl ServedKind for FakeKind {
                     .collect(),
                 warnings: self.warnings.clone(),
                 resource_version: "17".to_owned(),
+                ..Listing::default()
             }))
         })
     }

@@ -72,7 +72,7 @@ impl TokenAuthenticator {
         Self { reviewer, cache: Cache::builder().time_to_live(ttl).max_capacity(MAX_TOKENS).build() }
     }
 
-    async fn authenticate(&self, token: &str) -> Result<UserInfo, AuthnError> {
+    async fn authenticate(&self, token: &str) -> Result<Arc<UserInfo>, AuthnError> {
         let mut key = [0u8; 32];
         key.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref());
         let outcome = self
@@ -84,7 +84,7 @@ impl TokenAuthenticator {
             .await
             .map_err(|e| AuthnError::Token(format!("TokenReview failed: {e}")))?;
         match outcome {
-            TokenOutcome::Authenticated(user) => Ok((*user).clone()),
+            TokenOutcome::Authenticated(user) => Ok(user),
             TokenOutcome::Rejected(reason) => Err(AuthnError::Token(reason.to_string())),
         }
     }
@@ -99,12 +99,12 @@ fn token_outcome(status: TokenReviewStatus) -> TokenOutcome {
         return TokenOutcome::Rejected(reason.into());
     }
     let user = status.user.unwrap_or_default();
-    TokenOutcome::Authenticated(Arc::new(UserInfo {
+    TokenOutcome::Authenticated(Arc::new(add_authenticated(UserInfo {
         name: user.username.unwrap_or_default(),
         uid: user.uid.unwrap_or_default(),
         groups: user.groups.unwrap_or_default(),
         extra: user.extra.unwrap_or_default(),
-    }))
+    })))
 }
 
 /// Runs the chain. `Ok(None)`: nobody authenticated the request and nobody failed.
@@ -113,27 +113,28 @@ pub(crate) async fn authenticate(
     tokens: &TokenAuthenticator,
     peer: Option<&PeerCertificates>,
     headers: &HeaderMap,
-) -> Result<Option<UserInfo>, Vec<AuthnError>> {
+) -> Result<Option<Arc<UserInfo>>, Vec<AuthnError>> {
     let chain = peer.map(|p| p.0.as_slice()).filter(|c| !c.is_empty());
     let mut errors = Vec::new();
 
     if let (Some(chain), Some(config)) = (chain, &material.request_header) {
         match request_header(config, chain, headers) {
-            Ok(Some(user)) => return Ok(Some(add_authenticated(user))),
+            Ok(Some(user)) => return Ok(Some(Arc::new(add_authenticated(user)))),
             Ok(None) => {}
             Err(e) => errors.push(AuthnError::RequestHeader(e)),
         }
     }
     if let (Some(chain), Some(ca)) = (chain, &material.client_ca) {
         match client_certificate(ca, chain) {
-            Ok(Some(user)) => return Ok(Some(add_authenticated(user))),
+            Ok(Some(user)) => return Ok(Some(Arc::new(add_authenticated(user)))),
             Ok(None) => {}
             Err(e) => errors.push(AuthnError::X509(e)),
         }
     }
     if let Some(token) = bearer_token(headers) {
         match tokens.authenticate(&token).await {
-            Ok(user) => return Ok(Some(add_authenticated(user))),
+            // Cached with `system:authenticated` already added.
+            Ok(user) => return Ok(Some(user)),
             Err(e) => errors.push(e),
         }
     }

@@ -1,7 +1,7 @@
 //! Authorization (CONTRACT §5.4): `union(always-allow groups, always-allow paths, webhook)`.
 //! Members of an always-allow group (`system:masters`) and non-resource requests for an
 //! always-allow path are allowed without a call; everything else is a SubjectAccessReview,
-//! cached by its JSON-serialized spec: allowed answers for the authorized TTL, others for the
+//! cached by the spec's attributes (see [`decision_key`]): allowed answers for the authorized TTL, others for the
 //! unauthorized TTL, concurrent identical misses sharing one call.
 
 use std::sync::Arc;
@@ -70,7 +70,7 @@ pub enum Decision {
 /// The authorizer chain with its cache.
 pub struct Authorizer {
     reviewer: Arc<dyn AccessReviewer>,
-    cache: Cache<String, Arc<SubjectAccessReviewStatus>>,
+    cache: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
     groups: Vec<String>,
     paths: AlwaysAllowPaths,
 }
@@ -81,10 +81,10 @@ struct ByOutcome {
     denied: Duration,
 }
 
-impl Expiry<String, Arc<SubjectAccessReviewStatus>> for ByOutcome {
+impl Expiry<Vec<u8>, Arc<SubjectAccessReviewStatus>> for ByOutcome {
     fn expire_after_create(
         &self,
-        _key: &String,
+        _key: &Vec<u8>,
         value: &Arc<SubjectAccessReviewStatus>,
         _created_at: Instant,
     ) -> Option<Duration> {
@@ -122,14 +122,15 @@ impl Authorizer {
         if !info.is_resource_request && self.paths.matches(path) {
             return Ok(Decision::Allow);
         }
-        let spec = review_spec(user, info, path);
         let status = if should_cache(info, path) {
-            let key = serde_json::to_string(&spec).map_err(|e| format!("serializing the review: {e}"))?;
             self.cache
-                .try_get_with(key, async { self.reviewer.review(spec).await.map(Arc::new) })
+                .try_get_with(decision_key(user, info, path), async {
+                    self.reviewer.review(review_spec(user, info, path)).await.map(Arc::new)
+                })
                 .await
                 .map_err(|e: Arc<ReviewError>| format!("SubjectAccessReview failed: {e}"))?
         } else {
+            let spec = review_spec(user, info, path);
             Arc::new(
                 self.reviewer.review(spec).await.map_err(|e| format!("SubjectAccessReview failed: {e}"))?,
             )
@@ -143,6 +144,51 @@ impl Authorizer {
             (false, _) => Ok(Decision::Forbid(reason)),
         }
     }
+}
+
+/// The decision cache's key: every attribute the review's spec is made of, each
+/// length-prefixed, so two requests share a key exactly when they would send the same
+/// SubjectAccessReview (k8s.io/apiserver keys by the JSON-serialized spec, which is the same
+/// equivalence at the cost of a serialization per request).
+fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str) -> Vec<u8> {
+    fn push(key: &mut Vec<u8>, s: &str) {
+        key.extend_from_slice(&s.len().to_le_bytes());
+        key.extend_from_slice(s.as_bytes());
+    }
+    let mut key = Vec::with_capacity(256);
+    push(&mut key, &user.name);
+    push(&mut key, &user.uid);
+    key.extend_from_slice(&user.groups.len().to_le_bytes());
+    for group in &user.groups {
+        push(&mut key, group);
+    }
+    key.extend_from_slice(&user.extra.len().to_le_bytes());
+    for (name, values) in &user.extra {
+        push(&mut key, name);
+        key.extend_from_slice(&values.len().to_le_bytes());
+        for value in values {
+            push(&mut key, value);
+        }
+    }
+    if info.is_resource_request {
+        key.push(b'r');
+        for attribute in [
+            &info.namespace,
+            &info.verb,
+            &info.api_group,
+            &info.api_version,
+            &info.resource,
+            &info.subresource,
+            &info.name,
+        ] {
+            push(&mut key, attribute);
+        }
+    } else {
+        key.push(b'n');
+        push(&mut key, path);
+        push(&mut key, &info.verb);
+    }
+    key
 }
 
 /// `shouldCache`: the attributes together are shorter than 10000 bytes.
@@ -272,6 +318,44 @@ mod tests {
             serde_json::to_value(&spec).unwrap()["nonResourceAttributes"],
             serde_json::json!({"path": "/openapi/v2", "verb": "get"})
         );
+    }
+
+    #[test]
+    fn decision_keys_are_equal_exactly_when_the_reviews_are() {
+        let user = |name: &str, groups: &[&str]| UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        };
+        let info = |path: &str| RequestInfo::new(&http::Method::GET, path, None).unwrap();
+        let key = |u: &UserInfo, path: &str| decision_key(u, &info(path), path);
+        let spec =
+            |u: &UserInfo, path: &str| serde_json::to_string(&review_spec(u, &info(path), path)).unwrap();
+        let cases = [
+            (user("bob", &["a", "b"]), "/apis/g/v/namespaces/ns/widgets/x"),
+            (user("bob", &["ab"]), "/apis/g/v/namespaces/ns/widgets/x"),
+            (user("bob", &["a", "b"]), "/apis/g/v/namespaces/nsw/idgets/x"),
+            (user("bo", &["ba", "b"]), "/apis/g/v/namespaces/ns/widgets/x"),
+            (user("bob", &["a", "b"]), "/apis/g/v/namespaces/ns/widgets"),
+            (user("bob", &["a", "b"]), "/apis/g/v"),
+            (user("bob", &["a", "b"]), "/apis/g/v/"),
+            (user("bob", &[]), "/healthz"),
+            (user("bob", &[]), "/healthz/"),
+        ];
+        for (u1, p1) in &cases {
+            for (u2, p2) in &cases {
+                assert_eq!(
+                    key(u1, p1) == key(u2, p2),
+                    spec(u1, p1) == spec(u2, p2),
+                    "{u1:?} {p1} / {u2:?} {p2}"
+                );
+            }
+        }
+        let mut extra = user("bob", &[]);
+        extra.extra.insert("k".into(), vec!["v1".into(), "v2".into()]);
+        let mut other = user("bob", &[]);
+        other.extra.insert("k".into(), vec!["v1v2".into()]);
+        assert_ne!(key(&extra, "/apis"), key(&other, "/apis"));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!    headers, x509 client certificate, bearer token through TokenReview; else anonymous;
 //! 2. strip `Authorization` and the identity headers;
 //! 3. authorize ([`authz`]): always-allow groups and paths, else SubjectAccessReview;
-//! 4. put the [`UserInfo`] into the request's extensions and go on, or answer the
+//! 4. put the [`UserInfo`] (as an `Arc`) into the request's extensions and go on, or answer the
 //!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 500 `InternalError`).
 //!
 //! Trust material (client CA, front proxy CA and header names) comes from flags or the
@@ -233,7 +233,7 @@ pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, nex
 
     let user = match outcome {
         Ok(Some(user)) => user,
-        Ok(None) if auth.anonymous => authn::anonymous(),
+        Ok(None) if auth.anonymous => Arc::new(authn::anonymous()),
         Ok(None) => {
             tracing::debug!("unauthorized: no credentials and anonymous access is disabled");
             return ApiError::Unauthorized.into_response();
@@ -252,8 +252,12 @@ pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, nex
     };
 
     let uri = request.uri();
-    let Ok(info) = RequestInfo::new(request.method(), uri.path(), uri.query()) else {
-        return ApiError::PathNotFound.into_response();
+    let info = match request.extensions().get::<Arc<RequestInfo>>() {
+        Some(info) => Arc::clone(info),
+        None => match RequestInfo::new(request.method(), uri.path(), uri.query()) {
+            Ok(info) => Arc::new(info),
+            Err(_) => return ApiError::PathNotFound.into_response(),
+        },
     };
     // Go authorizes `URL.Path`, which is decoded.
     let path = percent_decode(uri.path());

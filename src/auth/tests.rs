@@ -177,7 +177,7 @@ fn mk_auth(material: TrustMaterial, flags: &[&str], access: Arc<FakeAccess>) -> 
 
 /// What the handler behind the middleware saw.
 async fn echo(request: Request) -> Response {
-    let user = request.extensions().get::<UserInfo>().cloned().unwrap_or_default();
+    let user = request.extensions().get::<Arc<UserInfo>>().map(|u| (**u).clone()).unwrap_or_default();
     let headers: Vec<String> = request.headers().keys().map(|k| k.to_string()).collect();
     axum::Json(json!({
         "user": user.name, "uid": user.uid, "groups": user.groups, "extra": user.extra, "headers": headers,

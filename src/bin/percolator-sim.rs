@@ -5,6 +5,11 @@
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: fewer cycles per allocation than glibc's malloc on the request path, and less
+/// fragmentation across worker threads (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A simulated Kubernetes cluster for percolator's demo, tests and benchmarks.
 #[derive(Debug, Parser)]
 #[command(name = "percolator-sim", version, args_conflicts_with_subcommands = true)]

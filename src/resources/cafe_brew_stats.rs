@@ -182,7 +182,7 @@ impl CafeBrewStatsKind {
             .filter(|(key, _)| crate::api::validation::is_dns1123_subdomain(&key.name).is_empty())
             .map(|(key, pods)| Arc::new(self.item(key, pods, &series, &usage, (&window, w))))
             .collect();
-        Ok(Arc::new(Listing { items, warnings, resource_version }))
+        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
     }
 
     fn item(

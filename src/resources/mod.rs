@@ -6,9 +6,10 @@ pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 use serde::Serialize;
@@ -114,6 +115,9 @@ pub struct Listing {
     pub warnings: Vec<String>,
     /// Opaque `metadata.resourceVersion` of the list.
     pub resource_version: String,
+    /// The unfiltered `<Kind>List` JSON, rendered by the first request that asks for it and
+    /// shared by every later one while the listing is cached.
+    pub rendered_list: OnceLock<Bytes>,
 }
 
 /// Errors computing a kind.

@@ -133,7 +133,7 @@ impl PodMetricsSummaries {
                 Arc::new(self.item(pod, usage.get(&key), requests.get(&key), errors.get(&key), &window))
             })
             .collect();
-        Ok(Arc::new(Listing { items, warnings, resource_version }))
+        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
     }
 
     fn item(
