@@ -4,8 +4,13 @@
 //!
 //! Reads are local and never block on the Kubernetes API; readiness waits for the first full
 //! list of both resources.
+//!
+//! Memory: values most pods share with others (their namespace, node, label set and container
+//! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
+//! computed from a pod share its strings and labels instead of copying them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -15,9 +20,9 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 
-use crate::sources::{Inventory, NodeInfo, PodInfo};
+use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
 
-type PodMap = BTreeMap<(String, String), Arc<PodInfo>>;
+type PodMap = BTreeMap<(Arc<str>, Arc<str>), Arc<PodInfo>>;
 type NodeMap = HashMap<String, Arc<NodeInfo>>;
 
 /// The watch-backed inventory.
@@ -30,6 +35,73 @@ pub struct KubeInventory {
     pods_synced: AtomicBool,
     nodes_synced: AtomicBool,
     version: AtomicU64,
+    strings: Interner<str>,
+    label_sets: Interner<Labels>,
+    container_lists: Interner<[String]>,
+}
+
+/// Shares equal values: `intern` returns the one `Arc` held for a value. Values nobody else
+/// holds any more are dropped once the calls since the last sweep reach
+/// [`Interner::SWEEP_EVERY`] or the number of values it kept, whichever is more (amortised
+/// O(1) per call).
+struct Interner<T: ?Sized> {
+    inner: Mutex<InternerState<T>>,
+}
+
+struct InternerState<T: ?Sized> {
+    values: HashSet<Arc<T>>,
+    calls: usize,
+    kept: usize,
+}
+
+impl<T: ?Sized> Default for Interner<T> {
+    fn default() -> Self {
+        Self { inner: Mutex::new(InternerState { values: HashSet::new(), calls: 0, kept: 0 }) }
+    }
+}
+
+/// A value an [`Interner`] can make its shared copy of.
+trait Share {
+    fn share(&self) -> Arc<Self>;
+}
+
+impl Share for str {
+    fn share(&self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl Share for [String] {
+    fn share(&self) -> Arc<[String]> {
+        Arc::from(self)
+    }
+}
+
+impl Share for Labels {
+    fn share(&self) -> Arc<Labels> {
+        Arc::new(self.clone())
+    }
+}
+
+impl<T: ?Sized + Eq + Hash + Share> Interner<T> {
+    const SWEEP_EVERY: usize = 4096;
+
+    fn intern(&self, value: &T) -> Arc<T> {
+        let Ok(mut guard) = self.inner.lock() else { return value.share() };
+        let state = &mut *guard;
+        state.calls += 1;
+        if state.calls >= Self::SWEEP_EVERY.max(state.kept) {
+            state.values.retain(|v| Arc::strong_count(v) > 1);
+            state.calls = 0;
+            state.kept = state.values.len();
+        }
+        if let Some(shared) = state.values.get(value) {
+            return shared.clone();
+        }
+        let shared = value.share();
+        state.values.insert(shared.clone());
+        shared
+    }
 }
 
 impl std::fmt::Debug for KubeInventory {
@@ -81,7 +153,7 @@ impl KubeInventory {
                 }
             }
             Event::InitApply(pod) => {
-                if let Some(info) = pod_info(&pod)
+                if let Some(info) = self.pod_info(&pod)
                     && let Ok(mut b) = self.pod_buffer.lock()
                     && let Some(buf) = b.as_mut()
                 {
@@ -97,11 +169,13 @@ impl KubeInventory {
                 self.bump();
             }
             Event::Apply(pod) => {
-                let key = pod_key(&pod);
+                let info = self.pod_info(&pod);
                 if let Ok(mut pods) = self.pods.write() {
-                    match pod_info(&pod) {
-                        Some(info) => pods.insert(key, Arc::new(info)),
-                        None => pods.remove(&key),
+                    match info {
+                        Some(info) => {
+                            pods.insert((info.namespace.clone(), info.name.clone()), Arc::new(info))
+                        }
+                        None => pods.remove(&pod_key(&pod)),
                     };
                 }
                 self.bump();
@@ -162,8 +236,8 @@ impl Inventory for KubeInventory {
         match namespace {
             None => pods.values().cloned().collect(),
             Some(ns) => pods
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((pod_ns, _), _)| pod_ns == ns)
+                .range((Arc::from(ns), Arc::from(""))..)
+                .take_while(|((pod_ns, _), _)| &**pod_ns == ns)
                 .map(|(_, pod)| pod.clone())
                 .collect(),
         }
@@ -182,30 +256,32 @@ impl Inventory for KubeInventory {
     }
 }
 
-fn pod_key(pod: &Pod) -> (String, String) {
-    (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default())
+fn pod_key(pod: &Pod) -> (Arc<str>, Arc<str>) {
+    let field = |v: &Option<String>| Arc::from(v.as_deref().unwrap_or_default());
+    (field(&pod.metadata.namespace), field(&pod.metadata.name))
 }
 
-/// The served view of a pod, or `None` when it is not running.
-fn pod_info(pod: &Pod) -> Option<PodInfo> {
-    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    if !running {
-        return None;
+impl KubeInventory {
+    /// The served view of a pod, or `None` when it is not running.
+    fn pod_info(&self, pod: &Pod) -> Option<PodInfo> {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if !running {
+            return None;
+        }
+        let meta = &pod.metadata;
+        let spec = pod.spec.as_ref();
+        let containers: Vec<String> =
+            spec.map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default();
+        Some(PodInfo {
+            namespace: self.strings.intern(meta.namespace.as_deref().unwrap_or_default()),
+            name: Arc::from(meta.name.as_deref().unwrap_or_default()),
+            uid: Arc::from(meta.uid.as_deref().unwrap_or_default()),
+            labels: self.label_sets.intern(meta.labels.as_ref().unwrap_or(&Labels::new())),
+            creation_timestamp: meta.creation_timestamp.as_ref().map(|t| t.0),
+            node_name: spec.and_then(|s| s.node_name.as_deref()).map(|n| self.strings.intern(n)),
+            containers: self.container_lists.intern(&containers),
+        })
     }
-    let (namespace, name) = pod_key(pod);
-    Some(PodInfo {
-        namespace,
-        name,
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        labels: pod.metadata.labels.clone().unwrap_or_default(),
-        creation_timestamp: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-        containers: pod
-            .spec
-            .as_ref()
-            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
-            .unwrap_or_default(),
-    })
 }
 
 fn node_info(node: &Node) -> NodeInfo {
@@ -251,7 +327,7 @@ mod tests {
         inv.apply_pods(Event::InitApply(mk_pod("api", "c", "Running")));
         assert!(inv.running_pods(None).is_empty(), "nothing visible before InitDone");
         inv.apply_pods(Event::InitDone);
-        let names = |ns| inv.running_pods(ns).iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        let names = |ns| inv.running_pods(ns).iter().map(|p| p.name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(None), ["c", "a"]);
         assert_eq!(names(Some("shop")), ["a"]);
         inv.apply_pods(Event::Apply(mk_pod("shop", "b", "Running")));
@@ -261,5 +337,36 @@ mod tests {
         inv.apply_pods(Event::Delete(mk_pod("shop", "b", "Running")));
         assert!(names(Some("shop")).is_empty());
         assert!(names(Some("sho")).is_empty());
+    }
+
+    #[test]
+    fn pods_share_namespaces_nodes_label_sets_and_container_lists() {
+        let inv = KubeInventory::default();
+        inv.apply_pods(Event::Init);
+        for name in ["a", "b", "c"] {
+            inv.apply_pods(Event::InitApply(mk_pod("shop", name, "Running")));
+        }
+        inv.apply_pods(Event::InitDone);
+        let pods = inv.running_pods(Some("shop"));
+        assert_eq!(pods.len(), 3);
+        for pod in &pods[1..] {
+            assert!(Arc::ptr_eq(&pod.namespace, &pods[0].namespace));
+            assert!(Arc::ptr_eq(&pod.labels, &pods[0].labels));
+            assert!(Arc::ptr_eq(pod.node_name.as_ref().unwrap(), pods[0].node_name.as_ref().unwrap()));
+            assert!(Arc::ptr_eq(&pod.containers, &pods[0].containers));
+        }
+        assert_eq!(*pods[0].labels, Labels::from([("app".to_owned(), "web".to_owned())]));
+    }
+
+    #[test]
+    fn the_interner_forgets_values_nobody_holds() {
+        let interner = Interner::<str>::default();
+        let kept = interner.intern("kept");
+        for i in 0..3 * Interner::<str>::SWEEP_EVERY {
+            drop(interner.intern(&format!("gone-{i}")));
+        }
+        let set_len = interner.inner.lock().unwrap().values.len();
+        assert!(set_len <= Interner::<str>::SWEEP_EVERY, "{set_len} values still held");
+        assert!(Arc::ptr_eq(&kept, &interner.intern("kept")));
     }
 }

@@ -213,8 +213,11 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
     while !inventory.is_synced() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let nodes: std::collections::BTreeSet<String> =
-        inventory.running_pods(None).iter().filter_map(|p| p.node_name.clone()).collect();
+    let nodes: std::collections::BTreeSet<String> = inventory
+        .running_pods(None)
+        .iter()
+        .filter_map(|p| p.node_name.as_deref().map(str::to_owned))
+        .collect();
     let fetches = futures::future::join_all(nodes.iter().map(|node| kubelet.node_usage(node))).await;
     let errors: Vec<String> = fetches.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect();
     match errors.first() {

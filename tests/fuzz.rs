@@ -482,13 +482,13 @@ impl ServedKind for FakeKind {
                     });
                     Arc::new(Item {
                         meta: Meta {
-                            name: name.to_owned(),
-                            namespace: ns.to_owned(),
-                            labels: BTreeMap::from([("app".to_owned(), app.to_owned())]),
+                            name: name.into(),
+                            namespace: ns.into(),
+                            labels: BTreeMap::from([("app".to_owned(), app.to_owned())]).into(),
                             ..Meta::default()
                         },
                         object: serde_json::value::RawValue::from_string(object.to_string()).unwrap(),
-                        cells: vec![Cell::Text(name.to_owned()), Cell::None],
+                        cells: vec![Cell::Text(name.into()), Cell::None],
                     })
                 })
                 .collect();

@@ -575,7 +575,7 @@ async fn list(
         .items
         .iter()
         .filter(|item| {
-            namespace.as_deref().is_none_or(|ns| item.meta.namespace == ns)
+            namespace.as_deref().is_none_or(|ns| *item.meta.namespace == *ns)
                 && labels.matches(&item.meta.labels)
                 && fields.matches(&item.meta.name, &item.meta.namespace)
         })
@@ -598,11 +598,11 @@ async fn get_one(
     }
     let listing = compute(target.kind, target.namespace.as_deref()).await?;
     let namespace = target.namespace.as_deref().unwrap_or_default();
-    let wanted = |i: &&Arc<Item>| i.meta.name == name && i.meta.namespace == namespace;
+    let wanted = |i: &&Arc<Item>| *i.meta.name == *name && *i.meta.namespace == *namespace;
     // Listings are sorted by namespace then name; the scan only runs when the search misses.
     let item = listing
         .items
-        .binary_search_by(|i| (i.meta.namespace.as_str(), i.meta.name.as_str()).cmp(&(namespace, name)))
+        .binary_search_by(|i| (&*i.meta.namespace, &*i.meta.name).cmp(&(namespace, name)))
         .ok()
         .and_then(|at| listing.items.get(at))
         .or_else(|| listing.items.iter().find(wanted))

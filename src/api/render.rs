@@ -166,7 +166,7 @@ fn table<'a>(
         .map(|item| Row {
             cells: if generic {
                 vec![
-                    item.meta.name.clone(),
+                    item.meta.name.to_string(),
                     item.meta.creation_timestamp.map(format_timestamp).unwrap_or_default(),
                 ]
             } else {
@@ -200,7 +200,7 @@ fn table<'a>(
 /// A Table cell as text: ages are rendered against `now`, absent fields as `<none>`.
 pub fn render_cell(cell: &Cell, now: Timestamp) -> String {
     match cell {
-        Cell::Text(s) => s.clone(),
+        Cell::Text(s) => s.to_string(),
         Cell::Age(ts) => human_duration(now.duration_since(*ts)),
         Cell::None => "<none>".to_owned(),
     }
@@ -357,12 +357,12 @@ fn object_metadata(item: &Item) -> MetaJson<'_> {
 /// `metadata` JSON for a [`Meta`].
 pub fn meta_json(meta: &Meta) -> serde_json::Value {
     let mut m = serde_json::Map::new();
-    m.insert("name".into(), meta.name.clone().into());
+    m.insert("name".into(), (*meta.name).into());
     if !meta.namespace.is_empty() {
-        m.insert("namespace".into(), meta.namespace.clone().into());
+        m.insert("namespace".into(), (*meta.namespace).into());
     }
     if let Some(uid) = &meta.uid {
-        m.insert("uid".into(), uid.clone().into());
+        m.insert("uid".into(), (**uid).into());
     }
     if let Some(ts) = meta.creation_timestamp {
         m.insert("creationTimestamp".into(), format_timestamp(ts).into());
@@ -465,9 +465,9 @@ mod tests {
         let meta = Meta {
             name: name.into(),
             namespace: "ns1".into(),
-            uid: Some(format!("uid-{name}")),
+            uid: Some(format!("uid-{name}").into()),
             creation_timestamp: Some(ts("2026-07-01T10:00:00Z")),
-            labels: BTreeMap::from([("app".to_owned(), "x".to_owned())]),
+            labels: BTreeMap::from([("app".to_owned(), "x".to_owned())]).into(),
         };
         let object = if object_metadata {
             json!({"kind": "Widget", "apiVersion": API_VERSION,

@@ -121,7 +121,7 @@ impl ServedKind for FakeKind {
                 items: self
                     .items
                     .iter()
-                    .filter(|i| namespace.is_none_or(|ns| i.meta.namespace == ns))
+                    .filter(|i| namespace.is_none_or(|ns| *i.meta.namespace == *ns))
                     .cloned()
                     .collect(),
                 warnings: self.warnings.clone(),
@@ -146,16 +146,16 @@ fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &str)], size:
     let created: Timestamp = CREATED.parse().unwrap();
     Arc::new(Item {
         meta: Meta {
-            name: name.to_owned(),
-            namespace: ns.to_owned(),
-            uid: Some(format!("uid-{name}")),
+            name: name.into(),
+            namespace: ns.into(),
+            uid: Some(format!("uid-{name}").into()),
             creation_timestamp: Some(created),
-            labels,
+            labels: Arc::new(labels),
         },
         object: RawValue::from_string(object.to_string()).unwrap(),
         cells: vec![
-            Cell::Text(name.to_owned()),
-            Cell::Text(size.to_owned()),
+            Cell::Text(name.into()),
+            Cell::Text(size.into()),
             Cell::None,
             Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
         ],

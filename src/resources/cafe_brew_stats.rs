@@ -170,7 +170,7 @@ impl CafeBrewStatsKind {
         for pod in &serving {
             if let Some(cafe) = pod.labels.get(CAFE_LABEL) {
                 cafes
-                    .entry(PodKey { namespace: pod.namespace.clone(), name: cafe.clone() })
+                    .entry(PodKey { namespace: pod.namespace.to_string(), name: cafe.clone() })
                     .or_default()
                     .push(pod);
             }
@@ -215,7 +215,7 @@ impl CafeBrewStatsKind {
         // Serving pods' usage: the sum over pods, only when every pod has it.
         let pod_usage: Vec<_> = pods
             .iter()
-            .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
+            .map(|p| usage.get(&PodKey { namespace: p.namespace.to_string(), name: p.name.to_string() }))
             .collect();
         let sum = |get: fn(&crate::sources::ContainerUsage) -> Option<f64>| -> Option<f64> {
             if pods.is_empty() {
@@ -239,11 +239,11 @@ impl CafeBrewStatsKind {
             labels.insert(TYPE_LABEL.to_string(), t.clone());
         }
         let meta = Meta {
-            name: key.name.clone(),
-            namespace: key.namespace.clone(),
+            name: key.name.as_str().into(),
+            namespace: pods.first().map_or_else(|| key.namespace.as_str().into(), |p| p.namespace.clone()),
             uid: None,
             creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
-            labels,
+            labels: Arc::new(labels),
         };
         let object = to_raw(&CafeBrewStats {
             api_version: API_VERSION,
@@ -267,17 +267,17 @@ impl CafeBrewStatsKind {
             cpu: cpu.map(quantity::decimal_si),
             memory: memory.map(quantity::binary_si),
         });
-        let text = |v: Option<String>| v.map_or(Cell::None, Cell::Text);
+        let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::Text(v.into()));
         let cells = vec![
-            Cell::Text(key.name.clone()),
+            Cell::Text(meta.name.clone()),
             text(kind_type),
             text(brews_per_minute.map(quantity::rate_cell)),
             text(p95.map(seconds_cell)),
             text(temperature.map(|t| trim(format!("{t:.1}")))),
-            Cell::Text(ready.to_string()),
+            Cell::Text(ready.to_string().into()),
             last_brewed.map_or(Cell::None, Cell::Age),
             text(failures.map(|f| format!("{}", f.round() as u64))),
-            Cell::Text(pods.len().to_string()),
+            Cell::Text(pods.len().to_string().into()),
             text(cpu.map(quantity::cpu_cell)),
             text(memory.map(quantity::memory_cell)),
         ];

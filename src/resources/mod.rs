@@ -5,7 +5,7 @@
 pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -17,7 +17,9 @@ use serde_json::value::RawValue;
 
 use crate::config::LiveConfig;
 use crate::sources::prometheus::{Matcher, render};
-use crate::sources::{ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromSample, PromSource};
+use crate::sources::{
+    ContainerUsage, Inventory, KubeletSource, Labels, PodInfo, PodKey, PromSample, PromSource,
+};
 
 /// API group served by percolator.
 pub const GROUP: &str = "stats.une-tasse-de.cafe";
@@ -72,8 +74,8 @@ pub struct Column {
 /// A Table cell, rendered at response time (ages move on while the object sits in the cache).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
-    /// Printed as is.
-    Text(String),
+    /// Printed as is (shared with the object's metadata where it can be).
+    Text(Arc<str>),
     /// Printed as a kubectl-style age (`5m12s`) relative to the response time.
     Age(Timestamp),
     /// The field is absent: printed `<none>`.
@@ -84,15 +86,28 @@ pub enum Cell {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Meta {
     /// Object name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Object namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Object UID.
-    pub uid: Option<String>,
+    pub uid: Option<Arc<str>>,
     /// Creation time.
     pub creation_timestamp: Option<Timestamp>,
     /// Labels (label selectors filter on them).
-    pub labels: BTreeMap<String, String>,
+    pub labels: Arc<Labels>,
+}
+
+impl Meta {
+    /// The metadata of the object computed for `pod`: every field shared with the inventory.
+    pub fn of_pod(pod: &PodInfo) -> Self {
+        Self {
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
+            creation_timestamp: pod.creation_timestamp,
+            labels: pod.labels.clone(),
+        }
+    }
 }
 
 /// One computed object, ready to be served in any representation.

@@ -125,11 +125,11 @@ impl PodMetricsSummaries {
         let requests = index_by_pod(requests, "requests", &mut warnings);
         let errors = index_by_pod(errors, "errors", &mut warnings);
 
-        let window = duration::go_string(window);
+        let window: Arc<str> = duration::go_string(window).into();
         let items = pods
             .iter()
             .map(|pod| {
-                let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
+                let key = PodKey { namespace: pod.namespace.to_string(), name: pod.name.to_string() };
                 Arc::new(self.item(pod, usage.get(&key), requests.get(&key), errors.get(&key), &window))
             })
             .collect();
@@ -142,7 +142,7 @@ impl PodMetricsSummaries {
         containers: Option<&Vec<ContainerUsage>>,
         requests: Option<&PromSample>,
         errors: Option<&PromSample>,
-        window: &str,
+        window: &Arc<str>,
     ) -> Item {
         let containers = containers.map(Vec::as_slice).unwrap_or_default();
         // The pod's usage is the sum of its containers, and only when every container has it,
@@ -170,13 +170,7 @@ impl PodMetricsSummaries {
             .chain(errors.map(|s| s.timestamp))
             .max();
 
-        let meta = Meta {
-            name: pod.name.clone(),
-            namespace: pod.namespace.clone(),
-            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
-            creation_timestamp: pod.creation_timestamp,
-            labels: pod.labels.clone(),
-        };
+        let meta = Meta::of_pod(pod);
         let object = to_raw(&PodMetricsSummary {
             api_version: API_VERSION,
             kind: INFO.kind,
@@ -197,7 +191,7 @@ impl PodMetricsSummaries {
                 })
                 .collect(),
         });
-        let text = |v: Option<String>| v.map_or(Cell::None, Cell::Text);
+        let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::Text(v.into()));
         let cells = vec![
             Cell::Text(pod.name.clone()),
             text(cpu.map(quantity::cpu_cell)),
@@ -206,9 +200,9 @@ impl PodMetricsSummaries {
             text(errors_value.map(quantity::rate_cell)),
             text(error_ratio.map(quantity::percent_cell)),
             pod.creation_timestamp.map_or(Cell::None, Cell::Age),
-            Cell::Text(window.to_string()),
-            Cell::Text(pod.containers.len().to_string()),
-            text(pod.node_name.clone()),
+            Cell::Text(window.clone()),
+            Cell::Text(pod.containers.len().to_string().into()),
+            pod.node_name.clone().map_or(Cell::None, Cell::Text),
         ];
         Item { meta, object, cells }
     }

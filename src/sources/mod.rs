@@ -17,21 +17,24 @@ use jiff::Timestamp;
 /// A pod as the inventory knows it: only what the served kinds need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
-    /// Namespace of the pod.
-    pub namespace: String,
+    /// Namespace of the pod (shared by every pod of the namespace).
+    pub namespace: Arc<str>,
     /// Name of the pod.
-    pub name: String,
+    pub name: Arc<str>,
     /// UID of the pod.
-    pub uid: String,
-    /// Labels of the pod (label selectors filter on them).
-    pub labels: BTreeMap<String, String>,
+    pub uid: Arc<str>,
+    /// Labels of the pod (label selectors filter on them); equal label sets are shared.
+    pub labels: Arc<Labels>,
     /// Creation time of the pod.
     pub creation_timestamp: Option<Timestamp>,
-    /// Node the pod is scheduled on.
-    pub node_name: Option<String>,
-    /// Names of the pod's containers, in spec order.
-    pub containers: Vec<String>,
+    /// Node the pod is scheduled on (shared by the pods of the node).
+    pub node_name: Option<Arc<str>>,
+    /// Names of the pod's containers, in spec order (equal lists are shared).
+    pub containers: Arc<[String]>,
 }
+
+/// A label set.
+pub type Labels = BTreeMap<String, String>;
 
 /// A node as the inventory knows it.
 #[derive(Debug, Clone, PartialEq)]
