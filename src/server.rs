@@ -20,6 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
 use crate::cache::CachedKind;
@@ -309,6 +310,7 @@ pub async fn serve(
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(max_streams)
+        .max_send_buf_size(fairness::STREAM_SEND_BUFFER)
         .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -346,12 +348,15 @@ pub async fn serve(
             // The client certificate chain (if any) travels with every request of the
             // connection, for the authenticators.
             let chain = PeerCertificates::from_server_connection(stream.get_ref().1);
+            // So are the connection's body slots (HTTP/2 fairness, see `api::fairness`).
+            let slots = ConnectionSlots::default();
             let service = TowerToHyperService::new(tower::ServiceExt::map_request(
                 app,
                 move |mut request: http::Request<hyper::body::Incoming>| {
                     if let Some(chain) = &chain {
                         request.extensions_mut().insert(chain.clone());
                     }
+                    request.extensions_mut().insert(slots.clone());
                     request
                 },
             ));

@@ -137,13 +137,13 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
         }
         _ => None,
     };
-    let path = uri.path().to_owned();
+    let uri = uri.clone();
     let response = tokio::time::timeout(timeout, next.run(request)).await;
     drop(permit);
     match response {
         Ok(response) => response,
         Err(_) => {
-            tracing::warn!(path = %truncate(&path, 256), ?timeout, "request timed out: 504");
+            tracing::warn!(path = %truncate(uri.path(), 256), ?timeout, "request timed out: 504");
             ApiError::Timeout {
                 message: "request did not complete within requested timeout - context deadline exceeded"
                     .to_owned(),

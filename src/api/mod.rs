@@ -19,6 +19,7 @@
 //! kind.
 
 pub mod discovery;
+pub mod fairness;
 pub mod guard;
 pub mod negotiate;
 pub mod openapi;
@@ -37,10 +38,10 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use bytes::Bytes;
 use futures::FutureExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 
@@ -48,6 +49,7 @@ use crate::external::ExternalMetrics;
 use crate::resources::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
 use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, DynamicGroupVersions, GroupVersionResources, LiveDiscovery};
+use fairness::ConnectionSlots;
 use guard::Guard;
 use negotiate::{Endpoint, Representation, negotiate_headers};
 use openapi::OpenApi;
@@ -167,33 +169,12 @@ impl ApiState {
     }
 }
 
-/// The router of every endpoint listed in the module header. Route templates are registered
-/// for `MatchedPath`, but one dispatcher parses every path itself (and is the fallback), so
-/// unknown paths get a 404 `Status`. Other routers (without a fallback) may be merged in; their
-/// static paths take precedence over the `{group}/{version}` templates here.
+/// The router of every endpoint listed in the module header: one dispatcher parses every
+/// path itself, so unknown paths get a 404 `Status` (and no route table is matched per
+/// request).
 pub fn router(state: ApiState) -> Router {
-    const ROUTES: &[&str] = &[
-        "/",
-        "/healthz",
-        "/livez",
-        "/readyz",
-        "/version",
-        "/api",
-        "/apis",
-        "/apis/{group}",
-        "/apis/{group}/{version}",
-        "/apis/{group}/{version}/{*rest}",
-        "/openapi/v2",
-        "/openapi/v3",
-        "/openapi/v3/{*rest}",
-        "/metrics",
-    ];
     let state = Arc::new(state);
-    let mut router = Router::new();
-    for path in ROUTES {
-        router = router.route(path, any(dispatch));
-    }
-    let mut router = router.fallback(dispatch);
+    let mut router = Router::new().fallback(dispatch);
     if let Some(auth) = &state.auth {
         // Inside `observe`, so refused requests are counted too.
         router = router.layer(middleware::from_fn_with_state(auth.clone(), crate::auth::middleware));
@@ -218,7 +199,6 @@ impl Drop for InFlight<'_> {
 /// never takes its connection or the process down; and counts and times every request by
 /// resource (or route template), verb and code.
 async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
-    let matched = request.extensions().get::<MatchedPath>().cloned();
     // Parsed once here; authentication, authorization and dispatch read it from the
     // extensions.
     let info = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -227,7 +207,7 @@ async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next:
     .ok()
     .flatten();
     let labels = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        metric_labels(&state, request.method(), info.as_deref(), matched.as_ref().map(MatchedPath::as_str))
+        metric_labels(&state, request.method(), info.as_deref(), request.uri().path())
     }));
     let (resource, verb) = labels.unwrap_or((Cow::Borrowed("other"), "other"));
     if let Some(info) = info {
@@ -258,7 +238,7 @@ fn metric_labels(
     state: &ApiState,
     method: &Method,
     info: Option<&RequestInfo>,
-    matched: Option<&str>,
+    path: &str,
 ) -> (Cow<'static, str>, &'static str) {
     const VERBS: &[&str] = &[
         "get",
@@ -295,8 +275,36 @@ fn metric_labels(
         }
     });
     let resource =
-        resource.or_else(|| matched.map(|m| Cow::Owned(m.to_owned()))).unwrap_or(Cow::Borrowed("other"));
+        resource.or_else(|| route_template(path).map(Cow::Borrowed)).unwrap_or(Cow::Borrowed("other"));
     (resource, verb)
+}
+
+/// The route template of a non-resource path, as a bounded metric label.
+fn route_template(path: &str) -> Option<&'static str> {
+    if path == "/" {
+        return Some("/");
+    }
+    if path.ends_with('/') {
+        return None;
+    }
+    let segments = split_path(path);
+    let segs: Vec<&str> = segments.iter().map(AsRef::as_ref).collect();
+    Some(match segs.as_slice() {
+        ["healthz"] => "/healthz",
+        ["livez"] => "/livez",
+        ["readyz"] => "/readyz",
+        ["version"] => "/version",
+        ["metrics"] => "/metrics",
+        ["api"] => "/api",
+        ["apis"] => "/apis",
+        ["apis", _] => "/apis/{group}",
+        ["apis", _, _] => "/apis/{group}/{version}",
+        ["apis", _, _, ..] => "/apis/{group}/{version}/{*rest}",
+        ["openapi", "v2"] => "/openapi/v2",
+        ["openapi", "v3"] => "/openapi/v3",
+        ["openapi", "v3", ..] => "/openapi/v3/{*rest}",
+        _ => return None,
+    })
 }
 
 async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Response {
@@ -311,7 +319,10 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
             return external.serve(&parts.method, &parts.uri, &parts.headers).await;
         }
         let info = parts.extensions.get::<Arc<RequestInfo>>().cloned();
-        return match serve_resource(&state, info, &parts.method, &parts.uri, &parts.headers).await {
+        // Only HTTP/2 multiplexes: an HTTP/1.1 connection has one response at a time.
+        let slots =
+            parts.extensions.get::<ConnectionSlots>().filter(|_| parts.version == http::Version::HTTP_2);
+        return match serve_resource(&state, info, slots, &parts.method, &parts.uri, &parts.headers).await {
             Ok(response) => response,
             Err(e) => e.into_response(),
         };
@@ -413,6 +424,7 @@ struct Target<'a> {
 async fn serve_resource(
     state: &ApiState,
     info: Option<Arc<RequestInfo>>,
+    slots: Option<&ConnectionSlots>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -482,7 +494,7 @@ async fn serve_resource(
 
     match &target.name {
         Some(name) => get_one(&target, name, repr, include_object).await,
-        None => list(&target, &query, repr, include_object).await,
+        None => list(&target, &query, repr, include_object, slots).await,
     }
 }
 
@@ -538,6 +550,7 @@ async fn list(
     query: &QueryParams,
     repr: Representation,
     include_object: IncludeObject,
+    slots: Option<&ConnectionSlots>,
 ) -> Result<Response, ApiError> {
     let labels = match query.get("labelSelector") {
         Some(s) => LabelSelector::parse(s)?,
@@ -569,7 +582,7 @@ async fn list(
     if repr == Representation::Json && labels.is_empty() && fields.is_empty() {
         // The whole listing: rendered once per cache entry, then shared.
         let body = listing.rendered_list.get_or_init(|| render::kind_list(&ctx, &listing.items).into());
-        return Ok(json_response(body.clone(), &listing.warnings));
+        return Ok(json_response(list_body(body.clone(), slots).await, &listing.warnings));
     }
     let items: Vec<Arc<Item>> = listing
         .items
@@ -582,7 +595,16 @@ async fn list(
         .cloned()
         .collect();
     let body = render_list(&ctx, &items, repr)?;
-    Ok(json_response(body, &listing.warnings))
+    Ok(json_response(list_body(body.into(), slots).await, &listing.warnings))
+}
+
+/// A list body; on an HTTP/2 connection, one more than a frame long waits for a body slot of
+/// the connection ([`fairness`]).
+async fn list_body(bytes: Bytes, slots: Option<&ConnectionSlots>) -> Body {
+    match slots {
+        Some(slots) if bytes.len() > fairness::CHUNK => Body::new(slots.body(bytes).await),
+        _ => Body::from(bytes),
+    }
 }
 
 async fn get_one(

@@ -1,0 +1,152 @@
+//! Fairness between responses sharing one HTTP/2 connection.
+//!
+//! kube-apiserver's aggregator multiplexes many clients' requests to an extension server over
+//! a few HTTP/2 connections. HTTP/2 sends the streams of a connection round-robin, a frame
+//! each, and hands out the peer's connection-level flow-control window in the order streams
+//! ask for it. So while hundreds of list bodies are being written on a connection, a small
+//! response (aggregated discovery, which kube-apiserver's availability check and every
+//! controller's discovery client need) waits behind a frame of every one of them: at 1,000
+//! concurrent lists, tens of megabytes.
+//!
+//! Each connection therefore gets [`ConnectionSlots`]: at most [`BODY_SLOTS_PER_CONNECTION`]
+//! list bodies are written at once; the others wait for a slot before their response starts.
+//! A body holds its slot until it has been handed to the connection ([`SlottedBody`] yields
+//! [`CHUNK`]-sized frames, and the server bounds each stream's send buffer), so at most a few
+//! hundred kilobytes are ever queued ahead of a small response. The connection's throughput
+//! is unchanged (it was the bottleneck already); discovery, health and single objects never
+//! take a slot. HTTP/1.1 connections serve one request at a time and never wait.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// List bodies written at once on one connection.
+pub const BODY_SLOTS_PER_CONNECTION: usize = 4;
+/// Largest frame a [`SlottedBody`] yields: one HTTP/2 DATA frame at the default
+/// `SETTINGS_MAX_FRAME_SIZE`.
+pub const CHUNK: usize = 16 * 1024;
+/// Send buffer of each HTTP/2 stream (hyper's default is 400 KiB): small enough that a body
+/// is handed over as the connection drains, not all at once.
+pub const STREAM_SEND_BUFFER: usize = 4 * CHUNK;
+
+/// The body slots of one connection, put into every request's extensions by the server.
+#[derive(Debug, Clone)]
+pub struct ConnectionSlots(Arc<Semaphore>);
+
+impl Default for ConnectionSlots {
+    fn default() -> Self {
+        Self(Arc::new(Semaphore::new(BODY_SLOTS_PER_CONNECTION)))
+    }
+}
+
+impl ConnectionSlots {
+    /// Waits for a slot and returns `bytes` as a body that holds it until written.
+    pub async fn body(&self, bytes: Bytes) -> SlottedBody {
+        // The semaphore is never closed, so acquiring only fails if it were.
+        let permit = Arc::clone(&self.0).acquire_owned().await.ok();
+        SlottedBody { bytes, permit }
+    }
+
+    /// Slots free right now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// Shared bytes sent as [`CHUNK`]-sized frames (zero-copy slices), holding a connection slot
+/// until the last frame is taken or the body is dropped (the stream was reset).
+#[derive(Debug)]
+pub struct SlottedBody {
+    bytes: Bytes,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Body for SlottedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.bytes.is_empty() {
+            self.permit = None;
+            return Poll::Ready(None);
+        }
+        let n = self.bytes.len().min(CHUNK);
+        let chunk = self.bytes.split_to(n);
+        if self.bytes.is_empty() {
+            self.permit = None;
+        }
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.bytes.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn a_body_is_its_bytes_in_chunks_and_frees_its_slot_when_written() {
+        let slots = ConnectionSlots::default();
+        let bytes = Bytes::from((0..100_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        let mut body = slots.body(bytes.clone()).await;
+        assert_eq!(body.size_hint().exact(), Some(100_000));
+        assert_eq!(slots.available(), BODY_SLOTS_PER_CONNECTION - 1);
+        let mut got = Vec::new();
+        let mut frames = 0;
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            assert!(data.len() <= CHUNK);
+            got.extend_from_slice(&data);
+            frames += 1;
+        }
+        assert_eq!(got, bytes);
+        assert_eq!(frames, 100_000usize.div_ceil(CHUNK));
+        assert!(body.is_end_stream());
+        assert_eq!(slots.available(), BODY_SLOTS_PER_CONNECTION, "freed after the last frame");
+    }
+
+    #[tokio::test]
+    async fn bodies_wait_for_a_slot_and_a_dropped_body_frees_its_own() {
+        let slots = ConnectionSlots::default();
+        let mut held = Vec::new();
+        for _ in 0..BODY_SLOTS_PER_CONNECTION {
+            held.push(slots.body(Bytes::from_static(b"list")).await);
+        }
+        assert_eq!(slots.available(), 0);
+        let waiting = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.body(Bytes::from_static(b"next")).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a fifth body waits while four are being written");
+        drop(held.pop()); // a reset stream
+        let body = waiting.await.unwrap();
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "next");
+        assert_eq!(slots.available(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_frees_its_slot_at_once() {
+        let slots = ConnectionSlots::default();
+        let mut body = slots.body(Bytes::new()).await;
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
+        assert_eq!(slots.available(), BODY_SLOTS_PER_CONNECTION);
+    }
+}
