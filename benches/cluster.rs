@@ -484,16 +484,20 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     let client = mk_client(&dir);
     tokio::time::sleep(Duration::from_secs(12)).await;
     timed_get(&client, &format!("{}/readyz", server.url)).await;
-    let rss_kib = || proc_status_kb(server.pid, "VmRSS:") as f64;
-    let base = rss_kib();
+    // Read after a pause: the allocator returns freed pages to the system lazily.
+    let rss_kib = || async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        proc_status_kb(server.pid, "VmRSS:") as f64
+    };
+    let base = rss_kib().await;
     for i in 0..NAMESPACES {
         timed_get(&client, &format!("{}{GV}/namespaces/ns-{i}/podmetricssummaries", server.url)).await;
         timed_get(&client, &format!("{}{GV}/namespaces/ns-{i}/cafebrewstats", server.url)).await;
     }
-    let namespaces_full = rss_kib();
+    let namespaces_full = rss_kib().await;
     timed_get(&client, &format!("{}{GV}/podmetricssummaries", server.url)).await;
     timed_get(&client, &format!("{}{GV}/cafebrewstats", server.url)).await;
-    let all_full = rss_kib();
+    let all_full = rss_kib().await;
     let hwm = proc_status_kb(server.pid, "VmHWM:") as f64;
     let per_pod = |kib: f64| kib / f64::from(pods);
     report.push(format!(

@@ -2,12 +2,19 @@
 //! namespace (or all namespaces) with single-flight misses — concurrent identical misses share
 //! one computation, so N simultaneous cold lists cost one set of upstream calls.
 //!
+//! A listing of all namespaces holds every namespace's objects, so it also answers the
+//! namespaces: once computed, each namespace's entry is replaced by a view of it (the same
+//! objects, shared, not copied), and a namespace missing from the cache while the
+//! all-namespaces entry is there is answered from it. A view expires with the listing it was
+//! taken from, so nothing is served older than the TTL.
+//!
 //! Errors are not cached; partial results (a source missing, with warnings) are, for the TTL.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
+use moka::Expiry;
 use moka::future::Cache;
 
 use crate::config::LiveConfig;
@@ -17,12 +24,30 @@ use crate::telemetry::Metrics;
 /// Entries kept at most (one per namespace plus the all-namespaces entry).
 const MAX_ENTRIES: u64 = 10_000;
 
+/// Keyed by configuration generation too: a reloaded configuration never serves results
+/// computed with the old queries.
+type Key = (u64, Option<Arc<str>>);
+
+/// A cached listing and when it stops being served.
+#[derive(Clone)]
+struct Entry {
+    listing: Arc<Listing>,
+    expires_at: Instant,
+}
+
+struct UntilExpiry;
+
+impl Expiry<Key, Entry> for UntilExpiry {
+    fn expire_after_create(&self, _key: &Key, entry: &Entry, created_at: Instant) -> Option<Duration> {
+        Some(entry.expires_at.saturating_duration_since(created_at))
+    }
+}
+
 /// A [`ServedKind`] whose lists are cached for a TTL.
 pub struct CachedKind {
     inner: Arc<dyn ServedKind>,
-    // Keyed by configuration generation too: a reloaded configuration never serves results
-    // computed with the old queries.
-    cache: Cache<(u64, Option<String>), Arc<Listing>>,
+    cache: Cache<Key, Entry>,
+    ttl: Duration,
     metrics: Arc<Metrics>,
     config: Arc<LiveConfig>,
 }
@@ -41,8 +66,31 @@ impl CachedKind {
         metrics: Arc<Metrics>,
         config: Arc<LiveConfig>,
     ) -> Self {
-        let cache = Cache::builder().time_to_live(ttl).max_capacity(MAX_ENTRIES).build();
-        Self { inner, cache, metrics, config }
+        let cache = Cache::builder().expire_after(UntilExpiry).max_capacity(MAX_ENTRIES).build();
+        Self { inner, cache, ttl, metrics, config }
+    }
+
+    async fn compute(&self, key: Key) -> Result<(Entry, bool), ComputeError> {
+        let namespace = key.1.clone();
+        let entry = self
+            .cache
+            .entry(key)
+            .or_try_insert_with(async {
+                let listing = self.inner.list(namespace.as_deref()).await?;
+                Ok::<_, ComputeError>(Entry { listing, expires_at: Instant::now() + self.ttl })
+            })
+            .await
+            .map_err(|e| (*e).clone())?;
+        let computed = entry.is_fresh();
+        Ok((entry.into_value(), computed))
+    }
+
+    /// Replaces every namespace's entry by a view of `all`.
+    async fn share(&self, generation: u64, all: &Entry) {
+        for (namespace, view) in all.listing.namespace_views() {
+            let view = Entry { listing: Arc::new(view), expires_at: all.expires_at };
+            self.cache.insert((generation, Some(namespace)), view).await;
+        }
     }
 }
 
@@ -61,15 +109,34 @@ impl ServedKind for CachedKind {
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
         Box::pin(async move {
-            let key = (self.config.current().generation, namespace.map(str::to_string));
-            let entry = self
-                .cache
-                .entry(key)
-                .or_try_insert_with(self.inner.list(namespace))
-                .await
-                .map_err(|e| (*e).clone())?;
-            self.metrics.cache_lookup(self.inner.info().plural, !entry.is_fresh());
-            Ok(entry.into_value())
+            let generation = self.config.current().generation;
+            let plural = self.inner.info().plural;
+            let Some(namespace) = namespace.filter(|_| self.inner.info().namespaced) else {
+                let (all, computed) = self.compute((generation, None)).await?;
+                if computed && self.inner.info().namespaced {
+                    self.share(generation, &all).await;
+                }
+                self.metrics.cache_lookup(plural, !computed);
+                return Ok(all.listing);
+            };
+            let key: Key = (generation, Some(Arc::from(namespace)));
+            if let Some(entry) = self.cache.get(&key).await {
+                self.metrics.cache_lookup(plural, true);
+                return Ok(entry.listing);
+            }
+            if let Some(all) = self.cache.get(&(generation, None)).await {
+                let view = Entry {
+                    listing: Arc::new(all.listing.namespace_view(namespace)),
+                    expires_at: all.expires_at,
+                };
+                let listing = view.listing.clone();
+                self.cache.insert(key, view).await;
+                self.metrics.cache_lookup(plural, true);
+                return Ok(listing);
+            }
+            let (entry, computed) = self.compute(key).await?;
+            self.metrics.cache_lookup(plural, !computed);
+            Ok(entry.listing)
         })
     }
 }
@@ -138,5 +205,73 @@ mod tests {
         cached.list(Some("shop")).await.unwrap();
         assert_eq!(slow.0.load(Ordering::SeqCst), 3, "entries expire after the TTL");
         assert!(metrics.encode().contains("result=\"hit\"} 49"));
+    }
+
+    /// Objects in two namespaces; records which namespaces it was asked for.
+    struct Pods(std::sync::Mutex<Vec<Option<String>>>);
+
+    impl ServedKind for Pods {
+        fn info(&self) -> &'static KindInfo {
+            &INFO
+        }
+        fn columns(&self) -> &'static [Column] {
+            &[]
+        }
+        fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+            Vec::new()
+        }
+        fn list<'a>(
+            &'a self,
+            namespace: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+            Box::pin(async move {
+                self.0.lock().unwrap().push(namespace.map(str::to_owned));
+                let items = [("api", "a"), ("shop", "b"), ("shop", "c")]
+                    .into_iter()
+                    .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
+                    .map(|(ns, name)| {
+                        Arc::new(crate::resources::Item {
+                            meta: crate::resources::Meta {
+                                name: name.into(),
+                                namespace: ns.into(),
+                                ..Default::default()
+                            },
+                            object: serde_json::value::RawValue::from_string(format!(
+                                "{{\"name\":\"{name}\"}}"
+                            ))
+                            .unwrap(),
+                            cells: Vec::new(),
+                        })
+                    })
+                    .collect();
+                Ok(Arc::new(Listing { items, resource_version: "7".into(), ..Listing::default() }))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn namespaces_are_answered_by_views_of_the_all_namespaces_listing() {
+        let pods = Arc::new(Pods(std::sync::Mutex::new(Vec::new())));
+        let config = LiveConfig::fixed(Default::default(), None);
+        let cached = CachedKind::new(pods.clone(), Duration::from_millis(400), Metrics::new(), config);
+        let names = |l: &Listing| l.items.iter().map(|i| i.meta.name.to_string()).collect::<Vec<_>>();
+
+        // A namespace computed on its own is replaced by a view once all namespaces are.
+        let own = cached.list(Some("shop")).await.unwrap();
+        let all = cached.list(None).await.unwrap();
+        let shop = cached.list(Some("shop")).await.unwrap();
+        assert_eq!(names(&shop), ["b", "c"]);
+        assert!(!Arc::ptr_eq(&own.items[0], &shop.items[0]), "the namespace's own copy is gone");
+        assert!(Arc::ptr_eq(&all.items[1], &shop.items[0]), "objects are shared, not copied");
+        // A namespace not cached yet, or empty, is answered from the all-namespaces entry.
+        assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
+        assert!(cached.list(Some("empty")).await.unwrap().items.is_empty());
+        assert_eq!(cached.list(Some("api")).await.unwrap().resource_version, "7");
+        assert_eq!(*pods.0.lock().unwrap(), [Some("shop".to_owned()), None]);
+
+        // Views expire with the listing they came from.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
+        assert_eq!(*pods.0.lock().unwrap(), [Some("shop".to_owned()), None, Some("api".to_owned())]);
     }
 }

@@ -342,7 +342,9 @@ async fn promql_syntax_in_client_input_never_reaches_prometheus() {
             }
         }
     }
-    // A legitimate list reaches Prometheus with an escaped, exact namespace matcher.
+    // A legitimate list reaches Prometheus with an escaped, exact namespace matcher (once the
+    // all-namespaces lists above, which would answer it, have expired: TTL 2s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     env.get_json(&format!("{GV}/namespaces/shop/podmetricssummaries")).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let queries = env.prometheus.queries();

@@ -201,6 +201,7 @@ fn table<'a>(
 pub fn render_cell(cell: &Cell, now: Timestamp) -> String {
     match cell {
         Cell::Text(s) => s.to_string(),
+        Cell::Short(s) => s.as_str().to_owned(),
         Cell::Age(ts) => human_duration(now.duration_since(*ts)),
         Cell::None => "<none>".to_owned(),
     }
@@ -570,6 +571,13 @@ mod tests {
         let now = ts("2026-07-01T10:00:00Z");
         assert_eq!(render_cell(&Cell::None, now), "<none>");
         assert_eq!(render_cell(&Cell::Text("12.5".into()), now), "12.5");
+        assert_eq!(render_cell(&Cell::text("219Mi"), now), "219Mi");
+        assert!(matches!(Cell::text("a-twenty-two-byte-text"), Cell::Short(_)));
+        let long = "a-twenty-three-byte-txt";
+        assert!(matches!(Cell::text(long), Cell::Text(_)));
+        assert_eq!(render_cell(&Cell::text(long), now), long);
+        assert_eq!(render_cell(&Cell::text("é"), now), "é");
+        assert_eq!(std::mem::size_of::<Cell>(), 24);
         assert_eq!(render_cell(&Cell::Age(ts("2026-07-01T10:00:01Z")), now), "0s");
         assert_eq!(render_cell(&Cell::Age(ts("2026-07-01T10:00:05Z")), now), "<invalid>");
     }

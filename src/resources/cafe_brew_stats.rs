@@ -267,17 +267,17 @@ impl CafeBrewStatsKind {
             cpu: cpu.map(quantity::decimal_si),
             memory: memory.map(quantity::binary_si),
         });
-        let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::Text(v.into()));
+        let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::text(&v));
         let cells = vec![
             Cell::Text(meta.name.clone()),
             text(kind_type),
             text(brews_per_minute.map(quantity::rate_cell)),
             text(p95.map(seconds_cell)),
             text(temperature.map(|t| trim(format!("{t:.1}")))),
-            Cell::Text(ready.to_string().into()),
+            Cell::text(&ready.to_string()),
             last_brewed.map_or(Cell::None, Cell::Age),
             text(failures.map(|f| format!("{}", f.round() as u64))),
-            Cell::Text(pods.len().to_string().into()),
+            Cell::text(&pods.len().to_string()),
             text(cpu.map(quantity::cpu_cell)),
             text(memory.map(quantity::memory_cell)),
         ];

@@ -5,7 +5,7 @@
 pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -76,10 +76,51 @@ pub struct Column {
 pub enum Cell {
     /// Printed as is (shared with the object's metadata where it can be).
     Text(Arc<str>),
+    /// A short text (a quantity, a count) held inline, without an allocation per cell.
+    Short(ShortText),
     /// Printed as a kubectl-style age (`5m12s`) relative to the response time.
     Age(Timestamp),
     /// The field is absent: printed `<none>`.
     None,
+}
+
+impl Cell {
+    /// A computed text: inline when short, else shared.
+    pub fn text(text: &str) -> Self {
+        ShortText::new(text).map_or_else(|| Self::Text(text.into()), Self::Short)
+    }
+}
+
+/// Text of at most [`ShortText::CAPACITY`] bytes, stored inline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ShortText {
+    len: u8,
+    bytes: [u8; ShortText::CAPACITY],
+}
+
+impl ShortText {
+    /// Longest text held inline (a [`Cell`] stays 24 bytes).
+    pub const CAPACITY: usize = 22;
+
+    /// `text` inline, or `None` when it is too long.
+    pub fn new(text: &str) -> Option<Self> {
+        let len = u8::try_from(text.len()).ok().filter(|n| usize::from(*n) <= Self::CAPACITY)?;
+        let mut bytes = [0; Self::CAPACITY];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Some(Self { len, bytes })
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Copied from a &str whole, so always UTF-8.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for ShortText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
 }
 
 /// Metadata of a served object, as published in `metadata`.
@@ -133,6 +174,32 @@ pub struct Listing {
     /// The unfiltered `<Kind>List` JSON, rendered by the first request that asks for it and
     /// shared by every later one while the listing is cached.
     pub rendered_list: OnceLock<Bytes>,
+}
+
+impl Listing {
+    /// The objects of `namespace`, shared with this listing (which holds several namespaces).
+    pub fn namespace_view(&self, namespace: &str) -> Listing {
+        let items = self.items.iter().filter(|i| &*i.meta.namespace == namespace).cloned().collect();
+        self.view(items)
+    }
+
+    /// One view per namespace that has objects here, in namespace order.
+    pub fn namespace_views(&self) -> Vec<(Arc<str>, Listing)> {
+        let mut by_namespace: BTreeMap<Arc<str>, Vec<Arc<Item>>> = BTreeMap::new();
+        for item in &self.items {
+            by_namespace.entry(item.meta.namespace.clone()).or_default().push(item.clone());
+        }
+        by_namespace.into_iter().map(|(namespace, items)| (namespace, self.view(items))).collect()
+    }
+
+    fn view(&self, items: Vec<Arc<Item>>) -> Listing {
+        Listing {
+            items,
+            warnings: self.warnings.clone(),
+            resource_version: self.resource_version.clone(),
+            rendered_list: OnceLock::new(),
+        }
+    }
 }
 
 /// Errors computing a kind.

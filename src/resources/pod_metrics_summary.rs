@@ -191,7 +191,7 @@ impl PodMetricsSummaries {
                 })
                 .collect(),
         });
-        let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::Text(v.into()));
+        let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::text(&v));
         let cells = vec![
             Cell::Text(pod.name.clone()),
             text(cpu.map(quantity::cpu_cell)),
@@ -201,7 +201,7 @@ impl PodMetricsSummaries {
             text(error_ratio.map(quantity::percent_cell)),
             pod.creation_timestamp.map_or(Cell::None, Cell::Age),
             Cell::Text(window.clone()),
-            Cell::Text(pod.containers.len().to_string().into()),
+            Cell::text(&pod.containers.len().to_string()),
             pod.node_name.clone().map_or(Cell::None, Cell::Text),
         ];
         Item { meta, object, cells }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The cluster-scale benchmarks (BENCHMARKS.md): installs what they need on a fresh machine
+# (the test dependencies, and h2load from Debian's nghttp2-client), then runs
+# `cargo bench --bench cluster` with the given sizes in pods (default: 1000 10000).
+# The table is printed and written to target/bench-report.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+if ! command -v h2load >/dev/null; then
+  echo "installing Debian package nghttp2-client (h2load)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nghttp2-client >/dev/null
+fi
+exec cargo bench --bench cluster -- "$@"
