@@ -170,7 +170,7 @@ impl CafeBrewStatsKind {
         for pod in &serving {
             if let Some(cafe) = pod.labels.get(CAFE_LABEL) {
                 cafes
-                    .entry(PodKey { namespace: pod.namespace.to_string(), name: cafe.clone() })
+                    .entry(PodKey { namespace: pod.namespace.clone(), name: cafe.as_str().into() })
                     .or_default()
                     .push(pod);
             }
@@ -215,7 +215,7 @@ impl CafeBrewStatsKind {
         // Serving pods' usage: the sum over pods, only when every pod has it.
         let pod_usage: Vec<_> = pods
             .iter()
-            .map(|p| usage.get(&PodKey { namespace: p.namespace.to_string(), name: p.name.to_string() }))
+            .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
             .collect();
         let sum = |get: fn(&crate::sources::ContainerUsage) -> Option<f64>| -> Option<f64> {
             if pods.is_empty() {
@@ -234,13 +234,13 @@ impl CafeBrewStatsKind {
         let ready =
             temperature.is_some_and(|t| (READY_BAND.0..=READY_BAND.1).contains(&t)) && !pods.is_empty();
 
-        let mut labels = BTreeMap::from([(CAFE_LABEL.to_string(), key.name.clone())]);
+        let mut labels = BTreeMap::from([(CAFE_LABEL.to_string(), key.name.to_string())]);
         if let Some(t) = &kind_type {
             labels.insert(TYPE_LABEL.to_string(), t.clone());
         }
         let meta = Meta {
-            name: key.name.as_str().into(),
-            namespace: pods.first().map_or_else(|| key.namespace.as_str().into(), |p| p.namespace.clone()),
+            name: key.name.clone(),
+            namespace: key.namespace.clone(),
             uid: None,
             creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
             labels: Arc::new(labels),

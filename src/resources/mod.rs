@@ -327,8 +327,8 @@ pub fn index_by(
             .into_iter()
             .filter_map(|s| {
                 let key = PodKey {
-                    namespace: s.labels.get("namespace")?.clone(),
-                    name: s.labels.get(label)?.clone(),
+                    namespace: s.labels.get("namespace")?.as_str().into(),
+                    name: s.labels.get(label)?.as_str().into(),
                 };
                 Some((key, s))
             })

@@ -129,7 +129,7 @@ impl PodMetricsSummaries {
         let items = pods
             .iter()
             .map(|pod| {
-                let key = PodKey { namespace: pod.namespace.to_string(), name: pod.name.to_string() };
+                let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
                 Arc::new(self.item(pod, usage.get(&key), requests.get(&key), errors.get(&key), &window))
             })
             .collect();

@@ -123,11 +123,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ContainerKey {
     /// Namespace of the pod.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name of the pod.
-    pub pod: String,
+    pub pod: Arc<str>,
     /// Name of the container.
-    pub container: String,
+    pub container: Arc<str>,
 }
 
 /// One sample value with the time it was taken.
@@ -270,9 +270,9 @@ pub fn parse_resource_metrics(body: &str, scrape_time: Timestamp) -> Result<Pars
         match (found.cpu, found.memory) {
             (Some(cpu), Some(memory)) if cpu.value > 0.0 && memory.value > 0.0 => {
                 let key = ContainerKey {
-                    namespace: namespace.into_owned(),
-                    pod: pod.into_owned(),
-                    container: container.into_owned(),
+                    namespace: Arc::from(&*namespace),
+                    pod: Arc::from(&*pod),
+                    container: Arc::from(&*container),
                 };
                 let sample = ContainerSample {
                     cpu,
@@ -532,7 +532,7 @@ impl History {
     }
 
     /// The usage this history supports.
-    fn usage(&self, name: &str) -> ContainerUsage {
+    fn usage(&self, name: &Arc<str>) -> ContainerUsage {
         let last = &self.last;
         let rate = self.prev.and_then(|prev| {
             let nanos = last.cpu.timestamp.as_nanosecond() - prev.cpu.timestamp.as_nanosecond();
@@ -545,7 +545,7 @@ impl History {
             None => last.memory.timestamp,
         };
         ContainerUsage {
-            name: name.to_owned(),
+            name: name.clone(),
             cpu_cores: rate.map(|(cores, _)| cores),
             memory_bytes: Some(last.memory.value),
             timestamp: Some(timestamp),
@@ -592,9 +592,11 @@ impl NodeSamples {
                 start_time: sample.start_time,
                 cpu_stamped: sample.cpu_stamped,
             };
-            let history = match self.containers.remove(&key) {
-                Some(old) => old.advance(point),
-                None => History { last: point, prev: None },
+            // The key already held keeps its strings (shared with the usage below), so the
+            // state of a container does not move in memory from fetch to fetch.
+            let (key, history) = match self.containers.remove_entry(&key) {
+                Some((held, old)) => (held, old.advance(point)),
+                None => (key, History { last: point, prev: None }),
             };
             let pod = PodKey { namespace: key.namespace.clone(), name: key.pod.clone() };
             usage.pods.entry(pod).or_default().push(history.usage(&key.container));
@@ -1125,7 +1127,7 @@ mod tests {
     }
 
     fn key(namespace: &str, pod: &str, container: &str) -> ContainerKey {
-        ContainerKey { namespace: namespace.to_owned(), pod: pod.to_owned(), container: container.to_owned() }
+        ContainerKey { namespace: namespace.into(), pod: pod.into(), container: container.into() }
     }
 
     fn mk_container(cpu: f64, cpu_ms: i64, memory: f64, mem_ms: i64, start_s: f64) -> ContainerSample {
@@ -1287,12 +1289,23 @@ garbage line
     }
 
     fn usage_of(usage: &NodeUsage, container: &str) -> ContainerUsage {
-        let pod = PodKey { namespace: "ns".to_owned(), name: "p".to_owned() };
-        usage.pods[&pod].iter().find(|c| c.name == container).unwrap().clone()
+        let pod = PodKey { namespace: "ns".into(), name: "p".into() };
+        usage.pods[&pod].iter().find(|c| &*c.name == container).unwrap().clone()
     }
 
     const T0: i64 = 1_764_496_800_000;
     const START: f64 = 1_764_490_000.0;
+
+    #[test]
+    fn a_containers_strings_are_kept_from_fetch_to_fetch_and_shared_with_its_usage() {
+        let mut state = NodeSamples::new();
+        let first = usage_of(&state.update(mk_batch(&[("app", 1.0, T0, 10.0, START)])), "app");
+        let usage = state.update(mk_batch(&[("app", 2.0, T0 + 10_000, 10.0, START)]));
+        let (pod, containers) = usage.pods.iter().next().unwrap();
+        assert!(Arc::ptr_eq(&containers[0].name, &first.name), "the held key's name is reused");
+        let (held, _) = state.containers.iter().next().unwrap();
+        assert!(Arc::ptr_eq(&pod.namespace, &held.namespace) && Arc::ptr_eq(&pod.name, &held.pod));
+    }
 
     #[test]
     fn a_single_sample_is_not_a_usage() {
@@ -1410,8 +1423,8 @@ garbage line
         let batch = parse_resource_metrics(FIXTURE, ts(1)).unwrap();
         let usage = samples.update(batch);
         assert_eq!(usage.pods.len(), 3);
-        let web = PodKey { namespace: "shop".to_owned(), name: "web-7d4b9c6f5-x2x4z".to_owned() };
-        let names: Vec<_> = usage.pods[&web].iter().map(|c| c.name.as_str()).collect();
+        let web = PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() };
+        let names: Vec<_> = usage.pods[&web].iter().map(|c| &*c.name).collect();
         assert_eq!(names, ["app", "envoy"]);
     }
 
@@ -1598,8 +1611,7 @@ garbage line
         let client = mk_client(&server, config, Arc::clone(&observer));
         let usage = client.node_usage("node-a").await.unwrap();
         assert_eq!(usage.pods.len(), 3);
-        let app =
-            &usage.pods[&PodKey { namespace: "shop".to_owned(), name: "web-7d4b9c6f5-x2x4z".to_owned() }][0];
+        let app = &usage.pods[&PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() }][0];
         assert_eq!(app.memory_bytes, Some(134_217_728.0));
         assert_eq!(app.cpu_cores, None);
         assert_eq!(
@@ -1705,15 +1717,13 @@ garbage line
         tokio::time::sleep(Duration::from_millis(100)).await;
         let usage = client.node_usage("node-a").await.unwrap();
         assert_eq!(server.state.hits.load(Ordering::SeqCst), 2);
-        let pod =
-            PodKey { namespace: "default".to_owned(), name: "espresso-du-matin-5c9f8-qq7tn".to_owned() };
+        let pod = PodKey { namespace: "default".into(), name: "espresso-du-matin-5c9f8-qq7tn".into() };
         let brewer = &usage.pods[&pod][0];
         assert!((brewer.cpu_cores.unwrap() - 0.25).abs() < 1e-9, "{brewer:?}");
         assert_eq!(brewer.window_seconds, Some(10.0));
         assert_eq!(brewer.timestamp, Some(ts(1_764_496_819_876)));
         // The other containers' samples did not move: no rate yet.
-        let coredns =
-            PodKey { namespace: "kube-system".to_owned(), name: "coredns-76f75df574-8xk2p".to_owned() };
+        let coredns = PodKey { namespace: "kube-system".into(), name: "coredns-76f75df574-8xk2p".into() };
         assert_eq!(usage.pods[&coredns][0].cpu_cores, None);
     }
 

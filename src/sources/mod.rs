@@ -63,16 +63,16 @@ pub trait Inventory: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodKey {
     /// Namespace of the pod.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name of the pod.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 /// Usage of one container, from a kubelet.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerUsage {
     /// Container name.
-    pub name: String,
+    pub name: Arc<str>,
     /// CPU usage in cores, the rate between two cumulative samples; `None` until two distinct
     /// samples have been seen (a single sample is never reported as a usage).
     pub cpu_cores: Option<f64>,
