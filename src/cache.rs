@@ -144,7 +144,6 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     static INFO: KindInfo = KindInfo {
         plural: "things",
@@ -157,34 +156,13 @@ mod tests {
         description: "test",
     };
 
-    struct Slow(AtomicUsize);
-
-    impl ServedKind for Slow {
-        fn info(&self) -> &'static KindInfo {
-            &INFO
-        }
-        fn columns(&self) -> &'static [Column] {
-            &[]
-        }
-        fn schemas(&self) -> Vec<(String, serde_json::Value)> {
-            Vec::new()
-        }
-        fn list<'a>(&'a self, _: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-            Box::pin(async move {
-                self.0.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Ok(Arc::new(Listing::default()))
-            })
-        }
-    }
-
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_expire() {
-        let slow = Arc::new(Slow(AtomicUsize::new(0)));
+        let pods = Pods::new(Duration::from_millis(50));
         let metrics = Metrics::new();
         let config = LiveConfig::fixed(Default::default(), None);
         let cached =
-            Arc::new(CachedKind::new(slow.clone(), Duration::from_millis(300), metrics.clone(), config));
+            Arc::new(CachedKind::new(pods.clone(), Duration::from_millis(300), metrics.clone(), config));
         let barrier = Arc::new(tokio::sync::Barrier::new(50));
         let tasks: Vec<_> = (0..50)
             .map(|_| {
@@ -198,17 +176,35 @@ mod tests {
         for t in tasks {
             t.await.unwrap().unwrap();
         }
-        assert_eq!(slow.0.load(Ordering::SeqCst), 1);
+        assert_eq!(pods.calls(), 1);
         cached.list(Some("other")).await.unwrap();
-        assert_eq!(slow.0.load(Ordering::SeqCst), 2, "namespaces are cached separately");
+        assert_eq!(pods.calls(), 2, "namespaces are cached separately");
         tokio::time::sleep(Duration::from_millis(400)).await;
         cached.list(Some("shop")).await.unwrap();
-        assert_eq!(slow.0.load(Ordering::SeqCst), 3, "entries expire after the TTL");
+        assert_eq!(pods.calls(), 3, "entries expire after the TTL");
         assert!(metrics.encode().contains("result=\"hit\"} 49"));
     }
 
-    /// Objects in two namespaces; records which namespaces it was asked for.
-    struct Pods(std::sync::Mutex<Vec<Option<String>>>);
+    /// Objects in two namespaces, computed in `delay`; records which namespaces it was asked
+    /// for.
+    struct Pods {
+        asked: std::sync::Mutex<Vec<Option<String>>>,
+        delay: Duration,
+    }
+
+    impl Pods {
+        fn new(delay: Duration) -> Arc<Self> {
+            Arc::new(Self { asked: std::sync::Mutex::new(Vec::new()), delay })
+        }
+
+        fn asked(&self) -> Vec<Option<String>> {
+            self.asked.lock().unwrap().clone()
+        }
+
+        fn calls(&self) -> usize {
+            self.asked.lock().unwrap().len()
+        }
+    }
 
     impl ServedKind for Pods {
         fn info(&self) -> &'static KindInfo {
@@ -225,7 +221,8 @@ mod tests {
             namespace: Option<&'a str>,
         ) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
             Box::pin(async move {
-                self.0.lock().unwrap().push(namespace.map(str::to_owned));
+                self.asked.lock().unwrap().push(namespace.map(str::to_owned));
+                tokio::time::sleep(self.delay).await;
                 let items = [("api", "a"), ("shop", "b"), ("shop", "c")]
                     .into_iter()
                     .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
@@ -251,7 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn namespaces_are_answered_by_views_of_the_all_namespaces_listing() {
-        let pods = Arc::new(Pods(std::sync::Mutex::new(Vec::new())));
+        let pods = Pods::new(Duration::ZERO);
         let config = LiveConfig::fixed(Default::default(), None);
         let cached = CachedKind::new(pods.clone(), Duration::from_millis(400), Metrics::new(), config);
         let names = |l: &Listing| l.items.iter().map(|i| i.meta.name.to_string()).collect::<Vec<_>>();
@@ -267,11 +264,11 @@ mod tests {
         assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
         assert!(cached.list(Some("empty")).await.unwrap().items.is_empty());
         assert_eq!(cached.list(Some("api")).await.unwrap().resource_version, "7");
-        assert_eq!(*pods.0.lock().unwrap(), [Some("shop".to_owned()), None]);
+        assert_eq!(pods.asked(), [Some("shop".to_owned()), None]);
 
         // Views expire with the listing they came from.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
-        assert_eq!(*pods.0.lock().unwrap(), [Some("shop".to_owned()), None, Some("api".to_owned())]);
+        assert_eq!(pods.asked(), [Some("shop".to_owned()), None, Some("api".to_owned())]);
     }
 }

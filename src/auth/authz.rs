@@ -172,15 +172,7 @@ fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str) -> Vec<u8> {
     }
     if info.is_resource_request {
         key.push(b'r');
-        for attribute in [
-            &info.namespace,
-            &info.verb,
-            &info.api_group,
-            &info.api_version,
-            &info.resource,
-            &info.subresource,
-            &info.name,
-        ] {
+        for attribute in resource_attributes(info) {
             push(&mut key, attribute);
         }
     } else {
@@ -191,9 +183,9 @@ fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str) -> Vec<u8> {
     key
 }
 
-/// `shouldCache`: the attributes together are shorter than 10000 bytes.
-fn should_cache(info: &RequestInfo, path: &str) -> bool {
-    let total = [
+/// The attributes of a resource request a review carries.
+fn resource_attributes(info: &RequestInfo) -> [&str; 7] {
+    [
         &info.namespace,
         &info.verb,
         &info.api_group,
@@ -202,10 +194,11 @@ fn should_cache(info: &RequestInfo, path: &str) -> bool {
         &info.subresource,
         &info.name,
     ]
-    .iter()
-    .map(|s| s.len())
-    .sum::<usize>()
-        + path.len();
+}
+
+/// `shouldCache`: the attributes together are shorter than 10000 bytes.
+fn should_cache(info: &RequestInfo, path: &str) -> bool {
+    let total = resource_attributes(info).iter().map(|s| s.len()).sum::<usize>() + path.len();
     total < MAX_CACHEABLE_ATTRIBUTES
 }
 
