@@ -9,25 +9,20 @@
 //! (`cargo test --test e2e_lifecycle -- --nocapture`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{mk_dir, read_ready_line};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 const TOKEN: &str = "tester-token";
-
-fn mk_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    let dir = std::env::temp_dir().join(format!("percolator-life-{name}-{}-{nanos}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A Prometheus whose every answer (an empty vector) takes `delay`.
 async fn fake_prometheus(delay: Duration) -> String {
@@ -57,18 +52,7 @@ async fn start_sim(dir: &Path) -> (Child, PathBuf) {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(sim.stdout.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if serde_json::from_str::<Value>(&line).is_ok_and(|v| v["event"] == "ready") {
-                return;
-            }
-        }
-        panic!("percolator-sim exited before ready");
-    })
-    .await
-    .expect("percolator-sim ready within 60s");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    read_ready_line(&mut sim, "percolator-sim", |v| (v["event"] == "ready").then(|| v.clone()), None).await;
     (sim, state.join("kubeconfig"))
 }
 

@@ -84,7 +84,9 @@ pub fn mk_dir(name: &str) -> PathBuf {
     dir
 }
 
-async fn read_ready_line(
+/// Reads `child`'s stdout (stderr when `log` is given, copied there) until `pick` accepts a
+/// JSON line, within 60 s, then keeps draining it so the child never blocks on a full pipe.
+pub async fn read_ready_line(
     child: &mut Child,
     what: &str,
     pick: impl Fn(&Value) -> Option<Value>,
