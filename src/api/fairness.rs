@@ -53,7 +53,8 @@ impl ConnectionSlots {
     }
 
     /// Slots free right now.
-    pub fn available(&self) -> usize {
+    #[cfg(test)]
+    fn available(&self) -> usize {
         self.0.available_permits()
     }
 }

@@ -43,7 +43,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::FutureExt;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http::{HeaderValue, Method, StatusCode, header};
 
 use crate::external::ExternalMetrics;
 use crate::resources::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
@@ -199,17 +199,15 @@ impl Drop for InFlight<'_> {
 /// never takes its connection or the process down; and counts and times every request by
 /// resource (or route template), verb and code.
 async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
-    // Parsed once here; authentication, authorization and dispatch read it from the
-    // extensions.
-    let info = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        RequestInfo::new(request.method(), request.uri().path(), request.uri().query()).ok().map(Arc::new)
-    }))
-    .ok()
-    .flatten();
-    let labels = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        metric_labels(&state, request.method(), info.as_deref(), request.uri().path())
+    // The RequestInfo is parsed once here; authentication, authorization and dispatch read it
+    // from the extensions.
+    let parsed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let (method, uri) = (request.method(), request.uri());
+        let info = RequestInfo::new(method, uri.path(), uri.query()).ok().map(Arc::new);
+        let labels = metric_labels(&state, method, info.as_deref(), uri.path());
+        (info, labels)
     }));
-    let (resource, verb) = labels.unwrap_or((Cow::Borrowed("other"), "other"));
+    let (info, (resource, verb)) = parsed.unwrap_or((None, (Cow::Borrowed("other"), "other")));
     if let Some(info) = info {
         request.extensions_mut().insert(info);
     }
@@ -318,11 +316,7 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
         {
             return external.serve(&parts.method, &parts.uri, &parts.headers).await;
         }
-        let info = parts.extensions.get::<Arc<RequestInfo>>().cloned();
-        // Only HTTP/2 multiplexes: an HTTP/1.1 connection has one response at a time.
-        let slots =
-            parts.extensions.get::<ConnectionSlots>().filter(|_| parts.version == http::Version::HTTP_2);
-        return match serve_resource(&state, info, slots, &parts.method, &parts.uri, &parts.headers).await {
+        return match serve_resource(&state, &parts, &segs).await {
             Ok(response) => response,
             Err(e) => e.into_response(),
         };
@@ -423,19 +417,19 @@ struct Target<'a> {
 
 async fn serve_resource(
     state: &ApiState,
-    info: Option<Arc<RequestInfo>>,
-    slots: Option<&ConnectionSlots>,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
+    parts: &http::request::Parts,
+    segments: &[&str],
 ) -> Result<Response, ApiError> {
-    let info = match info {
-        Some(info) => info,
+    let (method, uri, headers) = (&parts.method, &parts.uri, &parts.headers);
+    let info = match parts.extensions.get::<Arc<RequestInfo>>() {
+        Some(info) => Arc::clone(info),
         None => {
             Arc::new(RequestInfo::new(method, uri.path(), uri.query()).map_err(|_| ApiError::PathNotFound)?)
         }
     };
-    let target = resolve(state, &info, uri.path())?;
+    // Only HTTP/2 multiplexes: an HTTP/1.1 connection has one response at a time.
+    let slots = parts.extensions.get::<ConnectionSlots>().filter(|_| parts.version == http::Version::HTTP_2);
+    let target = resolve(state, &info, segments)?;
 
     match info.verb.as_str() {
         "get" | "list" | "watch" => {}
@@ -499,7 +493,7 @@ async fn serve_resource(
 }
 
 /// Maps the path to a served kind and checks the scope; anything else is a 404.
-fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, path: &str) -> Result<Target<'a>, ApiError> {
+fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Target<'a>, ApiError> {
     if !info.is_resource_request
         || info.api_prefix != "apis"
         || info.api_group != GROUP
@@ -512,9 +506,8 @@ fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, path: &str) -> Result<Ta
     let kind_info = kind.info();
 
     // Segments after /apis/<g>/<v>, without a `watch`/`proxy` prefix.
-    let segments = split_path(path);
-    let mut rest: &[Cow<'_, str>] = segments.get(3..).unwrap_or_default();
-    if rest.first().is_some_and(|s| s == "watch" || s == "proxy") {
+    let mut rest: &[&str] = segments.get(3..).unwrap_or_default();
+    if rest.first().is_some_and(|s| *s == "watch" || *s == "proxy") {
         rest = &rest[1..];
     }
     let namespaced_path = rest.len() >= 3 && rest[0] == "namespaces";
