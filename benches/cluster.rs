@@ -20,7 +20,13 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolator::devenv::{Prometheus, PrometheusOptions, ScrapeJob};
+/// The local Prometheus helper, shared with `percolator-sim` (which owns the file); the
+/// benchmark uses only its Prometheus, not the fault proxy.
+#[path = "../src/bin/percolator-sim/devenv.rs"]
+#[allow(dead_code)]
+mod devenv;
+
+use devenv::{Prometheus, PrometheusOptions, ScrapeJob};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -87,7 +93,7 @@ async fn start_prometheus(dir: &Path, sim: &Sim, pods: u32) -> Prometheus {
     // samples are enough for every rate over the 5-minute window).
     let span = Duration::from_secs(if pods > LARGE_PODS { 180 } else { 600 });
     let history =
-        percolator::devenv::sim_history(&sim.metrics, "sim-apps", &target, span, SCRAPE).await.unwrap();
+        devenv::sim_history(&sim.metrics, "sim-apps", &target, span, SCRAPE).await.unwrap();
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
         jobs: vec![ScrapeJob {

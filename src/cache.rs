@@ -1,274 +1,177 @@
-//! The computed-object cache: a decorator that gives any [`ServedKind`] a TTL cache keyed by
-//! namespace (or all namespaces) with single-flight misses — concurrent identical misses share
-//! one computation, so N simultaneous cold lists cost one set of upstream calls.
+//! TTL caches with single-flight misses, generic over what they cache: every cache of
+//! computed results (served kinds' listings, external metric values, kubelet samples per node)
+//! is a [`TtlCache`] built from the one `--cache-ttl` ([`CacheSettings`]).
 //!
-//! A listing of all namespaces holds every namespace's objects, so it also answers the
-//! namespaces: once computed, each namespace's entry is replaced by a view of it (the same
-//! objects, shared, not copied), and a namespace missing from the cache while the
-//! all-namespaces entry is there is answered from it. A view expires with the listing it was
-//! taken from, so nothing is served older than the TTL.
-//!
-//! Errors are not cached; partial results (a source missing, with warnings) are, for the TTL.
+//! Concurrent misses of one key share one computation (moka's entry API), so N simultaneous
+//! cold requests cost one set of upstream calls; errors are not cached. An entry may carry its
+//! own expiry (a view shares the expiry of the entry it was taken from), never later than the
+//! TTL.
 
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use moka::Expiry;
 use moka::future::Cache;
 
-use crate::config::LiveConfig;
-use crate::resources::{Column, ComputeError, KindInfo, Listing, ServedKind};
 use crate::telemetry::Metrics;
 
-/// Entries kept at most (one per namespace plus the all-namespaces entry).
-const MAX_ENTRIES: u64 = 10_000;
+/// How every cache of computed results is built (`--cache-ttl`).
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// How long a computed result is served.
+    pub ttl: Duration,
+    /// Where lookups are counted (`percolator_cache_requests_total`); none in some tests.
+    pub metrics: Option<Arc<Metrics>>,
+}
 
-/// Keyed by configuration generation too: a reloaded configuration never serves results
-/// computed with the old queries.
-type Key = (u64, Option<Arc<str>>);
+impl CacheSettings {
+    /// Results live `ttl`; lookups are counted in `metrics`.
+    pub fn new(ttl: Duration, metrics: Arc<Metrics>) -> Self {
+        Self { ttl, metrics: Some(metrics) }
+    }
 
-/// A cached listing and when it stops being served.
+    /// Results live `ttl`; lookups are not counted.
+    pub fn uncounted(ttl: Duration) -> Self {
+        Self { ttl, metrics: None }
+    }
+}
+
+/// A cached value and when it stops being served.
 #[derive(Clone)]
-struct Entry {
-    listing: Arc<Listing>,
+struct Entry<V> {
+    value: V,
     expires_at: Instant,
 }
 
 struct UntilExpiry;
 
-impl Expiry<Key, Entry> for UntilExpiry {
-    fn expire_after_create(&self, _key: &Key, entry: &Entry, created_at: Instant) -> Option<Duration> {
+impl<K, V> Expiry<K, Entry<V>> for UntilExpiry {
+    fn expire_after_create(&self, _key: &K, entry: &Entry<V>, created_at: Instant) -> Option<Duration> {
         Some(entry.expires_at.saturating_duration_since(created_at))
     }
 }
 
-/// A [`ServedKind`] whose lists are cached for a TTL.
-pub struct CachedKind {
-    inner: Arc<dyn ServedKind>,
-    cache: Cache<Key, Entry>,
-    ttl: Duration,
-    metrics: Arc<Metrics>,
-    config: Arc<LiveConfig>,
+/// A TTL cache whose misses are single-flight.
+pub struct TtlCache<K, V> {
+    name: &'static str,
+    cache: Cache<K, Entry<V>>,
+    settings: CacheSettings,
 }
 
-impl std::fmt::Debug for CachedKind {
+impl<K, V> std::fmt::Debug for TtlCache<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CachedKind").field("kind", &self.inner.info().kind).finish_non_exhaustive()
+        f.debug_struct("TtlCache").field("name", &self.name).field("ttl", &self.settings.ttl).finish()
     }
 }
 
-impl CachedKind {
-    /// Wraps `inner` with a cache of `ttl`.
-    pub fn new(
-        inner: Arc<dyn ServedKind>,
-        ttl: Duration,
-        metrics: Arc<Metrics>,
-        config: Arc<LiveConfig>,
-    ) -> Self {
-        let cache = Cache::builder().expire_after(UntilExpiry).max_capacity(MAX_ENTRIES).build();
-        Self { inner, cache, ttl, metrics, config }
+impl<K, V> TtlCache<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// A cache named `name` in the lookup metric, holding at most `max_entries`.
+    pub fn new(name: &'static str, settings: &CacheSettings, max_entries: u64) -> Self {
+        let cache = Cache::builder().expire_after(UntilExpiry).max_capacity(max_entries).build();
+        Self { name, cache, settings: settings.clone() }
     }
 
-    async fn compute(&self, key: Key) -> Result<(Entry, bool), ComputeError> {
-        let namespace = key.1.clone();
+    /// The value of `key`, from the cache or from `compute` (shared with every concurrent miss
+    /// of the same key), and whether it was computed by this call. Errors are not cached.
+    pub async fn get_or_try_compute<E, F>(&self, key: K, compute: F) -> Result<(V, Instant, bool), Arc<E>>
+    where
+        F: Future<Output = Result<V, E>>,
+        E: Send + Sync + 'static,
+    {
+        let ttl = self.settings.ttl;
         let entry = self
             .cache
             .entry(key)
-            .or_try_insert_with(async {
-                let listing = self.inner.list(namespace.as_deref()).await?;
-                Ok::<_, ComputeError>(Entry { listing, expires_at: Instant::now() + self.ttl })
+            .or_try_insert_with(async move {
+                let value = compute.await?;
+                Ok::<_, E>(Entry { value, expires_at: Instant::now() + ttl })
             })
-            .await
-            .map_err(|e| (*e).clone())?;
+            .await?;
         let computed = entry.is_fresh();
-        Ok((entry.into_value(), computed))
+        self.count(!computed);
+        let entry = entry.into_value();
+        Ok((entry.value, entry.expires_at, computed))
     }
 
-    /// Replaces every namespace's entry by a view of `all`.
-    async fn share(&self, generation: u64, all: &Entry) {
-        for (namespace, view) in all.listing.namespace_views() {
-            let view = Entry { listing: Arc::new(view), expires_at: all.expires_at };
-            self.cache.insert((generation, Some(namespace)), view).await;
+    /// The value of `key` when cached, with its expiry (not counted: callers count the lookup
+    /// they answer).
+    pub async fn peek(&self, key: &K) -> Option<(V, Instant)> {
+        self.cache.get(key).await.map(|e| (e.value, e.expires_at))
+    }
+
+    /// Caches `value` for `key` until `expires_at` (at most the TTL from now).
+    pub async fn insert_until(&self, key: K, value: V, expires_at: Instant) {
+        let expires_at = expires_at.min(Instant::now() + self.settings.ttl);
+        self.cache.insert(key, Entry { value, expires_at }).await;
+    }
+
+    /// Counts one lookup answered from the cache (`hit`) or not.
+    pub fn count(&self, hit: bool) {
+        if let Some(metrics) = &self.settings.metrics {
+            metrics.cache_lookup(self.name, hit);
         }
     }
-}
 
-impl ServedKind for CachedKind {
-    fn info(&self) -> &'static KindInfo {
-        self.inner.info()
-    }
-
-    fn columns(&self) -> &'static [Column] {
-        self.inner.columns()
-    }
-
-    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
-        self.inner.schemas()
-    }
-
-    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-        Box::pin(async move {
-            let generation = self.config.current().generation;
-            let plural = self.inner.info().plural;
-            let Some(namespace) = namespace.filter(|_| self.inner.info().namespaced) else {
-                let (all, computed) = self.compute((generation, None)).await?;
-                if computed && self.inner.info().namespaced {
-                    self.share(generation, &all).await;
-                }
-                self.metrics.cache_lookup(plural, !computed);
-                return Ok(all.listing);
-            };
-            let key: Key = (generation, Some(Arc::from(namespace)));
-            if let Some(entry) = self.cache.get(&key).await {
-                self.metrics.cache_lookup(plural, true);
-                return Ok(entry.listing);
-            }
-            if let Some(all) = self.cache.get(&(generation, None)).await {
-                let view = Entry {
-                    listing: Arc::new(all.listing.namespace_view(namespace)),
-                    expires_at: all.expires_at,
-                };
-                let listing = view.listing.clone();
-                self.cache.insert(key, view).await;
-                self.metrics.cache_lookup(plural, true);
-                return Ok(listing);
-            }
-            let (entry, computed) = self.compute(key).await?;
-            self.metrics.cache_lookup(plural, !computed);
-            Ok(entry.listing)
-        })
+    /// Drops every entry.
+    pub fn clear(&self) {
+        self.cache.invalidate_all();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    static INFO: KindInfo = KindInfo {
-        plural: "things",
-        singular: "thing",
-        kind: "Thing",
-        list_kind: "ThingList",
-        short_names: &[],
-        categories: &[],
-        namespaced: true,
-        description: "test",
-    };
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[tokio::test]
-    async fn concurrent_misses_share_one_computation_and_expire() {
-        let pods = Pods::new(Duration::from_millis(50));
+    async fn concurrent_misses_share_one_computation_and_errors_are_not_cached() {
         let metrics = Metrics::new();
-        let config = LiveConfig::fixed(Default::default(), None);
-        let cached =
-            Arc::new(CachedKind::new(pods.clone(), Duration::from_millis(300), metrics.clone(), config));
-        let barrier = Arc::new(tokio::sync::Barrier::new(50));
-        let tasks: Vec<_> = (0..50)
+        let cache: Arc<TtlCache<u32, u32>> =
+            Arc::new(TtlCache::new("test", &CacheSettings::new(Duration::from_millis(200), metrics.clone()), 10));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let barrier = Arc::new(tokio::sync::Barrier::new(20));
+        let tasks: Vec<_> = (0..20)
             .map(|_| {
-                let (cached, barrier) = (cached.clone(), barrier.clone());
+                let (cache, calls, barrier) = (cache.clone(), calls.clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    cached.list(Some("shop")).await.map(|_| ())
+                    cache
+                        .get_or_try_compute(1, async {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(30)).await;
+                            Ok::<_, String>(7)
+                        })
+                        .await
+                        .map(|(v, _, _)| v)
                 })
             })
             .collect();
         for t in tasks {
-            t.await.unwrap().unwrap();
+            assert_eq!(t.await.unwrap().unwrap(), 7);
         }
-        assert_eq!(pods.calls(), 1);
-        cached.list(Some("other")).await.unwrap();
-        assert_eq!(pods.calls(), 2, "namespaces are cached separately");
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        cached.list(Some("shop")).await.unwrap();
-        assert_eq!(pods.calls(), 3, "entries expire after the TTL");
-        assert!(metrics.encode().contains("result=\"hit\"} 49"));
-    }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(metrics.encode().contains("result=\"hit\"} 19"), "{}", metrics.encode());
 
-    /// Objects in two namespaces, computed in `delay`; records which namespaces it was asked
-    /// for.
-    struct Pods {
-        asked: std::sync::Mutex<Vec<Option<String>>>,
-        delay: Duration,
-    }
+        let failed = cache.get_or_try_compute(2, async { Err::<u32, _>("down".to_owned()) }).await;
+        assert_eq!(*failed.unwrap_err(), "down");
+        let (value, _, computed) = cache.get_or_try_compute(2, async { Ok::<_, String>(3) }).await.unwrap();
+        assert_eq!((value, computed), (3, true), "errors are not cached");
 
-    impl Pods {
-        fn new(delay: Duration) -> Arc<Self> {
-            Arc::new(Self { asked: std::sync::Mutex::new(Vec::new()), delay })
-        }
-
-        fn asked(&self) -> Vec<Option<String>> {
-            self.asked.lock().unwrap().clone()
-        }
-
-        fn calls(&self) -> usize {
-            self.asked.lock().unwrap().len()
-        }
-    }
-
-    impl ServedKind for Pods {
-        fn info(&self) -> &'static KindInfo {
-            &INFO
-        }
-        fn columns(&self) -> &'static [Column] {
-            &[]
-        }
-        fn schemas(&self) -> Vec<(String, serde_json::Value)> {
-            Vec::new()
-        }
-        fn list<'a>(
-            &'a self,
-            namespace: Option<&'a str>,
-        ) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-            Box::pin(async move {
-                self.asked.lock().unwrap().push(namespace.map(str::to_owned));
-                tokio::time::sleep(self.delay).await;
-                let items = [("api", "a"), ("shop", "b"), ("shop", "c")]
-                    .into_iter()
-                    .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
-                    .map(|(ns, name)| {
-                        Arc::new(crate::resources::Item {
-                            meta: crate::resources::Meta {
-                                name: name.into(),
-                                namespace: ns.into(),
-                                ..Default::default()
-                            },
-                            object: serde_json::value::RawValue::from_string(format!(
-                                "{{\"name\":\"{name}\"}}"
-                            ))
-                            .unwrap(),
-                            cells: Vec::new(),
-                        })
-                    })
-                    .collect();
-                Ok(Arc::new(Listing { items, resource_version: "7".into(), ..Listing::default() }))
-            })
-        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(cache.peek(&1).await.is_none(), "entries expire after the TTL");
     }
 
     #[tokio::test]
-    async fn namespaces_are_answered_by_views_of_the_all_namespaces_listing() {
-        let pods = Pods::new(Duration::ZERO);
-        let config = LiveConfig::fixed(Default::default(), None);
-        let cached = CachedKind::new(pods.clone(), Duration::from_millis(400), Metrics::new(), config);
-        let names = |l: &Listing| l.items.iter().map(|i| i.meta.name.to_string()).collect::<Vec<_>>();
-
-        // A namespace computed on its own is replaced by a view once all namespaces are.
-        let own = cached.list(Some("shop")).await.unwrap();
-        let all = cached.list(None).await.unwrap();
-        let shop = cached.list(Some("shop")).await.unwrap();
-        assert_eq!(names(&shop), ["b", "c"]);
-        assert!(!Arc::ptr_eq(&own.items[0], &shop.items[0]), "the namespace's own copy is gone");
-        assert!(Arc::ptr_eq(&all.items[1], &shop.items[0]), "objects are shared, not copied");
-        // A namespace not cached yet, or empty, is answered from the all-namespaces entry.
-        assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
-        assert!(cached.list(Some("empty")).await.unwrap().items.is_empty());
-        assert_eq!(cached.list(Some("api")).await.unwrap().resource_version, "7");
-        assert_eq!(pods.asked(), [Some("shop".to_owned()), None]);
-
-        // Views expire with the listing they came from.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
-        assert_eq!(pods.asked(), [Some("shop".to_owned()), None, Some("api".to_owned())]);
+    async fn an_entry_never_outlives_the_ttl() {
+        let cache: TtlCache<u32, u32> = TtlCache::new("t", &CacheSettings::uncounted(Duration::from_millis(50)), 10);
+        cache.insert_until(1, 1, Instant::now() + Duration::from_secs(3600)).await;
+        assert!(cache.peek(&1).await.is_some());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(cache.peek(&1).await.is_none());
     }
 }

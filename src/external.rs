@@ -25,22 +25,23 @@ use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use kube::core::Expression;
-use moka::future::Cache;
 use serde::Serialize;
 
-use crate::api::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
-use crate::api::negotiate::{Endpoint, negotiate_headers};
-use crate::api::request_info::{QueryParams, RequestInfo, split_path};
-use crate::api::selectors::{LabelSelector, Requirement};
-use crate::api::status::go_quote;
-use crate::api::validation::is_dns1123_label;
-use crate::api::{ApiError, GroupResource};
+use crate::cache::{CacheSettings, TtlCache};
+use crate::config::{Invalid, QueryFile, Snapshot};
+
+use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use crate::k8s::negotiate::{Endpoint, negotiate_headers};
+use crate::k8s::request_info::{ParsedRequest, RequestInfo};
+use crate::k8s::selectors::{LabelSelector, Requirement};
+use crate::k8s::status::go_quote;
+use crate::k8s::validation::is_dns1123_label;
+use crate::k8s::{ApiError, GroupResource};
 use crate::config::{ExternalMetricConfig, LiveConfig};
-use crate::sources::prometheus::{Matcher, render};
+use crate::sources::prometheus::{Matcher, is_valid_label_name, render, validate_template};
 use crate::sources::{PromError, PromSample, PromSource};
-use crate::telemetry::Metrics;
 
 /// API group of external metrics.
 pub const GROUP: &str = "external.metrics.k8s.io";
@@ -125,8 +126,7 @@ struct CacheKey {
 pub struct ExternalMetrics {
     prometheus: Arc<dyn PromSource>,
     config: Arc<LiveConfig>,
-    cache: Cache<CacheKey, Bytes>,
-    metrics: Arc<Metrics>,
+    cache: TtlCache<CacheKey, Bytes>,
 }
 
 impl std::fmt::Debug for ExternalMetrics {
@@ -136,16 +136,11 @@ impl std::fmt::Debug for ExternalMetrics {
 }
 
 impl ExternalMetrics {
-    /// Serves the `externalMetrics` of `config` from `prometheus`, caching results for `ttl`;
-    /// cache lookups are counted in `metrics`.
-    pub fn new(
-        prometheus: Arc<dyn PromSource>,
-        config: Arc<LiveConfig>,
-        ttl: Duration,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let cache = Cache::builder().time_to_live(ttl).max_capacity(MAX_ENTRIES).build();
-        Self { prometheus, config, cache, metrics }
+    /// Serves the `externalMetrics` of `config` (checked by [`check_metrics`]) from
+    /// `prometheus`, with a cache built from `cache`.
+    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+        let cache = TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES);
+        Self { prometheus, config, cache }
     }
 
     /// The discovery entry of `definitions`: one namespaced, get-only resource per metric,
@@ -171,26 +166,21 @@ impl ExternalMetrics {
     pub fn is_metric_request(&self, info: &RequestInfo) -> bool {
         info.api_group == GROUP
             && info.api_version == VERSION
-            && self.config.current().queries.external_metrics.iter().any(|m| m.name == info.resource)
+            && metrics_of(&self.config.current()).iter().any(|m| m.name == info.resource)
     }
 
-    /// Answers any request under `/apis/external.metrics.k8s.io/`.
-    pub async fn serve(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Response {
-        match self.handle(method, uri, headers).await {
+    /// Answers any request under `/apis/external.metrics.k8s.io/` (parsed once on arrival).
+    pub async fn serve(&self, request: &ParsedRequest, method: &Method, headers: &HeaderMap) -> Response {
+        match self.handle(request, method, headers).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
         }
     }
 
-    async fn handle(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<Response> {
-        let info = RequestInfo::new(method, uri.path(), uri.query()).map_err(|_| ApiError::PathNotFound)?;
-        let segments = split_path(uri.path());
-        let (namespace, metric) = match segments.as_slice() {
-            [_, _, version, namespaces, namespace, metric]
-                if version == VERSION && namespaces == "namespaces" =>
-            {
-                (namespace.as_ref(), metric.as_ref())
-            }
+    async fn handle(&self, request: &ParsedRequest, method: &Method, headers: &HeaderMap) -> Result<Response> {
+        let info = request.info.as_ref().ok_or(ApiError::PathNotFound)?;
+        let (namespace, metric) = match request.segs().as_slice() {
+            [_, _, version, "namespaces", namespace, metric] if *version == VERSION => (*namespace, *metric),
             // Only the namespaced route exists, as in the adapter library.
             _ => return Err(ApiError::PathNotFound.into()),
         };
@@ -220,13 +210,11 @@ impl ExternalMetrics {
 
         // One snapshot for the whole request: a reload mid-request changes nothing here.
         let snapshot = self.config.current();
-        let definition =
-            snapshot.queries.external_metrics.iter().find(|m| m.name == metric).ok_or_else(|| {
-                ExternalError::MetricNotFound { metric: metric.to_owned(), namespace: namespace.to_owned() }
-            })?;
-        let query = QueryParams::parse(uri.query());
-        let selector =
-            LabelSelector::parse(query.get("labelSelector").unwrap_or_default()).map_err(ApiError::from)?;
+        let definition = metrics_of(&snapshot).iter().find(|m| m.name == metric).ok_or_else(|| {
+            ExternalError::MetricNotFound { metric: metric.to_owned(), namespace: namespace.to_owned() }
+        })?;
+        let selector = LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
+            .map_err(ApiError::from)?;
         let matchers = selector_matchers(definition, &selector)?;
         negotiate_headers(headers, Endpoint::Plain)?;
 
@@ -258,7 +246,7 @@ impl ExternalMetrics {
                 }
             }
         };
-        let entry = self.cache.entry(key).or_try_insert_with(fetch).await.map_err(|error| {
+        let (body, _, _) = self.cache.get_or_try_compute(key, fetch).await.map_err(|error| {
             let what = match *error {
                 PromError::Unreachable(_) => "Prometheus is unreachable",
                 PromError::Query(_) => "the Prometheus query failed",
@@ -268,9 +256,7 @@ impl ExternalMetrics {
                 retry_after: Some(PROMETHEUS_RETRY_AFTER_SECONDS),
             }
         })?;
-        self.metrics.cache_lookup(CACHE_NAME, !entry.is_fresh());
-        Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], entry.into_value())
-            .into_response())
+        Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response())
     }
 }
 
@@ -281,7 +267,7 @@ impl DynamicGroupVersions for ExternalMetrics {
 
     fn group_versions(&self) -> (u64, Vec<GroupVersionResources>) {
         let snapshot = self.config.current();
-        (snapshot.generation, vec![Self::group_version_resources(&snapshot.queries.external_metrics)])
+        (snapshot.generation, vec![Self::group_version_resources(metrics_of(&snapshot))])
     }
 }
 
@@ -384,9 +370,9 @@ pub fn value_list(metric: &str, window: Duration, samples: Vec<PromSample>) -> V
         .map(|s| ExternalMetricValue {
             metric_name: metric,
             metric_labels: s.labels.into_iter().filter(|(k, _)| k != "__name__").collect(),
-            timestamp: crate::resources::rfc3339(s.timestamp),
+            timestamp: crate::kinds::rfc3339(s.timestamp),
             window: window.as_secs(),
-            value: crate::quantity::decimal_si(round_to_micro(s.value)),
+            value: crate::k8s::quantity::decimal_si(round_to_micro(s.value)),
         })
         .collect();
     items.sort_by(|a, b| a.metric_labels.cmp(&b.metric_labels));
@@ -400,5 +386,198 @@ pub fn value_list(metric: &str, window: Duration, samples: Vec<PromSample>) -> V
     })
 }
 
+/// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
+/// this is never empty.
+pub fn metrics_of(snapshot: &Snapshot) -> &[ExternalMetricConfig] {
+    snapshot.file.external_metrics.as_deref().unwrap_or_default()
+}
+
+/// Names a metric may not take: they are namespace subresources in a Kubernetes URL
+/// (`/namespaces/NS/status`), so requests for them would be authorized as such.
+const RESERVED_METRIC_NAMES: [&str; 4] = [".", "..", "status", "finalize"];
+
+fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
+    ExternalMetricConfig {
+        name: name.to_owned(),
+        query: query.to_owned(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        window: None,
+    }
+}
+
+/// The compiled-in external metrics: `cafe_brews_per_minute`, `cafe_brew_duration_p95_seconds`,
+/// `http_requests_per_second` and `http_error_ratio`.
+pub fn default_metrics() -> Vec<ExternalMetricConfig> {
+    vec![
+        external(
+            "cafe_brews_per_minute",
+            "sum by (namespace, cafe, type) (rate(cafe_brews_total{SCOPE}[WINDOW])) * 60",
+            &["cafe", "type"],
+        ),
+        external(
+            "cafe_brew_duration_p95_seconds",
+            "histogram_quantile(0.95, sum by (namespace, cafe, type, le) (rate(cafe_brew_duration_seconds_bucket{SCOPE}[WINDOW])))",
+            &["cafe", "type"],
+        ),
+        external(
+            "http_requests_per_second",
+            "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
+            &["pod", "code"],
+        ),
+        external(
+            "http_error_ratio",
+            "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW])) / sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
+            &["pod"],
+        ),
+    ]
+}
+
+/// Checks the file's `externalMetrics` and fills in [`default_metrics`] when the key is
+/// absent. Never empty: an empty resource list makes every kubectl discovery report an error.
+pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
+    let metrics = file.external_metrics.get_or_insert_with(default_metrics);
+    if metrics.is_empty() {
+        return Err(Invalid::new(
+            "externalMetrics",
+            "must list at least one metric (an empty external.metrics.k8s.io resource list makes \
+             every kubectl discovery report an error); leave the key out for the defaults",
+        ));
+    }
+    for (i, metric) in metrics.iter().enumerate() {
+        let field = |name: &str| format!("externalMetrics[{i}].{name}");
+        let name = &metric.name;
+        let name_ok = !name.is_empty()
+            && name.len() <= 253
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b));
+        if !name_ok {
+            return Err(Invalid::new(
+                field("name"),
+                format!(
+                    "{name:?} is not a valid metric name: 1 to 253 characters among lowercase \
+                     letters, digits, '_', '.' and '-'"
+                ),
+            ));
+        }
+        if RESERVED_METRIC_NAMES.contains(&name.as_str()) {
+            return Err(Invalid::new(field("name"), format!("{name:?} is reserved in Kubernetes URLs")));
+        }
+        if let Some(first) = metrics[..i].iter().position(|m| m.name == *name) {
+            return Err(Invalid::new(field("name"), format!("duplicate name {name:?} (also externalMetrics[{first}])")));
+        }
+        validate_template(&metric.query).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
+        for (j, label) in metric.labels.iter().enumerate() {
+            let label_field = format!("externalMetrics[{i}].labels[{j}]");
+            if !is_valid_label_name(label) {
+                return Err(Invalid::new(
+                    label_field,
+                    format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"),
+                ));
+            }
+            if label == "namespace" {
+                return Err(Invalid::new(
+                    label_field,
+                    "\"namespace\" cannot be selected: the request's namespace always scopes the query",
+                ));
+            }
+            if label.starts_with("__") {
+                return Err(Invalid::new(label_field, format!("{label:?} is reserved by Prometheus")));
+            }
+            if metric.labels[..j].contains(label) {
+                return Err(Invalid::new(label_field, format!("duplicate label {label:?}")));
+            }
+        }
+        if metric.window.is_some_and(|w| w < Duration::from_secs(1)) {
+            return Err(Invalid::new(field("window"), "must be at least 1s"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> std::result::Result<QueryFile, String> {
+        let check: crate::config::Check = Arc::new(check_metrics);
+        QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_when_absent() {
+        let file = load("window: 2m\n").unwrap();
+        let metrics = file.external_metrics.unwrap();
+        let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cafe_brews_per_minute", "cafe_brew_duration_p95_seconds", "http_requests_per_second", "http_error_ratio"]
+        );
+        assert_eq!(metrics[0].labels, ["cafe", "type"]);
+        assert_eq!(metrics[2].labels, ["pod", "code"]);
+        assert_eq!(metrics[3].labels, ["pod"]);
+    }
+
+    #[test]
+    fn declared_metrics_replace_the_defaults() {
+        let file = load("externalMetrics:\n- name: x.y-z\n  query: sum(rate(x{SCOPE}[WINDOW]))\n").unwrap();
+        assert_eq!(
+            file.external_metrics,
+            Some(vec![ExternalMetricConfig {
+                name: "x.y-z".into(),
+                query: "sum(rate(x{SCOPE}[WINDOW]))".into(),
+                labels: vec![],
+                window: None,
+            }])
+        );
+    }
+
+    #[test]
+    fn metrics_are_validated_with_the_field_named() {
+        let ok = "  query: x{SCOPE}\n";
+        for (yaml, field, says) in [
+            ("externalMetrics: []\n".to_owned(), "externalMetrics", "at least one metric"),
+            (format!("externalMetrics:\n- name: Brews\n{ok}"), "externalMetrics[0].name", "lowercase"),
+            (format!("externalMetrics:\n- name: a/b\n{ok}"), "externalMetrics[0].name", "\"a/b\""),
+            (format!("externalMetrics:\n- name: \"\"\n{ok}"), "externalMetrics[0].name", "1 to 253"),
+            (format!("externalMetrics:\n- name: status\n{ok}"), "externalMetrics[0].name", "reserved"),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}- name: a\n{ok}"),
+                "externalMetrics[1].name",
+                "duplicate name \"a\" (also externalMetrics[0])",
+            ),
+            (
+                "externalMetrics:\n- name: a\n  query: sum(rate(x[5m]))\n".to_owned(),
+                "externalMetrics[0].query",
+                "would read every namespace",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [ok, app.kubernetes.io/name]\n"),
+                "externalMetrics[0].labels[1]",
+                "not a Prometheus label name",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [namespace]\n"),
+                "externalMetrics[0].labels[0]",
+                "always scopes",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [__name__]\n"),
+                "externalMetrics[0].labels[0]",
+                "reserved",
+            ),
+            (
+                format!("externalMetrics:\n- name: a\n{ok}  labels: [pod, pod]\n"),
+                "externalMetrics[0].labels[1]",
+                "duplicate label",
+            ),
+            (format!("externalMetrics:\n- name: a\n{ok}  window: 10ms\n"), "externalMetrics[0].window", "1s"),
+        ] {
+            let err = load(&yaml).unwrap_err();
+            assert!(err.starts_with(&format!("--config f.yaml: field {field}: ")), "{yaml}: {err}");
+            assert!(err.contains(says), "{yaml}: {err}");
+        }
+        let err = load("externalMetrics:\n- name: a\n  query: x{SCOPE}\n  label: [a]\n").unwrap_err();
+        assert!(err.contains("label"), "{err}");
+        let err = load("externalMetrics:\n- name: a\n").unwrap_err();
+        assert!(err.contains("query"), "{err}");
+    }
+}

@@ -1,27 +1,33 @@
 //! percolator: a read-only Kubernetes aggregated API server that computes live pod and cafe
 //! metrics at request time from kubelets and Prometheus.
 //!
-//! The binary is thin; everything lives here so tests can reach it:
-//! [`config`] (flags and the query file), [`tls`] (serving certificates), [`inventory`] (pods and
-//! nodes from the cluster), [`sources`] (kubelets, Prometheus), [`resources`] (the served
-//! kinds), [`external`] (the opt-in `external.metrics.k8s.io` API for the HPA), [`cache`]
-//! (TTL + single-flight), [`api`] (the HTTP surface), [`telemetry`] (own metrics and logs),
-//! [`server`] (wiring and serving), [`sim`] (the simulated cluster used by the demo, the tests
-//! and the benchmarks) and [`devenv`] (the local Prometheus they run).
+//! The binary is thin; everything lives here so tests can reach it. Modules by layer, top to
+//! bottom (a module imports only from its own layer or below; `tests/architecture.rs` checks
+//! it, `docs/architecture.md` is the map):
+//!
+//! - [`server`]: wiring (sources, kinds, APIs, auth, TLS) and serving;
+//! - [`api`] (routing, negotiation, discovery, OpenAPI, rendering) and [`auth`] (delegated
+//!   authentication and authorization);
+//! - [`external`]: the opt-in `external.metrics.k8s.io` API for the HPA;
+//! - [`kinds`]: the served kinds, one unit each, and their registry;
+//! - [`cache`]: TTL + single flight, generic over what it caches;
+//! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
+//! - [`config`] (flags and the query file), [`tls`] (serving certificates), [`telemetry`]
+//!   (own metrics and logs);
+//! - [`k8s`]: Kubernetes wire types (Status errors, RequestInfo, selectors, names, Quantity,
+//!   durations).
+//!
+//! The simulated cluster, the demo and the local Prometheus helper live with the
+//! `percolator-sim` binary (`src/bin/percolator-sim/`), not here.
 
 pub mod api;
 pub mod auth;
 pub mod cache;
 pub mod config;
-pub mod demo;
-pub mod devenv;
-pub mod duration;
 pub mod external;
-pub mod inventory;
-pub mod quantity;
-pub mod resources;
+pub mod k8s;
+pub mod kinds;
 pub mod server;
-pub mod sim;
 pub mod sources;
 pub mod telemetry;
 pub mod tls;

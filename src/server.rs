@@ -23,13 +23,11 @@ use tokio_rustls::TlsAcceptor;
 use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
-use crate::cache::CachedKind;
-use crate::config::{Args, KubeletArgs, LiveConfig};
+use crate::cache::CacheSettings;
+use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile};
 use crate::external::ExternalMetrics;
-use crate::inventory::KubeInventory;
-use crate::resources::cafe_brew_stats::CafeBrewStatsKind;
-use crate::resources::pod_metrics_summary::PodMetricsSummaries;
-use crate::resources::{Kinds, Sources};
+use crate::kinds::{Sources, registry};
+use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver};
@@ -86,7 +84,7 @@ impl Prepared {
             shutting_down.store(true, Ordering::SeqCst);
             metrics.ready.set(0);
             tracing::info!(
-                delay = %crate::duration::go_string(shutdown_delay),
+                delay = %crate::k8s::duration::go_string(shutdown_delay),
                 "shutting down: /readyz fails; still serving until the delay ends (signal again to skip it)"
             );
             tokio::select! {
@@ -107,7 +105,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// Builds everything from `args` and binds the listener; logs the address it serves on.
 pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
-    let config = LiveConfig::load(args.prometheus.config.as_deref(), args.prometheus.window)?;
+    let config = LiveConfig::load(args.queries.config.as_deref(), args.queries.window, config_check())?;
 
     let kube_config = match &args.cluster.kubeconfig {
         Some(path) => {
@@ -124,6 +122,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         crate::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
     let metrics = Metrics::new();
+    let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
     let inventory: Arc<dyn Inventory> = KubeInventory::start(client);
@@ -137,7 +136,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     };
     let kubelet: Arc<dyn KubeletSource> = Arc::new(
         KubeletClient::new(
-            kubelet_config(&args.kubelet, &kube_config, kubelet_ca, args.prometheus.cache_ttl),
+            kubelet_config(&args.kubelet, &kube_config, kubelet_ca, &cache),
             inventory.clone(),
             observer.clone(),
         )
@@ -159,13 +158,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         prometheus: prometheus.clone(),
         config: config.clone(),
     };
-    let ttl = args.prometheus.cache_ttl;
-    let pod_summaries = PodMetricsSummaries::new(sources.clone());
-    let cafes = CafeBrewStatsKind::new(sources);
-    let kinds: Kinds = vec![
-        Arc::new(CachedKind::new(Arc::new(pod_summaries), ttl, metrics.clone(), config.clone())),
-        Arc::new(CachedKind::new(Arc::new(cafes), ttl, metrics.clone(), config.clone())),
-    ];
+    let kinds = registry::build(&sources, &cache);
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
 
@@ -184,9 +177,9 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .with_shutdown_flag(shutting_down.clone());
     if args.external_metrics.enable_external_metrics {
         let names: Vec<String> =
-            config.current().queries.external_metrics.iter().map(|m| m.name.clone()).collect();
+            crate::external::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
         tracing::info!(metrics = ?names, "serving external.metrics.k8s.io/v1beta1");
-        let external = ExternalMetrics::new(prometheus, config.clone(), ttl, metrics.clone());
+        let external = ExternalMetrics::new(prometheus, config.clone(), &cache);
         state = state.with_external_metrics(Arc::new(external));
     }
     let app = api::router(state);
@@ -195,7 +188,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .await
         .with_context(|| format!("binding {}:{}", args.serving.bind_address, args.serving.secure_port))?;
     let address = listener.local_addr()?;
-    tracing::info!(%address, window = %crate::duration::go_string(config.current().window), "serving");
+    tracing::info!(%address, window = %crate::k8s::duration::go_string(config.current().window), "serving");
     Ok(Prepared {
         listener,
         tls,
@@ -232,11 +225,21 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
 /// The kubelet client configuration: flags, plus the cluster's credentials and CA from the
 /// kubeconfig (the service account's token and the cluster CA in-cluster), as metrics-server
 /// does. `ca_override` is the content of `--kubelet-certificate-authority`.
+/// The check of the query file: every section's owner checks its own (the kinds their
+/// queries, the external metrics API its metrics), whether or not that API is enabled, so a
+/// file that is valid today stays valid when it is.
+pub fn config_check() -> Check {
+    Arc::new(|file: &mut QueryFile| {
+        registry::check_queries(file)?;
+        crate::external::check_metrics(file)
+    })
+}
+
 fn kubelet_config(
     args: &KubeletArgs,
     kube_config: &kube::Config,
     ca_override: Option<Vec<u8>>,
-    cache_ttl: Duration,
+    cache: &CacheSettings,
 ) -> KubeletConfig {
     use base64::Engine;
     use secrecy::ExposeSecret;
@@ -262,7 +265,7 @@ fn kubelet_config(
         ca_pem: ca_override.or(cluster_ca),
         bearer_token,
         request_timeout: args.kubelet_request_timeout,
-        cache_ttl,
+        cache: cache.clone(),
         use_node_status_port: args.kubelet_use_node_status_port,
         ..KubeletConfig::default()
     }

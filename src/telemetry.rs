@@ -14,7 +14,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::sources::UpstreamObserver;
 
 /// Labels of served requests. `resource` is the plural resource name, or the route template
 /// for non-resource paths (`/apis`, `/openapi/v2`, …), never a raw path.
@@ -216,6 +215,36 @@ pub fn init_logging(verbosity: u8) {
         .with_writer(std::io::stderr)
         .with_current_span(false)
         .try_init();
+}
+
+/// Records the latency and outcome of every upstream call (kubelet fetches, PromQL queries), so
+/// the server can export them as its own metrics without the sources knowing the registry.
+pub trait UpstreamObserver: Send + Sync {
+    /// One finished call: `source` is `"kubelet"` or `"prometheus"`, `outcome` one of the
+    /// [`outcome`] constants, `seconds` the wall time of the call.
+    fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64);
+}
+
+/// An [`UpstreamObserver`] that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl UpstreamObserver for NoopObserver {
+    fn observe(&self, _source: &'static str, _outcome: &'static str, _seconds: f64) {}
+}
+
+/// The `outcome` values passed to [`UpstreamObserver::observe`] (a small closed set, so they
+/// can be metric label values).
+pub mod outcome {
+    /// The call succeeded.
+    pub const SUCCESS: &str = "success";
+    /// The call did not finish within its timeout.
+    pub const TIMEOUT: &str = "timeout";
+    /// The upstream answered with an error (HTTP status, PromQL error, kubelet scrape error) or
+    /// an unusable body.
+    pub const ERROR: &str = "error";
+    /// The upstream could not be reached (connection, TLS, DNS).
+    pub const UNREACHABLE: &str = "unreachable";
 }
 
 #[cfg(test)]

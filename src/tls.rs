@@ -7,14 +7,20 @@
 //! restart (a Secret volume update replaces both files with one symlink swap; the content is
 //! compared, not the inode). A pair that does not load (half-written, key not matching the
 //! certificate) is logged and the previous one stays in force until the next check.
+//!
+//! Also the pieces every certificate verifier of the crate that accepts any chain shares
+//! (`AnyServerCert`, `verify_handshake_signatures!`): such a verifier still checks the
+//! handshake signature, proof that the peer holds the key of the certificate it presented.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rustls::ServerConfig;
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
@@ -255,6 +261,68 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
     file.write_all(bytes)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verifiers that accept any chain
+// ---------------------------------------------------------------------------------------------
+
+/// Implements the handshake-signature methods of a rustls certificate verifier
+/// (`verify_tls12_signature`, `verify_tls13_signature`, `supported_verify_schemes`: the same on
+/// [`ServerCertVerifier`] and [`ClientCertVerifier`](rustls::server::danger::ClientCertVerifier))
+/// with the [`WebPkiSupportedAlgorithms`] held in the named field of the verifier. Invoke it
+/// inside the trait `impl`: `verify_handshake_signatures!(algorithms);`.
+macro_rules! verify_handshake_signatures {
+    ($algorithms:ident) => {
+        $crate::tls::verify_handshake_signatures!(@delegate verify_tls12_signature, $algorithms);
+        $crate::tls::verify_handshake_signatures!(@delegate verify_tls13_signature, $algorithms);
+
+        fn supported_verify_schemes(&self) -> ::std::vec::Vec<::rustls::SignatureScheme> {
+            self.$algorithms.supported_schemes()
+        }
+    };
+    // One signature method, delegating to the `rustls::crypto` function of the same name.
+    (@delegate $method:ident, $algorithms:ident) => {
+        fn $method(
+            &self,
+            message: &[u8],
+            cert: &::rustls::pki_types::CertificateDer<'_>,
+            dss: &::rustls::DigitallySignedStruct,
+        ) -> ::std::result::Result<::rustls::client::danger::HandshakeSignatureValid, ::rustls::Error> {
+            ::rustls::crypto::$method(message, cert, dss, &self.$algorithms)
+        }
+    };
+}
+pub(crate) use verify_handshake_signatures;
+
+/// A server certificate verifier that accepts any certificate, but still checks that the server
+/// holds the key of the one it presented (`--kubelet-insecure-tls`, and clients of tests that
+/// exercise only the server's side).
+#[derive(Debug)]
+pub(crate) struct AnyServerCert {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl AnyServerCert {
+    /// Checks handshake signatures with the signature algorithms of `provider`.
+    pub(crate) fn new(provider: &CryptoProvider) -> Self {
+        Self { algorithms: provider.signature_verification_algorithms }
+    }
+}
+
+impl ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    verify_handshake_signatures!(algorithms);
 }
 
 #[cfg(test)]

@@ -106,11 +106,16 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
     let objects = render("deploy/base");
     let text =
         find(&objects, "ConfigMap", "percolator-config")["data"]["config.yaml"].as_str().unwrap().to_string();
-    let shipped = percolator::config::QueryConfig::from_yaml(&text, "deploy/base/config.yaml").unwrap();
-    let defaults = percolator::config::QueryConfig::default();
-    assert_eq!(shipped.pod_metrics_summary, defaults.pod_metrics_summary);
-    assert_eq!(shipped.cafe_brew_stats, defaults.cafe_brew_stats);
-    assert_eq!(shipped.external_metrics, defaults.external_metrics);
+    let check = percolator::server::config_check();
+    let shipped =
+        percolator::config::QueryFile::from_yaml(&text, "deploy/base/config.yaml", &check).unwrap();
+    for kind in percolator::kinds::registry::BUILTIN {
+        for spec in kind.queries {
+            let shipped = shipped.kind_query(kind.section, spec.field);
+            assert_eq!(shipped, Some(spec.default), "{}.{}", kind.section, spec.field);
+        }
+    }
+    assert_eq!(shipped.external_metrics, Some(percolator::external::default_metrics()));
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{Env, Options};
-use percolator::devenv::ProxyFault;
+use common::devenv::ProxyFault;
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";

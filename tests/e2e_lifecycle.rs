@@ -339,7 +339,7 @@ mod panicking {
     use std::sync::Arc;
 
     use futures::future::BoxFuture;
-    use percolator::resources::{Column, ComputeError, KindInfo, Listing, ServedKind};
+    use percolator::kinds::{Column, ComputeError, KindInfo, Listing, ServedKind};
 
     pub static INFO: KindInfo = KindInfo {
         plural: "bombs",
@@ -379,7 +379,7 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     let dir = mk_dir("panic");
     let args = percolator::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
     let tls = percolator::tls::server_config(&args.serving, None).unwrap();
-    let kinds: percolator::resources::Kinds = vec![Arc::new(panicking::Bomb)];
+    let kinds: percolator::kinds::Kinds = vec![Arc::new(panicking::Bomb)];
     let state =
         percolator::api::ApiState::new(kinds, Arc::new(|| true), percolator::telemetry::Metrics::new());
     let app = percolator::api::router(state);

@@ -11,7 +11,7 @@
 //!   exactly that value; set matches are regexes whose only alternatives are the literal
 //!   values; every query the router sends to Prometheus has only well-formed literals;
 //! - the kubelet parser (mutations of a real `/metrics/resource` body, and arbitrary text) and
-//!   the configuration loader (`QueryConfig::from_yaml`, then rendering every template): never
+//!   the configuration loader (`QueryFile::from_yaml`, then rendering every template): never
 //!   panic.
 //!
 //! Each property first runs a fixed seed corpus, then random cases: a CI-sized number by
@@ -25,11 +25,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::core::Expression;
-use percolator::api::request_info::{QueryParams, RequestInfo, split_path};
-use percolator::api::selectors::{FieldSelector, LabelSelector, Requirement};
-use percolator::api::validation::{is_qualified_name, is_valid_label_value};
-use percolator::config::{ExternalMetricConfig, LiveConfig, QueryConfig};
-use percolator::resources::{Cell, Column, ComputeError, Item, KindInfo, Kinds, Listing, Meta, ServedKind};
+use percolator::k8s::request_info::{QueryParams, RequestInfo, split_path};
+use percolator::k8s::selectors::{FieldSelector, LabelSelector, Requirement};
+use percolator::k8s::validation::{is_qualified_name, is_valid_label_value};
+use percolator::cache::CacheSettings;
+use percolator::config::{ExternalMetricConfig, LiveConfig, QueryFile};
+use percolator::kinds::{Cell, Column, ComputeError, Item, KindInfo, Kinds, Listing, Meta, ServedKind};
 use percolator::sources::prometheus::{MatchOp, Matcher, render, validate_template};
 use percolator::sources::{PromError, PromSample, PromSource};
 use proptest::prelude::*;
@@ -577,13 +578,10 @@ fn router_answers_client_faults_with_4xx_and_sends_only_well_formed_promql() {
     let app = runtime.block_on(async {
         let kinds: Kinds = vec![Arc::new(FakeKind(&WIDGET)), Arc::new(FakeKind(&GADGET))];
         let metrics = percolator::telemetry::Metrics::new();
-        let config = LiveConfig::fixed(QueryConfig::default(), None);
-        let external = percolator::external::ExternalMetrics::new(
-            prometheus.clone(),
-            config,
-            Duration::from_millis(1),
-            metrics.clone(),
-        );
+        let defaults = QueryFile::from_yaml("", "defaults", &percolator::server::config_check()).unwrap();
+        let config = LiveConfig::fixed(defaults, None);
+        let cache = CacheSettings::new(Duration::from_millis(1), metrics.clone());
+        let external = percolator::external::ExternalMetrics::new(prometheus.clone(), config, &cache);
         let state = percolator::api::ApiState::new(kinds, Arc::new(|| true), metrics)
             .with_external_metrics(Arc::new(external));
         percolator::api::router(state)
@@ -1168,13 +1166,16 @@ fn configuration_loader() {
         "window: 99999999999999999999h\n".to_owned(),
     ];
     let window = Duration::from_secs(300);
+    let check = percolator::server::config_check();
     run(5000, corpus, prop_oneof![assembled(YAML_TOKENS, 24), text(120)], |yaml| {
-        if let Ok(config) = QueryConfig::from_yaml(&yaml, "fuzz.yaml") {
+        if let Ok(config) = QueryFile::from_yaml(&yaml, "fuzz.yaml", &check) {
             let scope = [Matcher::eq("namespace", "shop\"}").unwrap()];
             let window = config.window.unwrap_or(window);
-            let templates = [&config.pod_metrics_summary.requests, &config.cafe_brew_stats.brews]
-                .into_iter()
-                .chain(config.external_metrics.iter().map(|m| &m.query));
+            let templates = config
+                .kind_queries
+                .values()
+                .flat_map(|queries| queries.values())
+                .chain(config.external_metrics.iter().flatten().map(|m| &m.query));
             for template in templates {
                 let _ = render(template, &scope, window);
                 let _ = render(template, &[], window);

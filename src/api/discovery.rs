@@ -22,65 +22,30 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use super::negotiate::{Endpoint, Representation, negotiate_headers};
-use super::status::ApiError;
-use crate::resources::{GROUP, Kinds, VERSION};
+use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
+use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use crate::k8s::status::ApiError;
+use crate::kinds::{GROUP, Kinds, VERSION};
 
-/// One resource of a group-version as discovery publishes it (`metav1.APIResource`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiscoveryResource {
-    /// Plural name (`podmetricssummaries`), or `<resource>/<subresource>`.
-    pub name: String,
-    /// Singular name; may be empty.
-    pub singular_name: String,
-    /// Whether the resource is namespaced.
-    pub namespaced: bool,
-    /// Kind of one object (the `responseKind` of aggregated discovery).
-    pub kind: String,
-    /// Verbs (published sorted).
-    pub verbs: Vec<String>,
-    /// Short names.
-    pub short_names: Vec<String>,
-    /// Categories.
-    pub categories: Vec<String>,
-}
-
-/// The resources of one group-version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupVersionResources {
-    /// API group.
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Its resources.
-    pub resources: Vec<DiscoveryResource>,
-}
-
-impl GroupVersionResources {
-    /// `stats.une-tasse-de.cafe/v1alpha1` with one read-only (`get`, `list`) resource per
-    /// served kind.
-    pub fn from_kinds(kinds: &Kinds) -> Self {
-        let resources = kinds
-            .iter()
-            .map(|k| {
-                let info = k.info();
-                DiscoveryResource {
-                    name: info.plural.to_owned(),
-                    singular_name: info.singular.to_owned(),
-                    namespaced: info.namespaced,
-                    kind: info.kind.to_owned(),
-                    verbs: vec!["get".to_owned(), "list".to_owned()],
-                    short_names: info.short_names.iter().map(|s| (*s).to_owned()).collect(),
-                    categories: info.categories.iter().map(|s| (*s).to_owned()).collect(),
-                }
-            })
-            .collect();
-        Self { group: GROUP.to_owned(), version: VERSION.to_owned(), resources }
-    }
-
-    fn group_version(&self) -> String {
-        format!("{}/{}", self.group, self.version)
-    }
+/// `stats.une-tasse-de.cafe/v1alpha1` with one read-only (`get`, `list`) resource per served
+/// kind.
+pub fn kinds_group_version(kinds: &Kinds) -> GroupVersionResources {
+    let resources = kinds
+        .iter()
+        .map(|k| {
+            let info = k.info();
+            DiscoveryResource {
+                name: info.plural.to_owned(),
+                singular_name: info.singular.to_owned(),
+                namespaced: info.namespaced,
+                kind: info.kind.to_owned(),
+                verbs: vec!["get".to_owned(), "list".to_owned()],
+                short_names: info.short_names.iter().map(|s| (*s).to_owned()).collect(),
+                categories: info.categories.iter().map(|s| (*s).to_owned()).collect(),
+            }
+        })
+        .collect();
+    GroupVersionResources { group: GROUP.to_owned(), version: VERSION.to_owned(), resources }
 }
 
 /// A body with its precomputed `ETag`.
@@ -127,7 +92,7 @@ impl Discovery {
     /// Serializes every document for the served kinds' group-version followed by `extra`
     /// group-versions (in preference order within a group).
     pub fn new(kinds: &Kinds, extra: &[GroupVersionResources]) -> Self {
-        let mut gvs = vec![GroupVersionResources::from_kinds(kinds)];
+        let mut gvs = vec![kinds_group_version(kinds)];
         gvs.extend(extra.iter().cloned());
         for gv in &mut gvs {
             for r in &mut gv.resources {
@@ -147,7 +112,7 @@ impl Discovery {
         let api_group = |name: &str, versions: &[&GroupVersionResources]| {
             let vs: Vec<Value> = versions
                 .iter()
-                .map(|gv| json!({"groupVersion": gv.group_version(), "version": gv.version}))
+                .map(|gv| json!({"groupVersion": gv.group_version_string(), "version": gv.version}))
                 .collect();
             let preferred = vs.first().cloned().unwrap_or(Value::Null);
             json!({"name": name, "versions": vs, "preferredVersion": preferred})
@@ -176,7 +141,7 @@ impl Discovery {
                 let doc = json!({
                     "kind": "APIResourceList",
                     "apiVersion": "v1",
-                    "groupVersion": gv.group_version(),
+                    "groupVersion": gv.group_version_string(),
                     "resources": gv.resources.iter().map(api_resource).collect::<Vec<_>>(),
                 });
                 ((gv.group.clone(), gv.version.clone()), to_bytes(&doc))
@@ -274,16 +239,6 @@ impl Discovery {
     }
 }
 
-/// Group-versions whose resources change at runtime (the external metrics of the reloadable
-/// configuration).
-pub trait DynamicGroupVersions: Send + Sync {
-    /// A number that changes whenever [`DynamicGroupVersions::group_versions`] would (the
-    /// configuration generation).
-    fn generation(&self) -> u64;
-    /// The group-versions in force, with the generation they belong to (read from one
-    /// configuration snapshot, so the two agree).
-    fn group_versions(&self) -> (u64, Vec<GroupVersionResources>);
-}
 
 /// The discovery documents in force. With a [`DynamicGroupVersions`], every read compares its
 /// generation with the one the documents were built for and rebuilds them when it moved, so

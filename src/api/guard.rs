@@ -26,8 +26,8 @@ use axum::response::{IntoResponse, Response};
 use http::Method;
 use tokio::sync::Semaphore;
 
-use super::request_info::{QueryParams, split_path};
-use super::status::{ApiError, go_quote};
+use crate::k8s::request_info::{QueryParams, split_path};
+use crate::k8s::status::{ApiError, go_quote};
 
 /// Longest request URI (path and query) accepted: 8 KiB, the usual front-proxy limit. Longer
 /// ones are answered 414 before authentication. (hyper itself refuses URIs over 64 KiB on
@@ -160,7 +160,7 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
 fn deadline(param: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
     let Some(text) = param.filter(|t| !t.is_empty()) else { return Ok(max) };
     let negative = text.strip_prefix('-');
-    match crate::duration::parse(negative.unwrap_or(text)) {
+    match crate::k8s::duration::parse(negative.unwrap_or(text)) {
         Ok(_) if negative.is_some() => Ok(max),
         Ok(asked) if !asked.is_zero() && asked < max => Ok(asked),
         Ok(_) => Ok(max),

@@ -21,13 +21,8 @@
 pub mod discovery;
 pub mod fairness;
 pub mod guard;
-pub mod negotiate;
 pub mod openapi;
 pub mod render;
-pub mod request_info;
-pub mod selectors;
-pub mod status;
-pub mod validation;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -46,18 +41,20 @@ use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode, header};
 
 use crate::external::ExternalMetrics;
-use crate::resources::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
+use crate::kinds::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
 use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
-use discovery::{Discovery, DynamicGroupVersions, GroupVersionResources, LiveDiscovery};
+use crate::k8s::discovery::{DynamicGroupVersions, GroupVersionResources};
+use discovery::{Discovery, LiveDiscovery};
 use fairness::ConnectionSlots;
 use guard::Guard;
-use negotiate::{Endpoint, Representation, negotiate_headers};
+use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
+use crate::k8s::request_info::{ParsedRequest, QueryParams, RequestInfo};
+use crate::k8s::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
+use crate::k8s::status;
+use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
+use crate::k8s::{ApiError, GroupResource};
 use openapi::OpenApi;
 use render::{IncludeObject, RenderContext, render_list, render_object};
-use request_info::{QueryParams, RequestInfo, split_path};
-use selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
-pub use status::{ApiError, GroupResource};
-use validation::{is_dns1123_label, is_dns1123_subdomain};
 
 /// Seconds a client is asked to wait while the inventory is not synced. client-go retries a
 /// 503 with `Retry-After` up to 10 times, so `kubectl` waits out a short startup instead of
@@ -199,17 +196,20 @@ impl Drop for InFlight<'_> {
 /// never takes its connection or the process down; and counts and times every request by
 /// resource (or route template), verb and code.
 async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
-    // The RequestInfo is parsed once here; authentication, authorization and dispatch read it
-    // from the extensions.
+    // The request is parsed once, here; authentication, authorization, dispatch and the
+    // handlers read it from the extensions.
     let parsed = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let (method, uri) = (request.method(), request.uri());
-        let info = RequestInfo::new(method, uri.path(), uri.query()).ok().map(Arc::new);
-        let labels = metric_labels(&state, method, info.as_deref(), uri.path());
-        (info, labels)
+        let parsed = Arc::new(ParsedRequest::new(method, uri.path(), uri.query()));
+        let labels = metric_labels(&state, method, &parsed, uri.path());
+        (parsed, labels)
     }));
-    let (info, (resource, verb)) = parsed.unwrap_or((None, (Cow::Borrowed("other"), "other")));
-    if let Some(info) = info {
-        request.extensions_mut().insert(info);
+    let (parsed, (resource, verb)) = match parsed {
+        Ok((parsed, labels)) => (Some(parsed), labels),
+        Err(_) => (None, (Cow::Borrowed("other"), "other")),
+    };
+    if let Some(parsed) = parsed {
+        request.extensions_mut().insert(parsed);
     }
     let method = request.method().clone();
     let uri = request.uri().clone();
@@ -235,9 +235,10 @@ async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next:
 fn metric_labels(
     state: &ApiState,
     method: &Method,
-    info: Option<&RequestInfo>,
+    parsed: &ParsedRequest,
     path: &str,
 ) -> (Cow<'static, str>, &'static str) {
+    let info = parsed.info.as_ref();
     const VERBS: &[&str] = &[
         "get",
         "list",
@@ -272,22 +273,21 @@ fn metric_labels(
             None
         }
     });
-    let resource =
-        resource.or_else(|| route_template(path).map(Cow::Borrowed)).unwrap_or(Cow::Borrowed("other"));
+    let resource = resource
+        .or_else(|| route_template(path, &parsed.segs()).map(Cow::Borrowed))
+        .unwrap_or(Cow::Borrowed("other"));
     (resource, verb)
 }
 
-/// The route template of a non-resource path, as a bounded metric label.
-fn route_template(path: &str) -> Option<&'static str> {
+/// The route template of a non-resource path (with its segments), as a bounded metric label.
+fn route_template(path: &str, segs: &[&str]) -> Option<&'static str> {
     if path == "/" {
         return Some("/");
     }
     if path.ends_with('/') {
         return None;
     }
-    let segments = split_path(path);
-    let segs: Vec<&str> = segments.iter().map(AsRef::as_ref).collect();
-    Some(match segs.as_slice() {
+    Some(match segs {
         ["healthz"] => "/healthz",
         ["livez"] => "/livez",
         ["readyz"] => "/readyz",
@@ -307,16 +307,19 @@ fn route_template(path: &str) -> Option<&'static str> {
 
 async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
-    let segments = split_path(parts.uri.path());
-    let segs: Vec<&str> = segments.iter().map(AsRef::as_ref).collect();
+    let Some(parsed) = parts.extensions.get::<Arc<ParsedRequest>>().cloned() else {
+        // `observe` parses every request; only a panic there leaves none.
+        return ApiError::Internal("the request could not be parsed".to_owned()).into_response();
+    };
+    let segs = parsed.segs();
 
     if let ["apis", group, _, _, ..] = segs.as_slice() {
         if *group == crate::external::GROUP
             && let Some(external) = &state.external
         {
-            return external.serve(&parts.method, &parts.uri, &parts.headers).await;
+            return external.serve(&parsed, &parts.method, &parts.headers).await;
         }
-        return match serve_resource(&state, &parts, &segs).await {
+        return match serve_resource(&state, &parts, &parsed).await {
             Ok(response) => response,
             Err(e) => e.into_response(),
         };
@@ -339,7 +342,7 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
     let headers = &parts.headers;
     match segs.as_slice() {
         ["healthz" | "livez"] => text(StatusCode::OK, "ok"),
-        ["readyz"] => readyz(&state, &QueryParams::parse(parts.uri.query())),
+        ["readyz"] => readyz(&state, &parsed.query),
         ["version"] => state.discovery().version(),
         ["metrics"] => (
             [(
@@ -357,7 +360,7 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
         ["openapi", "v3"] => state.openapi.v3_root(headers),
         ["openapi", "v3", rest @ ..] => state
             .openapi
-            .v3_doc(&rest.join("/"), &QueryParams::parse(parts.uri.query()), headers)
+            .v3_doc(&rest.join("/"), &parsed.query, headers)
             .unwrap_or_else(|| ApiError::PathNotFound.into_response()),
         _ => ApiError::PathNotFound.into_response(),
     }
@@ -418,18 +421,13 @@ struct Target<'a> {
 async fn serve_resource(
     state: &ApiState,
     parts: &http::request::Parts,
-    segments: &[&str],
+    parsed: &ParsedRequest,
 ) -> Result<Response, ApiError> {
-    let (method, uri, headers) = (&parts.method, &parts.uri, &parts.headers);
-    let info = match parts.extensions.get::<Arc<RequestInfo>>() {
-        Some(info) => Arc::clone(info),
-        None => {
-            Arc::new(RequestInfo::new(method, uri.path(), uri.query()).map_err(|_| ApiError::PathNotFound)?)
-        }
-    };
+    let (method, headers) = (&parts.method, &parts.headers);
+    let info = parsed.info.as_ref().ok_or(ApiError::PathNotFound)?;
     // Only HTTP/2 multiplexes: an HTTP/1.1 connection has one response at a time.
     let slots = parts.extensions.get::<ConnectionSlots>().filter(|_| parts.version == http::Version::HTTP_2);
-    let target = resolve(state, &info, segments)?;
+    let target = resolve(state, info, &parsed.segs())?;
 
     match info.verb.as_str() {
         "get" | "list" | "watch" => {}
@@ -469,7 +467,7 @@ async fn serve_resource(
         return Err(ApiError::MethodNotAllowed { verb: "watch".to_owned(), resource: target.resource });
     }
 
-    let query = QueryParams::parse(uri.query());
+    let query = &parsed.query;
     for int_param in ["limit", "timeoutSeconds"] {
         if let Some(v) = query.get(int_param)
             && v.parse::<i64>().is_err()
@@ -488,7 +486,7 @@ async fn serve_resource(
 
     match &target.name {
         Some(name) => get_one(&target, name, repr, include_object).await,
-        None => list(&target, &query, repr, include_object, slots).await,
+        None => list(&target, query, repr, include_object, slots).await,
     }
 }
 
@@ -531,8 +529,8 @@ async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<
             message: ComputeError::NotReady.to_string(),
             retry_after: Some(NOT_READY_RETRY_AFTER_SECONDS),
         }),
-        Ok(Err(ComputeError::Internal(detail))) => {
-            Err(ApiError::Internal(format!("computing {}: {detail}", kind.info().plural)))
+        Ok(Err(error @ ComputeError::Query(_))) => {
+            Err(ApiError::Internal(format!("computing {}: {error}", kind.info().plural)))
         }
         Err(_) => Err(ApiError::Internal(format!("computing {} panicked", kind.info().plural))),
     }
@@ -677,3 +675,6 @@ pub fn warning_header(text: &str) -> Option<HeaderValue> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod external_tests;

@@ -9,7 +9,7 @@
 //!   the `hash` query only chooses the cache headers (never a redirect: behind the aggregator a
 //!   3xx becomes a 502).
 //!
-//! Built from [`ServedKind::schemas`](crate::resources::ServedKind::schemas) (v3 schemas with
+//! Built from [`ServedKind::schemas`](crate::kinds::ServedKind::schemas) (v3 schemas with
 //! `#/components/schemas/` references; converted to `#/definitions/` for v2), a complete
 //! `ObjectMeta`/`ListMeta` (and what they reference) with upstream descriptions, and one
 //! `<Kind>List` schema per kind.
@@ -23,9 +23,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 
 use super::discovery::{if_none_match, sha512_hex};
-use super::negotiate::{accepts_json, not_acceptable};
-use super::request_info::QueryParams;
-use crate::resources::{GROUP, KindInfo, Kinds, OBJECT_META_SCHEMA, VERSION};
+use crate::k8s::negotiate::{accepts_json, not_acceptable};
+use crate::k8s::request_info::QueryParams;
+use crate::kinds::{GROUP, KindInfo, Kinds, OBJECT_META_SCHEMA, VERSION};
 
 /// Name of the shared ListMeta schema.
 pub const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";

@@ -14,9 +14,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::negotiate::{MetaVersion, Representation, not_acceptable};
-use super::status::ApiError;
-use crate::resources::{API_VERSION, Cell, Column, Item, KindInfo, Meta};
+use crate::k8s::negotiate::{MetaVersion, Representation, not_acceptable};
+use crate::k8s::status::ApiError;
+use crate::kinds::{API_VERSION, Cell, Column, Item, KindInfo, Meta};
 
 /// `includeObject` of a Table request: what each row's `object` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,7 +40,7 @@ impl IncludeObject {
             "Object" => Ok(Self::Object),
             other => Err(ApiError::BadRequest(format!(
                 "unrecognized includeObject value: {}",
-                super::status::go_quote(other)
+                crate::k8s::status::go_quote(other)
             ))),
         }
     }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::*;
-use crate::resources::{API_VERSION, Cell, Column, KindInfo, Meta, OBJECT_META_SCHEMA};
+use crate::kinds::{API_VERSION, Cell, Column, KindInfo, Meta, OBJECT_META_SCHEMA};
 
 const G: &str = "stats.une-tasse-de.cafe";
 const V: &str = "v1alpha1";
@@ -113,7 +113,8 @@ impl ServedKind for FakeKind {
                 Behavior::Slow(delay) => tokio::time::sleep(delay).await,
                 Behavior::NotReady => return Err(ComputeError::NotReady),
                 Behavior::Internal => {
-                    return Err(ComputeError::Internal("prometheus: secret detail".into()));
+                    let secret = crate::sources::PromError::Query("secret detail".into());
+                    return Err(ComputeError::Query(secret.into()));
                 }
                 Behavior::Panic => panic!("fake kind panics"),
             }
@@ -858,7 +859,7 @@ async fn extra_group_versions_are_discovered_and_extra_routes_merge() {
     let extra = GroupVersionResources {
         group: "external.metrics.k8s.io".into(),
         version: "v1beta1".into(),
-        resources: vec![discovery::DiscoveryResource {
+        resources: vec![crate::k8s::discovery::DiscoveryResource {
             name: "cafe_brews_per_minute".into(),
             singular_name: String::new(),
             namespaced: true,

@@ -15,7 +15,7 @@ use moka::future::Cache;
 
 use super::UserInfo;
 use super::review::{AccessReviewer, ReviewError};
-use crate::api::request_info::RequestInfo;
+use crate::k8s::request_info::RequestInfo;
 
 /// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
 const MAX_DECISIONS: u64 = 8192;
@@ -236,7 +236,7 @@ pub fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAc
 /// The text after `is forbidden: ` (`responsewriters.forbiddenMessage`, HTML-escaped, then
 /// `: <reason>` when the authorizer gave one).
 pub fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
-    use crate::api::status::go_quote;
+    use crate::k8s::status::go_quote;
     let message = if !info.is_resource_request {
         format!("User {} cannot {} path {}", go_quote(&user.name), info.verb, go_quote(path))
     } else {

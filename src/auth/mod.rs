@@ -15,7 +15,6 @@
 //! verified per request against the current CAs. The upstream calls are behind
 //! [`TokenReviewer`] and [`AccessReviewer`].
 
-pub mod args;
 pub mod authn;
 pub mod authz;
 pub mod review;
@@ -38,9 +37,9 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
-use crate::api::request_info::{RequestInfo, percent_decode};
-use crate::api::{ApiError, GroupResource};
-pub use args::AuthArgs;
+use crate::k8s::request_info::{ParsedRequest, RequestInfo, percent_decode};
+use crate::k8s::{ApiError, GroupResource};
+pub use crate::config::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
 pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, ReviewError, TokenReviewer};
@@ -179,10 +178,10 @@ impl Auth {
         tokens: Arc<dyn TokenReviewer>,
         access: Arc<dyn AccessReviewer>,
     ) -> Result<Arc<Self>, AuthError> {
-        let paths = AlwaysAllowPaths::new(&args::non_empty(&args.authorization_always_allow_paths))?;
+        let paths = AlwaysAllowPaths::new(&non_empty(&args.authorization_always_allow_paths))?;
         let authorizer = Authorizer::new(
             access,
-            args::non_empty(&args.authorization_always_allow_groups),
+            non_empty(&args.authorization_always_allow_groups),
             paths,
             args.authorization_webhook_cache_authorized_ttl,
             args.authorization_webhook_cache_unauthorized_ttl,
@@ -252,20 +251,19 @@ pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, nex
     };
 
     let uri = request.uri();
-    let info = match request.extensions().get::<Arc<RequestInfo>>() {
-        Some(info) => Arc::clone(info),
-        None => match RequestInfo::new(request.method(), uri.path(), uri.query()) {
-            Ok(info) => Arc::new(info),
-            Err(_) => return ApiError::PathNotFound.into_response(),
-        },
+    // Parsed once by the router's outermost layer; a request without it was never parsed,
+    // which is a wiring fault, not a client's.
+    let Some(parsed) = request.extensions().get::<Arc<ParsedRequest>>().cloned() else {
+        return ApiError::Internal("the request was not parsed before authorization".to_owned()).into_response();
     };
+    let Some(info) = parsed.info.as_ref() else { return ApiError::PathNotFound.into_response() };
     // Go authorizes `URL.Path`, which is decoded.
     let path = percent_decode(uri.path());
-    match auth.authorizer.authorize(&user, &info, &path).await {
+    match auth.authorizer.authorize(&user, info, &path).await {
         Ok(Decision::Allow) => {}
         Ok(Decision::Forbid(reason)) => {
             tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
-            return forbidden(&user, &info, &path, &reason);
+            return forbidden(&user, info, &path, &reason);
         }
         Err(detail) => return ApiError::Internal(detail).into_response(),
     }
@@ -284,4 +282,9 @@ fn forbidden(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> R
     let mut response = ApiError::Forbidden { resource, name, reason }.into_response();
     response.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response
+}
+
+/// Drops empty entries (`--flag=` gives one empty string).
+pub(crate) fn non_empty(values: &[String]) -> Vec<String> {
+    values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()).map(str::to_owned).collect()
 }

@@ -197,7 +197,10 @@ fn mk_req(
     if let Some(chain) = peer {
         builder = builder.extension(PeerCertificates(Arc::new(chain)));
     }
-    builder.body(Body::empty()).unwrap()
+    // As the router's outermost layer does for every request.
+    let uri: http::Uri = path.parse().unwrap();
+    let parsed = crate::k8s::request_info::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
+    builder.extension(Arc::new(parsed)).body(Body::empty()).unwrap()
 }
 
 async fn call(auth: &Arc<Auth>, request: http::Request<Body>) -> (StatusCode, HeaderMap, Value) {

@@ -6,11 +6,10 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::HandshakeSignatureValid;
+use rustls::DistinguishedName;
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 /// Requests a client certificate, defers chain verification to the request, verifies
 /// handshake signatures with the ring provider's algorithms.
@@ -51,27 +50,7 @@ impl ClientCertVerifier for RequestClientCert {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    crate::tls::verify_handshake_signatures!(algorithms);
 }
 
 #[cfg(test)]
@@ -79,45 +58,10 @@ mod tests {
     use super::*;
     use crate::auth::PeerCertificates;
     use crate::auth::testutil::{mk_ca, mk_leaf};
-    use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
+    use crate::tls::AnyServerCert;
+    use rustls::SignatureScheme;
     use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// The client trusts any server: only the client side of authentication is under test.
-    #[derive(Debug)]
-    struct AnyServer;
-
-    impl ServerCertVerifier for AnyServer {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &CertificateDer<'_>,
-            _: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &CertificateDer<'_>,
-            _: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
-        }
-    }
 
     fn provider() -> Arc<rustls::crypto::CryptoProvider> {
         Arc::new(rustls::crypto::ring::default_provider())
@@ -144,7 +88,8 @@ mod tests {
             .with_protocol_versions(versions)
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServer));
+            // Any server: only the client side of authentication is under test.
+            .with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider())));
         let config = match identity {
             // Through a resolver: `with_client_auth_cert` would refuse a key that does not
             // match the certificate, which one test needs.

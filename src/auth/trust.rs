@@ -19,7 +19,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::AuthError;
-use super::args::{AuthArgs, non_empty};
+use super::{AuthArgs, non_empty};
 use super::x509::CaBundle;
 
 /// Namespace of the trust ConfigMap.

@@ -5,6 +5,7 @@
 //! - [`KubeletSource`]: per-node container CPU and memory from kubelet `/metrics/resource`;
 //! - [`PromSource`]: PromQL vector queries against Prometheus.
 
+pub mod inventory;
 pub mod kubelet;
 pub mod prometheus;
 
@@ -154,32 +155,4 @@ pub trait PromSource: Send + Sync {
     fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>>;
 }
 
-/// Records the latency and outcome of every upstream call (kubelet fetches, PromQL queries), so
-/// the server can export them as its own metrics without the sources knowing the registry.
-pub trait UpstreamObserver: Send + Sync {
-    /// One finished call: `source` is `"kubelet"` or `"prometheus"`, `outcome` one of the
-    /// [`outcome`] constants, `seconds` the wall time of the call.
-    fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64);
-}
-
-/// An [`UpstreamObserver`] that records nothing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopObserver;
-
-impl UpstreamObserver for NoopObserver {
-    fn observe(&self, _source: &'static str, _outcome: &'static str, _seconds: f64) {}
-}
-
-/// The `outcome` values passed to [`UpstreamObserver::observe`] (a small closed set, so they
-/// can be metric label values).
-pub mod outcome {
-    /// The call succeeded.
-    pub const SUCCESS: &str = "success";
-    /// The call did not finish within its timeout.
-    pub const TIMEOUT: &str = "timeout";
-    /// The upstream answered with an error (HTTP status, PromQL error, kubelet scrape error) or
-    /// an unusable body.
-    pub const ERROR: &str = "error";
-    /// The upstream could not be reached (connection, TLS, DNS).
-    pub const UNREACHABLE: &str = "unreachable";
-}
+pub use crate::telemetry::{NoopObserver, UpstreamObserver, outcome};

@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use percolator::devenv::{FaultProxy, Prometheus, PrometheusOptions, ScrapeJob};
+/// The local Prometheus and the fault proxy, shared with `percolator-sim` (which owns the file).
+#[path = "../../src/bin/percolator-sim/devenv.rs"]
+pub mod devenv;
+
+use devenv::{FaultProxy, Prometheus, PrometheusOptions, ScrapeJob};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -155,7 +159,7 @@ impl Env {
         let metrics_target = sim_metrics.trim_start_matches("http://").to_string();
 
         // Backfill 15 minutes of history at the scrape interval, ending one interval ago.
-        let history = percolator::devenv::sim_history(
+        let history = devenv::sim_history(
             &sim_metrics,
             "sim-apps",
             &metrics_target,
@@ -230,7 +234,7 @@ impl Env {
         .await;
         let url = format!("https://{}", serving.as_str().unwrap());
         if options.scrape_percolator {
-            percolator::devenv::write_targets_file(
+            devenv::write_targets_file(
                 &dir.join("percolator-targets.json"),
                 serving.as_str().unwrap(),
             )
@@ -453,7 +457,7 @@ pub fn kubectl_bin() -> String {
 
 /// Parses a Quantity string to a float.
 pub fn q(v: &Value) -> f64 {
-    percolator::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
+    percolator::k8s::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
 }
 
 /// Asserts `actual` is within `tolerance` (relative) of `expected`.

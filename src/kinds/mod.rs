@@ -1,13 +1,23 @@
 //! The served kinds. Each kind is one self-contained unit (its Rust type, its discovery entry,
-//! its OpenAPI schema, its table columns and how it is computed); the HTTP layer in
-//! [`crate::api`] is generic over [`ServedKind`] and never names a concrete kind.
+//! its OpenAPI schema, its table columns, its default queries and how it is computed);
+//! [`registry`] lists them, [`cached`] gives each a TTL cache, and the HTTP layer is generic
+//! over [`ServedKind`] and never names a concrete kind.
+//!
+//! Adding a built-in kind: one new file here exporting a [`registry::Builtin`], its `mod` line
+//! below and one line in [`registry::BUILTIN`].
+
+pub mod cached;
+pub mod inputs;
+pub mod registry;
 
 pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+#[cfg(test)]
+mod testkit;
+
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -15,11 +25,9 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::config::LiveConfig;
-use crate::sources::prometheus::{Matcher, render};
-use crate::sources::{
-    ContainerUsage, Inventory, KubeletSource, Labels, PodInfo, PodKey, PromSample, PromSource,
-};
+pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
+
+use crate::sources::{Labels, PodInfo};
 
 /// API group served by percolator.
 pub const GROUP: &str = "stats.une-tasse-de.cafe";
@@ -202,15 +210,16 @@ impl Listing {
     }
 }
 
-/// Errors computing a kind.
+/// Errors computing a kind. A source that fails removes fields (with a warning), not the
+/// listing, so only these end a computation.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ComputeError {
     /// The inventory has not synced yet.
     #[error("the pod inventory is not synced yet")]
     NotReady,
-    /// Any other failure (already logged by the source).
-    #[error("{0}")]
-    Internal(String),
+    /// A query the kind cannot do without failed.
+    #[error(transparent)]
+    Query(#[from] QueryError),
 }
 
 /// A kind percolator serves. The HTTP layer only talks to this trait.
@@ -232,113 +241,6 @@ pub const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Objec
 
 /// The kinds served, shared by the router, discovery and OpenAPI.
 pub type Kinds = Vec<Arc<dyn ServedKind>>;
-
-/// The upstreams every kind computes from, with the helpers kinds share: kubelet usage of a
-/// set of pods and templated PromQL scoped to a namespace.
-#[derive(Clone)]
-pub struct Sources {
-    /// Pods and nodes.
-    pub inventory: Arc<dyn Inventory>,
-    /// Kubelet usage per node.
-    pub kubelet: Arc<dyn KubeletSource>,
-    /// PromQL.
-    pub prometheus: Arc<dyn PromSource>,
-    /// The query configuration in force (reloadable): kinds take one snapshot per computation.
-    pub config: Arc<LiveConfig>,
-}
-
-impl std::fmt::Debug for Sources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sources").field("config", &self.config).finish_non_exhaustive()
-    }
-}
-
-impl Sources {
-    /// Container usage of `pods`, fetching only the nodes that run them, in parallel (each
-    /// node is cached and single-flight in the kubelet source). Failed nodes remove the
-    /// usage of their pods and yield one warning.
-    pub async fn pod_usage(
-        &self,
-        pods: &[Arc<PodInfo>],
-    ) -> (HashMap<PodKey, Vec<ContainerUsage>>, Option<String>) {
-        let nodes: BTreeSet<&str> = pods.iter().filter_map(|p| p.node_name.as_deref()).collect();
-        let results = futures::future::join_all(nodes.iter().map(|node| self.kubelet.node_usage(node))).await;
-        let mut usage = HashMap::new();
-        let mut failed = Vec::new();
-        for result in results {
-            match result {
-                Ok(node) => usage.extend(node.pods.iter().map(|(k, v)| (k.clone(), v.clone()))),
-                Err(error) => failed.push(error.to_string()),
-            }
-        }
-        // Name every failed node (errors name their node), up to a bound that keeps the
-        // header readable.
-        const LISTED: usize = 5;
-        let warning = match failed.len() {
-            0 => None,
-            1 => Some(format!("cpu and memory omitted for pods on 1 node: {}", failed[0])),
-            n => {
-                let listed = failed.iter().take(LISTED).cloned().collect::<Vec<_>>().join("; ");
-                let more = if n > LISTED { format!("; and {} more", n - LISTED) } else { String::new() };
-                Some(format!("cpu and memory omitted for pods on {n} nodes: {listed}{more}"))
-            }
-        };
-        (usage, warning)
-    }
-
-    /// Renders `template` for `namespace` (all namespaces when `None`) and runs it. The
-    /// namespace has been validated as a DNS-1123 label by the API layer and is escaped here.
-    pub async fn query(
-        &self,
-        field: &str,
-        template: &str,
-        namespace: Option<&str>,
-        window: Duration,
-    ) -> Result<Vec<PromSample>, String> {
-        let scope: Vec<Matcher> = match namespace {
-            Some(ns) => vec![Matcher::eq("namespace", ns).map_err(|e| format!("{field} query: {e}"))?],
-            None => Vec::new(),
-        };
-        let promql = render(template, &scope, window).map_err(|e| format!("{field} query: {e}"))?;
-        self.prometheus.query(promql).await.map_err(|e| e.to_string())
-    }
-}
-
-/// Indexes a query result by its `namespace` and `pod` labels, or records why `field` is
-/// missing.
-pub fn index_by_pod(
-    result: Result<Vec<PromSample>, String>,
-    field: &str,
-    warnings: &mut Vec<String>,
-) -> HashMap<PodKey, PromSample> {
-    index_by(result, field, "pod", warnings)
-}
-
-/// Indexes a query result by its `namespace` label and `label`, or records why `field` is
-/// missing. Samples without those labels are ignored.
-pub fn index_by(
-    result: Result<Vec<PromSample>, String>,
-    field: &str,
-    label: &str,
-    warnings: &mut Vec<String>,
-) -> HashMap<PodKey, PromSample> {
-    match result {
-        Ok(samples) => samples
-            .into_iter()
-            .filter_map(|s| {
-                let key = PodKey {
-                    namespace: s.labels.get("namespace")?.as_str().into(),
-                    name: s.labels.get(label)?.as_str().into(),
-                };
-                Some((key, s))
-            })
-            .collect(),
-        Err(error) => {
-            warnings.push(format!("{field} omitted: {error}"));
-            HashMap::new()
-        }
-    }
-}
 
 /// Name of a component schema of ours in OpenAPI documents (reverse-domain, as Kubernetes
 /// names its own: `cafe.une-tasse-de.stats.v1alpha1.PodMetricsSummary`).

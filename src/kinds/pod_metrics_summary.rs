@@ -11,12 +11,13 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
 
+use super::registry::{Builtin, QuerySpec};
 use super::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind, Sources,
-    index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
+    Computation, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
 };
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
-use crate::{duration, quantity};
+use crate::k8s::{duration, quantity};
 
 static INFO: KindInfo = KindInfo {
     plural: "podmetricssummaries",
@@ -29,6 +30,26 @@ static INFO: KindInfo = KindInfo {
     description: "PodMetricsSummary is the live resource usage and traffic of one running pod, computed at \
                   request time: CPU and memory from the kubelet, request and error rates from Prometheus. \
                   Fields whose source has no data are omitted.",
+};
+
+/// The kind in the registry.
+pub static KIND: Builtin = Builtin {
+    info: &INFO,
+    section: "podMetricsSummary",
+    queries: &[REQUESTS, ERRORS],
+    build: |sources| Arc::new(PodMetricsSummaries::new(sources)),
+};
+
+/// Requests per second per pod; the result keeps the `namespace` and `pod` labels.
+const REQUESTS: QuerySpec = QuerySpec {
+    field: "requests",
+    default: "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
+};
+
+/// Error (5xx) responses per second per pod; the result keeps `namespace` and `pod`.
+const ERRORS: QuerySpec = QuerySpec {
+    field: "errors",
+    default: "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))",
 };
 
 static COLUMNS: &[Column] = &[
@@ -105,20 +126,13 @@ impl PodMetricsSummaries {
     }
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
-        let inventory = &self.sources.inventory;
-        if !inventory.is_synced() {
-            return Err(ComputeError::NotReady);
-        }
-        let resource_version = inventory.resource_version();
-        let pods = inventory.running_pods(namespace);
+        let Computation { pods, resource_version, config } = self.sources.begin(namespace)?;
         let mut warnings = Vec::new();
-        let config = self.sources.config.current();
-        let (queries, window) = (&config.queries.pod_metrics_summary, config.window);
-
+        let window = config.window;
         let (usage, requests, errors) = futures::join!(
             self.sources.pod_usage(&pods),
-            self.sources.query("requests", &queries.requests, namespace, window),
-            self.sources.query("errors", &queries.errors, namespace, window),
+            self.sources.query("requests", KIND.query(&config, &REQUESTS), namespace, window),
+            self.sources.query("errors", KIND.query(&config, &ERRORS), namespace, window),
         );
         let (usage, usage_warning) = usage;
         warnings.extend(usage_warning);

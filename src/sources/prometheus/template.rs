@@ -1,5 +1,5 @@
-//! Prometheus: PromQL templates, the escaping of everything a client sends into them, and
-//! instant vector queries through `prometheus-http-query`.
+//! The PromQL template language: configured queries in which two placeholders are replaced,
+//! and the escaping of everything a client sends into them.
 //!
 //! No PromQL is built from unescaped input (DESIGN §2). A query is a configured template in
 //! which two placeholders are replaced:
@@ -16,17 +16,9 @@
 //! of the template carries `SCOPE`: a selector without it would read every namespace.
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::future::BoxFuture;
-use jiff::Timestamp;
-use prometheus_http_query::response::Data;
-
-use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
-
-/// The `source` passed to the [`UpstreamObserver`].
-const SOURCE: &str = "prometheus";
+use super::{Error, Result};
 
 /// Placeholder for the request's matchers.
 pub const SCOPE_PLACEHOLDER: &str = "SCOPE";
@@ -55,34 +47,6 @@ const KEYWORDS: [&str; 14] = [
 
 /// Keywords followed by a parenthesized list of label names.
 const GROUPING_KEYWORDS: [&str; 6] = ["by", "without", "on", "ignoring", "group_left", "group_right"];
-
-/// Errors of this module: invalid matchers, templates, windows, and client construction.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// A label name that is not `[a-zA-Z_][a-zA-Z0-9_]*`.
-    #[error("invalid label name {0:?}: must match [a-zA-Z_][a-zA-Z0-9_]*")]
-    InvalidLabelName(String),
-    /// A set match (`in`, `notin`) without values.
-    #[error("empty set of values for label {0:?}")]
-    EmptySet(String),
-    /// A template that is not usable; `at` is a byte offset in it.
-    #[error("PromQL template, at byte {at}: {reason}")]
-    Template {
-        /// Byte offset of the problem.
-        at: usize,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A window that is not a positive whole number of milliseconds.
-    #[error("window {0:?} is not a positive number of milliseconds")]
-    InvalidWindow(Duration),
-    /// The client could not be built (bad URL, TLS setup).
-    #[error("prometheus client: {0}")]
-    Client(String),
-}
-
-/// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 // ---------------------------------------------------------------------------------------------
 // Escaping and matchers
@@ -520,147 +484,18 @@ fn analyze(template: &str) -> Result<Vec<Found>> {
     Ok(found)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Client
-// ---------------------------------------------------------------------------------------------
-
-/// Runs PromQL instant queries against one Prometheus.
-pub struct PromClient {
-    client: prometheus_http_query::Client,
-    timeout: Duration,
-    observer: Arc<dyn UpstreamObserver>,
-}
-
-impl PromClient {
-    /// A client for the Prometheus at `url` (e.g. `http://prometheus:9090`); every query is
-    /// bounded by `timeout`, both on our side and as Prometheus' own evaluation timeout.
-    pub fn new(url: &str, timeout: Duration, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
-        // reqwest panics when no rustls provider is installed; main installs ring, and doing it
-        // here too (idempotent) keeps that panic off every path.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .map_err(|e| Error::Client(e.to_string()))?;
-        let client = prometheus_http_query::Client::from(http, url)
-            .map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
-        Ok(Self { client, timeout, observer })
-    }
-
-    async fn run(&self, promql: &str) -> Result<Vec<PromSample>, (&'static str, PromError)> {
-        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
-        let result = self
-            .client
-            .query(promql)
-            .timeout(timeout_ms)
-            // POST: a scope with many pod names can exceed URL length limits.
-            .post()
-            .await
-            .map_err(classify)?;
-        let (data, _) = result.into_inner();
-        match data {
-            Data::Vector(vector) => vector
-                .into_iter()
-                .map(|series| {
-                    let (labels, sample) = series.into_inner();
-                    Ok(PromSample {
-                        labels,
-                        value: sample.value(),
-                        timestamp: timestamp(sample.timestamp())?,
-                    })
-                })
-                .collect(),
-            Data::Scalar(sample) => Ok(vec![PromSample {
-                labels: Default::default(),
-                value: sample.value(),
-                timestamp: timestamp(sample.timestamp())?,
-            }]),
-            Data::Matrix(_) => Err((
-                outcome::ERROR,
-                PromError::Query("the query returned a range vector, not an instant vector".to_owned()),
-            )),
-        }
-    }
-}
-
-impl PromSource for PromClient {
-    fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.run(&promql).await;
-            let seconds = started.elapsed().as_secs_f64();
-            match result {
-                Ok(samples) => {
-                    self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
-                    Ok(samples)
-                }
-                Err((outcome, error)) => {
-                    self.observer.observe(SOURCE, outcome, seconds);
-                    Err(error)
-                }
-            }
-        })
-    }
-}
-
-/// A Prometheus sample time (float seconds) as a timestamp.
-fn timestamp(seconds: f64) -> Result<Timestamp, (&'static str, PromError)> {
-    Timestamp::from_nanosecond((seconds * 1e9).round() as i128)
-        .map_err(|_| (outcome::ERROR, PromError::Query(format!("invalid sample timestamp {seconds}"))))
-}
-
-/// Maps a client error to the outcome to record and the error to return.
-fn classify(error: prometheus_http_query::Error) -> (&'static str, PromError) {
-    match &error {
-        prometheus_http_query::Error::Prometheus(e) => {
-            let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::ERROR };
-            (outcome, PromError::Query(e.to_string()))
-        }
-        prometheus_http_query::Error::Client(e) => {
-            let message = error_chain(&error);
-            match e.inner() {
-                Some(inner) if inner.is_timeout() => (outcome::TIMEOUT, PromError::Unreachable(message)),
-                Some(inner) if inner.is_connect() || inner.is_request() => {
-                    (outcome::UNREACHABLE, PromError::Unreachable(message))
-                }
-                // A non-JSON error status: a proxy in front of Prometheus, or Prometheus down.
-                Some(inner) if inner.is_status() => (outcome::ERROR, PromError::Unreachable(message)),
-                _ => (outcome::ERROR, PromError::Query(message)),
-            }
-        }
-        _ => (outcome::ERROR, PromError::Query(error.to_string())),
-    }
-}
-
-/// A message with every cause.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-    use std::sync::Mutex;
-
+pub(super) mod tests {
     use super::*;
 
-    const REQUESTS: &str = "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))";
-    const ERRORS: &str = "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))";
-    const FIVE_MINUTES: Duration = Duration::from_secs(300);
+    pub(in crate::sources::prometheus) const REQUESTS: &str =
+        "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))";
+    pub(in crate::sources::prometheus) const ERRORS: &str =
+        "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))";
+    pub(in crate::sources::prometheus) const FIVE_MINUTES: Duration = Duration::from_secs(300);
 
     /// Values a client could send to break out of a string or widen a match.
-    const NASTY: [&str; 7] = [
+    pub(in crate::sources::prometheus) const NASTY: [&str; 7] = [
         "a\"b",
         "}",
         "back\\slash",
@@ -672,14 +507,18 @@ mod tests {
 
     #[test]
     fn escapes_promql_strings() {
-        assert_eq!(escape_label_value("plain"), "plain");
-        assert_eq!(escape_label_value("a\"b"), "a\\\"b");
-        assert_eq!(escape_label_value("}"), "}");
-        assert_eq!(escape_label_value("back\\slash"), "back\\\\slash");
-        assert_eq!(escape_label_value("new\nline"), "new\\nline");
-        assert_eq!(escape_label_value("\r\t\u{7}"), "\\r\\t\\u0007");
-        assert_eq!(escape_label_value("x\"} or vector(1) or {a=\""), "x\\\"} or vector(1) or {a=\\\"");
-        assert_eq!(escape_label_value("é"), "é");
+        for (value, escaped) in [
+            ("plain", "plain"),
+            ("a\"b", "a\\\"b"),
+            ("}", "}"),
+            ("back\\slash", "back\\\\slash"),
+            ("new\nline", "new\\nline"),
+            ("\r\t\u{7}", "\\r\\t\\u0007"),
+            ("x\"} or vector(1) or {a=\"", "x\\\"} or vector(1) or {a=\\\""),
+            ("é", "é"),
+        ] {
+            assert_eq!(escape_label_value(value), escaped, "{value:?}");
+        }
     }
 
     #[test]
@@ -810,151 +649,5 @@ mod tests {
             err.to_string(),
             "PromQL template, at byte 9: metric http_requests_total has no {SCOPE} matchers and would read every namespace"
         );
-    }
-
-    // ---- against a real Prometheus ----
-
-    #[derive(Default)]
-    struct MkObserver {
-        calls: Mutex<Vec<(&'static str, &'static str)>>,
-    }
-
-    impl UpstreamObserver for MkObserver {
-        fn observe(&self, source: &'static str, outcome: &'static str, _seconds: f64) {
-            self.calls.lock().unwrap().push((source, outcome));
-        }
-    }
-
-    struct MkPrometheus {
-        child: tokio::process::Child,
-        dir: PathBuf,
-        url: String,
-    }
-
-    impl Drop for MkPrometheus {
-        fn drop(&mut self) {
-            let _ = self.child.start_kill();
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    /// Starts the Debian `prometheus` binary on a free loopback port. Prometheus cannot report
-    /// a port it picked itself, so a port is probed and released first; if another process
-    /// takes it meanwhile, Prometheus exits and we retry with another.
-    async fn mk_prometheus() -> MkPrometheus {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::new();
-        for attempt in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let dir =
-                std::env::temp_dir().join(format!("percolator-prom-{}-{port}-{attempt}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let config = dir.join("p.yml");
-            std::fs::write(
-                &config,
-                format!(
-                    "global:\n  query_log_file: {}\nscrape_configs: []\n",
-                    dir.join("queries.log").display()
-                ),
-            )
-            .unwrap();
-            let child = tokio::process::Command::new("/usr/bin/prometheus")
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap();
-            let mut prometheus = MkPrometheus { child, dir, url: format!("http://127.0.0.1:{port}") };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if prometheus.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                let ready = http.get(format!("{}/-/ready", prometheus.url)).send().await;
-                if ready.is_ok_and(|r| r.status().is_success()) {
-                    return prometheus;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        panic!("prometheus did not start");
-    }
-
-    #[tokio::test]
-    async fn queries_a_real_prometheus() {
-        let prometheus = mk_prometheus().await;
-        let observer = Arc::new(MkObserver::default());
-        let client = PromClient::new(&prometheus.url, Duration::from_secs(5), observer.clone()).unwrap();
-
-        let one = client.query("vector(1)".to_owned()).await.unwrap();
-        assert_eq!(one.len(), 1);
-        assert_eq!(one[0].value, 1.0);
-        assert!(one[0].labels.is_empty());
-        let scalar = client.query("scalar(vector(2))".to_owned()).await.unwrap();
-        assert_eq!(scalar.len(), 1);
-        assert_eq!(scalar[0].value, 2.0);
-
-        for value in NASTY {
-            // Prometheus reads our escaped string back as exactly the literal...
-            let query =
-                format!("label_replace(vector(1), \"l\", \"{}\", \"\", \"\")", escape_label_value(value));
-            let got = client.query(query).await.unwrap();
-            assert_eq!(got[0].labels.get("l").map(String::as_str), Some(value), "{value:?}");
-            // ...our set regex matches that literal (anchored) and nothing longer...
-            let regex = Matcher::any_of("l", &[value, "other"]).unwrap();
-            for (candidate, matches) in [(value.to_owned(), true), (format!("{value}x"), false)] {
-                let query = format!(
-                    "label_replace(label_replace(vector(1), \"l\", \"{}\", \"\", \"\"), \"m\", \"yes\", \"l\", \"{}\")",
-                    escape_label_value(&candidate),
-                    escape_label_value(regex.value())
-                );
-                let got = client.query(query).await.unwrap();
-                assert_eq!(got[0].labels.contains_key("m"), matches, "{candidate:?} against {regex}");
-            }
-            // ...and a rendered query stays one selector: an injected `or vector(1)` would
-            // return a sample from this empty Prometheus.
-            let scope =
-                [Matcher::eq("namespace", value).unwrap(), Matcher::none_of("pod", &[value]).unwrap()];
-            for template in [REQUESTS, ERRORS] {
-                let query = render(template, &scope, Duration::from_secs(90)).unwrap();
-                assert_eq!(client.query(query.clone()).await.unwrap(), vec![], "{query}");
-            }
-        }
-        for template in [REQUESTS, ERRORS, "x{SCOPE,code=\"500\"}", "max_over_time(x{SCOPE}[WINDOW:1m])"] {
-            let query = render(template, &[], FIVE_MINUTES).unwrap();
-            assert_eq!(client.query(query.clone()).await.unwrap(), vec![], "{query}");
-        }
-
-        let err = client.query("sum(".to_owned()).await.unwrap_err();
-        assert!(matches!(err, PromError::Query(_)), "{err}");
-        let err = client.query("rate(x{a=\"b\"}[5m])[10m]".to_owned()).await.unwrap_err();
-        assert!(matches!(err, PromError::Query(_)), "{err}");
-
-        // The exact PromQL reached Prometheus.
-        let log = std::fs::read_to_string(prometheus.dir.join("queries.log")).unwrap();
-        assert!(
-            log.contains(r#"rate(http_requests_total{namespace=\"x\\\"} or vector(1) or {a=\\\"\""#),
-            "{log}"
-        );
-
-        let calls = observer.calls.lock().unwrap();
-        assert!(calls.iter().all(|(source, _)| *source == "prometheus"));
-        assert_eq!(calls.iter().filter(|(_, outcome)| *outcome == "error").count(), 2);
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_prometheus_is_reported() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let observer = Arc::new(MkObserver::default());
-        let client =
-            PromClient::new(&format!("http://127.0.0.1:{port}"), Duration::from_secs(2), observer.clone())
-                .unwrap();
-        let err = client.query("vector(1)".to_owned()).await.unwrap_err();
-        assert!(matches!(err, PromError::Unreachable(_)), "{err}");
-        assert_eq!(*observer.calls.lock().unwrap(), vec![("prometheus", "unreachable")]);
-        assert!(PromClient::new("not a url", Duration::from_secs(1), observer).is_err());
     }
 }

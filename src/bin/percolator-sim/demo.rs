@@ -35,7 +35,7 @@ pub async fn run(
     args: DemoArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    crate::install_crypto_provider();
+    percolator::install_crypto_provider();
     // Start from a clean directory: Prometheus data from an earlier run would not match the
     // new simulator's counters.
     let _ = std::fs::remove_dir_all(&args.dir);
@@ -92,7 +92,7 @@ pub async fn run(
         // Nothing balances traffic away from the demo: stop at once on Ctrl-C.
         "--shutdown-delay-duration=0s".to_string(),
     ];
-    let percolator = crate::server::prepare(crate::config::Args::parse_from(flags)).await?;
+    let percolator = percolator::server::prepare(percolator::config::Args::parse_from(flags)).await?;
     let address = percolator.local_addr()?;
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(

@@ -1,7 +1,17 @@
 //! `percolator-sim`: a simulated Kubernetes cluster (API, kubelets, app metrics) on
 //! loopback. Prints one `{"event":"ready",…}` JSON line on stdout once serving; logs go to
-//! stderr. See `percolator::sim`. `percolator-sim demo` runs the whole local demo
-//! (simulator, Prometheus, percolator); see `percolator::demo`.
+//! stderr. See [`sim`]. `percolator-sim demo` runs the whole local demo (simulator,
+//! Prometheus, percolator); see [`demo`].
+//!
+//! This binary owns its module tree: the simulator, the demo and the local Prometheus helper
+//! ([`devenv`], which the tests and benchmarks include by path) are test and demo machinery,
+//! so none of it is compiled into the `percolator` library or binary.
+
+mod demo;
+mod devenv;
+mod sim;
+#[cfg(test)]
+mod devenv_tests;
 
 use clap::{Parser, Subcommand};
 
@@ -17,13 +27,13 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
-    sim: Option<percolator::sim::SimConfig>,
+    sim: Option<sim::SimConfig>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the local demo: the simulator, a real Prometheus and percolator, on loopback.
-    Demo(percolator::demo::DemoArgs),
+    Demo(demo::DemoArgs),
 }
 
 #[tokio::main]
@@ -38,10 +48,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match (cli.command, cli.sim) {
-        (Some(Command::Demo(args)), _) => {
-            percolator::demo::run(args, percolator::server::shutdown_signal()).await
-        }
-        (None, Some(sim)) => Ok(percolator::sim::run(sim, percolator::server::shutdown_signal()).await?),
+        (Some(Command::Demo(args)), _) => demo::run(args, percolator::server::shutdown_signal()).await,
+        (None, Some(sim)) => Ok(sim::run(sim, percolator::server::shutdown_signal()).await?),
         (None, None) => anyhow::bail!("--state-dir is required (or use `percolator-sim demo`)"),
     }
 }

@@ -14,12 +14,13 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::json;
 
+use super::registry::{Builtin, QuerySpec};
 use super::{
-    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind, Sources,
-    index_by, kind_schema, rfc3339, schema_name, to_raw,
+    API_VERSION, Cell, Column, ComputeError, Computation, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind,
+    Sources, index_by, kind_schema, rfc3339, schema_name, to_raw,
 };
 use crate::sources::{PodInfo, PodKey, PromSample};
-use crate::{duration, quantity};
+use crate::k8s::{duration, quantity};
 
 /// Pod label naming the cafe a pod serves.
 pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
@@ -39,6 +40,52 @@ static INFO: KindInfo = KindInfo {
     description: "CafeBrewStats is the live brewing activity of one cafe (an application that brews coffee \
                   and exports the cafe metrics), computed at request time from its Prometheus metrics and \
                   its serving pods' kubelet usage. Fields whose source has no data are omitted.",
+};
+
+/// The brew-duration quantile `q` of each cafe over the window.
+macro_rules! quantile {
+    ($q:literal) => {
+        concat!(
+            "histogram_quantile(",
+            $q,
+            ", sum by (namespace, cafe, le) (rate(cafe_brew_duration_seconds_bucket{SCOPE}[WINDOW])))"
+        )
+    };
+}
+
+/// The kind in the registry.
+pub static KIND: Builtin = Builtin {
+    info: &INFO,
+    section: "cafeBrewStats",
+    queries: &[BREWS, FAILURES, P50, P95, P99, TEMPERATURE, LAST_BREWED],
+    build: |sources| Arc::new(CafeBrewStatsKind::new(sources)),
+};
+
+// Results keep the `namespace` and `cafe` labels; `brews` also keeps `type`.
+
+/// Completed brews in the window, per cafe and type.
+const BREWS: QuerySpec = QuerySpec {
+    field: "brews",
+    default: "sum by (namespace, cafe, type) (increase(cafe_brews_total{SCOPE}[WINDOW]))",
+};
+/// Failed brews in the window, per cafe.
+const FAILURES: QuerySpec = QuerySpec {
+    field: "failures",
+    default: "sum by (namespace, cafe) (increase(cafe_brew_failures_total{SCOPE}[WINDOW]))",
+};
+/// Median brew time in seconds, per cafe.
+const P50: QuerySpec = QuerySpec { field: "p50", default: quantile!("0.5") };
+/// 95th percentile brew time in seconds, per cafe.
+const P95: QuerySpec = QuerySpec { field: "p95", default: quantile!("0.95") };
+/// 99th percentile brew time in seconds, per cafe.
+const P99: QuerySpec = QuerySpec { field: "p99", default: quantile!("0.99") };
+/// Current temperature in °C, per cafe.
+const TEMPERATURE: QuerySpec =
+    QuerySpec { field: "temperature", default: "max by (namespace, cafe) (cafe_temperature_celsius{SCOPE})" };
+/// Unix time of the last completed brew, per cafe.
+const LAST_BREWED: QuerySpec = QuerySpec {
+    field: "lastBrewed",
+    default: "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})",
 };
 
 static COLUMNS: &[Column] = &[
@@ -127,28 +174,19 @@ impl CafeBrewStatsKind {
     }
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
-        let inventory = &self.sources.inventory;
-        if !inventory.is_synced() {
-            return Err(ComputeError::NotReady);
-        }
-        let resource_version = inventory.resource_version();
-        let serving: Vec<Arc<PodInfo>> = inventory
-            .running_pods(namespace)
-            .into_iter()
-            .filter(|p| p.labels.contains_key(CAFE_LABEL))
-            .collect();
-        let config = self.sources.config.current();
-        let (q, w) = (&config.queries.cafe_brew_stats, config.window);
-        let s = &self.sources;
+        let Computation { pods, resource_version, config } = self.sources.begin(namespace)?;
+        let serving: Vec<Arc<PodInfo>> = pods.into_iter().filter(|p| p.labels.contains_key(CAFE_LABEL)).collect();
+        let (s, w) = (&self.sources, config.window);
+        let q = |spec: &'static QuerySpec| s.query(spec.field, KIND.query(&config, spec), namespace, w);
         let (usage, brews, failures, p50, p95, p99, temperature, last_brewed) = futures::join!(
             s.pod_usage(&serving),
-            s.query("brews", &q.brews, namespace, w),
-            s.query("failures", &q.failures, namespace, w),
-            s.query("brewDuration.p50", &q.p50, namespace, w),
-            s.query("brewDuration.p95", &q.p95, namespace, w),
-            s.query("brewDuration.p99", &q.p99, namespace, w),
-            s.query("temperature", &q.temperature, namespace, w),
-            s.query("lastBrewed", &q.last_brewed, namespace, w),
+            q(&BREWS),
+            q(&FAILURES),
+            s.query("brewDuration.p50", KIND.query(&config, &P50), namespace, w),
+            s.query("brewDuration.p95", KIND.query(&config, &P95), namespace, w),
+            s.query("brewDuration.p99", KIND.query(&config, &P99), namespace, w),
+            q(&TEMPERATURE),
+            q(&LAST_BREWED),
         );
         let (usage, usage_warning) = usage;
         let mut warnings: Vec<String> = usage_warning.into_iter().collect();
@@ -179,7 +217,7 @@ impl CafeBrewStatsKind {
         let items = cafes
             .iter()
             // A label value that is not a valid object name cannot be served (or fetched).
-            .filter(|(key, _)| crate::api::validation::is_dns1123_subdomain(&key.name).is_empty())
+            .filter(|(key, _)| crate::k8s::validation::is_dns1123_subdomain(&key.name).is_empty())
             .map(|(key, pods)| Arc::new(self.item(key, pods, &series, &usage, (&window, w))))
             .collect();
         Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))

@@ -14,9 +14,32 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, StatusCode};
+
 use crate::api::{ApiState, router};
-use crate::config::QueryConfig;
+use crate::cache::CacheSettings;
+use crate::config::{Check, ExternalMetricConfig, LiveConfig, QueryFile};
+use crate::external::*;
+use crate::k8s::ApiError;
+use crate::k8s::selectors::LabelSelector;
+use crate::sources::{PromError, PromSample, PromSource};
+use crate::telemetry::Metrics;
+
+/// The check the server runs on the query file.
+fn mk_check() -> Check {
+    Arc::new(|file: &mut QueryFile| {
+        crate::kinds::registry::check_queries(file)?;
+        check_metrics(file)
+    })
+}
+
+/// The default configuration, checked.
+fn mk_defaults() -> QueryFile {
+    QueryFile::from_yaml("", "defaults", &mk_check()).unwrap()
+}
 
 const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
 const V2_ACCEPT: &str =
@@ -74,12 +97,12 @@ fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
 
 fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig>, ttl: Duration) -> Router {
     let metrics = Metrics::new();
-    let external = ExternalMetrics::new(prom, config, ttl, metrics.clone());
+    let external = ExternalMetrics::new(prom, config, &CacheSettings::new(ttl, metrics.clone()));
     router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_external_metrics(Arc::new(external)))
 }
 
 fn mk_app(prom: Arc<MkProm>) -> Router {
-    mk_app_with(prom, LiveConfig::fixed(QueryConfig::default(), None), Duration::from_secs(60))
+    mk_app_with(prom, LiveConfig::fixed(mk_defaults(), None), Duration::from_secs(60))
 }
 
 struct Reply {
@@ -192,9 +215,10 @@ async fn empty_results_are_an_empty_list() {
 
 #[tokio::test]
 async fn window_comes_from_the_metric_then_the_configuration() {
-    let config = QueryConfig::from_yaml(
+    let config = QueryFile::from_yaml(
         "window: 2m\nexternalMetrics:\n- name: fast\n  query: sum by (namespace) (rate(x{SCOPE}[WINDOW]))\n  window: 30s\n- name: slow\n  query: sum by (namespace) (rate(x{SCOPE}[WINDOW]))\n",
         "f",
+        &mk_check(),
     )
     .unwrap();
     let prom = mk_prom(Ok(vec![mk_sample(&[("namespace", "shop")], 1.0)]), Duration::ZERO);
@@ -460,7 +484,7 @@ async fn entries_expire_after_the_ttl() {
     let prom = mk_prom(Ok(vec![]), Duration::ZERO);
     let app = mk_app_with(
         prom.clone(),
-        LiveConfig::fixed(QueryConfig::default(), None),
+        LiveConfig::fixed(mk_defaults(), None),
         Duration::from_millis(200),
     );
     get(&app, BREWS).await;
@@ -533,7 +557,7 @@ async fn discovery_and_serving_follow_configuration_reloads() {
     let file = dir.join("config.yaml");
     let one = "externalMetrics:\n- name: queue_depth\n  query: max by (namespace, queue) (q{SCOPE})\n  labels: [queue]\n";
     std::fs::write(&file, one).unwrap();
-    let live = LiveConfig::load(Some(&file), None).unwrap();
+    let live = LiveConfig::load(Some(&file), None, mk_check()).unwrap();
     let prom = mk_prom(Ok(vec![]), Duration::ZERO);
     let app = mk_app_with(prom.clone(), live.clone(), Duration::from_secs(60));
 

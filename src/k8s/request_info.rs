@@ -234,6 +234,35 @@ fn is_valid_path_segment_name(name: &str) -> bool {
     name != "." && name != ".." && !name.contains('/') && !name.contains('%')
 }
 
+/// A request as every stage after its arrival reads it: parsed once, when it arrives (the
+/// router's outermost layer stores it in the request's extensions), then read by metrics,
+/// authentication, authorization, dispatch and the API handlers.
+#[derive(Debug, Clone)]
+pub struct ParsedRequest {
+    /// Its RequestInfo; `None` when the path cannot be interpreted (then a 404).
+    pub info: Option<RequestInfo>,
+    /// The path segments, percent-decoded ([`split_path`]).
+    pub segments: Vec<String>,
+    /// The query parameters.
+    pub query: QueryParams,
+}
+
+impl ParsedRequest {
+    /// Parses `method path?query`.
+    pub fn new(method: &Method, path: &str, query: Option<&str>) -> Self {
+        Self {
+            info: RequestInfo::new(method, path, query).ok(),
+            segments: split_path(path).into_iter().map(Cow::into_owned).collect(),
+            query: QueryParams::parse(query),
+        }
+    }
+
+    /// The path segments as string slices, for matching.
+    pub fn segs(&self) -> Vec<&str> {
+        self.segments.iter().map(String::as_str).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

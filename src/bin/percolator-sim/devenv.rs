@@ -85,7 +85,7 @@ impl Prometheus {
     /// Writes the configuration, backfills history, starts Prometheus on a free loopback port
     /// and waits until it is ready.
     pub async fn start(options: PrometheusOptions) -> Result<Self> {
-        crate::install_crypto_provider();
+        percolator::install_crypto_provider();
         std::fs::create_dir_all(options.dir.join("data"))?;
         if let Some(history) = &options.backfill {
             let file = options.dir.join("history.om");
@@ -240,8 +240,8 @@ impl Prometheus {
     }
 }
 
-fn config_yaml(options: &PrometheusOptions) -> String {
-    let interval = crate::duration::prometheus(options.scrape_interval);
+pub(crate) fn config_yaml(options: &PrometheusOptions) -> String {
+    let interval = percolator::k8s::duration::prometheus(options.scrape_interval);
     let mut out = format!(
         "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n  query_log_file: {}\nscrape_configs:\n",
         options.dir.join("query.log").display()
@@ -276,7 +276,7 @@ pub async fn sim_history(
     span: Duration,
     step: Duration,
 ) -> Result<String> {
-    crate::install_crypto_provider();
+    percolator::install_crypto_provider();
     let fail = |e: reqwest::Error| DevEnvError::Program {
         program: "percolator-sim /sim/history".into(),
         message: e.to_string(),
@@ -502,7 +502,7 @@ async fn respond(client: &mut tokio::net::TcpStream, status: &str, content_type:
 
 /// Reads one HTTP/1.1 request (head and `Content-Length` body), so that closing afterwards
 /// sends FIN rather than RST (unread data makes the kernel reset the connection).
-async fn read_request(client: &mut tokio::net::TcpStream) -> std::io::Result<()> {
+pub(crate) async fn read_request(client: &mut tokio::net::TcpStream) -> std::io::Result<()> {
     const MAX_HEAD: usize = 64 * 1024;
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
@@ -534,98 +534,4 @@ async fn read_request(client: &mut tokio::net::TcpStream) -> std::io::Result<()>
         remaining = remaining.saturating_sub(n);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_lists_jobs() {
-        let yaml = config_yaml(&PrometheusOptions {
-            dir: PathBuf::from("/tmp/x"),
-            jobs: vec![ScrapeJob {
-                job: "sim-apps".into(),
-                target: "127.0.0.1:9".into(),
-                scheme: "http".into(),
-                bearer_token: None,
-                targets_file: None,
-            }],
-            scrape_interval: Duration::from_secs(2),
-            backfill: None,
-        });
-        let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
-        assert_eq!(parsed["global"]["scrape_interval"], "2s");
-        assert_eq!(parsed["scrape_configs"][0]["static_configs"][0]["targets"][0], "127.0.0.1:9");
-    }
-
-    /// A tiny upstream answering every request with `{"ok":true}`.
-    async fn upstream() -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    while read_request(&mut stream).await.is_ok() {
-                        let body = "{\"ok\":true}";
-                        let response = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if stream.write_all(response.as_bytes()).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        address
-    }
-
-    #[tokio::test]
-    async fn fault_proxy_injects_every_fault_and_recovers() {
-        crate::install_crypto_provider();
-        let proxy = FaultProxy::start(&upstream().await).await.unwrap();
-        let client = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
-        let url = format!("{}/api/v1/query", proxy.url());
-        let get = || async {
-            match client.post(&url).body("query=up").send().await {
-                Ok(r) => {
-                    let status = r.status().as_u16();
-                    match r.text().await {
-                        Ok(body) => Ok((status, body)),
-                        Err(e) => Err(format!("body: timeout={} {e}", e.is_timeout())),
-                    }
-                }
-                Err(e) => Err(format!("send: timeout={} connect={} {e}", e.is_timeout(), e.is_connect())),
-            }
-        };
-        assert_eq!(get().await.unwrap(), (200, "{\"ok\":true}".to_owned()));
-
-        proxy.set(ProxyFault::Down);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let error = get().await.unwrap_err();
-        assert!(error.contains("connect=true"), "{error}");
-
-        proxy.set(ProxyFault::Slow(Duration::from_secs(2)));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let error = get().await.unwrap_err();
-        assert!(error.contains("timeout=true"), "{error}");
-
-        proxy.set(ProxyFault::HangAfterHeaders);
-        let error = get().await.unwrap_err();
-        assert!(error.starts_with("body: timeout=true"), "{error}");
-
-        proxy.set(ProxyFault::Garbage);
-        let (status, body) = get().await.unwrap();
-        assert_eq!(status, 200);
-        assert!(serde_json::from_str::<serde_json::Value>(&body).is_err());
-
-        proxy.set(ProxyFault::Error500);
-        assert_eq!(get().await.unwrap().0, 500);
-
-        proxy.set(ProxyFault::Pass);
-        assert_eq!(proxy.fault(), ProxyFault::Pass);
-        assert_eq!(get().await.unwrap(), (200, "{\"ok\":true}".to_owned()));
-    }
 }

@@ -1,0 +1,380 @@
+//! The query configuration file (`--config`, a ConfigMap in a cluster) and the configuration in
+//! force ([`LiveConfig`]), reloaded when the file changes.
+//!
+//! This module owns the file's *format*: the global `window`, one section per built-in kind
+//! (its query overrides, by field) and `externalMetrics`. What a section *means* (which
+//! queries a kind has and their defaults, what makes an external metric valid) belongs to the
+//! section's owner, which checks it through the [`Check`] given to [`LiveConfig::load`]: a
+//! file is accepted whole or rejected whole, with a message naming the field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::k8s::duration;
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("--config {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed or has fields of the wrong shape.
+    #[error("--config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What serde said (names the field and position).
+        message: String,
+    },
+    /// A field has an invalid value.
+    #[error("--config {path}: field {}: {}", .invalid.field, .invalid.message)]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The field and what is wrong with it.
+        invalid: Invalid,
+    },
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, ConfigError>;
+
+/// A field with an invalid value, as a section's owner reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    /// The field path, e.g. `podMetricsSummary.requests` or `externalMetrics[0].name`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Invalid {
+    /// `field` is wrong because of `message`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+/// Checks a parsed file and fills the defaults of the sections its owners define; called on
+/// every load and reload. The server composes it from every section owner.
+pub type Check = Arc<dyn Fn(&mut QueryFile) -> std::result::Result<(), Invalid> + Send + Sync>;
+
+/// Default range of rates.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
+
+/// The parsed query configuration file.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QueryFile {
+    /// Range the rates are computed over (Go duration); `--window` overrides it.
+    pub window: Option<Duration>,
+    /// Query overrides of the built-in kinds: section key (`podMetricsSummary`) → field →
+    /// PromQL template. Fields left out take the kind's default.
+    pub kind_queries: BTreeMap<String, BTreeMap<String, String>>,
+    /// The metrics of `external.metrics.k8s.io/v1beta1`; `None` when the file leaves the key
+    /// out (the external metrics API fills its defaults in then).
+    pub external_metrics: Option<Vec<ExternalMetricConfig>>,
+}
+
+impl QueryFile {
+    /// The template of `field` in the section `section`, when the file sets it.
+    pub fn kind_query(&self, section: &str, field: &str) -> Option<&str> {
+        self.kind_queries.get(section)?.get(field).map(String::as_str)
+    }
+}
+
+/// One external metric: `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/<name>`
+/// runs `query` with `SCOPE` = `namespace="NS"` plus the request's label selector, which may
+/// only name the `labels` listed here.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExternalMetricConfig {
+    /// Metric name, the resource of its URL: lowercase letters, digits, `_`, `.` and `-`.
+    pub name: String,
+    /// PromQL template (`SCOPE`, `WINDOW` placeholders as for the other queries). Each series
+    /// of the result becomes one item; its labels are the item's `metricLabels`.
+    pub query: String,
+    /// Labels a selector may constrain (Prometheus label names, never `namespace`): each
+    /// requirement becomes a matcher in `SCOPE`. A selector on any other label is a 400.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Range of this metric's rates (Go duration); the configuration's window when unset.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub window: Option<Duration>,
+}
+
+/// The file as YAML gives it: the known keys, and every other key as a kind section.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawFile {
+    #[serde(default, deserialize_with = "de_duration")]
+    window: Option<Duration>,
+    #[serde(default)]
+    external_metrics: Option<Vec<ExternalMetricConfig>>,
+    #[serde(flatten)]
+    sections: BTreeMap<String, serde_yaml::Value>,
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    text.map(|t| duration::parse(&t).map_err(serde::de::Error::custom)).transpose()
+}
+
+impl QueryFile {
+    /// Parses a document (empty means every default) and runs `check` on it; `path` only names
+    /// it in errors.
+    pub fn from_yaml(text: &str, path: &str, check: &Check) -> Result<Self> {
+        let parse_error = |message: String| ConfigError::Parse { path: path.to_owned(), message };
+        let mut file = if text.trim().is_empty() {
+            QueryFile::default()
+        } else {
+            let raw: RawFile = serde_yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+            let mut kind_queries = BTreeMap::new();
+            for (key, value) in raw.sections {
+                let queries: BTreeMap<String, String> = serde_yaml::from_value(value)
+                    .map_err(|e| parse_error(format!("{key}: expected a map of field to PromQL: {e}")))?;
+                kind_queries.insert(key, queries);
+            }
+            QueryFile { window: raw.window, kind_queries, external_metrics: raw.external_metrics }
+        };
+        let invalid = |invalid: Invalid| ConfigError::Invalid { path: path.to_owned(), invalid };
+        if file.window.is_some_and(|w| w < Duration::from_secs(1)) {
+            return Err(invalid(Invalid::new("window", "must be at least 1s")));
+        }
+        check(&mut file).map_err(invalid)?;
+        Ok(file)
+    }
+}
+
+/// One validated configuration in force, with its effective window.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The file, checked, with its owners' defaults filled in.
+    pub file: QueryFile,
+    /// Range of the rates: `--window`, else the file's `window`, else [`DEFAULT_WINDOW`].
+    pub window: Duration,
+    /// Increases by one at every successful reload.
+    pub generation: u64,
+}
+
+/// The query configuration in force, reloaded from `--config` when the file changes (a
+/// ConfigMap volume update is a symlink swap, so the content is compared, not the inode).
+/// Readers take a [`Snapshot`] per request, so a reload never disturbs requests in flight; an
+/// invalid new file is rejected with a log line and a metric, and the last good configuration
+/// stays in force.
+pub struct LiveConfig {
+    path: Option<PathBuf>,
+    window_flag: Option<Duration>,
+    check: Check,
+    current: std::sync::RwLock<Arc<Snapshot>>,
+    changes: tokio::sync::watch::Sender<u64>,
+    last_text: std::sync::Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveConfig").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl LiveConfig {
+    /// Loads `path` (defaults when `None`) through `check`; `window_flag` is `--window`.
+    pub fn load(path: Option<&Path>, window_flag: Option<Duration>, check: Check) -> Result<Arc<Self>> {
+        let (file, text) = match path {
+            None => (QueryFile::from_yaml("", "defaults", &check)?, None),
+            Some(p) => {
+                let shown = p.display().to_string();
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+                (QueryFile::from_yaml(&text, &shown, &check)?, Some(text))
+            }
+        };
+        Ok(Arc::new(Self::with(file, path.map(Path::to_path_buf), window_flag, check, text)))
+    }
+
+    /// A fixed configuration, already checked (tests, or no `--config`).
+    pub fn fixed(file: QueryFile, window_flag: Option<Duration>) -> Arc<Self> {
+        Arc::new(Self::with(file, None, window_flag, Arc::new(|_: &mut QueryFile| Ok(())), None))
+    }
+
+    fn with(
+        file: QueryFile,
+        path: Option<PathBuf>,
+        window_flag: Option<Duration>,
+        check: Check,
+        text: Option<String>,
+    ) -> Self {
+        let window = window_flag.or(file.window).unwrap_or(DEFAULT_WINDOW);
+        let snapshot = Arc::new(Snapshot { file, window, generation: 0 });
+        let (changes, _) = tokio::sync::watch::channel(0);
+        Self {
+            path,
+            window_flag,
+            check,
+            current: std::sync::RwLock::new(snapshot),
+            changes,
+            last_text: std::sync::Mutex::new(text),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn current(&self) -> Arc<Snapshot> {
+        match self.current.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Notified with the new generation after each successful reload.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Re-reads the file; `Ok(true)` when a new configuration took effect, `Ok(false)` when
+    /// the content is unchanged (or there is no file), `Err` when the new file is invalid (the
+    /// old configuration stays).
+    pub fn reload(&self) -> Result<bool> {
+        let Some(path) = &self.path else { return Ok(false) };
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        let Ok(mut last) = self.last_text.lock() else { return Ok(false) };
+        if last.as_deref() == Some(text.as_str()) {
+            return Ok(false);
+        }
+        // Remember the rejected text too, so an invalid file is reported once, not every poll.
+        *last = Some(text.clone());
+        let file = QueryFile::from_yaml(&text, &shown, &self.check)?;
+        let generation = self.current().generation + 1;
+        let window = self.window_flag.or(file.window).unwrap_or(DEFAULT_WINDOW);
+        let snapshot = Arc::new(Snapshot { file, window, generation });
+        if let Ok(mut current) = self.current.write() {
+            *current = snapshot;
+        }
+        self.changes.send_replace(generation);
+        Ok(true)
+    }
+
+    /// Polls the file every `interval` and reloads it when it changed; `observe` is told the
+    /// outcome of every attempted reload (`true` = applied).
+    pub fn spawn_reloader(self: &Arc<Self>, interval: Duration, observe: impl Fn(bool) + Send + 'static) {
+        if self.path.is_none() {
+            return;
+        }
+        let live = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                match live.reload() {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        tracing::info!(generation = live.current().generation, "configuration reloaded");
+                        observe(true);
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "configuration rejected; the previous one stays in force");
+                        observe(false);
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accepts every file, as long as its only section is `known`.
+    fn mk_check() -> Check {
+        Arc::new(|file: &mut QueryFile| match file.kind_queries.keys().find(|k| *k != "known") {
+            Some(key) => Err(Invalid::new(key.clone(), "unknown section")),
+            None => Ok(()),
+        })
+    }
+
+    #[test]
+    fn reload_applies_valid_files_and_keeps_the_last_good_one() {
+        let dir = std::env::temp_dir().join(format!("percolator-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.yaml");
+        std::fs::write(&file, "window: 2m\n").unwrap();
+        let live = LiveConfig::load(Some(&file), None, mk_check()).unwrap();
+        assert_eq!(live.current().window, Duration::from_secs(120));
+        assert!(!live.reload().unwrap(), "unchanged content is not a reload");
+        std::fs::write(&file, "window: 3m\n").unwrap();
+        assert!(live.reload().unwrap());
+        assert_eq!(live.current().window, Duration::from_secs(180));
+        assert_eq!(live.current().generation, 1);
+        std::fs::write(&file, "window: 3m\nbogus: {a: b}\n").unwrap();
+        let err = live.reload().unwrap_err().to_string();
+        assert!(err.contains("field bogus: unknown section"), "{err}");
+        assert_eq!(live.current().window, Duration::from_secs(180), "the last good configuration stays");
+        assert!(!live.reload().unwrap(), "a rejected file is reported once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn window_flag_wins_over_the_file() {
+        let file = QueryFile::from_yaml("window: 2m\n", "f", &mk_check()).unwrap();
+        let live = LiveConfig::fixed(file, Some(Duration::from_secs(30)));
+        assert_eq!(live.current().window, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn empty_file_is_defaults() {
+        assert_eq!(QueryFile::from_yaml("", "f", &mk_check()).unwrap(), QueryFile::default());
+    }
+
+    #[test]
+    fn sections_are_maps_of_strings_named_in_errors() {
+        let file = QueryFile::from_yaml("known:\n  a: x{SCOPE}\n", "f", &mk_check()).unwrap();
+        assert_eq!(file.kind_query("known", "a"), Some("x{SCOPE}"));
+        assert_eq!(file.kind_query("known", "b"), None);
+        let err = QueryFile::from_yaml("known: 3\n", "f.yaml", &mk_check()).unwrap_err().to_string();
+        assert!(err.starts_with("--config f.yaml: known: expected a map"), "{err}");
+    }
+
+    #[test]
+    fn window_is_parsed_and_validated() {
+        let c = QueryFile::from_yaml("window: 2m\n", "f", &mk_check()).unwrap();
+        assert_eq!(c.window, Some(Duration::from_secs(120)));
+        let err = QueryFile::from_yaml("window: soon\n", "f", &mk_check()).unwrap_err().to_string();
+        assert!(err.contains("soon"), "{err}");
+        let err = QueryFile::from_yaml("window: 10ms\n", "f", &mk_check()).unwrap_err().to_string();
+        assert_eq!(err, "--config f: field window: must be at least 1s");
+    }
+
+    #[test]
+    fn external_metrics_parse() {
+        let c = QueryFile::from_yaml(
+            "externalMetrics:\n- name: queue_depth\n  query: max by (namespace, queue) (q{SCOPE})\n  labels: [queue]\n  window: 1m\n",
+            "f",
+            &mk_check(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.external_metrics,
+            Some(vec![ExternalMetricConfig {
+                name: "queue_depth".into(),
+                query: "max by (namespace, queue) (q{SCOPE})".into(),
+                labels: vec!["queue".into()],
+                window: Some(Duration::from_secs(60)),
+            }])
+        );
+        let err = QueryFile::from_yaml("externalMetrics:\n- name: a\n  query: x\n  label: [a]\n", "f", &mk_check())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("label"), "{err}");
+    }
+}

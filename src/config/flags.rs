@@ -1,0 +1,395 @@
+//! Command-line flags, one `*Args` struct per concern composed into [`Args`], spelled as
+//! metrics-server and the generic Kubernetes API server spell them. Each concern reads its own
+//! struct; a bad flag fails at start with a message naming it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Parser};
+
+use crate::k8s::duration;
+
+/// All flags of the `percolator` binary.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "percolator",
+    version,
+    about = "Read-only Kubernetes aggregated API for live pod and cafe metrics"
+)]
+pub struct Args {
+    /// Serving (HTTPS listener and certificates).
+    #[command(flatten)]
+    pub serving: ServingArgs,
+    /// Cluster access.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Kubelet scraping.
+    #[command(flatten)]
+    pub kubelet: KubeletArgs,
+    /// Prometheus.
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// The query configuration file.
+    #[command(flatten)]
+    pub queries: QueryArgs,
+    /// Caching.
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Delegated authentication and authorization.
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    /// The opt-in external metrics API.
+    #[command(flatten)]
+    pub external_metrics: ExternalMetricsArgs,
+    /// Log verbosity, as Kubernetes components count it: 0 warnings and errors, 1-2 info,
+    /// 3-4 debug, 5+ trace.
+    #[arg(short = 'v', long = "v", default_value_t = 1, env = "PERCOLATOR_V")]
+    pub verbosity: u8,
+}
+
+/// Flags of the HTTPS listener.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ServingArgs {
+    /// Port of the HTTPS listener (0 picks a free port and logs it).
+    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_SECURE_PORT")]
+    pub secure_port: u16,
+    /// Address of the HTTPS listener.
+    #[arg(long, default_value = "0.0.0.0", env = "PERCOLATOR_BIND_ADDRESS")]
+    pub bind_address: std::net::IpAddr,
+    /// Directory where the self-signed serving certificate is written when --tls-cert-file is
+    /// not given.
+    #[arg(long, default_value = "apiserver.local.config/certificates", env = "PERCOLATOR_CERT_DIR")]
+    pub cert_dir: PathBuf,
+    /// PEM serving certificate (with intermediates). Requires --tls-private-key-file.
+    #[arg(long, requires = "tls_private_key_file", env = "PERCOLATOR_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file", env = "PERCOLATOR_TLS_PRIVATE_KEY_FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Minimum TLS version: VersionTLS12 or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"], env = "PERCOLATOR_TLS_MIN_VERSION")]
+    pub tls_min_version: String,
+    /// Maximum concurrent HTTP/2 streams per connection (kube-apiserver multiplexes every
+    /// proxied request over one connection).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..), env = "PERCOLATOR_HTTP2_MAX_STREAMS_PER_CONNECTION")]
+    pub http2_max_streams_per_connection: u32,
+    /// Maximum number of requests served at once (kube-apiserver's flag). Beyond it requests
+    /// are answered at once with 429 TooManyRequests and Retry-After: 1 instead of queueing.
+    /// Health, discovery, OpenAPI, /version and /metrics are exempt: they are precomputed,
+    /// cheap, and must keep answering under overload. 0 disables the limit.
+    #[arg(long, default_value_t = 400, env = "PERCOLATOR_MAX_REQUESTS_INFLIGHT")]
+    pub max_requests_inflight: u32,
+    /// Longest time a request may take (kube-apiserver's flag, e.g. 60s); a request still
+    /// running then is answered 504 Timeout. A request's `?timeout=` can only shorten it.
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration, env = "PERCOLATOR_REQUEST_TIMEOUT")]
+    pub request_timeout: Duration,
+    /// After SIGTERM, how long /readyz fails while requests are still served normally, so that
+    /// endpoints and load balancers stop sending traffic before the listener closes
+    /// (kube-apiserver's flag). In-flight requests are then drained. A second signal skips it.
+    #[arg(long, default_value = "5s", value_parser = duration::parse, env = "PERCOLATOR_SHUTDOWN_DELAY_DURATION")]
+    pub shutdown_delay_duration: Duration,
+    /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
+    /// --cert-dir) are checked for changes; a changed pair is served to new connections
+    /// without a restart.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "PERCOLATOR_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Duration,
+}
+
+/// A duration flag that must be greater than zero.
+fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> {
+    match duration::parse(text) {
+        Ok(d) if d.is_zero() => Err("must be greater than 0".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Flags of cluster access.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ClusterArgs {
+    /// kubeconfig used to watch pods and nodes; in-cluster configuration when unset.
+    #[arg(long, env = "PERCOLATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Flags of kubelet scraping.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct KubeletArgs {
+    /// Port of the kubelets' HTTPS endpoint.
+    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_KUBELET_PORT")]
+    pub kubelet_port: u16,
+    /// Use the port in node.status.daemonEndpoints.kubeletEndpoint instead of --kubelet-port.
+    #[arg(long, env = "PERCOLATOR_KUBELET_USE_NODE_STATUS_PORT")]
+    pub kubelet_use_node_status_port: bool,
+    /// Do not verify the kubelets' serving certificates (for clusters with self-signed kubelet
+    /// certificates; prefer --kubelet-certificate-authority).
+    #[arg(long, env = "PERCOLATOR_KUBELET_INSECURE_TLS")]
+    pub kubelet_insecure_tls: bool,
+    /// CA bundle (PEM) that signs the kubelets' serving certificates; the cluster CA of the
+    /// kubeconfig when unset.
+    #[arg(long, env = "PERCOLATOR_KUBELET_CERTIFICATE_AUTHORITY")]
+    pub kubelet_certificate_authority: Option<PathBuf>,
+    /// Node address types to try, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP",
+        env = "PERCOLATOR_KUBELET_PREFERRED_ADDRESS_TYPES"
+    )]
+    pub kubelet_preferred_address_types: Vec<String>,
+    /// Timeout of one kubelet request (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_KUBELET_REQUEST_TIMEOUT")]
+    pub kubelet_request_timeout: Duration,
+}
+
+/// Flags of the Prometheus HTTP API.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct PrometheusArgs {
+    /// Base URL of the Prometheus HTTP API.
+    #[arg(long, default_value = "http://localhost:9090", env = "PERCOLATOR_PROMETHEUS_URL")]
+    pub prometheus_url: url::Url,
+    /// Timeout of one PromQL query (e.g. 10s).
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_PROMETHEUS_TIMEOUT")]
+    pub prometheus_timeout: Duration,
+}
+
+/// Flags of the query configuration file.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct QueryArgs {
+    /// Range the Prometheus rates are computed over (e.g. 5m); overrides the file's `window`.
+    #[arg(long, value_parser = duration::parse, env = "PERCOLATOR_WINDOW")]
+    pub window: Option<Duration>,
+    /// YAML file with the PromQL of each field and the external metrics; compiled-in defaults
+    /// when unset. Reloaded when it changes.
+    #[arg(long, env = "PERCOLATOR_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Flags of caching: one TTL for every cache of computed results (served objects, external
+/// metric values, kubelet samples per node), all built by [`crate::cache`].
+#[derive(Debug, Clone, ClapArgs)]
+pub struct CacheArgs {
+    /// How long computed objects, external metric values and kubelet samples are cached
+    /// (e.g. 15s).
+    #[arg(long, default_value = "15s", value_parser = duration::parse, env = "PERCOLATOR_CACHE_TTL")]
+    pub cache_ttl: Duration,
+}
+
+/// Flags of the external metrics API (`external.metrics.k8s.io/v1beta1`).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ExternalMetricsArgs {
+    /// Serve and advertise external.metrics.k8s.io/v1beta1 (HPA external metrics) with the
+    /// `externalMetrics` of --config. Only one server per cluster may own that group (KEDA and
+    /// prometheus-adapter claim it too), so it is off by default.
+    #[arg(long, env = "PERCOLATOR_ENABLE_EXTERNAL_METRICS")]
+    pub enable_external_metrics: bool,
+}
+
+/// Flags of delegated authentication (TokenReview, client certificates, the front proxy) and
+/// authorization (SubjectAccessReview).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct AuthArgs {
+    /// kubeconfig used to create TokenReviews and to read the ConfigMap
+    /// kube-system/extension-apiserver-authentication; the cluster configuration (--kubeconfig
+    /// or in-cluster) when unset.
+    #[arg(long, env = "PERCOLATOR_AUTHENTICATION_KUBECONFIG")]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// kubeconfig used to create SubjectAccessReviews; the cluster configuration (--kubeconfig
+    /// or in-cluster) when unset.
+    #[arg(long, env = "PERCOLATOR_AUTHORIZATION_KUBECONFIG")]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// PEM bundle of the CAs that sign client certificates (user = CN, groups = O); read from
+    /// the ConfigMap key client-ca-file when unset.
+    #[arg(long, env = "PERCOLATOR_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// PEM bundle of the CAs that sign the front proxy's (the aggregator's) client certificate.
+    /// When unset, it and every other --requestheader-* setting come from the ConfigMap.
+    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_CLIENT_CA_FILE")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names allowed for the front proxy's certificate (comma-separated); empty allows
+    /// any certificate signed by --requestheader-client-ca-file.
+    #[arg(long, value_delimiter = ',', env = "PERCOLATOR_REQUESTHEADER_ALLOWED_NAMES")]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers carrying the user name; the first non-empty one wins.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-User",
+        env = "PERCOLATOR_REQUESTHEADER_USERNAME_HEADERS"
+    )]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers carrying the groups; every value of every one is a group.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-Group",
+        env = "PERCOLATOR_REQUESTHEADER_GROUP_HEADERS"
+    )]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of the headers carrying extra user attributes (the rest of the name is the key).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-Extra-",
+        env = "PERCOLATOR_REQUESTHEADER_EXTRA_HEADERS_PREFIX"
+    )]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Headers carrying the user's UID; the first non-empty one wins.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-Uid",
+        env = "PERCOLATOR_REQUESTHEADER_UID_HEADERS"
+    )]
+    pub requestheader_uid_headers: Vec<String>,
+    /// Do not read the ConfigMap kube-system/extension-apiserver-authentication: only the CA
+    /// files given as flags are trusted.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        env = "PERCOLATOR_AUTHENTICATION_SKIP_LOOKUP"
+    )]
+    pub authentication_skip_lookup: bool,
+    /// Start even when the ConfigMap kube-system/extension-apiserver-authentication cannot be
+    /// read (requests may then all be treated as anonymous).
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        env = "PERCOLATOR_AUTHENTICATION_TOLERATE_LOOKUP_FAILURE"
+    )]
+    pub authentication_tolerate_lookup_failure: bool,
+    /// Treat requests that no authenticator claims as user system:anonymous (group
+    /// system:unauthenticated); with false they get a 401.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        env = "PERCOLATOR_ANONYMOUS_AUTH"
+    )]
+    pub anonymous_auth: bool,
+    /// How long TokenReview results (authenticated or not) are cached.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL")]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// How long allowed SubjectAccessReview results are cached.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_AUTHORIZED_TTL")]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long denied SubjectAccessReview results are cached.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL")]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// Non-resource paths anyone may get without a SubjectAccessReview (comma-separated; exact
+    /// match, a trailing * matches a prefix).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "/healthz,/readyz,/livez",
+        env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_PATHS"
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
+    /// Groups whose members are allowed everything without a SubjectAccessReview
+    /// (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "system:masters",
+        env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_GROUPS"
+    )]
+    pub authorization_always_allow_groups: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("percolator").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let args = parse(&[]);
+        assert_eq!(args.cache.cache_ttl, Duration::from_secs(15));
+        assert_eq!(args.serving.http2_max_streams_per_connection, 1000);
+        assert_eq!(args.serving.max_requests_inflight, 400);
+        assert_eq!(args.serving.request_timeout, Duration::from_secs(60));
+        assert_eq!(args.serving.shutdown_delay_duration, Duration::from_secs(5));
+        assert_eq!(args.serving.tls_reload_interval, Duration::from_secs(10));
+        assert_eq!(args.kubelet.kubelet_preferred_address_types[0], "Hostname");
+        assert!(!args.external_metrics.enable_external_metrics);
+        assert!(parse(&["--enable-external-metrics"]).external_metrics.enable_external_metrics);
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = Args::try_parse_from(["percolator", "--cache-ttl", "fast"]).unwrap_err().to_string();
+        assert!(err.contains("--cache-ttl"), "{err}");
+        let err = Args::try_parse_from(["percolator", "--request-timeout", "0s"]).unwrap_err().to_string();
+        assert!(err.contains("--request-timeout") && err.contains("greater than 0"), "{err}");
+        let err = Args::try_parse_from(["percolator", "--tls-cert-file", "x"]).unwrap_err().to_string();
+        assert!(err.contains("--tls-private-key-file"), "{err}");
+    }
+
+    #[test]
+    fn auth_defaults() {
+        let a = parse(&[]).auth;
+        assert!(a.anonymous_auth);
+        assert!(!a.authentication_skip_lookup);
+        assert!(!a.authentication_tolerate_lookup_failure);
+        assert_eq!(a.requestheader_username_headers, ["X-Remote-User"]);
+        assert_eq!(a.requestheader_group_headers, ["X-Remote-Group"]);
+        assert_eq!(a.requestheader_extra_headers_prefix, ["X-Remote-Extra-"]);
+        assert_eq!(a.requestheader_uid_headers, ["X-Remote-Uid"]);
+        assert!(a.requestheader_allowed_names.is_empty());
+        assert_eq!(a.authorization_always_allow_paths, ["/healthz", "/readyz", "/livez"]);
+        assert_eq!(a.authorization_always_allow_groups, ["system:masters"]);
+        assert_eq!(a.authentication_token_webhook_cache_ttl, Duration::from_secs(10));
+        assert_eq!(a.authorization_webhook_cache_authorized_ttl, Duration::from_secs(10));
+        assert_eq!(a.authorization_webhook_cache_unauthorized_ttl, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn auth_booleans_take_an_optional_value() {
+        assert!(!parse(&["--anonymous-auth=false"]).auth.anonymous_auth);
+        assert!(parse(&["--anonymous-auth"]).auth.anonymous_auth);
+        assert!(parse(&["--authentication-skip-lookup"]).auth.authentication_skip_lookup);
+        assert!(!parse(&["--authentication-skip-lookup=false"]).auth.authentication_skip_lookup);
+        assert!(
+            parse(&["--authentication-tolerate-lookup-failure=true"])
+                .auth
+                .authentication_tolerate_lookup_failure
+        );
+    }
+
+    #[test]
+    fn auth_lists_and_durations() {
+        let a = parse(&[
+            "--requestheader-allowed-names=front-proxy-client,aggregator",
+            "--authorization-always-allow-paths=/healthz,/metrics*",
+            "--authorization-always-allow-groups=",
+            "--authorization-webhook-cache-authorized-ttl=5m",
+        ])
+        .auth;
+        assert_eq!(a.requestheader_allowed_names, ["front-proxy-client", "aggregator"]);
+        assert_eq!(a.authorization_always_allow_paths, ["/healthz", "/metrics*"]);
+        assert_eq!(a.authorization_always_allow_groups, [""]);
+        assert_eq!(a.authorization_webhook_cache_authorized_ttl, Duration::from_secs(300));
+        let err = Args::try_parse_from(["p", "--authentication-token-webhook-cache-ttl=soon"]).unwrap_err();
+        assert!(err.to_string().contains("--authentication-token-webhook-cache-ttl"), "{err}");
+    }
+}

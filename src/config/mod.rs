@@ -1,0 +1,14 @@
+//! Configuration: command-line flags ([`flags`]) and the query file with its live reload
+//! ([`file`]). A leaf: it knows the shapes of flags and file, not what the other modules make
+//! of them. Every bad flag or file fails at start with a message naming the flag or field.
+
+pub mod file;
+pub mod flags;
+
+pub use file::{
+    Check, ConfigError, DEFAULT_WINDOW, ExternalMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot,
+};
+pub use flags::{
+    Args, AuthArgs, CacheArgs, ClusterArgs, ExternalMetricsArgs, KubeletArgs, PrometheusArgs, QueryArgs,
+    ServingArgs,
+};

@@ -1,0 +1,238 @@
+//! The computed-object cache of a kind: a decorator that gives any [`ServedKind`] a
+//! [`TtlCache`] keyed by namespace (or all namespaces), so N simultaneous cold lists cost one
+//! set of upstream calls.
+//!
+//! A listing of all namespaces holds every namespace's objects, so it also answers the
+//! namespaces: once computed, each namespace's entry is replaced by a view of it (the same
+//! objects, shared, not copied), and a namespace missing from the cache while the
+//! all-namespaces entry is there is answered from it. A view expires with the listing it was
+//! taken from, so nothing is served older than the TTL.
+//!
+//! Errors are not cached; partial results (a source missing, with warnings) are, for the TTL.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
+use crate::cache::{CacheSettings, TtlCache};
+use crate::config::LiveConfig;
+
+/// Entries kept at most (one per namespace plus the all-namespaces entry).
+const MAX_ENTRIES: u64 = 10_000;
+
+/// Keyed by configuration generation too: a reloaded configuration never serves results
+/// computed with the old queries.
+type Key = (u64, Option<Arc<str>>);
+
+/// A [`ServedKind`] whose lists are cached for the TTL.
+pub struct CachedKind {
+    inner: Arc<dyn ServedKind>,
+    cache: TtlCache<Key, Arc<Listing>>,
+    config: Arc<LiveConfig>,
+}
+
+impl std::fmt::Debug for CachedKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedKind").field("kind", &self.inner.info().kind).finish_non_exhaustive()
+    }
+}
+
+impl CachedKind {
+    /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
+    /// `config`) is part of every key.
+    pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig>) -> Self {
+        let cache = TtlCache::new(inner.info().plural, settings, MAX_ENTRIES);
+        Self { inner, cache, config }
+    }
+
+    /// The listing of `key`, cached or computed, and whether this call computed it.
+    async fn compute(&self, key: Key) -> Result<(Arc<Listing>, std::time::Instant, bool), ComputeError> {
+        let namespace = key.1.clone();
+        self.cache
+            .get_or_try_compute(key, self.inner.list(namespace.as_deref()))
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    /// Replaces every namespace's entry by a view of `all`.
+    async fn share(&self, generation: u64, all: &Listing, expires_at: std::time::Instant) {
+        for (namespace, view) in all.namespace_views() {
+            self.cache.insert_until((generation, Some(namespace)), Arc::new(view), expires_at).await;
+        }
+    }
+}
+
+impl ServedKind for CachedKind {
+    fn info(&self) -> &'static KindInfo {
+        self.inner.info()
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        self.inner.columns()
+    }
+
+    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+        self.inner.schemas()
+    }
+
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        Box::pin(async move {
+            let generation = self.config.current().generation;
+            let Some(namespace) = namespace.filter(|_| self.inner.info().namespaced) else {
+                let (all, expires_at, computed) = self.compute((generation, None)).await?;
+                if computed && self.inner.info().namespaced {
+                    self.share(generation, &all, expires_at).await;
+                }
+                return Ok(all);
+            };
+            let key: Key = (generation, Some(Arc::from(namespace)));
+            if let Some((listing, _)) = self.cache.peek(&key).await {
+                self.cache.count(true);
+                return Ok(listing);
+            }
+            if let Some((all, expires_at)) = self.cache.peek(&(generation, None)).await {
+                let view = Arc::new(all.namespace_view(namespace));
+                self.cache.insert_until(key, view.clone(), expires_at).await;
+                self.cache.count(true);
+                return Ok(view);
+            }
+            Ok(self.compute(key).await?.0)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::Metrics;
+    use std::time::Duration;
+
+    static INFO: KindInfo = KindInfo {
+        plural: "things",
+        singular: "thing",
+        kind: "Thing",
+        list_kind: "ThingList",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        description: "test",
+    };
+
+    #[tokio::test]
+    async fn concurrent_misses_share_one_computation_and_expire() {
+        let pods = Pods::new(Duration::from_millis(50));
+        let metrics = Metrics::new();
+        let config = LiveConfig::fixed(Default::default(), None);
+        let settings = CacheSettings::new(Duration::from_millis(300), metrics.clone());
+        let cached = Arc::new(CachedKind::new(pods.clone(), &settings, config));
+        let barrier = Arc::new(tokio::sync::Barrier::new(50));
+        let tasks: Vec<_> = (0..50)
+            .map(|_| {
+                let (cached, barrier) = (cached.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    cached.list(Some("shop")).await.map(|_| ())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(pods.calls(), 1);
+        cached.list(Some("other")).await.unwrap();
+        assert_eq!(pods.calls(), 2, "namespaces are cached separately");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        cached.list(Some("shop")).await.unwrap();
+        assert_eq!(pods.calls(), 3, "entries expire after the TTL");
+        assert!(metrics.encode().contains("result=\"hit\"} 49"));
+    }
+
+    /// Objects in two namespaces, computed in `delay`; records which namespaces it was asked
+    /// for.
+    struct Pods {
+        asked: std::sync::Mutex<Vec<Option<String>>>,
+        delay: Duration,
+    }
+
+    impl Pods {
+        fn new(delay: Duration) -> Arc<Self> {
+            Arc::new(Self { asked: std::sync::Mutex::new(Vec::new()), delay })
+        }
+
+        fn asked(&self) -> Vec<Option<String>> {
+            self.asked.lock().unwrap().clone()
+        }
+
+        fn calls(&self) -> usize {
+            self.asked.lock().unwrap().len()
+        }
+    }
+
+    impl ServedKind for Pods {
+        fn info(&self) -> &'static KindInfo {
+            &INFO
+        }
+        fn columns(&self) -> &'static [Column] {
+            &[]
+        }
+        fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+            Vec::new()
+        }
+        fn list<'a>(
+            &'a self,
+            namespace: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+            Box::pin(async move {
+                self.asked.lock().unwrap().push(namespace.map(str::to_owned));
+                tokio::time::sleep(self.delay).await;
+                let items = [("api", "a"), ("shop", "b"), ("shop", "c")]
+                    .into_iter()
+                    .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
+                    .map(|(ns, name)| {
+                        Arc::new(crate::kinds::Item {
+                            meta: crate::kinds::Meta {
+                                name: name.into(),
+                                namespace: ns.into(),
+                                ..Default::default()
+                            },
+                            object: serde_json::value::RawValue::from_string(format!(
+                                "{{\"name\":\"{name}\"}}"
+                            ))
+                            .unwrap(),
+                            cells: Vec::new(),
+                        })
+                    })
+                    .collect();
+                Ok(Arc::new(Listing { items, resource_version: "7".into(), ..Listing::default() }))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn namespaces_are_answered_by_views_of_the_all_namespaces_listing() {
+        let pods = Pods::new(Duration::ZERO);
+        let config = LiveConfig::fixed(Default::default(), None);
+        let settings = CacheSettings::new(Duration::from_millis(400), Metrics::new());
+        let cached = CachedKind::new(pods.clone(), &settings, config);
+        let names = |l: &Listing| l.items.iter().map(|i| i.meta.name.to_string()).collect::<Vec<_>>();
+
+        // A namespace computed on its own is replaced by a view once all namespaces are.
+        let own = cached.list(Some("shop")).await.unwrap();
+        let all = cached.list(None).await.unwrap();
+        let shop = cached.list(Some("shop")).await.unwrap();
+        assert_eq!(names(&shop), ["b", "c"]);
+        assert!(!Arc::ptr_eq(&own.items[0], &shop.items[0]), "the namespace's own copy is gone");
+        assert!(Arc::ptr_eq(&all.items[1], &shop.items[0]), "objects are shared, not copied");
+        // A namespace not cached yet, or empty, is answered from the all-namespaces entry.
+        assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
+        assert!(cached.list(Some("empty")).await.unwrap().items.is_empty());
+        assert_eq!(cached.list(Some("api")).await.unwrap().resource_version, "7");
+        assert_eq!(pods.asked(), [Some("shop".to_owned()), None]);
+
+        // Views expire with the listing they came from.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
+        assert_eq!(pods.asked(), [Some("shop".to_owned()), None, Some("api".to_owned())]);
+    }
+}

@@ -1,0 +1,162 @@
+//! What every kind computes from ([`Sources`]: the inventory, the kubelets, Prometheus and the
+//! configuration in force) and the steps the kinds share: the start of a computation, the
+//! kubelet usage of a set of pods, a templated PromQL query scoped to a namespace, and the
+//! indexing of query results by object.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{LiveConfig, Snapshot};
+use crate::sources::prometheus::{self, Matcher, render};
+use crate::sources::{ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromError, PromSample, PromSource};
+
+use super::ComputeError;
+
+/// Why one field's query gave no result. Kinds turn it into a warning and omit the field.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum QueryError {
+    /// The template could not be rendered for this request (checked at load, so only a
+    /// window Prometheus cannot express gets here).
+    #[error("{field} query: {source}")]
+    Template {
+        /// The field whose query it is.
+        field: String,
+        /// What is wrong.
+        source: prometheus::Error,
+    },
+    /// Prometheus failed or is unreachable.
+    #[error(transparent)]
+    Prometheus(#[from] PromError),
+}
+
+/// The upstreams every kind computes from, with the steps kinds share.
+#[derive(Clone)]
+pub struct Sources {
+    /// Pods and nodes.
+    pub inventory: Arc<dyn Inventory>,
+    /// Kubelet usage per node.
+    pub kubelet: Arc<dyn KubeletSource>,
+    /// PromQL.
+    pub prometheus: Arc<dyn PromSource>,
+    /// The query configuration in force (reloadable): kinds take one snapshot per computation.
+    pub config: Arc<LiveConfig>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// The start of one computation: one consistent view of the inventory and the configuration.
+#[derive(Debug)]
+pub struct Computation {
+    /// The running pods of the namespace (or of all namespaces).
+    pub pods: Vec<Arc<PodInfo>>,
+    /// The inventory's resource version, the listing's `metadata.resourceVersion`.
+    pub resource_version: String,
+    /// The configuration in force, for every query of this computation.
+    pub config: Arc<Snapshot>,
+}
+
+impl Sources {
+    /// Starts computing `namespace` (all namespaces when `None`): [`ComputeError::NotReady`]
+    /// until the inventory has synced.
+    pub fn begin(&self, namespace: Option<&str>) -> Result<Computation, ComputeError> {
+        if !self.inventory.is_synced() {
+            return Err(ComputeError::NotReady);
+        }
+        Ok(Computation {
+            resource_version: self.inventory.resource_version(),
+            pods: self.inventory.running_pods(namespace),
+            config: self.config.current(),
+        })
+    }
+
+    /// Container usage of `pods`, fetching only the nodes that run them, in parallel (each
+    /// node is cached and single-flight in the kubelet source). Failed nodes remove the
+    /// usage of their pods and yield one warning.
+    pub async fn pod_usage(
+        &self,
+        pods: &[Arc<PodInfo>],
+    ) -> (HashMap<PodKey, Vec<ContainerUsage>>, Option<String>) {
+        let nodes: BTreeSet<&str> = pods.iter().filter_map(|p| p.node_name.as_deref()).collect();
+        let results = futures::future::join_all(nodes.iter().map(|node| self.kubelet.node_usage(node))).await;
+        let mut usage = HashMap::new();
+        let mut failed = Vec::new();
+        for result in results {
+            match result {
+                Ok(node) => usage.extend(node.pods.iter().map(|(k, v)| (k.clone(), v.clone()))),
+                Err(error) => failed.push(error.to_string()),
+            }
+        }
+        // Name every failed node (errors name their node), up to a bound that keeps the
+        // header readable.
+        const LISTED: usize = 5;
+        let warning = match failed.len() {
+            0 => None,
+            1 => Some(format!("cpu and memory omitted for pods on 1 node: {}", failed[0])),
+            n => {
+                let listed = failed.iter().take(LISTED).cloned().collect::<Vec<_>>().join("; ");
+                let more = if n > LISTED { format!("; and {} more", n - LISTED) } else { String::new() };
+                Some(format!("cpu and memory omitted for pods on {n} nodes: {listed}{more}"))
+            }
+        };
+        (usage, warning)
+    }
+
+    /// Renders `template` for `namespace` (all namespaces when `None`) and runs it. The
+    /// namespace has been validated as a DNS-1123 label by the API layer and is escaped here.
+    pub async fn query(
+        &self,
+        field: &str,
+        template: &str,
+        namespace: Option<&str>,
+        window: Duration,
+    ) -> Result<Vec<PromSample>, QueryError> {
+        let template_error = |source| QueryError::Template { field: field.to_owned(), source };
+        let scope: Vec<Matcher> = match namespace {
+            Some(ns) => vec![Matcher::eq("namespace", ns).map_err(template_error)?],
+            None => Vec::new(),
+        };
+        let promql = render(template, &scope, window).map_err(template_error)?;
+        Ok(self.prometheus.query(promql).await?)
+    }
+}
+
+/// Indexes a query result by its `namespace` and `pod` labels, or records why `field` is
+/// missing.
+pub fn index_by_pod(
+    result: Result<Vec<PromSample>, QueryError>,
+    field: &str,
+    warnings: &mut Vec<String>,
+) -> HashMap<PodKey, PromSample> {
+    index_by(result, field, "pod", warnings)
+}
+
+/// Indexes a query result by its `namespace` label and `label`, or records why `field` is
+/// missing. Samples without those labels are ignored.
+pub fn index_by(
+    result: Result<Vec<PromSample>, QueryError>,
+    field: &str,
+    label: &str,
+    warnings: &mut Vec<String>,
+) -> HashMap<PodKey, PromSample> {
+    match result {
+        Ok(samples) => samples
+            .into_iter()
+            .filter_map(|s| {
+                let key = PodKey {
+                    namespace: s.labels.get("namespace")?.as_str().into(),
+                    name: s.labels.get(label)?.as_str().into(),
+                };
+                Some((key, s))
+            })
+            .collect(),
+        Err(error) => {
+            warnings.push(format!("{field} omitted: {error}"));
+            HashMap::new()
+        }
+    }
+}

@@ -1,0 +1,830 @@
+//! Kubelet `GET /metrics/resource` (CONTRACT §8): [`KubeletClient`], the [`KubeletSource`]
+//! that fetches it over HTTPS, with its configuration ([`KubeletConfig`], [`BearerToken`],
+//! [`Scheme`]) and errors ([`Error`]). The other concerns have their own files, re-exported
+//! here:
+//!
+//! - `parse`: decoding one body ([`parse_resource_metrics`] → [`ParsedBatch`]);
+//! - `rates`: the rate state of a node, CPU rates from two cumulative samples ([`NodeSamples`]);
+//! - `tls`: the rustls client configuration (`--kubelet-certificate-authority`,
+//!   `--kubelet-insecure-tls`).
+//!
+//! [`KubeletClient`] caches each node's usage in the crate's [`TtlCache`] (named `kubelet`),
+//! whose misses share one fetch; a semaphore bounds concurrent fetches; caps on body size and
+//! container count keep one broken kubelet from taking the memory; bearer-token files are
+//! re-read at most once a minute, since service-account tokens rotate.
+
+mod parse;
+mod rates;
+mod tls;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use tokio::sync::Semaphore;
+
+use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
+use crate::cache::{CacheSettings, TtlCache};
+
+pub use super::KubeletError;
+pub use parse::{ContainerKey, ContainerSample, ParsedBatch, Sample, parse_resource_metrics};
+pub use rates::NodeSamples;
+
+/// The kubelet's default secure port.
+pub const DEFAULT_PORT: u16 = 10250;
+
+/// Path of the resource metrics endpoint.
+pub const RESOURCE_METRICS_PATH: &str = "/metrics/resource";
+
+/// Largest body we read from a kubelet. A node with 110 pods answers about 100 KiB and one with
+/// 500 pods of 3 containers about 1.2 MiB, so 8 MiB only stops a broken or hostile endpoint.
+/// Every concurrent fetch may hold this much (a 64 MiB cap let one 10 MB body take percolator
+/// from 27 to 240 MiB resident).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Most containers accepted from one kubelet. Far above what a node runs (kubelets default
+/// to 110 pods), it bounds the rate state kept per node, which a dense body under the size
+/// cap could otherwise fill with tens of thousands of phantom containers.
+pub const DEFAULT_MAX_CONTAINERS: usize = 10_000;
+
+/// metrics-server's default `--kubelet-preferred-address-types` order.
+pub const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 5] =
+    ["Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP"];
+
+/// The `source` passed to the [`UpstreamObserver`].
+const SOURCE: &str = "kubelet";
+
+/// How long a token read from a file is used before the file is read again: kubelet-projected
+/// service-account tokens are refreshed well before they expire, so a minute is plenty.
+const TOKEN_REFRESH: Duration = Duration::from_secs(60);
+
+/// How much of an error response body is quoted in an error message.
+const ERROR_BODY_SNIPPET: usize = 256;
+
+/// Most nodes whose usage is cached at once.
+const MAX_CACHED_NODES: u64 = 1_000_000;
+
+/// Errors of this module: decoding a body and building a client.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The body holds no line of the families we read (an HTML error page, another endpoint).
+    #[error(
+        "no resource metrics in the body ({malformed_lines} malformed lines, \
+         {unknown_lines} samples of other families)"
+    )]
+    NoMetrics {
+        /// Lines that are not valid samples.
+        malformed_lines: usize,
+        /// Valid samples of families we do not read.
+        unknown_lines: usize,
+    },
+    /// The certificate authority bundle is unusable, or none was given without insecure TLS.
+    #[error("kubelet certificate authority: {0}")]
+    CertificateAuthority(String),
+    /// The TLS configuration could not be built.
+    #[error("kubelet TLS configuration: {0}")]
+    Tls(String),
+    /// The HTTP client could not be built.
+    #[error("kubelet HTTP client: {0}")]
+    HttpClient(String),
+}
+
+/// Result alias for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where the bearer token sent to kubelets comes from.
+#[derive(Clone)]
+pub enum BearerToken {
+    /// A fixed token.
+    Static(String),
+    /// A file holding the token (a projected service-account token), re-read at most once a
+    /// minute so rotations are picked up.
+    File(PathBuf),
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Static(_) => f.write_str("Static(<redacted>)"),
+            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
+/// URL scheme used to reach kubelets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Scheme {
+    /// HTTPS, as every real kubelet serves.
+    #[default]
+    Https,
+    /// Plain HTTP, for simulators and tests only: the bearer token travels in clear.
+    Http,
+}
+
+/// How to reach and read kubelets (metrics-server's `--kubelet-*` flags).
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// `--kubelet-port`, used unless the node status gives one and
+    /// [`use_node_status_port`](Self::use_node_status_port) is set.
+    pub port: u16,
+    /// `--kubelet-preferred-address-types`: the node address types to try, in order.
+    /// Defaults to metrics-server's `Hostname, InternalDNS, InternalIP, ExternalDNS, ExternalIP`.
+    pub preferred_address_types: Vec<String>,
+    /// `--kubelet-insecure-tls`: do not verify kubelet serving certificates.
+    pub insecure_tls: bool,
+    /// `--kubelet-certificate-authority`: PEM bundle that kubelet certificates must chain to
+    /// (usually the cluster CA). Required unless `insecure_tls`.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The bearer token sent to kubelets, if any.
+    pub bearer_token: Option<BearerToken>,
+    /// `--kubelet-request-timeout`: bound on one fetch, and on the wait for a fetch slot.
+    pub request_timeout: Duration,
+    /// The cache of each node's usage (how long it is served, where lookups are counted).
+    pub cache: CacheSettings,
+    /// `--kubelet-use-node-status-port`: use `status.daemonEndpoints.kubeletEndpoint.port`.
+    pub use_node_status_port: bool,
+    /// Most fetches in flight at once.
+    pub max_concurrency: usize,
+    /// Largest body read; see [`DEFAULT_MAX_BODY_BYTES`].
+    pub max_body_bytes: usize,
+    /// Most containers accepted from one body; see [`DEFAULT_MAX_CONTAINERS`].
+    pub max_containers: usize,
+    /// HTTPS unless talking to a simulator.
+    pub scheme: Scheme,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        Self {
+            port: DEFAULT_PORT,
+            preferred_address_types: DEFAULT_PREFERRED_ADDRESS_TYPES
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect(),
+            insecure_tls: false,
+            ca_pem: None,
+            bearer_token: None,
+            request_timeout: Duration::from_secs(10),
+            cache: CacheSettings::uncounted(Duration::from_secs(10)),
+            use_node_status_port: false,
+            max_concurrency: 64,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_containers: DEFAULT_MAX_CONTAINERS,
+            scheme: Scheme::Https,
+        }
+    }
+}
+
+/// Reads kubelets' `/metrics/resource` and keeps their CPU rate state.
+pub struct KubeletClient {
+    inner: Arc<Inner>,
+    cache: TtlCache<String, Arc<NodeUsage>>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    config: KubeletConfig,
+    inventory: Arc<dyn Inventory>,
+    observer: Arc<dyn UpstreamObserver>,
+    token: Option<TokenProvider>,
+    slots: Semaphore,
+    /// Rate state per node, each behind its own lock so nodes update independently.
+    samples: Mutex<HashMap<String, Arc<Mutex<NodeSamples>>>>,
+}
+
+/// A failed fetch with the outcome to record.
+struct Failure {
+    outcome: &'static str,
+    error: KubeletError,
+}
+
+impl KubeletClient {
+    /// Builds a client. Fails when the TLS settings are unusable (no CA and not insecure, a CA
+    /// bundle without certificates).
+    pub fn new(
+        config: KubeletConfig,
+        inventory: Arc<dyn Inventory>,
+        observer: Arc<dyn UpstreamObserver>,
+    ) -> Result<Self> {
+        let tls = tls::tls_config(&config)?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout)
+            // Kubelets are reached directly, as metrics-server does; an HTTP(S)_PROXY meant for
+            // egress must not see the token.
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| Error::HttpClient(error_chain(&e)))?;
+        let cache = TtlCache::new("kubelet", &config.cache, MAX_CACHED_NODES);
+        let token = config.bearer_token.clone().map(TokenProvider::new);
+        let slots = Semaphore::new(config.max_concurrency.max(1));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                config,
+                inventory,
+                observer,
+                token,
+                slots,
+                samples: Mutex::new(HashMap::new()),
+            }),
+            cache,
+        })
+    }
+}
+
+impl KubeletSource for KubeletClient {
+    fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>> {
+        let node = node.to_owned();
+        Box::pin(async move {
+            let fetch = async { self.inner.fetch(&node).await.map(Arc::new) };
+            self.cache
+                .get_or_try_compute(node.clone(), fetch)
+                .await
+                .map(|(usage, _, _)| usage)
+                .map_err(|e| (*e).clone())
+        })
+    }
+}
+
+impl Inner {
+    /// One fetch, recorded by the observer.
+    async fn fetch(&self, node: &str) -> Result<NodeUsage, KubeletError> {
+        let info = match self.inventory.node(node) {
+            Some(info) => info,
+            None => {
+                // The node is gone: so is its rate state.
+                lock(&self.samples).remove(node);
+                return Err(KubeletError::NoAddress {
+                    node: node.to_owned(),
+                    reason: "node not in the inventory".to_owned(),
+                });
+            }
+        };
+        let url = self.url(&info)?;
+        let started = Instant::now();
+        let result = self.fetch_batch(node, &url).await;
+        let result = match result {
+            Ok(batch) if batch.scrape_error && batch.containers.is_empty() => Err(Failure {
+                outcome: outcome::ERROR,
+                error: KubeletError::ScrapeError { node: node.to_owned() },
+            }),
+            other => other,
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(batch) => {
+                self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
+                let state = Arc::clone(lock(&self.samples).entry(node.to_owned()).or_default());
+                let usage = lock(&state).update(batch);
+                Ok(usage)
+            }
+            Err(failure) => {
+                self.observer.observe(SOURCE, failure.outcome, seconds);
+                Err(failure.error)
+            }
+        }
+    }
+
+    /// The URL of a node's resource metrics.
+    fn url(&self, node: &NodeInfo) -> Result<String, KubeletError> {
+        let no_address = |reason: String| KubeletError::NoAddress { node: node.name.clone(), reason };
+        let address = select_address(node, &self.config.preferred_address_types).ok_or_else(|| {
+            no_address(format!("no address of type {}", self.config.preferred_address_types.join(", ")))
+        })?;
+        let host = url_host(address)
+            .ok_or_else(|| no_address(format!("address {address:?} is not a host name or IP")))?;
+        let port = match node.kubelet_port {
+            Some(port) if self.config.use_node_status_port && port != 0 => port,
+            _ => self.config.port,
+        };
+        let scheme = match self.config.scheme {
+            Scheme::Https => "https",
+            Scheme::Http => "http",
+        };
+        Ok(format!("{scheme}://{host}:{port}{RESOURCE_METRICS_PATH}"))
+    }
+
+    /// Requests, reads and decodes one body.
+    async fn fetch_batch(&self, node: &str, url: &str) -> Result<ParsedBatch, Failure> {
+        let request_error = |outcome: &'static str, reason: String| Failure {
+            outcome,
+            error: KubeletError::Request { node: node.to_owned(), reason },
+        };
+        let timeout = self.config.request_timeout;
+        let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(request_error(outcome::ERROR, "client closed".to_owned())),
+            Err(_) => {
+                return Err(request_error(
+                    outcome::TIMEOUT,
+                    format!("no fetch slot free within {timeout:?}"),
+                ));
+            }
+        };
+
+        let mut request = self.http.get(url).header(http::header::ACCEPT, "text/plain;version=0.0.4");
+        let mut token = None;
+        if let Some(provider) = &self.token {
+            let value = provider.get().await.map_err(|reason| request_error(outcome::ERROR, reason))?;
+            let mut header = http::HeaderValue::from_str(&format!("Bearer {value}")).map_err(|_| {
+                request_error(outcome::ERROR, "the bearer token is not a valid header value".to_owned())
+            })?;
+            header.set_sensitive(true);
+            request = request.header(http::header::AUTHORIZATION, header);
+            token = Some(value);
+        }
+        let redact = |reason: String| redact(reason, token.as_deref());
+
+        let scrape_time = Timestamp::now();
+        let mut response = request.send().await.map_err(|e| {
+            let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::UNREACHABLE };
+            request_error(outcome, redact(error_chain(&e)))
+        })?;
+
+        let status = response.status();
+        if !status.is_success() {
+            let snippet = read_capped(&mut response, ERROR_BODY_SNIPPET)
+                .await
+                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).trim().to_owned())
+                .unwrap_or_default();
+            return Err(request_error(
+                outcome::ERROR,
+                redact(format!("GET {url}: HTTP {status}: {snippet}")),
+            ));
+        }
+        let max = self.config.max_body_bytes;
+        if response.content_length().is_some_and(|len| len > max as u64) {
+            return Err(request_error(outcome::ERROR, format!("GET {url}: body exceeds {max} bytes")));
+        }
+        let (body, truncated) = read_capped(&mut response, max).await.map_err(|e| {
+            let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::ERROR };
+            request_error(outcome, redact(error_chain(&e)))
+        })?;
+        if truncated {
+            return Err(request_error(outcome::ERROR, format!("GET {url}: body exceeds {max} bytes")));
+        }
+        let text = String::from_utf8_lossy(&body);
+        let batch = parse_resource_metrics(&text, scrape_time)
+            .map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))?;
+        let limit = self.config.max_containers;
+        if batch.containers.len() > limit {
+            return Err(request_error(
+                outcome::ERROR,
+                format!("GET {url}: {} containers, more than the {limit} accepted", batch.containers.len()),
+            ));
+        }
+        Ok(batch)
+    }
+}
+
+/// Reads at most `max` bytes of a body; the flag says whether more was left.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    max: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = max - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(chunk.get(..room).unwrap_or_default());
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
+/// The first address of the first preferred type that the node has.
+fn select_address<'a>(node: &'a NodeInfo, preferred: &[String]) -> Option<&'a str> {
+    preferred.iter().find_map(|wanted| {
+        node.addresses
+            .iter()
+            .find(|(kind, address)| kind == wanted && !address.is_empty())
+            .map(|(_, address)| address.as_str())
+    })
+}
+
+/// The URL host for an address: IPv6 in brackets, an IP or DNS name as is, anything else
+/// (which could smuggle a path or userinfo into the URL) rejected.
+fn url_host(address: &str) -> Option<String> {
+    if let Ok(ip) = address.parse::<IpAddr>() {
+        return Some(match ip {
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            IpAddr::V4(v4) => v4.to_string(),
+        });
+    }
+    if !address.is_empty()
+        && address.len() <= 253
+        && address.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && !address.starts_with(['-', '.'])
+    {
+        return Some(address.to_owned());
+    }
+    None
+}
+
+/// A message with every cause, since reqwest's own message omits them (shared with the
+/// Prometheus client).
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Removes the token from a message, whatever produced it.
+fn redact(message: String, token: Option<&str>) -> String {
+    match token {
+        Some(token) if token.len() >= 4 && message.contains(token) => message.replace(token, "<redacted>"),
+        _ => message,
+    }
+}
+
+/// Locks a mutex, taking the data even if a panic poisoned it (the state stays consistent:
+/// every update replaces whole values).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Supplies the bearer token, re-reading a token file at most every [`TOKEN_REFRESH`].
+struct TokenProvider {
+    source: BearerToken,
+    cached: Mutex<Option<(String, Instant)>>,
+}
+
+impl TokenProvider {
+    fn new(source: BearerToken) -> Self {
+        Self { source, cached: Mutex::new(None) }
+    }
+
+    /// The current token; the error names the file, never the token.
+    async fn get(&self) -> Result<String, String> {
+        let path = match &self.source {
+            BearerToken::Static(token) => return Ok(token.clone()),
+            BearerToken::File(path) => path,
+        };
+        if let Some((token, read_at)) = lock(&self.cached).as_ref()
+            && read_at.elapsed() < TOKEN_REFRESH
+        {
+            return Ok(token.clone());
+        }
+        match tokio::fs::read_to_string(path).await {
+            Ok(text) => {
+                let token = text.trim().to_owned();
+                *lock(&self.cached) = Some((token.clone(), Instant::now()));
+                Ok(token)
+            }
+            // Keep using the last token: it is likely still valid for a while.
+            Err(e) => lock(&self.cached)
+                .as_ref()
+                .map(|(token, _)| token.clone())
+                .ok_or_else(|| format!("reading bearer token file {}: {e}", path.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    use hyper_util::service::TowerToHyperService;
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rustls::pki_types::PrivatePkcs8KeyDer;
+
+    use super::parse::tests::{FIXTURE, ts};
+    use super::*;
+    use crate::sources::PodKey;
+
+    // ---- addresses ----
+
+    fn mk_node(addresses: &[(&str, &str)], kubelet_port: Option<u16>) -> NodeInfo {
+        NodeInfo {
+            name: "node-a".to_owned(),
+            addresses: addresses.iter().map(|(t, a)| ((*t).to_owned(), (*a).to_owned())).collect(),
+            kubelet_port,
+        }
+    }
+
+    #[test]
+    fn address_preference_and_url() {
+        let node = mk_node(
+            &[("InternalIP", "10.0.0.7"), ("Hostname", "node-a"), ("ExternalIP", "2001:db8::7")],
+            Some(10255),
+        );
+        let defaults = KubeletConfig::default().preferred_address_types;
+        assert_eq!(select_address(&node, &defaults), Some("node-a"));
+        let ip_first = vec!["InternalIP".to_owned(), "Hostname".to_owned()];
+        assert_eq!(select_address(&node, &ip_first), Some("10.0.0.7"));
+        assert_eq!(select_address(&node, &["InternalDNS".to_owned()]), None);
+        assert_eq!(url_host("2001:db8::7").as_deref(), Some("[2001:db8::7]"));
+        assert_eq!(url_host("10.0.0.7").as_deref(), Some("10.0.0.7"));
+        assert_eq!(url_host("node-a.example").as_deref(), Some("node-a.example"));
+        for bad in ["evil.example/x?", "user@host", "a b", "-x", ""] {
+            assert_eq!(url_host(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn redaction_and_debug_hide_the_token() {
+        let message = redact("denied for Bearer s3cr3t-token".to_owned(), Some("s3cr3t-token"));
+        assert_eq!(message, "denied for Bearer <redacted>");
+        let config = KubeletConfig {
+            bearer_token: Some(BearerToken::Static("s3cr3t-token".to_owned())),
+            ..KubeletConfig::default()
+        };
+        assert!(!format!("{config:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn https_without_a_trust_anchor_is_refused() {
+        let inventory: Arc<dyn Inventory> = Arc::new(MkInventory::default());
+        let err =
+            KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(super::super::NoopObserver))
+                .err()
+                .unwrap();
+        assert!(matches!(err, Error::CertificateAuthority(_)), "{err}");
+    }
+
+    // ---- HTTP against a local rustls server ----
+
+    #[derive(Default)]
+    struct MkInventory {
+        nodes: HashMap<String, Arc<NodeInfo>>,
+    }
+
+    impl Inventory for MkInventory {
+        fn running_pods(&self, _namespace: Option<&str>) -> Vec<Arc<super::super::PodInfo>> {
+            Vec::new()
+        }
+        fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
+            self.nodes.get(name).cloned()
+        }
+        fn is_synced(&self) -> bool {
+            true
+        }
+        fn resource_version(&self) -> String {
+            "1".to_owned()
+        }
+    }
+
+    /// Records every observation (the Prometheus client's tests use it too).
+    #[derive(Default)]
+    pub(in crate::sources) struct MkObserver {
+        pub(in crate::sources) calls: Mutex<Vec<(&'static str, &'static str)>>,
+    }
+
+    impl UpstreamObserver for MkObserver {
+        fn observe(&self, source: &'static str, outcome: &'static str, _seconds: f64) {
+            self.calls.lock().unwrap().push((source, outcome));
+        }
+    }
+
+    #[derive(Default)]
+    struct ServerState {
+        body: Mutex<String>,
+        hits: AtomicUsize,
+        authorizations: Mutex<Vec<Option<String>>>,
+        delay: Mutex<Duration>,
+    }
+
+    async fn kubelet_handler(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> impl IntoResponse {
+        state.hits.fetch_add(1, Ordering::SeqCst);
+        let auth = headers.get(http::header::AUTHORIZATION).map(|v| v.to_str().unwrap().to_owned());
+        state.authorizations.lock().unwrap().push(auth.clone());
+        let delay = *state.delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        if auth.as_deref() == Some("Bearer wrong") {
+            return (StatusCode::UNAUTHORIZED, "Unauthorized".to_owned());
+        }
+        (StatusCode::OK, state.body.lock().unwrap().clone())
+    }
+
+    struct MkServer {
+        port: u16,
+        ca_pem: String,
+        state: Arc<ServerState>,
+    }
+
+    fn mk_ca() -> (CertifiedIssuer<'static, KeyPair>, String) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, "test kubelet CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let pem = ca.pem();
+        (ca, pem)
+    }
+
+    async fn mk_server() -> MkServer {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (ca, ca_pem) = mk_ca();
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca)
+            .unwrap();
+        let mut tls = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                PrivatePkcs8KeyDer::from(leaf_key.serialize_der()).into(),
+            )
+            .unwrap();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+
+        let state = Arc::new(ServerState::default());
+        *state.body.lock().unwrap() = FIXTURE.to_owned();
+        let router = axum::Router::new()
+            .route(RESOURCE_METRICS_PATH, axum::routing::get(kubelet_handler))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let service = TowerToHyperService::new(router.clone());
+                tokio::spawn(async move {
+                    if let Ok(stream) = acceptor.accept(tcp).await {
+                        let _ = auto::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                });
+            }
+        });
+        MkServer { port, ca_pem, state }
+    }
+
+    fn mk_client(server: &MkServer, config: KubeletConfig, observer: Arc<MkObserver>) -> KubeletClient {
+        let mut inventory = MkInventory::default();
+        inventory.nodes.insert("node-a".to_owned(), Arc::new(mk_node(&[("InternalIP", "127.0.0.1")], None)));
+        let config = KubeletConfig {
+            port: server.port,
+            preferred_address_types: vec!["InternalIP".to_owned()],
+            request_timeout: Duration::from_secs(5),
+            ..config
+        };
+        KubeletClient::new(config, Arc::new(inventory), observer).unwrap()
+    }
+
+    #[tokio::test]
+    async fn fetch_sends_the_token_and_verifies_the_kubelet_ca() {
+        let server = mk_server().await;
+        let observer = Arc::new(MkObserver::default());
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            bearer_token: Some(BearerToken::Static("s3cr3t-token".to_owned())),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::clone(&observer));
+        let usage = client.node_usage("node-a").await.unwrap();
+        assert_eq!(usage.pods.len(), 3);
+        let app = &usage.pods[&PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() }][0];
+        assert_eq!(app.memory_bytes, Some(134_217_728.0));
+        assert_eq!(app.cpu_cores, None);
+        assert_eq!(
+            *server.state.authorizations.lock().unwrap(),
+            vec![Some("Bearer s3cr3t-token".to_owned())]
+        );
+        assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "success")]);
+
+        let err = client.node_usage("node-b").await.unwrap_err();
+        assert!(matches!(err, KubeletError::NoAddress { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn another_ca_is_rejected_and_the_error_hides_the_token() {
+        let server = mk_server().await;
+        let (_, other_ca) = mk_ca();
+        let observer = Arc::new(MkObserver::default());
+        let config = KubeletConfig {
+            ca_pem: Some(other_ca.into_bytes()),
+            bearer_token: Some(BearerToken::Static("s3cr3t-token".to_owned())),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::clone(&observer));
+        let err = client.node_usage("node-a").await.unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, KubeletError::Request { .. }), "{message}");
+        assert!(message.contains("certificate"), "{message}");
+        assert!(!message.contains("s3cr3t"), "{message}");
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 0);
+        assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "unreachable")]);
+    }
+
+    #[tokio::test]
+    async fn insecure_tls_and_token_file_and_http_errors() {
+        let server = mk_server().await;
+        let dir = std::env::temp_dir().join(format!("percolator-kubelet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, "file-token\n").unwrap();
+        let config = KubeletConfig {
+            insecure_tls: true,
+            bearer_token: Some(BearerToken::File(token_file.clone())),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        client.node_usage("node-a").await.unwrap();
+        assert_eq!(
+            server.state.authorizations.lock().unwrap().last().cloned().flatten().as_deref(),
+            Some("Bearer file-token")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let observer = Arc::new(MkObserver::default());
+        let config = KubeletConfig {
+            insecure_tls: true,
+            bearer_token: Some(BearerToken::Static("wrong".to_owned())),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::clone(&observer));
+        let message = client.node_usage("node-a").await.unwrap_err().to_string();
+        assert!(message.contains("401") && message.contains("Unauthorized"), "{message}");
+        assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "error")]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_calls_share_one_fetch() {
+        let server = mk_server().await;
+        *server.state.delay.lock().unwrap() = Duration::from_millis(300);
+        let config =
+            KubeletConfig { ca_pem: Some(server.ca_pem.clone().into_bytes()), ..KubeletConfig::default() };
+        let client = Arc::new(mk_client(&server, config, Arc::new(MkObserver::default())));
+        let barrier = Arc::new(tokio::sync::Barrier::new(20));
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let client = Arc::clone(&client);
+                let barrier = Arc::clone(&barrier);
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    client.node_usage("node-a").await
+                })
+            })
+            .collect();
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap().pods.len(), 3);
+        }
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn expired_cache_refetches_and_reports_rates() {
+        let server = mk_server().await;
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            cache: CacheSettings::uncounted(Duration::from_millis(50)),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        client.node_usage("node-a").await.unwrap();
+        // Ten seconds later the brewer used 2.5 more core-seconds.
+        *server.state.body.lock().unwrap() = FIXTURE
+            .replace("98.551009 1764496809876", "101.051009 1764496819876")
+            .replace("2.5165824e+07 1764496809876", "2.5165824e+07 1764496819876");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let usage = client.node_usage("node-a").await.unwrap();
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 2);
+        let pod = PodKey { namespace: "default".into(), name: "espresso-du-matin-5c9f8-qq7tn".into() };
+        let brewer = &usage.pods[&pod][0];
+        assert!((brewer.cpu_cores.unwrap() - 0.25).abs() < 1e-9, "{brewer:?}");
+        assert_eq!(brewer.window_seconds, Some(10.0));
+        assert_eq!(brewer.timestamp, Some(ts(1_764_496_819_876)));
+        // The other containers' samples did not move: no rate yet.
+        let coredns = PodKey { namespace: "kube-system".into(), name: "coredns-76f75df574-8xk2p".into() };
+        assert_eq!(usage.pods[&coredns][0].cpu_cores, None);
+    }
+
+    #[tokio::test]
+    async fn too_many_containers_or_an_oversized_body_are_refused() {
+        let server = mk_server().await;
+        let too_many = KubeletConfig { max_containers: 1, ..KubeletConfig::default() };
+        let too_big = KubeletConfig { max_body_bytes: 1024, ..KubeletConfig::default() };
+        for (config, want) in [(too_many, "containers, more than the 1 accepted"), (too_big, "exceeds 1024 bytes")] {
+            let config = KubeletConfig { ca_pem: Some(server.ca_pem.clone().into_bytes()), ..config };
+            let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+            let message = client.node_usage("node-a").await.unwrap_err().to_string();
+            assert!(message.contains(want), "{message}");
+        }
+    }
+}

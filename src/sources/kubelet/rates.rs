@@ -1,0 +1,309 @@
+//! CPU rates from cumulative samples: [`NodeSamples`] keeps, per container, the newest and the
+//! previous *distinct* sample and computes `Δcpu / Δt` between them (metrics-server
+//! `pkg/storage`). A single sample, a restart or a decreasing counter gives no CPU rate. Unlike
+//! metrics-server we do not synthesize a zero sample at the start time of a fresh container: a
+//! first sample is never a usage. Older kubelets send no sample timestamps: the scrape time
+//! stands in, and an unchanged counter is then the same sample read again, not an idle period.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+use super::parse::{ContainerKey, ParsedBatch, Sample};
+use crate::sources::{ContainerUsage, NodeUsage, PodKey};
+
+/// One container's point: what a fetch said about it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Point {
+    cpu: Sample,
+    memory: Sample,
+    start_time: Option<Timestamp>,
+    /// The CPU timestamp is the kubelet's own, not the scrape time.
+    cpu_stamped: bool,
+}
+
+/// How long an unchanged CPU counter without a sample timestamp is taken for the sample
+/// already seen (the kubelet samples every housekeeping period, 10–15 s); past this the
+/// container is idle and its rate 0.
+const UNSTAMPED_REPEAT_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// The newest point and the previous distinct one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct History {
+    last: Point,
+    prev: Option<Point>,
+}
+
+impl History {
+    /// Moves the history forward with a new point.
+    fn advance(self, new: Point) -> Self {
+        let restarted = match (self.last.start_time, new.start_time) {
+            (Some(old), Some(start)) => start != old || start > self.last.cpu.timestamp,
+            (None, Some(start)) => start > self.last.cpu.timestamp,
+            _ => false,
+        };
+        if restarted || new.cpu.value < self.last.cpu.value {
+            return Self { last: new, prev: None };
+        }
+        let unstamped_repeat = !new.cpu_stamped
+            && new.cpu.value == self.last.cpu.value
+            && new.cpu.timestamp.duration_since(self.last.cpu.timestamp) < UNSTAMPED_REPEAT_WINDOW;
+        if new.cpu.timestamp <= self.last.cpu.timestamp || unstamped_repeat {
+            // A fetch inside the same housekeeping period returns the same sample: keep the
+            // pair we have (a newer memory reading is still worth taking). Without sample
+            // timestamps (older kubelets) the scrape time stands in, so the same sample read
+            // twice looks newer: an unchanged counter is that sample again, and it keeps the
+            // time it was first seen. Taken as new it would make a zero rate.
+            let mut kept = self;
+            if new.memory.timestamp > kept.last.memory.timestamp {
+                kept.last.memory = new.memory;
+            }
+            return kept;
+        }
+        Self { last: new, prev: Some(self.last) }
+    }
+
+    /// The usage this history supports.
+    fn usage(&self, name: &Arc<str>) -> ContainerUsage {
+        let last = &self.last;
+        let rate = self.prev.and_then(|prev| {
+            let nanos = last.cpu.timestamp.as_nanosecond() - prev.cpu.timestamp.as_nanosecond();
+            let window = nanos as f64 / 1e9;
+            let used = last.cpu.value - prev.cpu.value;
+            (window > 0.0 && used >= 0.0).then(|| (used / window, window))
+        });
+        let timestamp = match rate {
+            Some(_) => last.cpu.timestamp.max(last.memory.timestamp),
+            None => last.memory.timestamp,
+        };
+        ContainerUsage {
+            name: name.clone(),
+            cpu_cores: rate.map(|(cores, _)| cores),
+            memory_bytes: Some(last.memory.value),
+            timestamp: Some(timestamp),
+            window_seconds: rate.map(|(_, window)| window),
+        }
+    }
+}
+
+/// The rate state of one node: per container, the newest and the previous distinct sample.
+///
+/// Pure and synchronous so that the rate rules are tested without HTTP. Containers missing from
+/// a batch are forgotten (they ended, or were dropped as just started).
+#[derive(Debug, Default)]
+pub struct NodeSamples {
+    containers: HashMap<ContainerKey, History>,
+}
+
+impl NodeSamples {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of containers tracked.
+    pub fn len(&self) -> usize {
+        self.containers.len()
+    }
+
+    /// Whether no container is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty()
+    }
+
+    /// Takes a new batch and returns the node's usage: CPU is the rate between the previous and
+    /// the newest distinct sample (absent after a single sample, a restart, or a decreasing
+    /// counter), memory the newest working set. Containers are sorted by name within a pod.
+    pub fn update(&mut self, batch: ParsedBatch) -> NodeUsage {
+        let mut next = HashMap::with_capacity(batch.containers.len());
+        let mut usage = NodeUsage::default();
+        for (key, sample) in batch.containers {
+            let point = Point {
+                cpu: sample.cpu,
+                memory: sample.memory,
+                start_time: sample.start_time,
+                cpu_stamped: sample.cpu_stamped,
+            };
+            // The key already held keeps its strings (shared with the usage below), so the
+            // state of a container does not move in memory from fetch to fetch.
+            let (key, history) = match self.containers.remove_entry(&key) {
+                Some((held, old)) => (held, old.advance(point)),
+                None => (key, History { last: point, prev: None }),
+            };
+            let pod = PodKey { namespace: key.namespace.clone(), name: key.pod.clone() };
+            usage.pods.entry(pod).or_default().push(history.usage(&key.container));
+            next.insert(key, history);
+        }
+        for containers in usage.pods.values_mut() {
+            containers.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        self.containers = next;
+        usage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse::tests::{FIXTURE, key, mk_container, ts};
+    use super::super::parse_resource_metrics;
+    use super::*;
+
+    fn mk_batch(containers: &[(&str, f64, i64, f64, f64)]) -> ParsedBatch {
+        ParsedBatch {
+            containers: containers
+                .iter()
+                .map(|(name, cpu, ms, memory, start)| {
+                    (key("ns", "p", name), mk_container(*cpu, *ms, *memory, *ms, *start))
+                })
+                .collect(),
+            node_cpu: None,
+            node_memory: None,
+            scrape_error: false,
+            scrape_time: ts(1),
+            dropped_containers: 0,
+            malformed_lines: 0,
+            unknown_lines: 0,
+        }
+    }
+
+    fn usage_of(usage: &NodeUsage, container: &str) -> ContainerUsage {
+        let pod = PodKey { namespace: "ns".into(), name: "p".into() };
+        usage.pods[&pod].iter().find(|c| &*c.name == container).unwrap().clone()
+    }
+
+    const T0: i64 = 1_764_496_800_000;
+    const START: f64 = 1_764_490_000.0;
+
+    #[test]
+    fn a_containers_strings_are_kept_from_fetch_to_fetch_and_shared_with_its_usage() {
+        let mut state = NodeSamples::new();
+        let first = usage_of(&state.update(mk_batch(&[("app", 1.0, T0, 10.0, START)])), "app");
+        let usage = state.update(mk_batch(&[("app", 2.0, T0 + 10_000, 10.0, START)]));
+        let (pod, containers) = usage.pods.iter().next().unwrap();
+        assert!(Arc::ptr_eq(&containers[0].name, &first.name), "the held key's name is reused");
+        let (held, _) = state.containers.iter().next().unwrap();
+        assert!(Arc::ptr_eq(&pod.namespace, &held.namespace) && Arc::ptr_eq(&pod.name, &held.pod));
+    }
+
+    #[test]
+    fn a_single_sample_is_not_a_usage() {
+        let mut samples = NodeSamples::new();
+        let usage = samples.update(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
+        let app = usage_of(&usage, "app");
+        assert_eq!(app.cpu_cores, None);
+        assert_eq!(app.window_seconds, None);
+        assert_eq!(app.memory_bytes, Some(5e6));
+        assert_eq!(app.timestamp, Some(ts(T0)));
+    }
+
+    #[test]
+    fn rate_between_distinct_samples_and_same_period_refetch() {
+        let mut samples = NodeSamples::new();
+        samples.update(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
+        let second = mk_batch(&[("app", 102.5, T0 + 10_000, 6e6, START)]);
+        let usage = samples.update(second.clone());
+        let app = usage_of(&usage, "app");
+        assert_eq!(app.cpu_cores, Some(0.25));
+        assert_eq!(app.window_seconds, Some(10.0));
+        assert_eq!(app.memory_bytes, Some(6e6));
+        assert_eq!(app.timestamp, Some(ts(T0 + 10_000)));
+
+        // A fetch inside the same housekeeping period returns the same sample: same answer.
+        let usage = samples.update(second);
+        assert_eq!(usage_of(&usage, "app"), app);
+
+        let usage = samples.update(mk_batch(&[("app", 107.5, T0 + 20_000, 7e6, START)]));
+        let app = usage_of(&usage, "app");
+        assert_eq!(app.cpu_cores, Some(0.5));
+        assert_eq!(app.window_seconds, Some(10.0));
+    }
+
+    /// An older kubelet's body: no sample timestamps, `scrape_error`.
+    fn unstamped(cpu: f64, memory: f64) -> String {
+        format!(
+            "# HELP container_cpu_usage_seconds_total [ALPHA] Cumulative cpu time consumed by the container in core-seconds\n\
+             # TYPE container_cpu_usage_seconds_total counter\n\
+             container_cpu_usage_seconds_total{{container=\"app\",namespace=\"ns\",pod=\"p\"}} {cpu}\n\
+             # HELP container_memory_working_set_bytes [ALPHA] Current working set of the container in bytes\n\
+             # TYPE container_memory_working_set_bytes gauge\n\
+             container_memory_working_set_bytes{{container=\"app\",namespace=\"ns\",pod=\"p\"}} {memory}\n\
+             # HELP scrape_error [ALPHA] 1 if there was an error while getting container metrics, 0 otherwise\n\
+             # TYPE scrape_error gauge\nscrape_error 0\n"
+        )
+    }
+
+    #[test]
+    fn unstamped_samples_rate_on_first_sight_and_a_repeat_is_not_idle() {
+        let mut samples = NodeSamples::new();
+        let mut fetch = |body: String, ms: i64| {
+            let batch = parse_resource_metrics(&body, ts(ms)).unwrap();
+            assert!(batch.containers.values().all(|c| !c.cpu_stamped && c.cpu.timestamp == ts(ms)));
+            usage_of(&samples.update(batch), "app")
+        };
+        assert_eq!(fetch(unstamped(100.0, 5e6), T0).cpu_cores, None);
+        // The kubelet has not sampled again: same counter, later scrape. Not a zero rate.
+        let again = fetch(unstamped(100.0, 5e6), T0 + 4_000);
+        assert_eq!(again.cpu_cores, None);
+        assert_eq!(again.memory_bytes, Some(5e6));
+        // A new sample: the rate runs from when each value was first seen.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 10_000);
+        assert_eq!(app.cpu_cores, Some(0.25));
+        assert_eq!(app.window_seconds, Some(10.0));
+        // Read again within the housekeeping period: the same rate, not 0.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 13_000);
+        assert_eq!(app.cpu_cores, Some(0.25));
+        assert_eq!(app.memory_bytes, Some(6e6));
+        assert_eq!(app.timestamp, Some(ts(T0 + 13_000)));
+        // Unchanged for more than a minute: the container is idle.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 75_000);
+        assert_eq!(app.cpu_cores, Some(0.0));
+        // Stamped samples keep their meaning: the same value at a later time is idle time.
+        let mut stamped = NodeSamples::new();
+        stamped.update(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
+        let usage = stamped.update(mk_batch(&[("app", 100.0, T0 + 10_000, 5e6, START)]));
+        assert_eq!(usage_of(&usage, "app").cpu_cores, Some(0.0));
+    }
+
+    #[test]
+    fn restart_and_counter_decrease_reset_the_rate() {
+        let mut samples = NodeSamples::new();
+        samples.update(mk_batch(&[("app", 100.0, T0, 5e6, START), ("side", 50.0, T0, 1e6, START)]));
+        samples.update(mk_batch(&[
+            ("app", 101.0, T0 + 10_000, 5e6, START),
+            ("side", 51.0, T0 + 10_000, 1e6, START),
+        ]));
+        // `app` restarted (new start time, counter from zero); `side`'s counter went down.
+        let restarted = (T0 + 15_000) as f64 / 1000.0;
+        let usage = samples.update(mk_batch(&[
+            ("app", 0.5, T0 + 20_000, 5e6, restarted),
+            ("side", 40.0, T0 + 20_000, 1e6, START),
+        ]));
+        assert_eq!(usage_of(&usage, "app").cpu_cores, None);
+        assert_eq!(usage_of(&usage, "side").cpu_cores, None);
+        // The next samples rate from the new baseline.
+        let usage = samples.update(mk_batch(&[
+            ("app", 1.5, T0 + 30_000, 5e6, restarted),
+            ("side", 42.0, T0 + 30_000, 1e6, START),
+        ]));
+        assert_eq!(usage_of(&usage, "app").cpu_cores, Some(0.1));
+        assert_eq!(usage_of(&usage, "side").cpu_cores, Some(0.2));
+        // A restart whose counter happens to be higher is caught by the start time alone.
+        let usage =
+            samples.update(mk_batch(&[("app", 9.0, T0 + 40_000, 5e6, (T0 + 35_000) as f64 / 1000.0)]));
+        assert_eq!(usage_of(&usage, "app").cpu_cores, None);
+        // `side` vanished from the batch, so it is forgotten.
+        assert_eq!(samples.len(), 1);
+    }
+
+    #[test]
+    fn update_groups_containers_by_pod_sorted_by_name() {
+        let mut samples = NodeSamples::new();
+        let batch = parse_resource_metrics(FIXTURE, ts(1)).unwrap();
+        let usage = samples.update(batch);
+        assert_eq!(usage.pods.len(), 3);
+        let web = PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() };
+        let names: Vec<_> = usage.pods[&web].iter().map(|c| &*c.name).collect();
+        assert_eq!(names, ["app", "envoy"]);
+    }
+}

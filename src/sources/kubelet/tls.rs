@@ -1,0 +1,53 @@
+//! The rustls client configuration for kubelet connections: verification against the
+//! `--kubelet-certificate-authority` PEM bundle (usually the cluster CA), or, with
+//! `--kubelet-insecure-tls`, of nothing but the handshake signature (the verifier shared with
+//! the rest of the crate, [`crate::tls`]). HTTPS without either is refused.
+
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::{Error, KubeletConfig, Result, Scheme};
+use crate::tls::AnyServerCert;
+
+/// Builds the rustls configuration for kubelet connections.
+pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig> {
+    // main installs ring process-wide; fall back to it explicitly rather than panic.
+    let provider = CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?;
+    let mut tls = if config.insecure_tls {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider)))
+            .with_no_client_auth()
+    } else {
+        let mut roots = RootCertStore::empty();
+        match config.ca_pem.as_deref() {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| Error::CertificateAuthority(e.to_string()))?;
+                    roots.add(cert).map_err(|e| Error::CertificateAuthority(e.to_string()))?;
+                }
+                if roots.is_empty() {
+                    return Err(Error::CertificateAuthority("no certificate in the PEM bundle".to_owned()));
+                }
+            }
+            None if config.scheme == Scheme::Https => {
+                return Err(Error::CertificateAuthority(
+                    "none given: set --kubelet-certificate-authority or --kubelet-insecure-tls".to_owned(),
+                ));
+            }
+            None => {}
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(tls)
+}
