@@ -14,13 +14,12 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::json;
 
-use super::registry::{Builtin, QuerySpec};
 use super::{
-    API_VERSION, Cell, Column, ComputeError, Computation, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind,
-    Sources, index_by, kind_schema, rfc3339, schema_name, to_raw,
+    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
+    QuerySpec, ServedKind, Sources, index_by, kind_schema, rfc3339, schema_name, to_raw,
 };
-use crate::sources::{PodInfo, PodKey, PromSample};
 use crate::k8s::{duration, quantity};
+use crate::sources::{PodInfo, PodKey, PromSample};
 
 /// Pod label naming the cafe a pod serves.
 pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
@@ -175,7 +174,8 @@ impl CafeBrewStatsKind {
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
         let Computation { pods, resource_version, config } = self.sources.begin(namespace)?;
-        let serving: Vec<Arc<PodInfo>> = pods.into_iter().filter(|p| p.labels.contains_key(CAFE_LABEL)).collect();
+        let serving: Vec<Arc<PodInfo>> =
+            pods.into_iter().filter(|p| p.labels.contains_key(CAFE_LABEL)).collect();
         let (s, w) = (&self.sources, config.window);
         let q = |spec: &'static QuerySpec| s.query(spec.field, KIND.query(&config, spec), namespace, w);
         let (usage, brews, failures, p50, p95, p99, temperature, last_brewed) = futures::join!(
@@ -432,7 +432,14 @@ struct BrewDuration {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
+    use crate::kinds::testkit::*;
+    use crate::sources::PromError;
+
+    const MI: f64 = 1024.0 * 1024.0;
+    const AT: &str = "2026-07-01T10:00:00Z";
 
     #[test]
     fn formats_durations_and_cells() {
@@ -442,5 +449,384 @@ mod tests {
         assert_eq!(seconds_cell(32.14), "32.1s");
         assert_eq!(seconds_cell(28.0), "28s");
         assert_eq!(trim(format!("{:.1}", 90.0)), "90");
+    }
+
+    fn mk_kind(
+        inventory: Arc<FakeInventory>,
+        kubelet: Arc<FakeKubelet>,
+        prom: Arc<FakeProm>,
+    ) -> Arc<dyn ServedKind> {
+        (KIND.build)(mk_sources(inventory, kubelet, prom))
+    }
+
+    fn mk_serving(namespace: &str, name: &str, node: &str, cafe: &str, created: &str) -> Arc<PodInfo> {
+        mk_pod(namespace, name, node, &[(CAFE_LABEL, cafe), ("app", "brew")], &["app"], created)
+    }
+
+    fn mk_cafe(namespace: &str, cafe: &str, value: f64) -> PromSample {
+        mk_sample(&[("namespace", namespace), ("cafe", cafe)], value, AT)
+    }
+
+    fn mk_brews(namespace: &str, cafe: &str, kind: &str, value: f64) -> PromSample {
+        mk_sample(&[("namespace", namespace), ("cafe", cafe), ("type", kind), ("pod", "ignored")], value, AT)
+    }
+
+    /// In `ns`: espresso-du-matin (two pods on node-a, every series), lungo-froid (one pod on
+    /// node-b, too cold), prom-only (series, no pod), Bad_Name (a pod and a series, not a valid
+    /// name) and web-1 (on node-c, serving no cafe); in `other`: espresso-du-soir.
+    fn mk_cafes() -> (Arc<FakeInventory>, Arc<FakeKubelet>, Arc<FakeProm>) {
+        let inventory = FakeInventory::with(vec![
+            mk_serving("ns", "brew-1", "node-a", "espresso-du-matin", "2026-07-01T09:00:00Z"),
+            mk_serving("ns", "brew-2", "node-a", "espresso-du-matin", "2026-07-01T08:00:00Z"),
+            mk_serving("ns", "cold-1", "node-b", "lungo-froid", "2026-07-01T07:00:00Z"),
+            mk_serving("ns", "bad-1", "node-a", "Bad_Name", "2026-07-01T07:00:00Z"),
+            mk_pod("ns", "web-1", "node-c", &[("app", "web")], &["app"], "2026-07-01T07:00:00Z"),
+            mk_serving("other", "brew-9", "node-d", "espresso-du-soir", "2026-07-01T06:00:00Z"),
+        ]);
+        let usage = |cpu: f64, memory: f64| vec![mk_container("app", Some(cpu), Some(memory), AT)];
+        let kubelet = FakeKubelet::default()
+            .node(
+                "node-a",
+                vec![
+                    ("ns", "brew-1", usage(0.02, 30.0 * MI)),
+                    ("ns", "brew-2", usage(0.015, 18.0 * MI)),
+                    ("ns", "bad-1", usage(0.3, 300.0 * MI)),
+                ],
+            )
+            .node("node-b", vec![("ns", "cold-1", usage(0.005, 10.0 * MI))])
+            .node("node-c", vec![("ns", "web-1", usage(0.7, 700.0 * MI))])
+            .node("node-d", vec![("other", "brew-9", usage(0.001, MI))]);
+        let prom = FakeProm::default()
+            .answer(
+                "cafe_brews_total",
+                vec![
+                    mk_brews("ns", "espresso-du-matin", "espresso", 42.4),
+                    mk_brews("ns", "lungo-froid", "lungo", 0.0),
+                    mk_brews("ns", "prom-only", "cappuccino", 12.0),
+                    mk_brews("ns", "Bad_Name", "latte", 3.0),
+                    mk_brews("other", "espresso-du-soir", "espresso", 5.0),
+                ],
+            )
+            .answer("cafe_brew_failures_total", vec![mk_cafe("ns", "espresso-du-matin", 1.0)])
+            .answer("histogram_quantile(0.5,", vec![mk_cafe("ns", "espresso-du-matin", 21.5)])
+            .answer("histogram_quantile(0.95,", vec![mk_cafe("ns", "espresso-du-matin", 28.04)])
+            .answer("histogram_quantile(0.99,", vec![mk_cafe("ns", "espresso-du-matin", 75.25)])
+            .answer(
+                "cafe_temperature_celsius",
+                vec![
+                    mk_cafe("ns", "espresso-du-matin", 90.0004),
+                    mk_cafe("ns", "lungo-froid", 45.5),
+                    mk_cafe("ns", "prom-only", 80.0),
+                ],
+            )
+            // 2026-07-01T09:59:41Z and seven tenths.
+            .answer(
+                "cafe_last_brew_timestamp_seconds",
+                vec![mk_cafe("ns", "espresso-du-matin", 1_782_899_981.7)],
+            );
+        (inventory, Arc::new(kubelet), Arc::new(prom))
+    }
+
+    fn mk_objects(listing: &Listing) -> Vec<Value> {
+        listing.items.iter().map(|i| mk_json(i)).collect()
+    }
+
+    #[tokio::test]
+    async fn normal_cafe_joins_its_series_and_serving_pods() {
+        let (inventory, kubelet, prom) = mk_cafes();
+        let listing = mk_kind(inventory, kubelet.clone(), prom).list(Some("ns")).await.unwrap();
+        let cafe = &listing.items[0];
+        // 42.4 brews in 5m = 8.48/min; failures 1 / (42.4 + 1); cpu 0.02 + 0.015; memory 30Mi + 18Mi.
+        assert_eq!(
+            mk_json(cafe),
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "CafeBrewStats",
+                "metadata": {
+                    "name": "espresso-du-matin",
+                    "namespace": "ns",
+                    "creationTimestamp": "2026-07-01T08:00:00Z",
+                    "labels": {"une-tasse-de.cafe/cafe": "espresso-du-matin", "une-tasse-de.cafe/type": "espresso"},
+                },
+                "type": "espresso",
+                "window": "5m0s",
+                "brews": 42,
+                "brewsPerMinute": "8480m",
+                "failures": 1,
+                "failureRatio": "23041u",
+                "brewDuration": {"p50": "21.5s", "p95": "28.04s", "p99": "1m15.25s"},
+                "temperature": "90",
+                "lastBrewed": "2026-07-01T09:59:41Z",
+                "ready": true,
+                "pods": 2,
+                "cpu": "35m",
+                "memory": "48Mi",
+            })
+        );
+        assert_eq!(
+            mk_cells(cafe),
+            [
+                "espresso-du-matin",
+                "espresso",
+                "8.48",
+                "28s",
+                "90",
+                "true",
+                "age:2026-07-01T09:59:41Z",
+                "1",
+                "2",
+                "35m",
+                "48Mi"
+            ]
+        );
+        assert_eq!(listing.warnings, Vec::<String>::new());
+        assert_eq!(listing.resource_version, "42");
+        assert_eq!(kubelet.called(), ["node-a", "node-b"], "only the nodes of serving pods of the namespace");
+    }
+
+    #[tokio::test]
+    async fn cafe_too_cold_is_not_ready_and_cafe_without_pods_neither() {
+        let (inventory, kubelet, prom) = mk_cafes();
+        let listing = mk_kind(inventory, kubelet, prom).list(Some("ns")).await.unwrap();
+        let objects = mk_objects(&listing);
+        let names: Vec<&Value> = objects.iter().map(|o| &o["metadata"]["name"]).collect();
+        assert_eq!(names, ["espresso-du-matin", "lungo-froid", "prom-only"]);
+        assert_eq!(
+            objects[1],
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "CafeBrewStats",
+                "metadata": {
+                    "name": "lungo-froid",
+                    "namespace": "ns",
+                    "creationTimestamp": "2026-07-01T07:00:00Z",
+                    "labels": {"une-tasse-de.cafe/cafe": "lungo-froid", "une-tasse-de.cafe/type": "lungo"},
+                },
+                "type": "lungo",
+                "window": "5m0s",
+                "brews": 0,
+                "brewsPerMinute": "0",
+                "brewDuration": {},
+                "temperature": "45500m",
+                "ready": false,
+                "pods": 1,
+                "cpu": "5m",
+                "memory": "10Mi",
+            })
+        );
+        assert_eq!(
+            mk_cells(&listing.items[1]),
+            ["lungo-froid", "lungo", "0", "<none>", "45.5", "false", "<none>", "<none>", "1", "5m", "10Mi"]
+        );
+        // Within the band but served by no pod.
+        assert_eq!(
+            objects[2],
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "CafeBrewStats",
+                "metadata": {
+                    "name": "prom-only",
+                    "namespace": "ns",
+                    "labels": {"une-tasse-de.cafe/cafe": "prom-only", "une-tasse-de.cafe/type": "cappuccino"},
+                },
+                "type": "cappuccino",
+                "window": "5m0s",
+                "brews": 12,
+                "brewsPerMinute": "2400m",
+                "brewDuration": {},
+                "temperature": "80",
+                "ready": false,
+                "pods": 0,
+            })
+        );
+        assert_eq!(
+            mk_cells(&listing.items[2]),
+            [
+                "prom-only",
+                "cappuccino",
+                "2.4",
+                "<none>",
+                "80",
+                "false",
+                "<none>",
+                "<none>",
+                "0",
+                "<none>",
+                "<none>"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn ready_band_is_inclusive() {
+        let temperatures = [("a", 59.9), ("b", 60.0), ("c", 95.0), ("d", 95.1), ("e", 95.0004)];
+        let pods = temperatures.iter().map(|(c, _)| mk_serving("ns", c, "node-a", c, AT)).collect();
+        let prom = FakeProm::default().answer(
+            "cafe_temperature_celsius",
+            temperatures.iter().map(|(c, t)| mk_cafe("ns", c, *t)).collect(),
+        );
+        let kubelet = FakeKubelet::default().node("node-a", vec![]);
+        let listing = mk_kind(FakeInventory::with(pods), Arc::new(kubelet), Arc::new(prom))
+            .list(Some("ns"))
+            .await
+            .unwrap();
+        let ready: Vec<(Value, Value)> =
+            mk_objects(&listing).iter().map(|o| (o["temperature"].clone(), o["ready"].clone())).collect();
+        assert_eq!(
+            ready,
+            [
+                (json!("59900m"), json!(false)),
+                (json!("60"), json!(true)),
+                (json!("95"), json!(true)),
+                (json!("95100m"), json!(false)),
+                (json!("95"), json!(true)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn prometheus_down_keeps_cafes_known_from_pod_labels() {
+        let (inventory, kubelet, _) = mk_cafes();
+        let prom = Arc::new(FakeProm::down(PromError::Unreachable("timeout".into())));
+        let listing = mk_kind(inventory, kubelet, prom).list(Some("ns")).await.unwrap();
+        let objects = mk_objects(&listing);
+        assert_eq!(objects.len(), 2, "{objects:?}");
+        assert_eq!(
+            objects[0],
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "CafeBrewStats",
+                "metadata": {
+                    "name": "espresso-du-matin",
+                    "namespace": "ns",
+                    "creationTimestamp": "2026-07-01T08:00:00Z",
+                    "labels": {"une-tasse-de.cafe/cafe": "espresso-du-matin"},
+                },
+                "window": "5m0s",
+                "brewDuration": {},
+                "ready": false,
+                "pods": 2,
+                "cpu": "35m",
+                "memory": "48Mi",
+            })
+        );
+        assert_eq!(
+            mk_cells(&listing.items[0]),
+            [
+                "espresso-du-matin",
+                "<none>",
+                "<none>",
+                "<none>",
+                "<none>",
+                "false",
+                "<none>",
+                "<none>",
+                "2",
+                "35m",
+                "48Mi"
+            ]
+        );
+        assert_eq!(objects[1]["metadata"]["name"], "lungo-froid");
+        let warning = |field: &str| format!("{field} omitted: prometheus unreachable: timeout");
+        assert_eq!(
+            listing.warnings,
+            [
+                "brews",
+                "failures",
+                "brewDuration.p50",
+                "brewDuration.p95",
+                "brewDuration.p99",
+                "temperature",
+                "lastBrewed"
+            ]
+            .map(warning)
+        );
+    }
+
+    #[tokio::test]
+    async fn cafe_usage_is_omitted_when_a_serving_pod_has_none() {
+        let inventory = FakeInventory::with(vec![
+            mk_serving("ns", "brew-1", "node-a", "moka", AT),
+            mk_serving("ns", "brew-2", "node-b", "moka", AT),
+        ]);
+        let kubelet = FakeKubelet::default()
+            .node("node-a", vec![("ns", "brew-1", vec![mk_container("app", Some(0.02), Some(MI), AT)])])
+            .down("node-b", crate::sources::KubeletError::ScrapeError { node: "node-b".into() });
+        let listing = mk_kind(inventory, Arc::new(kubelet), Arc::default()).list(Some("ns")).await.unwrap();
+        let object = mk_json(&listing.items[0]);
+        assert_eq!((object.get("cpu"), object.get("memory"), &object["pods"]), (None, None, &json!(2)));
+        assert_eq!(
+            listing.warnings,
+            ["cpu and memory omitted for pods on 1 node: kubelet on node node-b reported a scrape error"]
+        );
+    }
+
+    #[tokio::test]
+    async fn cafe_label_value_that_is_not_an_object_name_is_skipped() {
+        let (inventory, kubelet, prom) = mk_cafes();
+        let listing = mk_kind(inventory, kubelet, prom).list(None).await.unwrap();
+        let keys: Vec<(String, String)> =
+            listing.items.iter().map(|i| (i.meta.namespace.to_string(), i.meta.name.to_string())).collect();
+        let expected = [
+            ("ns", "espresso-du-matin"),
+            ("ns", "lungo-froid"),
+            ("ns", "prom-only"),
+            ("other", "espresso-du-soir"),
+        ];
+        assert_eq!(keys, expected.map(|(ns, name)| (ns.to_owned(), name.to_owned())));
+        assert_eq!(listing.warnings, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn namespace_list_sends_scoped_promql() {
+        let (inventory, kubelet, prom) = mk_cafes();
+        mk_kind(inventory, kubelet, prom.clone()).list(Some("ns")).await.unwrap();
+        let mut expected = [
+            r#"sum by (namespace, cafe, type) (increase(cafe_brews_total{namespace="ns"}[5m]))"#,
+            r#"sum by (namespace, cafe) (increase(cafe_brew_failures_total{namespace="ns"}[5m]))"#,
+            r#"histogram_quantile(0.5, sum by (namespace, cafe, le) (rate(cafe_brew_duration_seconds_bucket{namespace="ns"}[5m])))"#,
+            r#"histogram_quantile(0.95, sum by (namespace, cafe, le) (rate(cafe_brew_duration_seconds_bucket{namespace="ns"}[5m])))"#,
+            r#"histogram_quantile(0.99, sum by (namespace, cafe, le) (rate(cafe_brew_duration_seconds_bucket{namespace="ns"}[5m])))"#,
+            r#"max by (namespace, cafe) (cafe_temperature_celsius{namespace="ns"})"#,
+            r#"max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{namespace="ns"})"#,
+        ];
+        expected.sort();
+        assert_eq!(prom.received(), expected);
+    }
+
+    #[tokio::test]
+    async fn all_namespaces_list_sends_unscoped_promql() {
+        let (inventory, kubelet, prom) = mk_cafes();
+        let listing = mk_kind(inventory, kubelet.clone(), prom.clone()).list(None).await.unwrap();
+        assert_eq!(
+            mk_json(&listing.items[3]),
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "CafeBrewStats",
+                "metadata": {
+                    "name": "espresso-du-soir",
+                    "namespace": "other",
+                    "creationTimestamp": "2026-07-01T06:00:00Z",
+                    "labels": {"une-tasse-de.cafe/cafe": "espresso-du-soir", "une-tasse-de.cafe/type": "espresso"},
+                },
+                "type": "espresso",
+                "window": "5m0s",
+                "brews": 5,
+                "brewsPerMinute": "1",
+                "brewDuration": {},
+                "ready": false,
+                "pods": 1,
+                "cpu": "1m",
+                "memory": "1Mi",
+            })
+        );
+        assert_eq!(kubelet.called(), ["node-a", "node-b", "node-d"]);
+        let received = prom.received();
+        assert_eq!(received.len(), 7);
+        assert!(received.iter().all(|q| !q.contains("namespace=")), "{received:#?}");
+        assert!(
+            received.contains(&"max by (namespace, cafe) (cafe_temperature_celsius{})".to_owned()),
+            "{received:#?}"
+        );
     }
 }

@@ -3,8 +3,8 @@
 //! [`registry`] lists them, [`cached`] gives each a TTL cache, and the HTTP layer is generic
 //! over [`ServedKind`] and never names a concrete kind.
 //!
-//! Adding a built-in kind: one new file here exporting a [`registry::Builtin`], its `mod` line
-//! below and one line in [`registry::BUILTIN`].
+//! Adding a built-in kind: one new file here exporting a [`Builtin`], its `mod` line below and
+//! one line in [`registry::BUILTIN`].
 
 pub mod cached;
 pub mod inputs;
@@ -27,6 +27,7 @@ use serde_json::value::RawValue;
 
 pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
 
+use crate::config::Snapshot;
 use crate::sources::{Labels, PodInfo};
 
 /// API group served by percolator.
@@ -234,6 +235,36 @@ pub trait ServedKind: Send + Sync {
     fn schemas(&self) -> Vec<(String, serde_json::Value)>;
     /// Computes every object in `namespace` (or all namespaces when `None`).
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>>;
+}
+
+/// A built-in kind: what it is, the queries the file may override, and how it is built.
+#[derive(Debug)]
+pub struct Builtin {
+    /// Names, scope and description.
+    pub info: &'static KindInfo,
+    /// Key of the kind's section in the query file (`podMetricsSummary`).
+    pub section: &'static str,
+    /// Its PromQL templates, each overridable in the section.
+    pub queries: &'static [QuerySpec],
+    /// Builds the (uncached) kind from its sources.
+    pub build: fn(Sources) -> Arc<dyn ServedKind>,
+}
+
+/// One PromQL template of a kind. `SCOPE` stands for the namespace matcher (empty across all
+/// namespaces) and `WINDOW` for the range.
+#[derive(Debug)]
+pub struct QuerySpec {
+    /// Its key in the kind's section of the file (`requests`).
+    pub field: &'static str,
+    /// The compiled-in template.
+    pub default: &'static str,
+}
+
+impl Builtin {
+    /// The template of `spec` in force: the file's override, else the default.
+    pub fn query<'a>(&self, config: &'a Snapshot, spec: &'a QuerySpec) -> &'a str {
+        config.file.kind_query(self.section, spec.field).unwrap_or(spec.default)
+    }
 }
 
 /// Name of the shared ObjectMeta schema in OpenAPI documents.

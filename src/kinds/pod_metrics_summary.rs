@@ -11,13 +11,12 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
 
-use super::registry::{Builtin, QuerySpec};
 use super::{
-    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta, ServedKind, Sources,
-    Computation, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
+    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
+    QuerySpec, ServedKind, Sources, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
 };
-use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 use crate::k8s::{duration, quantity};
+use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 
 static INFO: KindInfo = KindInfo {
     plural: "podmetricssummaries",
@@ -310,4 +309,462 @@ struct ContainerMetrics<'a> {
     cpu: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     memory: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    use super::KIND;
+    use crate::kinds::testkit::*;
+    use crate::kinds::{ComputeError, Listing, ServedKind};
+    use crate::sources::{KubeletError, PromError};
+
+    const MI: f64 = 1024.0 * 1024.0;
+    const AT: &str = "2026-07-01T10:00:00Z";
+
+    fn mk_kind(
+        inventory: Arc<FakeInventory>,
+        kubelet: Arc<FakeKubelet>,
+        prom: Arc<FakeProm>,
+    ) -> Arc<dyn ServedKind> {
+        (KIND.build)(mk_sources(inventory, kubelet, prom))
+    }
+
+    /// Two pods of `ns` on node-a (web-1 with two containers and traffic, web-2 without
+    /// series) and one of `other` on node-c.
+    fn mk_shop() -> (Arc<FakeInventory>, Arc<FakeKubelet>, Arc<FakeProm>) {
+        let inventory = FakeInventory::with(vec![
+            mk_pod("ns", "web-2", "node-a", &[("app", "web")], &["app"], "2026-07-01T09:30:00Z"),
+            mk_pod("ns", "web-1", "node-a", &[("app", "web")], &["app", "sidecar"], "2026-07-01T09:00:00Z"),
+            mk_pod("other", "api-1", "node-c", &[("app", "api")], &["api"], "2026-07-01T08:00:00Z"),
+        ]);
+        let kubelet = FakeKubelet::default()
+            .node(
+                "node-a",
+                vec![
+                    (
+                        "ns",
+                        "web-1",
+                        vec![
+                            mk_container("app", Some(0.2405), Some(120.0 * MI), "2026-07-01T10:00:00Z"),
+                            mk_container(
+                                "sidecar",
+                                Some(0.010_000_4),
+                                Some(8.0 * MI),
+                                "2026-07-01T10:00:05Z",
+                            ),
+                        ],
+                    ),
+                    (
+                        "ns",
+                        "web-2",
+                        vec![mk_container("app", Some(0.1), Some(64.0 * MI), "2026-07-01T10:00:01Z")],
+                    ),
+                ],
+            )
+            .node(
+                "node-c",
+                vec![(
+                    "other",
+                    "api-1",
+                    vec![mk_container("api", Some(0.5), Some(256.0 * MI), "2026-07-01T10:00:02Z")],
+                )],
+            );
+        let prom = FakeProm::default()
+            .answer(
+                "code=~",
+                vec![
+                    mk_sample(&[("namespace", "ns"), ("pod", "web-1")], 0.25, "2026-07-01T10:00:20Z"),
+                    mk_sample(&[("namespace", "other"), ("pod", "api-1")], 0.5, "2026-07-01T10:00:20Z"),
+                ],
+            )
+            .answer(
+                "http_requests_total",
+                vec![
+                    mk_sample(&[("namespace", "ns"), ("pod", "web-1")], 12.5004, "2026-07-01T10:00:10Z"),
+                    mk_sample(&[("namespace", "other"), ("pod", "api-1")], 10.0, "2026-07-01T10:00:10Z"),
+                ],
+            );
+        (inventory, Arc::new(kubelet), Arc::new(prom))
+    }
+
+    /// The object of a pod without any kubelet or Prometheus data.
+    fn mk_bare(name: &str, created: &str) -> Value {
+        json!({
+            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            "kind": "PodMetricsSummary",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "creationTimestamp": created},
+            "window": "5m0s",
+            "containers": [],
+        })
+    }
+
+    fn mk_objects(listing: &Listing) -> Vec<Value> {
+        listing.items.iter().map(|i| mk_json(i)).collect()
+    }
+
+    fn mk_web_1() -> Value {
+        json!({
+            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            "kind": "PodMetricsSummary",
+            "metadata": {
+                "name": "web-1",
+                "namespace": "ns",
+                "uid": "uid-web-1",
+                "creationTimestamp": "2026-07-01T09:00:00Z",
+                "labels": {"app": "web"},
+            },
+            "timestamp": "2026-07-01T10:00:20Z",
+            "window": "5m0s",
+            "cpu": "250500u",
+            "memory": "128Mi",
+            "requests": "12500m",
+            "errors": "250m",
+            "errorRatio": "19999u",
+            "containers": [
+                {"name": "app", "cpu": "240500u", "memory": "120Mi"},
+                {"name": "sidecar", "cpu": "10m", "memory": "8Mi"},
+            ],
+        })
+    }
+
+    #[tokio::test]
+    async fn normal_pod_sums_its_containers_and_joins_its_rates() {
+        let (inventory, kubelet, prom) = mk_shop();
+        let kind = mk_kind(inventory, kubelet.clone(), prom);
+        let listing = kind.list(Some("ns")).await.unwrap();
+        let web_1 = &listing.items[0];
+        // cpu 0.2405 + 0.0100004 to the micro-core; errorRatio 0.25 / 12.5004 before rounding.
+        assert_eq!(mk_json(web_1), mk_web_1());
+        assert_eq!(
+            mk_cells(web_1),
+            [
+                "web-1",
+                "251m",
+                "128Mi",
+                "12.5",
+                "0.25",
+                "2.0%",
+                "age:2026-07-01T09:00:00Z",
+                "5m0s",
+                "2",
+                "node-a"
+            ]
+        );
+        assert_eq!(listing.warnings, Vec::<String>::new());
+        assert_eq!(listing.resource_version, "42");
+        assert_eq!(kubelet.called(), ["node-a"], "only the nodes of the namespace's pods");
+    }
+
+    #[tokio::test]
+    async fn pod_without_series_omits_requests_errors_and_ratio() {
+        let (inventory, kubelet, prom) = mk_shop();
+        let listing = mk_kind(inventory, kubelet, prom).list(Some("ns")).await.unwrap();
+        assert_eq!(listing.items.len(), 2);
+        let web_2 = &listing.items[1];
+        assert_eq!(
+            mk_json(web_2),
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "PodMetricsSummary",
+                "metadata": {
+                    "name": "web-2",
+                    "namespace": "ns",
+                    "uid": "uid-web-2",
+                    "creationTimestamp": "2026-07-01T09:30:00Z",
+                    "labels": {"app": "web"},
+                },
+                "timestamp": "2026-07-01T10:00:01Z",
+                "window": "5m0s",
+                "cpu": "100m",
+                "memory": "64Mi",
+                "containers": [{"name": "app", "cpu": "100m", "memory": "64Mi"}],
+            })
+        );
+        assert_eq!(
+            mk_cells(web_2),
+            [
+                "web-2",
+                "100m",
+                "64Mi",
+                "<none>",
+                "<none>",
+                "<none>",
+                "age:2026-07-01T09:30:00Z",
+                "5m0s",
+                "1",
+                "node-a"
+            ]
+        );
+        assert_eq!(listing.warnings, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn kubelet_node_down_omits_usage_of_its_pods_only() {
+        let inventory = FakeInventory::with(vec![
+            mk_pod("ns", "db-1", "node-b", &[], &["db"], "2026-07-01T09:00:00Z"),
+            mk_pod("ns", "web-1", "node-a", &[], &["app"], "2026-07-01T09:00:00Z"),
+        ]);
+        let kubelet = FakeKubelet::default()
+            .node(
+                "node-a",
+                vec![("ns", "web-1", vec![mk_container("app", Some(0.25), Some(128.0 * MI), AT)])],
+            )
+            .down(
+                "node-b",
+                KubeletError::Request { node: "node-b".into(), reason: "connection refused".into() },
+            );
+        let listing = mk_kind(inventory, Arc::new(kubelet), Arc::default()).list(Some("ns")).await.unwrap();
+        let objects = mk_objects(&listing);
+        assert_eq!(objects[0], mk_bare("db-1", "2026-07-01T09:00:00Z"));
+        assert_eq!(objects[1]["cpu"], "250m");
+        assert_eq!(objects[1]["memory"], "128Mi");
+        assert_eq!(
+            mk_cells(&listing.items[0]),
+            [
+                "db-1",
+                "<none>",
+                "<none>",
+                "<none>",
+                "<none>",
+                "<none>",
+                "age:2026-07-01T09:00:00Z",
+                "5m0s",
+                "1",
+                "node-b"
+            ]
+        );
+        assert_eq!(
+            listing.warnings,
+            ["cpu and memory omitted for pods on 1 node: kubelet on node node-b: connection refused"]
+        );
+    }
+
+    #[tokio::test]
+    async fn failed_nodes_are_named_in_one_bounded_warning() {
+        // Seven nodes, none known to the kubelet fake: two named by kind of error, five by default.
+        let pods =
+            (1..=7).map(|i| mk_pod("ns", &format!("p{i}"), &format!("n{i}"), &[], &["c"], AT)).collect();
+        let kubelet = FakeKubelet::default()
+            .down("n1", KubeletError::ScrapeError { node: "n1".into() })
+            .down("n2", KubeletError::Request { node: "n2".into(), reason: "timed out".into() });
+        let listing = mk_kind(FakeInventory::with(pods), Arc::new(kubelet), Arc::default())
+            .list(Some("ns"))
+            .await
+            .unwrap();
+        assert_eq!(listing.items.len(), 7);
+        assert_eq!(
+            listing.warnings,
+            ["cpu and memory omitted for pods on 7 nodes: kubelet on node n1 reported a scrape error; \
+              kubelet on node n2: timed out; node n3: no usable address (not in the fake); \
+              node n4: no usable address (not in the fake); node n5: no usable address (not in the fake); \
+              and 2 more"]
+        );
+    }
+
+    #[tokio::test]
+    async fn prometheus_down_omits_requests_and_errors_with_warnings() {
+        let (inventory, kubelet, _) = mk_shop();
+        let prom = Arc::new(FakeProm::down(PromError::Unreachable("connection refused".into())));
+        let listing = mk_kind(inventory, kubelet, prom).list(Some("ns")).await.unwrap();
+        let mut expected = mk_web_1();
+        for field in ["requests", "errors", "errorRatio"] {
+            expected.as_object_mut().unwrap().remove(field);
+        }
+        expected["timestamp"] = json!("2026-07-01T10:00:05Z");
+        assert_eq!(mk_json(&listing.items[0]), expected);
+        assert_eq!(
+            listing.warnings,
+            [
+                "requests omitted: prometheus unreachable: connection refused",
+                "errors omitted: prometheus unreachable: connection refused",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn one_failed_query_omits_only_its_field() {
+        let (inventory, kubelet, _) = mk_shop();
+        let prom =
+            FakeProm::default().fail("code=~", PromError::Query("bad_data: parse error".into())).answer(
+                "http_requests_total",
+                vec![mk_sample(&[("namespace", "ns"), ("pod", "web-1")], 2.0, AT)],
+            );
+        let listing = mk_kind(inventory, kubelet, Arc::new(prom)).list(Some("ns")).await.unwrap();
+        let web_1 = mk_json(&listing.items[0]);
+        assert_eq!(web_1["requests"], "2");
+        assert_eq!(web_1.get("errors"), None);
+        assert_eq!(web_1.get("errorRatio"), None);
+        assert_eq!(listing.warnings, ["errors omitted: prometheus query failed: bad_data: parse error"]);
+    }
+
+    #[tokio::test]
+    async fn error_ratio_edge_cases() {
+        let names = ["p-nan", "p-noerr", "p-noreq", "p-round", "p-third", "p-zero"];
+        let pods = names.iter().map(|n| mk_pod("ns", n, "node-a", &[], &["c"], AT)).collect();
+        let sample = |pod: &str, value: f64| mk_sample(&[("namespace", "ns"), ("pod", pod)], value, AT);
+        let prom = FakeProm::default()
+            .answer(
+                "code=~",
+                vec![
+                    sample("p-nan", 0.0),
+                    sample("p-noreq", 1.0),
+                    sample("p-round", 0.0006),
+                    sample("p-third", 1.0),
+                    sample("p-zero", 0.0),
+                ],
+            )
+            .answer(
+                "http_requests_total",
+                vec![
+                    sample("p-nan", f64::NAN),
+                    sample("p-noerr", 3.0),
+                    sample("p-round", 2.0004),
+                    sample("p-third", 3.0),
+                    sample("p-zero", 0.0),
+                ],
+            );
+        let kubelet = FakeKubelet::default().node("node-a", vec![]);
+        let listing = mk_kind(FakeInventory::with(pods), Arc::new(kubelet), Arc::new(prom))
+            .list(Some("ns"))
+            .await
+            .unwrap();
+        // (requests, errors, errorRatio) as published, then the three cells.
+        let expected = [
+            ("p-nan", None, Some("0"), None, ["<none>", "0", "<none>"]),
+            ("p-noerr", Some("3"), None, None, ["3", "<none>", "<none>"]),
+            ("p-noreq", None, Some("1"), None, ["<none>", "1", "<none>"]),
+            // 0.0006 / 2.0004 = 0.00029994… → 300u; the error rate itself rounds to 1m.
+            ("p-round", Some("2"), Some("1m"), Some("300u"), ["2", "0", "0.0%"]),
+            ("p-third", Some("3"), Some("1"), Some("333333u"), ["3", "1", "33.3%"]),
+            ("p-zero", Some("0"), Some("0"), None, ["0", "0", "<none>"]),
+        ];
+        assert_eq!(listing.items.len(), expected.len());
+        for (item, (name, requests, errors, ratio, cells)) in listing.items.iter().zip(expected) {
+            let mut object = mk_bare(name, AT);
+            object["timestamp"] = json!(AT);
+            for (field, value) in [("requests", requests), ("errors", errors), ("errorRatio", ratio)] {
+                if let Some(value) = value {
+                    object[field] = json!(value);
+                }
+            }
+            assert_eq!(mk_json(item), object, "{name}");
+            assert_eq!(mk_cells(item)[3..6], cells, "{name}");
+        }
+        assert_eq!(listing.warnings, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn container_without_cpu_rate_omits_pod_cpu() {
+        let inventory = FakeInventory::with(vec![mk_pod(
+            "ns",
+            "web-1",
+            "node-a",
+            &[],
+            &["app", "sidecar"],
+            "2026-07-01T09:00:00Z",
+        )]);
+        let kubelet = FakeKubelet::default().node(
+            "node-a",
+            vec![(
+                "ns",
+                "web-1",
+                vec![
+                    mk_container("app", Some(0.1), Some(100.0 * MI), AT),
+                    mk_container("sidecar", None, Some(4.0 * MI), AT),
+                ],
+            )],
+        );
+        let listing = mk_kind(inventory, Arc::new(kubelet), Arc::default()).list(Some("ns")).await.unwrap();
+        let mut expected = mk_bare("web-1", "2026-07-01T09:00:00Z");
+        expected["timestamp"] = json!(AT);
+        expected["memory"] = json!("104Mi");
+        expected["containers"] =
+            json!([{"name": "app", "cpu": "100m", "memory": "100Mi"}, {"name": "sidecar", "memory": "4Mi"}]);
+        assert_eq!(mk_json(&listing.items[0]), expected);
+        assert_eq!(mk_cells(&listing.items[0])[1..3], ["<none>", "104Mi"]);
+        assert_eq!(listing.warnings, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn inventory_not_synced_is_not_ready_and_asks_no_upstream() {
+        let (_, kubelet, prom) = mk_shop();
+        let inventory = Arc::new(FakeInventory { pods: vec![], synced: false, version: String::new() });
+        let result = mk_kind(inventory, kubelet.clone(), prom.clone()).list(Some("ns")).await;
+        assert!(matches!(result, Err(ComputeError::NotReady)), "{result:?}");
+        assert_eq!(kubelet.called(), Vec::<String>::new());
+        assert_eq!(prom.received(), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn namespace_list_sends_scoped_promql() {
+        let (inventory, kubelet, prom) = mk_shop();
+        mk_kind(inventory, kubelet, prom.clone()).list(Some("ns")).await.unwrap();
+        assert_eq!(
+            prom.received(),
+            [
+                r#"sum by (namespace, pod) (rate(http_requests_total{code=~"5..",namespace="ns"}[5m]))"#,
+                r#"sum by (namespace, pod) (rate(http_requests_total{namespace="ns"}[5m]))"#,
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn all_namespaces_list_every_pod_with_unscoped_promql() {
+        let (inventory, kubelet, prom) = mk_shop();
+        let listing = mk_kind(inventory, kubelet.clone(), prom.clone()).list(None).await.unwrap();
+        let objects = mk_objects(&listing);
+        assert_eq!(objects.len(), 3);
+        assert_eq!(
+            objects[0],
+            json!({
+                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+                "kind": "PodMetricsSummary",
+                "metadata": {
+                    "name": "api-1",
+                    "namespace": "other",
+                    "uid": "uid-api-1",
+                    "creationTimestamp": "2026-07-01T08:00:00Z",
+                    "labels": {"app": "api"},
+                },
+                "timestamp": "2026-07-01T10:00:20Z",
+                "window": "5m0s",
+                "cpu": "500m",
+                "memory": "256Mi",
+                "requests": "10",
+                "errors": "500m",
+                "errorRatio": "50m",
+                "containers": [{"name": "api", "cpu": "500m", "memory": "256Mi"}],
+            })
+        );
+        assert_eq!(
+            mk_cells(&listing.items[0]),
+            [
+                "api-1",
+                "500m",
+                "256Mi",
+                "10",
+                "0.5",
+                "5.0%",
+                "age:2026-07-01T08:00:00Z",
+                "5m0s",
+                "1",
+                "node-c"
+            ]
+        );
+        assert_eq!(objects[1], mk_web_1());
+        assert_eq!(objects[2]["metadata"]["name"], "web-2");
+        assert_eq!(listing.warnings, Vec::<String>::new());
+        assert_eq!(kubelet.called(), ["node-a", "node-c"]);
+        assert_eq!(
+            prom.received(),
+            [
+                r#"sum by (namespace, pod) (rate(http_requests_total{code=~"5.."}[5m]))"#,
+                r#"sum by (namespace, pod) (rate(http_requests_total{}[5m]))"#,
+            ]
+        );
+    }
 }

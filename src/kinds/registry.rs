@@ -1,43 +1,16 @@
 //! The registry of built-in kinds: the one list the server builds the served kinds from, and
 //! the check of the query file's kind sections (each kind's overridable queries, by field).
+//! A kind's file exports its [`Builtin`]; one line of [`BUILTIN`] registers it.
 
 use std::sync::Arc;
 
+pub use super::{Builtin, QuerySpec};
+
 use super::cached::CachedKind;
-use super::{KindInfo, Kinds, ServedKind, Sources};
+use super::{Kinds, ServedKind, Sources};
 use crate::cache::CacheSettings;
-use crate::config::{Invalid, QueryFile, Snapshot};
+use crate::config::{Invalid, QueryFile};
 use crate::sources::prometheus::validate_template;
-
-/// A built-in kind: what it is, the queries the file may override, and how it is built.
-#[derive(Debug)]
-pub struct Builtin {
-    /// Names, scope and description.
-    pub info: &'static KindInfo,
-    /// Key of the kind's section in the query file (`podMetricsSummary`).
-    pub section: &'static str,
-    /// Its PromQL templates, each overridable in the section.
-    pub queries: &'static [QuerySpec],
-    /// Builds the (uncached) kind from its sources.
-    pub build: fn(Sources) -> Arc<dyn ServedKind>,
-}
-
-/// One PromQL template of a kind. `SCOPE` stands for the namespace matcher (empty across all
-/// namespaces) and `WINDOW` for the range.
-#[derive(Debug)]
-pub struct QuerySpec {
-    /// Its key in the kind's section of the file (`requests`).
-    pub field: &'static str,
-    /// The compiled-in template.
-    pub default: &'static str,
-}
-
-impl Builtin {
-    /// The template of `spec` in force: the file's override, else the default.
-    pub fn query<'a>(&self, config: &'a Snapshot, spec: &'a QuerySpec) -> &'a str {
-        config.file.kind_query(self.section, spec.field).unwrap_or(spec.default)
-    }
-}
 
 /// Every built-in kind, in discovery order.
 pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::cafe_brew_stats::KIND];
@@ -50,14 +23,20 @@ pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
             let known: Vec<&str> = BUILTIN.iter().map(|k| k.section).collect();
             return Err(Invalid::new(
                 section.clone(),
-                format!("unknown field; expected window, externalMetrics or a kind's section ({})", known.join(", ")),
+                format!(
+                    "unknown field; expected window, externalMetrics or a kind's section ({})",
+                    known.join(", ")
+                ),
             ));
         };
         for (field, template) in queries {
             let name = format!("{section}.{field}");
             if !kind.queries.iter().any(|q| q.field == field) {
                 let known: Vec<&str> = kind.queries.iter().map(|q| q.field).collect();
-                return Err(Invalid::new(name, format!("unknown query; expected one of {}", known.join(", "))));
+                return Err(Invalid::new(
+                    name,
+                    format!("unknown query; expected one of {}", known.join(", ")),
+                ));
             }
             validate_template(template).map_err(|e| Invalid::new(name, e.to_string()))?;
         }
@@ -89,7 +68,8 @@ mod tests {
     fn default_templates_are_valid() {
         for kind in BUILTIN {
             for spec in kind.queries {
-                validate_template(spec.default).unwrap_or_else(|e| panic!("{}.{}: {e}", kind.section, spec.field));
+                validate_template(spec.default)
+                    .unwrap_or_else(|e| panic!("{}.{}: {e}", kind.section, spec.field));
             }
         }
     }
