@@ -92,8 +92,7 @@ async fn start_prometheus(dir: &Path, sim: &Sim, pods: u32) -> Prometheus {
     // Ten minutes of history, three at sizes where backfilling ten would take longest (two
     // samples are enough for every rate over the 5-minute window).
     let span = Duration::from_secs(if pods > LARGE_PODS { 180 } else { 600 });
-    let history =
-        devenv::sim_history(&sim.metrics, "sim-apps", &target, span, SCRAPE).await.unwrap();
+    let history = devenv::sim_history(&sim.metrics, "sim-apps", &target, span, SCRAPE).await.unwrap();
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
         jobs: vec![ScrapeJob {

@@ -131,8 +131,11 @@ mod tests {
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_errors_are_not_cached() {
         let metrics = Metrics::new();
-        let cache: Arc<TtlCache<u32, u32>> =
-            Arc::new(TtlCache::new("test", &CacheSettings::new(Duration::from_millis(200), metrics.clone()), 10));
+        let cache: Arc<TtlCache<u32, u32>> = Arc::new(TtlCache::new(
+            "test",
+            &CacheSettings::new(Duration::from_millis(200), metrics.clone()),
+            10,
+        ));
         let calls = Arc::new(AtomicUsize::new(0));
         let barrier = Arc::new(tokio::sync::Barrier::new(20));
         let tasks: Vec<_> = (0..20)
@@ -168,7 +171,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_entry_never_outlives_the_ttl() {
-        let cache: TtlCache<u32, u32> = TtlCache::new("t", &CacheSettings::uncounted(Duration::from_millis(50)), 10);
+        let cache: TtlCache<u32, u32> =
+            TtlCache::new("t", &CacheSettings::uncounted(Duration::from_millis(50)), 10);
         cache.insert_until(1, 1, Instant::now() + Duration::from_secs(3600)).await;
         assert!(cache.peek(&1).await.is_some());
         tokio::time::sleep(Duration::from_millis(100)).await;

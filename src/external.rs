@@ -32,6 +32,7 @@ use serde::Serialize;
 use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Invalid, QueryFile, Snapshot};
 
+use crate::config::{ExternalMetricConfig, LiveConfig};
 use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
 use crate::k8s::negotiate::{Endpoint, negotiate_headers};
 use crate::k8s::request_info::{ParsedRequest, RequestInfo};
@@ -39,7 +40,6 @@ use crate::k8s::selectors::{LabelSelector, Requirement};
 use crate::k8s::status::go_quote;
 use crate::k8s::validation::is_dns1123_label;
 use crate::k8s::{ApiError, GroupResource};
-use crate::config::{ExternalMetricConfig, LiveConfig};
 use crate::sources::prometheus::{Matcher, is_valid_label_name, render, validate_template};
 use crate::sources::{PromError, PromSample, PromSource};
 
@@ -177,7 +177,12 @@ impl ExternalMetrics {
         }
     }
 
-    async fn handle(&self, request: &ParsedRequest, method: &Method, headers: &HeaderMap) -> Result<Response> {
+    async fn handle(
+        &self,
+        request: &ParsedRequest,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Response> {
         let info = request.info.as_ref().ok_or(ApiError::PathNotFound)?;
         let (namespace, metric) = match request.segs().as_slice() {
             [_, _, version, "namespaces", namespace, metric] if *version == VERSION => (*namespace, *metric),
@@ -462,7 +467,10 @@ pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
             return Err(Invalid::new(field("name"), format!("{name:?} is reserved in Kubernetes URLs")));
         }
         if let Some(first) = metrics[..i].iter().position(|m| m.name == *name) {
-            return Err(Invalid::new(field("name"), format!("duplicate name {name:?} (also externalMetrics[{first}])")));
+            return Err(Invalid::new(
+                field("name"),
+                format!("duplicate name {name:?} (also externalMetrics[{first}])"),
+            ));
         }
         validate_template(&metric.query).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
         for (j, label) in metric.labels.iter().enumerate() {
@@ -509,7 +517,12 @@ mod tests {
         let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(
             names,
-            ["cafe_brews_per_minute", "cafe_brew_duration_p95_seconds", "http_requests_per_second", "http_error_ratio"]
+            [
+                "cafe_brews_per_minute",
+                "cafe_brew_duration_p95_seconds",
+                "http_requests_per_second",
+                "http_error_ratio"
+            ]
         );
         assert_eq!(metrics[0].labels, ["cafe", "type"]);
         assert_eq!(metrics[2].labels, ["pod", "code"]);

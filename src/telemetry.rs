@@ -14,7 +14,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-
 /// Labels of served requests. `resource` is the plural resource name, or the route template
 /// for non-resource paths (`/apis`, `/openapi/v2`, …), never a raw path.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

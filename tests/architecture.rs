@@ -80,7 +80,8 @@ fn test_module_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
         let lines: Vec<&str> = text.lines().map(str::trim).collect();
         for pair in lines.windows(2) {
             if pair[0] == "#[cfg(test)]"
-                && let Some(name) = pair[1].strip_prefix("mod ").or_else(|| pair[1].strip_prefix("pub(crate) mod "))
+                && let Some(name) =
+                    pair[1].strip_prefix("mod ").or_else(|| pair[1].strip_prefix("pub(crate) mod "))
                 && let Some(name) = name.strip_suffix(';')
             {
                 tests.insert(dir.join(format!("{name}.rs")));

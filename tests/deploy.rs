@@ -107,8 +107,7 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
     let text =
         find(&objects, "ConfigMap", "percolator-config")["data"]["config.yaml"].as_str().unwrap().to_string();
     let check = percolator::server::config_check();
-    let shipped =
-        percolator::config::QueryFile::from_yaml(&text, "deploy/base/config.yaml", &check).unwrap();
+    let shipped = percolator::config::QueryFile::from_yaml(&text, "deploy/base/config.yaml", &check).unwrap();
     for kind in percolator::kinds::registry::BUILTIN {
         for spec in kind.queries {
             let shipped = shipped.kind_query(kind.section, spec.field);

@@ -16,8 +16,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Env, Options};
 use common::devenv::ProxyFault;
+use common::{Env, Options};
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
 use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
 use crate::k8s::status::ApiError;
 use crate::kinds::{GROUP, Kinds, VERSION};
 
@@ -238,7 +238,6 @@ impl Discovery {
         json_response(self.version.clone())
     }
 }
-
 
 /// The discovery documents in force. With a [`DynamicGroupVersions`], every read compares its
 /// generation with the one the documents were built for and rebuilds them when it moved, so

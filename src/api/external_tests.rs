@@ -1,99 +1,29 @@
 //! Handler tests of the external metrics API: `router(state_with_fakes).oneshot(request)`
-//! against a counting fake [`PromSource`], with exact JSON and exact PromQL comparison.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use axum::Router;
-use axum::body::Body;
-use futures::future::BoxFuture;
-use http::Request;
-use http_body_util::BodyExt;
-use jiff::Timestamp;
-use serde_json::{Value, json};
-use tower::ServiceExt;
+//! against the counting fake Prometheus of `testutil` (`MkProm`), with exact JSON and exact
+//! PromQL comparison.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use http::{HeaderMap, StatusCode};
+use axum::Router;
+use http::StatusCode;
+use serde_json::{Value, json};
 
+use super::testutil::{MkProm, Reply, call_with, mk_check, mk_defaults, mk_prom, mk_sample};
 use crate::api::{ApiState, router};
 use crate::cache::CacheSettings;
-use crate::config::{Check, ExternalMetricConfig, LiveConfig, QueryFile};
+use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
 use crate::external::*;
 use crate::k8s::ApiError;
 use crate::k8s::selectors::LabelSelector;
-use crate::sources::{PromError, PromSample, PromSource};
+use crate::sources::PromError;
 use crate::telemetry::Metrics;
-
-/// The check the server runs on the query file.
-fn mk_check() -> Check {
-    Arc::new(|file: &mut QueryFile| {
-        crate::kinds::registry::check_queries(file)?;
-        check_metrics(file)
-    })
-}
-
-/// The default configuration, checked.
-fn mk_defaults() -> QueryFile {
-    QueryFile::from_yaml("", "defaults", &mk_check()).unwrap()
-}
 
 const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
 const V2_ACCEPT: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const BREWS: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_per_minute";
-const SAMPLE_TIME: &str = "2026-07-01T10:00:00.250Z";
-
-/// A fake Prometheus: records every query, answers with `reply` after `delay`.
-struct MkProm {
-    queries: Mutex<Vec<String>>,
-    calls: AtomicUsize,
-    reply: Mutex<std::result::Result<Vec<PromSample>, PromError>>,
-    delay: Duration,
-}
-
-impl PromSource for MkProm {
-    fn query(&self, promql: String) -> BoxFuture<'_, std::result::Result<Vec<PromSample>, PromError>> {
-        Box::pin(async move {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            self.queries.lock().unwrap().push(promql);
-            if !self.delay.is_zero() {
-                tokio::time::sleep(self.delay).await;
-            }
-            self.reply.lock().unwrap().clone()
-        })
-    }
-}
-
-impl MkProm {
-    fn last_query(&self) -> String {
-        self.queries.lock().unwrap().last().cloned().unwrap_or_default()
-    }
-
-    fn set_reply(&self, reply: std::result::Result<Vec<PromSample>, PromError>) {
-        *self.reply.lock().unwrap() = reply;
-    }
-}
-
-fn mk_prom(reply: std::result::Result<Vec<PromSample>, PromError>, delay: Duration) -> Arc<MkProm> {
-    Arc::new(MkProm {
-        queries: Mutex::new(Vec::new()),
-        calls: AtomicUsize::new(0),
-        reply: Mutex::new(reply),
-        delay,
-    })
-}
-
-fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
-    PromSample {
-        labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<HashMap<_, _>>(),
-        value,
-        timestamp: SAMPLE_TIME.parse::<Timestamp>().unwrap(),
-    }
-}
 
 fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig>, ttl: Duration) -> Router {
     let metrics = Metrics::new();
@@ -105,33 +35,9 @@ fn mk_app(prom: Arc<MkProm>) -> Router {
     mk_app_with(prom, LiveConfig::fixed(mk_defaults(), None), Duration::from_secs(60))
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map(|v| v.to_str().unwrap()).unwrap_or_default()
-    }
-}
-
 async fn call(app: &Router, method: &str, uri: &str, accept: Option<&str>) -> Reply {
-    let mut request = Request::builder().method(method).uri(uri);
-    if let Some(accept) = accept {
-        request = request.header("accept", accept);
-    }
-    let response = app.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes().to_vec();
-    Reply { status, headers, body }
+    let accept: Vec<(&str, &str)> = accept.map(|a| ("accept", a)).into_iter().collect();
+    call_with(app, method, uri, &accept).await
 }
 
 async fn get(app: &Router, uri: &str) -> Reply {
@@ -482,11 +388,7 @@ async fn concurrent_identical_requests_share_one_query() {
 #[tokio::test]
 async fn entries_expire_after_the_ttl() {
     let prom = mk_prom(Ok(vec![]), Duration::ZERO);
-    let app = mk_app_with(
-        prom.clone(),
-        LiveConfig::fixed(mk_defaults(), None),
-        Duration::from_millis(200),
-    );
+    let app = mk_app_with(prom.clone(), LiveConfig::fixed(mk_defaults(), None), Duration::from_millis(200));
     get(&app, BREWS).await;
     get(&app, BREWS).await;
     assert_eq!(prom.calls.load(Ordering::SeqCst), 1);

@@ -41,18 +41,18 @@ use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode, header};
 
 use crate::external::ExternalMetrics;
-use crate::kinds::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
-use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
 use crate::k8s::discovery::{DynamicGroupVersions, GroupVersionResources};
-use discovery::{Discovery, LiveDiscovery};
-use fairness::ConnectionSlots;
-use guard::Guard;
 use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
 use crate::k8s::request_info::{ParsedRequest, QueryParams, RequestInfo};
 use crate::k8s::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
 use crate::k8s::status;
 use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
 use crate::k8s::{ApiError, GroupResource};
+use crate::kinds::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
+use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
+use discovery::{Discovery, LiveDiscovery};
+use fairness::ConnectionSlots;
+use guard::Guard;
 use openapi::OpenApi;
 use render::{IncludeObject, RenderContext, render_list, render_object};
 
@@ -678,3 +678,12 @@ mod tests;
 
 #[cfg(test)]
 mod external_tests;
+
+#[cfg(test)]
+mod testutil;
+
+#[cfg(test)]
+mod fuzz_testutil;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -1,192 +1,20 @@
-//! Handler tests: `router(state_with_fakes).oneshot(request)` with exact JSON comparison,
-//! covering every endpoint and the error matrix.
+//! Handler tests: `router(state_with_fakes).oneshot(request)` on the fake kinds of `testutil`,
+//! with exact JSON comparison, covering every endpoint and the error matrix.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use futures::future::BoxFuture;
-use http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
-use jiff::{SignedDuration, Timestamp};
-use serde_json::value::RawValue;
+use http::StatusCode;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
+use super::testutil::{Behavior, CREATED, FakeKind, Reply, call_with, mk_gadgets, mk_widgets};
 use super::*;
-use crate::kinds::{API_VERSION, Cell, Column, KindInfo, Meta, OBJECT_META_SCHEMA};
+use crate::kinds::{API_VERSION, OBJECT_META_SCHEMA};
 
 const G: &str = "stats.une-tasse-de.cafe";
 const V: &str = "v1alpha1";
 const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-
-static WIDGET: KindInfo = KindInfo {
-    plural: "widgets",
-    singular: "widget",
-    kind: "Widget",
-    list_kind: "WidgetList",
-    short_names: &["wd"],
-    categories: &["percolator"],
-    namespaced: true,
-    description: "Widget is a test kind.",
-};
-
-static GADGET: KindInfo = KindInfo {
-    plural: "gadgets",
-    singular: "gadget",
-    kind: "Gadget",
-    list_kind: "GadgetList",
-    short_names: &[],
-    categories: &[],
-    namespaced: false,
-    description: "Gadget is a cluster-scoped test kind.",
-};
-
-const WIDGET_COLUMNS: &[Column] = &[
-    Column { name: "Name", type_: "string", format: "name", description: "Name of the widget.", priority: 0 },
-    Column { name: "Size", type_: "string", format: "quantity", description: "Size.", priority: 0 },
-    Column { name: "Node", type_: "string", format: "", description: "Node.", priority: 1 },
-    Column { name: "Age", type_: "string", format: "", description: "Time since creation.", priority: 0 },
-];
-
-#[derive(Clone, Copy, PartialEq)]
-enum Behavior {
-    Ok,
-    NotReady,
-    Internal,
-    Panic,
-    /// Computes fine, then takes this long.
-    Slow(std::time::Duration),
-    /// Computes fine; rendering panics (outside `compute`'s own catch).
-    PanicInColumns,
-}
-
-struct FakeKind {
-    info: &'static KindInfo,
-    items: Vec<Arc<Item>>,
-    behavior: Behavior,
-    warnings: Vec<String>,
-    calls: Mutex<Vec<Option<String>>>,
-}
-
-impl ServedKind for FakeKind {
-    fn info(&self) -> &'static KindInfo {
-        self.info
-    }
-
-    fn columns(&self) -> &'static [Column] {
-        if self.behavior == Behavior::PanicInColumns {
-            panic!("fake kind panics while rendering");
-        }
-        if self.info.namespaced { WIDGET_COLUMNS } else { &[] }
-    }
-
-    fn schemas(&self) -> Vec<(String, Value)> {
-        let name = format!("cafe.une-tasse-de.stats.v1alpha1.{}", self.info.kind);
-        vec![
-            (
-                name,
-                json!({
-                    "type": "object",
-                    "description": self.info.description,
-                    "properties": {
-                        "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata."},
-                        "size": {"type": "string", "description": "Size of the widget."},
-                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": "#/components/schemas/cafe.une-tasse-de.stats.v1alpha1.Part"}},
-                    },
-                }),
-            ),
-            (
-                "cafe.une-tasse-de.stats.v1alpha1.Part".to_owned(),
-                json!({"type": "object", "description": "A part.", "properties": {"name": {"type": "string", "description": "Part name."}}}),
-            ),
-        ]
-    }
-
-    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-        Box::pin(async move {
-            self.calls.lock().unwrap().push(namespace.map(str::to_owned));
-            match self.behavior {
-                Behavior::Ok | Behavior::PanicInColumns => {}
-                Behavior::Slow(delay) => tokio::time::sleep(delay).await,
-                Behavior::NotReady => return Err(ComputeError::NotReady),
-                Behavior::Internal => {
-                    let secret = crate::sources::PromError::Query("secret detail".into());
-                    return Err(ComputeError::Query(secret.into()));
-                }
-                Behavior::Panic => panic!("fake kind panics"),
-            }
-            Ok(Arc::new(Listing {
-                items: self
-                    .items
-                    .iter()
-                    .filter(|i| namespace.is_none_or(|ns| *i.meta.namespace == *ns))
-                    .cloned()
-                    .collect(),
-                warnings: self.warnings.clone(),
-                resource_version: "17".to_owned(),
-                ..Listing::default()
-            }))
-        })
-    }
-}
-
-const CREATED: &str = "2026-07-01T10:00:00Z";
-
-fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &str)], size: &str) -> Arc<Item> {
-    let labels: BTreeMap<String, String> =
-        labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    let mut metadata =
-        json!({"name": name, "uid": format!("uid-{name}"), "creationTimestamp": CREATED, "labels": labels});
-    if !ns.is_empty() {
-        metadata["namespace"] = json!(ns);
-    }
-    let object = json!({"kind": info.kind, "apiVersion": API_VERSION, "metadata": metadata, "size": size});
-    let created: Timestamp = CREATED.parse().unwrap();
-    Arc::new(Item {
-        meta: Meta {
-            name: name.into(),
-            namespace: ns.into(),
-            uid: Some(format!("uid-{name}").into()),
-            creation_timestamp: Some(created),
-            labels: Arc::new(labels),
-        },
-        object: RawValue::from_string(object.to_string()).unwrap(),
-        cells: vec![
-            Cell::Text(name.into()),
-            Cell::Text(size.into()),
-            Cell::None,
-            Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
-        ],
-    })
-}
-
-fn mk_widgets(behavior: Behavior, warnings: &[&str]) -> Arc<FakeKind> {
-    Arc::new(FakeKind {
-        info: &WIDGET,
-        items: vec![
-            mk_item(&WIDGET, "other", "web-1", &[("app", "web")], "1"),
-            mk_item(&WIDGET, "shop", "db-0", &[("app", "db")], "3"),
-            mk_item(&WIDGET, "shop", "web-1", &[("app", "web"), ("tier", "front")], "2"),
-            mk_item(&WIDGET, "shop", "web-2", &[("app", "web")], "4"),
-        ],
-        behavior,
-        warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
-        calls: Mutex::new(Vec::new()),
-    })
-}
-
-fn mk_gadgets() -> Arc<FakeKind> {
-    Arc::new(FakeKind {
-        info: &GADGET,
-        items: vec![mk_item(&GADGET, "", "g1", &[], "9")],
-        behavior: Behavior::Ok,
-        warnings: Vec::new(),
-        calls: Mutex::new(Vec::new()),
-    })
-}
 
 fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
     let kinds: Kinds = vec![widgets, mk_gadgets()];
@@ -195,39 +23,6 @@ fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
 
 fn mk_app() -> Router {
     router(mk_state_with(mk_widgets(Behavior::Ok, &[]), true))
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map(|v| v.to_str().unwrap()).unwrap_or_default()
-    }
-}
-
-async fn call_with(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut req = Request::builder().method(method).uri(uri);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
-    Reply { status, headers, body }
 }
 
 async fn get(app: &Router, uri: &str) -> Reply {
@@ -253,6 +48,19 @@ fn assert_status(r: &Reply, code: u16, reason: &str, message: &str, details: Opt
     assert_eq!(r.status.as_u16(), code, "{}", r.text());
     assert_eq!(r.header("content-type"), "application/json");
     assert_eq!(r.json(), status_body(code, reason, message, details));
+}
+
+/// A Status asking to retry after a second, in its details and in `Retry-After`.
+fn assert_retry_after(r: &Reply, code: u16, reason: &str, message: &str) {
+    assert_status(r, code, reason, message, Some(json!({"retryAfterSeconds": 1})));
+    assert_eq!(r.header("retry-after"), "1");
+}
+
+/// `/readyz` is a 500 whose report lists `checks`, then says so.
+async fn assert_readyz_fails(app: &Router, checks: &str) {
+    let r = get(app, "/readyz").await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.text(), format!("{checks}readyz check failed\n"));
 }
 
 fn names(v: &Value) -> Vec<String> {
@@ -700,14 +508,7 @@ async fn query_parameters() {
 async fn not_ready_is_503_with_retry_after() {
     let app = router(mk_state_with(mk_widgets(Behavior::NotReady, &[]), false));
     let r = get(&app, &widgets_path("shop")).await;
-    assert_status(
-        &r,
-        503,
-        "ServiceUnavailable",
-        "the pod inventory is not synced yet",
-        Some(json!({"retryAfterSeconds": 1})),
-    );
-    assert_eq!(r.header("retry-after"), "1");
+    assert_retry_after(&r, 503, "ServiceUnavailable", "the pod inventory is not synced yet");
     let r = get(&app, &format!("{}/web-1", widgets_path("shop"))).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     // Discovery and OpenAPI never depend on upstreams.
@@ -1035,12 +836,7 @@ async fn health_endpoints() {
     assert!(r.text().contains("[+]informer-sync ok"));
 
     let app = router(mk_state_with(mk_widgets(Behavior::Ok, &[]), false));
-    let r = get(&app, "/readyz").await;
-    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(
-        r.text(),
-        "[+]ping ok\n[-]informer-sync failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
-    );
+    assert_readyz_fails(&app, "[+]ping ok\n[-]informer-sync failed: reason withheld\n[+]shutdown ok\n").await;
     assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
     assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
 }
@@ -1113,14 +909,7 @@ async fn in_flight_limit_answers_429_and_exempts_health_and_discovery() {
         .collect();
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let r = get(&app, &widgets_path("shop")).await;
-    assert_status(
-        &r,
-        429,
-        "TooManyRequests",
-        "Too many requests, please try again later.",
-        Some(json!({"retryAfterSeconds": 1})),
-    );
-    assert_eq!(r.header("retry-after"), "1");
+    assert_retry_after(&r, 429, "TooManyRequests", "Too many requests, please try again later.");
     // Health, discovery and OpenAPI are exempt; a not-found path is not.
     for path in
         ["/healthz", "/livez", "/readyz", "/apis", &format!("/apis/{G}/{V}"), "/openapi/v2", "/version"]
@@ -1214,12 +1003,7 @@ async fn readyz_fails_once_shutting_down() {
     let app = router(mk_state_with(mk_widgets(Behavior::Ok, &[]), true).with_shutdown_flag(flag.clone()));
     assert_eq!(get(&app, "/readyz").await.text(), "ok");
     flag.store(true, std::sync::atomic::Ordering::SeqCst);
-    let r = get(&app, "/readyz").await;
-    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(
-        r.text(),
-        "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"
-    );
+    assert_readyz_fails(&app, "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\n").await;
     assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
     assert_eq!(get(&app, &widgets_path("shop")).await.status, StatusCode::OK, "still serving");
 }

@@ -37,9 +37,9 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
+pub use crate::config::AuthArgs;
 use crate::k8s::request_info::{ParsedRequest, RequestInfo, percent_decode};
 use crate::k8s::{ApiError, GroupResource};
-pub use crate::config::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
 pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, ReviewError, TokenReviewer};
@@ -254,7 +254,8 @@ pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, nex
     // Parsed once by the router's outermost layer; a request without it was never parsed,
     // which is a wiring fault, not a client's.
     let Some(parsed) = request.extensions().get::<Arc<ParsedRequest>>().cloned() else {
-        return ApiError::Internal("the request was not parsed before authorization".to_owned()).into_response();
+        return ApiError::Internal("the request was not parsed before authorization".to_owned())
+            .into_response();
     };
     let Some(info) = parsed.info.as_ref() else { return ApiError::PathNotFound.into_response() };
     // Go authorizes `URL.Path`, which is decoded.

@@ -19,8 +19,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::AuthError;
-use super::{AuthArgs, non_empty};
 use super::x509::CaBundle;
+use super::{AuthArgs, non_empty};
 
 /// Namespace of the trust ConfigMap.
 pub const CONFIGMAP_NAMESPACE: &str = "kube-system";

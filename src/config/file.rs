@@ -372,9 +372,10 @@ mod tests {
                 window: Some(Duration::from_secs(60)),
             }])
         );
-        let err = QueryFile::from_yaml("externalMetrics:\n- name: a\n  query: x\n  label: [a]\n", "f", &mk_check())
-            .unwrap_err()
-            .to_string();
+        let err =
+            QueryFile::from_yaml("externalMetrics:\n- name: a\n  query: x\n  label: [a]\n", "f", &mk_check())
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("label"), "{err}");
     }
 }

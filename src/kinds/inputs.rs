@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use crate::config::{LiveConfig, Snapshot};
 use crate::sources::prometheus::{self, Matcher, render};
-use crate::sources::{ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromError, PromSample, PromSource};
+use crate::sources::{
+    ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromError, PromSample, PromSource,
+};
 
 use super::ComputeError;
 

@@ -717,9 +717,12 @@ mod tests {
         let (inventory, kubelet, prom) = mk_shop();
         let listing = mk_kind(inventory, kubelet.clone(), prom.clone()).list(None).await.unwrap();
         let objects = mk_objects(&listing);
+        // Sorted by namespace then name: ns/web-1, ns/web-2, other/api-1.
         assert_eq!(objects.len(), 3);
+        assert_eq!(objects[0], mk_web_1());
+        assert_eq!(objects[1]["metadata"]["name"], "web-2");
         assert_eq!(
-            objects[0],
+            objects[2],
             json!({
                 "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
                 "kind": "PodMetricsSummary",
@@ -741,7 +744,7 @@ mod tests {
             })
         );
         assert_eq!(
-            mk_cells(&listing.items[0]),
+            mk_cells(&listing.items[2]),
             [
                 "api-1",
                 "500m",
@@ -755,8 +758,6 @@ mod tests {
                 "node-c"
             ]
         );
-        assert_eq!(objects[1], mk_web_1());
-        assert_eq!(objects[2]["metadata"]["name"], "web-2");
         assert_eq!(listing.warnings, Vec::<String>::new());
         assert_eq!(kubelet.called(), ["node-a", "node-c"]);
         assert_eq!(

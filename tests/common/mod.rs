@@ -159,15 +159,10 @@ impl Env {
         let metrics_target = sim_metrics.trim_start_matches("http://").to_string();
 
         // Backfill 15 minutes of history at the scrape interval, ending one interval ago.
-        let history = devenv::sim_history(
-            &sim_metrics,
-            "sim-apps",
-            &metrics_target,
-            Duration::from_secs(900),
-            SCRAPE,
-        )
-        .await
-        .unwrap();
+        let history =
+            devenv::sim_history(&sim_metrics, "sim-apps", &metrics_target, Duration::from_secs(900), SCRAPE)
+                .await
+                .unwrap();
         let prometheus = Prometheus::start(PrometheusOptions {
             dir: dir.join("prometheus"),
             jobs: vec![
@@ -234,11 +229,8 @@ impl Env {
         .await;
         let url = format!("https://{}", serving.as_str().unwrap());
         if options.scrape_percolator {
-            devenv::write_targets_file(
-                &dir.join("percolator-targets.json"),
-                serving.as_str().unwrap(),
-            )
-            .unwrap();
+            devenv::write_targets_file(&dir.join("percolator-targets.json"), serving.as_str().unwrap())
+                .unwrap();
         }
 
         let kubeconfig = dir.join("kubeconfig");

@@ -115,39 +115,6 @@ impl Prometheus {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// File where Prometheus logs every query it runs.
-    pub fn query_log(&self) -> PathBuf {
-        self.options.dir.join("query.log")
-    }
-
-    /// Every PromQL expression Prometheus has run so far, in order.
-    pub fn queries(&self) -> Vec<String> {
-        read_query_log(&self.query_log())
-    }
-
-    /// Stops Prometheus (SIGKILL; the data directory stays).
-    pub async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
-        }
-    }
-
-    /// Starts Prometheus again on the same port with the same data.
-    pub async fn restart(&mut self) -> Result<()> {
-        self.stop().await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match self.spawn(self.port).await {
-                Ok(()) => return Ok(()),
-                Err(error) if Instant::now() < deadline => {
-                    tracing::debug!(%error, "prometheus restart failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
     async fn spawn_on_free_port(&mut self) -> Result<()> {
         // Prometheus cannot bind port 0 and report it, so try ports until one is free; a port
         // taken in between makes Prometheus exit, and we try the next one.
@@ -240,6 +207,45 @@ impl Prometheus {
     }
 }
 
+#[allow(
+    dead_code,
+    reason = "for the end-to-end tests and the benchmark, which include this file too; the demo does not use them"
+)]
+impl Prometheus {
+    /// File where Prometheus logs every query it runs.
+    pub fn query_log(&self) -> PathBuf {
+        self.options.dir.join("query.log")
+    }
+
+    /// Every PromQL expression Prometheus has run so far, in order.
+    pub fn queries(&self) -> Vec<String> {
+        read_query_log(&self.query_log())
+    }
+
+    /// Stops Prometheus (SIGKILL; the data directory stays).
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts Prometheus again on the same port with the same data.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.stop().await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.spawn(self.port).await {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, "prometheus restart failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
 pub(crate) fn config_yaml(options: &PrometheusOptions) -> String {
     let interval = percolator::k8s::duration::prometheus(options.scrape_interval);
     let mut out = format!(
@@ -302,6 +308,7 @@ pub async fn sim_history(
 }
 
 /// Writes a file_sd targets file for one `host:port` target.
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
 pub fn write_targets_file(path: &Path, target: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::json!([{ "targets": [target] }]).to_string())?;
@@ -323,6 +330,7 @@ pub fn read_query_log(path: &Path) -> Vec<String> {
 
 /// What a [`FaultProxy`] does with the requests it receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(dead_code, reason = "set by the end-to-end tests, which include this file too, and devenv_tests")]
 pub enum ProxyFault {
     /// Forward every byte to the upstream and back.
     #[default]
@@ -356,6 +364,7 @@ pub struct FaultProxy {
 const GARBAGE_BODY: &str =
     "<html><body><h1>502 Bad Gateway</h1>\u{0}\u{1}\u{2}{\"status\":\"succ</body></html>\n";
 
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too, and devenv_tests")]
 impl FaultProxy {
     /// Starts a proxy on a free loopback port forwarding to `upstream` (`host:port`), on the
     /// current tokio runtime.

@@ -9,9 +9,9 @@
 
 mod demo;
 mod devenv;
-mod sim;
 #[cfg(test)]
 mod devenv_tests;
+mod sim;
 
 use clap::{Parser, Subcommand};
 

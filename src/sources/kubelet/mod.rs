@@ -66,6 +66,9 @@ const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 /// How much of an error response body is quoted in an error message.
 const ERROR_BODY_SNIPPET: usize = 256;
 
+/// Name of the per-node cache in `percolator_cache_requests_total`.
+const CACHE_NAME: &str = "kubelet";
+
 /// Most nodes whose usage is cached at once.
 const MAX_CACHED_NODES: u64 = 1_000_000;
 
@@ -222,7 +225,7 @@ impl KubeletClient {
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| Error::HttpClient(error_chain(&e)))?;
-        let cache = TtlCache::new("kubelet", &config.cache, MAX_CACHED_NODES);
+        let cache = TtlCache::new(CACHE_NAME, &config.cache, MAX_CACHED_NODES);
         let token = config.bearer_token.clone().map(TokenProvider::new);
         let slots = Semaphore::new(config.max_concurrency.max(1));
         Ok(Self {
@@ -820,7 +823,9 @@ pub(super) mod tests {
         let server = mk_server().await;
         let too_many = KubeletConfig { max_containers: 1, ..KubeletConfig::default() };
         let too_big = KubeletConfig { max_body_bytes: 1024, ..KubeletConfig::default() };
-        for (config, want) in [(too_many, "containers, more than the 1 accepted"), (too_big, "exceeds 1024 bytes")] {
+        for (config, want) in
+            [(too_many, "containers, more than the 1 accepted"), (too_big, "exceeds 1024 bytes")]
+        {
             let config = KubeletConfig { ca_pem: Some(server.ca_pem.clone().into_bytes()), ..config };
             let client = mk_client(&server, config, Arc::new(MkObserver::default()));
             let message = client.node_usage("node-a").await.unwrap_err().to_string();

@@ -57,7 +57,7 @@ pub struct ContainerSample {
     /// `container_start_time_seconds`, when present and sensible (after 1970).
     pub start_time: Option<Timestamp>,
     /// Whether the CPU sample carried its own timestamp (older kubelets send none: the
-    /// scrape time stands in, see [`NodeSamples`]).
+    /// scrape time stands in, see [`NodeSamples`](super::NodeSamples)).
     pub cpu_stamped: bool,
 }
 
@@ -389,7 +389,8 @@ pub(super) mod tests {
     use super::*;
 
     /// The body the simulator and these tests share.
-    pub(in crate::sources::kubelet) const FIXTURE: &str = include_str!("../../../tests/fixtures/kubelet-metrics-resource.txt");
+    pub(in crate::sources::kubelet) const FIXTURE: &str =
+        include_str!("../../../tests/fixtures/kubelet-metrics-resource.txt");
 
     pub(in crate::sources::kubelet) fn ts(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(ms).unwrap()
@@ -399,7 +400,13 @@ pub(super) mod tests {
         ContainerKey { namespace: namespace.into(), pod: pod.into(), container: container.into() }
     }
 
-    pub(in crate::sources::kubelet) fn mk_container(cpu: f64, cpu_ms: i64, memory: f64, mem_ms: i64, start_s: f64) -> ContainerSample {
+    pub(in crate::sources::kubelet) fn mk_container(
+        cpu: f64,
+        cpu_ms: i64,
+        memory: f64,
+        mem_ms: i64,
+        start_s: f64,
+    ) -> ContainerSample {
         ContainerSample {
             cpu: Sample { value: cpu, timestamp: ts(cpu_ms) },
             memory: Sample { value: memory, timestamp: ts(mem_ms) },

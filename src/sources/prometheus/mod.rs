@@ -16,8 +16,8 @@ use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
 pub use template::{
-    MatchOp, Matcher, SCOPE_PLACEHOLDER, WINDOW_PLACEHOLDER, escape_label_value, escape_regex, format_duration,
-    is_valid_label_name, render, validate_template,
+    MatchOp, Matcher, SCOPE_PLACEHOLDER, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
+    format_duration, is_valid_label_name, render, validate_template,
 };
 
 /// The `source` passed to the [`UpstreamObserver`].
@@ -293,4 +293,5 @@ mod tests {
         assert!(matches!(err, PromError::Unreachable(_)), "{err}");
         assert_eq!(*observer.calls.lock().unwrap(), vec![("prometheus", "unreachable")]);
         assert!(PromClient::new("not a url", Duration::from_secs(1), observer).is_err());
-    }}
+    }
+}

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use futures::StreamExt as _;
+use http::request::Parts;
 use http::{StatusCode, header};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
@@ -79,14 +80,11 @@ pub(crate) fn router(state: ApiState) -> axum::Router {
         .route("/apis", get(api_groups).fallback(method_not_allowed))
         .route("/api/v1/nodes", get(list_nodes).fallback(method_not_allowed))
         .route("/api/v1/nodes/{name}", get(get_node).fallback(method_not_allowed))
-        .route("/api/v1/pods", get(list_all_pods).fallback(method_not_allowed))
-        .route("/api/v1/namespaces/{ns}/pods", get(list_namespaced_pods).fallback(method_not_allowed))
+        .route("/api/v1/pods", get(pods).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{ns}/pods", get(pods).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod).fallback(method_not_allowed))
-        .route("/api/v1/configmaps", get(list_all_config_maps).fallback(method_not_allowed))
-        .route(
-            "/api/v1/namespaces/{ns}/configmaps",
-            get(list_namespaced_config_maps).fallback(method_not_allowed),
-        )
+        .route("/api/v1/configmaps", get(config_maps).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{ns}/configmaps", get(config_maps).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map).fallback(method_not_allowed))
         .route("/apis/{group}", get(api_group).fallback(method_not_allowed))
         .route("/apis/{group}/{version}", get(api_group_resources).fallback(method_not_allowed))
@@ -237,7 +235,7 @@ struct ListQuery {
     field_text: String,
 }
 
-fn parse_query(raw: Option<String>) -> Result<ListQuery, ApiError> {
+fn parse_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
     let mut q = ListQuery::default();
     let raw = raw.unwrap_or_default();
     for (key, value) in url::form_urlencoded::parse(raw.as_bytes()) {
@@ -274,6 +272,33 @@ fn parse_query(raw: Option<String>) -> Result<ListQuery, ApiError> {
         )));
     }
     Ok(q)
+}
+
+impl ListQuery {
+    /// The field selector, keeping the fields in `known`.
+    fn fields(&self, known: &[&str]) -> Result<FieldSelector, ApiError> {
+        FieldSelector::parse(&self.field_text, known).map_err(|e| bad_request(e.to_string()))
+    }
+}
+
+/// A list or watch request: the namespace of a namespaced path (`None` on a cluster-wide
+/// one, e.g. `/api/v1/pods` as opposed to `/api/v1/namespaces/{ns}/pods`) and the query.
+struct ListRequest {
+    namespace: Option<String>,
+    query: ListQuery,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ListRequest {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let namespace = Option::<Path<String>>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?
+            .map(|Path(ns)| ns);
+        let query = parse_query(parts.uri.query()).map_err(IntoResponse::into_response)?;
+        Ok(Self { namespace, query })
+    }
 }
 
 /// A continue token: the list's resourceVersion and the last key returned.
@@ -371,21 +396,10 @@ fn write_json(buf: &mut Vec<u8>, value: &impl Serialize) {
     let _ = serde_json::to_writer(buf, value);
 }
 
-async fn list_all_pods(State(state): State<ApiState>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
-    pods(state, None, q)
-}
-
-async fn list_namespaced_pods(
-    State(state): State<ApiState>,
-    Path(ns): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response, ApiError> {
-    pods(state, Some(ns), q)
-}
-
-fn pods(state: ApiState, namespace: Option<String>, raw: Option<String>) -> Result<Response, ApiError> {
-    let q = parse_query(raw)?;
-    let fields = FieldSelector::parse(&q.field_text, POD_FIELDS).map_err(|e| bad_request(e.to_string()))?;
+/// Lists or watches the pods of one namespace or of all.
+async fn pods(State(state): State<ApiState>, list: ListRequest) -> Result<Response, ApiError> {
+    let ListRequest { namespace, query: q } = list;
+    let fields = q.fields(POD_FIELDS)?;
     let cluster = Arc::clone(&state.cluster);
     if q.watch {
         cluster.stats.api("watch pods");
@@ -421,26 +435,36 @@ fn pods(state: ApiState, namespace: Option<String>, raw: Option<String>) -> Resu
     }))
 }
 
+/// The answer to a get of `name` of `resource` (plural): `object`, or a 404 without it.
+fn get_response(
+    state: &ApiState,
+    resource: &'static str,
+    name: &str,
+    object: Option<impl Serialize>,
+) -> Result<Response, ApiError> {
+    state.cluster.stats.api(&format!("get {resource}"));
+    let object = object.ok_or_else(|| err(Status::not_found(resource, name)))?;
+    Ok(Json(object).into_response())
+}
+
 async fn get_pod(
     State(state): State<ApiState>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let cluster = &state.cluster;
-    cluster.stats.api("get pods");
-    let pod = cluster.pod(&ns, &name).ok_or_else(|| err(Status::not_found("pods", &name)))?;
-    Ok(Json(objects::pod(&pod, cluster.node_of(&pod))).into_response())
+    let pod = cluster.pod(&ns, &name).map(|pod| objects::pod(&pod, cluster.node_of(&pod)));
+    get_response(&state, "pods", &name, pod)
 }
 
 async fn get_node(State(state): State<ApiState>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let cluster = &state.cluster;
-    cluster.stats.api("get nodes");
-    let node = cluster.node_by_name(&name).ok_or_else(|| err(Status::not_found("nodes", &name)))?;
-    Ok(Json(objects::node(node, cluster.kubelet_port)).into_response())
+    let node = state.cluster.node_by_name(&name).map(|node| objects::node(node, state.cluster.kubelet_port));
+    get_response(&state, "nodes", &name, node)
 }
 
-async fn list_nodes(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
-    let q = parse_query(raw)?;
-    let fields = FieldSelector::parse(&q.field_text, NODE_FIELDS).map_err(|e| bad_request(e.to_string()))?;
+/// Lists or watches the nodes.
+async fn list_nodes(State(state): State<ApiState>, list: ListRequest) -> Result<Response, ApiError> {
+    let q = list.query;
+    let fields = q.fields(NODE_FIELDS)?;
     let cluster = Arc::clone(&state.cluster);
     let filter = NodeFilter { labels: q.labels, fields };
     if q.watch {
@@ -485,29 +509,10 @@ async fn list_nodes(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> R
     }))
 }
 
-async fn list_all_config_maps(
-    State(state): State<ApiState>,
-    RawQuery(q): RawQuery,
-) -> Result<Response, ApiError> {
-    config_maps(state, None, q)
-}
-
-async fn list_namespaced_config_maps(
-    State(state): State<ApiState>,
-    Path(ns): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response, ApiError> {
-    config_maps(state, Some(ns), q)
-}
-
-fn config_maps(
-    state: ApiState,
-    namespace: Option<String>,
-    raw: Option<String>,
-) -> Result<Response, ApiError> {
-    let q = parse_query(raw)?;
-    let fields =
-        FieldSelector::parse(&q.field_text, CONFIG_MAP_FIELDS).map_err(|e| bad_request(e.to_string()))?;
+/// Lists or watches the config maps of one namespace or of all.
+async fn config_maps(State(state): State<ApiState>, list: ListRequest) -> Result<Response, ApiError> {
+    let ListRequest { namespace, query: q } = list;
+    let fields = q.fields(CONFIG_MAP_FIELDS)?;
     let cluster = Arc::clone(&state.cluster);
     let filter = ConfigMapFilter { namespace, labels: q.labels, fields };
     if q.watch {
@@ -557,10 +562,9 @@ async fn get_config_map(
     State(state): State<ApiState>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let cluster = &state.cluster;
-    cluster.stats.api("get configmaps");
-    let cm = cluster.config_map(&ns, &name).ok_or_else(|| err(Status::not_found("configmaps", &name)))?;
-    Ok(Json(cm.as_ref()).into_response())
+    // k8s-openapi adds `kind` and `apiVersion`.
+    let cm = state.cluster.config_map(&ns, &name);
+    get_response(&state, "configmaps", &name, cm.as_deref())
 }
 
 struct ConfigMapFilter {
@@ -793,36 +797,15 @@ async fn run_watch(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::sim::workload::{Workload, WorkloadParams};
+    use crate::sim::testutil::api_state;
     use axum::body::to_bytes;
     use std::collections::BTreeMap;
     use tower::ServiceExt as _;
 
     fn api_counts(cluster: &Cluster) -> BTreeMap<String, u64> {
         cluster.stats.api_requests.lock().map(|m| m.clone()).unwrap_or_default()
-    }
-
-    /// An API state over the default 3×4 cluster (with 2 cafes per namespace), the built-in
-    /// policy and no trust ConfigMap.
-    pub(crate) fn mk_state() -> ApiState {
-        let start = 1_764_000_000;
-        let w = Workload::generate(
-            &WorkloadParams {
-                seed: 1,
-                nodes: 3,
-                pods_per_node: 4,
-                namespaces: vec!["shop".into(), "api".into(), "default".into()],
-                cafes_per_namespace: 2,
-            },
-            start,
-        );
-        ApiState {
-            cluster: Arc::new(Cluster::new(w, 1, (start - 3600) as f64, 10_000, 10250)),
-            address: "127.0.0.1:6443".into(),
-            policy: Arc::new(Policy::builtin()),
-        }
     }
 
     async fn call(state: &ApiState, uri: &str, token: Option<&str>) -> (StatusCode, serde_json::Value) {
@@ -838,7 +821,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn unauthorized_is_a_status() {
-        let state = mk_state();
+        let state = api_state();
         let (status, body) = call(&state, "/api/v1/pods", None).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert_eq!(body["reason"], "Unauthorized");
@@ -848,7 +831,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn list_paginates_and_filters() {
-        let state = mk_state();
+        let state = api_state();
         let token = state.cluster.token.clone();
         let mut names = Vec::new();
         let mut uri = "/api/v1/pods?limit=5".to_owned();
@@ -914,7 +897,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn watch_from_old_rv_is_expired() {
-        let state = mk_state();
+        let state = api_state();
         let token = state.cluster.token.clone();
         let old = state.cluster.floor() - 1;
         let response = router(state.clone())

@@ -8,9 +8,9 @@
 //! - `GET /sim/stats`: kubelet fetches per node and API requests per kind;
 //! - `POST /sim/churn`: delete one running pod and create its replacement now.
 //!
-//! Exporters are pluggable: [`HttpRequestsExporter`] (`http_requests_total`) and
-//! [`CafeExporter`] (the cafe metric contract); more are added by implementing [`Exporter`] and
-//! listing it in [`default_exporters`].
+//! Exporters are pluggable: [`HTTP_REQUESTS`] (`http_requests_total`) and
+//! [`cafe::EXPORTER`] (the cafe metric contract); more are added by writing an [`Exporter`]
+//! and listing it in [`EXPORTERS`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,9 +27,7 @@ use futures::StreamExt as _;
 use http::{StatusCode, header};
 use serde::Serialize;
 
-pub use super::cafe::{CafeExporter, StepCurve};
-
-use super::cafe::{Cafe, TEMPERATURE_STEP_SECONDS};
+use super::cafe::{self, Cafe, StepCurve, TEMPERATURE_STEP_SECONDS};
 use super::cluster::{Cluster, now};
 use super::objects::rfc3339;
 use super::text::{push_go_float, push_label_value};
@@ -45,8 +43,6 @@ pub enum SeriesValue {
         /// Unix seconds.
         start: f64,
     },
-    /// Always the same value.
-    Constant(f64),
     /// The unix time of the last whole event of a linear counter of events:
     /// `start + floor(rate × (t − start)) / rate` (`start` before the first one).
     LastEvent {
@@ -64,7 +60,6 @@ impl SeriesValue {
     pub fn at(self, t: f64) -> f64 {
         match self {
             SeriesValue::Linear { rate, start } => linear(rate, start, t),
-            SeriesValue::Constant(v) => v,
             SeriesValue::LastEvent { rate, start } if rate > 0.0 => {
                 start + linear(rate, start, t).floor() / rate
             }
@@ -119,54 +114,48 @@ impl Family {
 /// buckets by increasing `le` (`+Inf` last), then `_sum` and `_count`.
 pub type SeriesSink<'a> = dyn FnMut(&'static str, &[(&str, &str)], SeriesValue) + 'a;
 
-/// A simulated application exporter: metric families with per-pod series.
-pub trait Exporter: Send + Sync {
-    /// The families it exports, in output order.
-    fn families(&self) -> &'static [Family];
+/// Emits the series of family number `family` (an index into [`Exporter::families`]) for
+/// `pod`, a Running pod whose counters start at unix time `start` ([`counter_origin`]).
+pub type PodSeries = fn(family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>);
 
-    /// Emits the series of family number `family` for `pod` (only called for Running pods).
-    /// `origin` is the simulator's counter origin (unix seconds).
-    fn pod_series(&self, family: usize, pod: &SimPod, origin: f64, sink: &mut SeriesSink<'_>);
+/// A simulated application exporter: metric families with per-pod series.
+#[derive(Clone, Copy)]
+pub struct Exporter {
+    /// The families it exports, in output order.
+    pub families: &'static [Family],
+    /// Its series of one pod.
+    pub pod_series: PodSeries,
 }
 
 /// `http_requests_total{code,namespace,pod}` of the pods with HTTP series.
-#[derive(Debug, Default)]
-pub struct HttpRequestsExporter;
+pub const HTTP_REQUESTS: Exporter = Exporter {
+    families: &[Family {
+        name: "http_requests",
+        help: "Total number of HTTP requests by status code.",
+        kind: FamilyType::Counter,
+    }],
+    pod_series: http_requests_series,
+};
 
-const HTTP_FAMILIES: &[Family] = &[Family {
-    name: "http_requests",
-    help: "Total number of HTTP requests by status code.",
-    kind: FamilyType::Counter,
-}];
-
-impl Exporter for HttpRequestsExporter {
-    fn families(&self) -> &'static [Family] {
-        HTTP_FAMILIES
-    }
-
-    fn pod_series(&self, _family: usize, pod: &SimPod, origin: f64, sink: &mut SeriesSink<'_>) {
-        let Some(http) = &pod.http else { return };
-        let start = counter_origin(origin, pod.started());
-        for (code, rate) in http.series() {
-            sink(
-                "",
-                &[("code", code), ("namespace", &pod.namespace), ("pod", &pod.name)],
-                SeriesValue::Linear { rate, start },
-            );
-        }
+fn http_requests_series(_family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>) {
+    let Some(http) = &pod.http else { return };
+    for (code, rate) in http.series() {
+        sink(
+            "",
+            &[("code", code), ("namespace", &pod.namespace), ("pod", &pod.name)],
+            SeriesValue::Linear { rate, start },
+        );
     }
 }
 
-/// The exporters `/metrics` and `/sim/history` serve.
-pub fn default_exporters() -> Vec<Box<dyn Exporter>> {
-    vec![Box::new(HttpRequestsExporter), Box::new(CafeExporter)]
-}
+/// The exporters `/metrics` and `/sim/history` serve, in output order.
+pub(crate) const EXPORTERS: &[Exporter] = &[HTTP_REQUESTS, cafe::EXPORTER];
 
 /// State of the metrics/control router.
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) cluster: Arc<Cluster>,
-    pub(crate) exporters: Arc<Vec<Box<dyn Exporter>>>,
+    pub(crate) exporters: &'static [Exporter],
     /// Default `instance` label of `/sim/history` (the metrics listener's `host:port`).
     pub(crate) instance: String,
 }
@@ -218,7 +207,7 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
     let mut out = String::new();
     match step {
         Step::Header(e, f) => {
-            let Some(family) = state.exporters.get(*e).and_then(|x| x.families().get(*f)) else {
+            let Some(family) = state.exporters.get(*e).and_then(|x| x.families.get(*f)) else {
                 return out;
             };
             match mode {
@@ -243,7 +232,7 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
             let Some(exporter) = state.exporters.get(*e) else {
                 return out;
             };
-            let Some(family) = exporter.families().get(*f) else {
+            let Some(family) = exporter.families.get(*f) else {
                 return out;
             };
             let name = family.sample_name();
@@ -251,19 +240,20 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
             let lo = chunk * PODS_PER_CHUNK;
             let hi = (lo + PODS_PER_CHUNK).min(pods.len());
             for pod in pods.get(lo..hi).unwrap_or_default() {
+                let start = counter_origin(origin, pod.started());
                 match mode {
-                    Mode::Now(t) => exporter.pod_series(*f, pod, origin, &mut |suffix, labels, value| {
+                    Mode::Now(t) => (exporter.pod_series)(*f, pod, start, &mut |suffix, labels, value| {
                         out.push_str(&name);
                         push_series_name(&mut out, suffix, labels);
                         out.push(' ');
                         push_go_float(&mut out, value.at(*t));
                         out.push('\n');
                     }),
-                    Mode::History { start, end, step, job, instance } => {
+                    Mode::History { start: from, end, step, job, instance } => {
                         // OpenMetrics: the points of one metric (a label set, `le` aside) are
                         // consecutive and in time order, each point with all its samples.
                         let mut samples: Vec<(String, String, SeriesValue)> = Vec::new();
-                        exporter.pod_series(*f, pod, origin, &mut |suffix, labels, value| {
+                        (exporter.pod_series)(*f, pod, start, &mut |suffix, labels, value| {
                             let mut all: Vec<(&str, &str)> = labels.to_vec();
                             all.push(("instance", instance));
                             all.push(("job", job));
@@ -279,7 +269,7 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
                         for group in samples.chunk_by(|a, b| a.0 == b.0) {
                             let mut k = 0u64;
                             loop {
-                                let t = start + k as f64 * step;
+                                let t = from + k as f64 * step;
                                 if t > *end {
                                     break;
                                 }
@@ -305,7 +295,7 @@ fn streamed(state: AppState, pods: Vec<Arc<SimPod>>, mode: Mode, content_type: &
     let chunks = pods.len().div_ceil(PODS_PER_CHUNK);
     let mut steps = Vec::new();
     for (e, exporter) in state.exporters.iter().enumerate() {
-        for f in 0..exporter.families().len() {
+        for f in 0..exporter.families.len() {
             steps.push(Step::Header(e, f));
             steps.extend((0..chunks).map(|c| Step::Pods(e, f, c)));
         }
@@ -601,28 +591,9 @@ async fn churn(State(state): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::workload::{Workload, WorkloadParams};
+    use crate::sim::testutil::app_state;
     use axum::body::to_bytes;
     use tower::ServiceExt as _;
-
-    pub(crate) fn mk_state() -> AppState {
-        let start = 1_764_000_000;
-        let w = Workload::generate(
-            &WorkloadParams {
-                seed: 1,
-                nodes: 3,
-                pods_per_node: 4,
-                namespaces: vec!["shop".into(), "api".into(), "default".into()],
-                cafes_per_namespace: 2,
-            },
-            start,
-        );
-        AppState {
-            cluster: Arc::new(Cluster::new(w, 1, (start - 3600) as f64, 10_000, 10250)),
-            exporters: Arc::new(default_exporters()),
-            instance: "127.0.0.1:9999".into(),
-        }
-    }
 
     async fn get_text(state: &AppState, uri: &str) -> (StatusCode, String) {
         let response = router(state.clone())
@@ -634,11 +605,15 @@ mod tests {
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
+    /// `GET /sim/truth`, parsed.
+    async fn get_truth(state: &AppState) -> serde_json::Value {
+        serde_json::from_str(&get_text(state, "/sim/truth").await.1).unwrap()
+    }
+
     #[tokio::test]
     async fn history_matches_truth() {
-        let state = mk_state();
-        let (_, truth) = get_text(&state, "/sim/truth").await;
-        let truth: serde_json::Value = serde_json::from_str(&truth).unwrap();
+        let state = app_state();
+        let truth = get_truth(&state).await;
         let origin = truth["origin"].as_f64().unwrap();
         let start = origin + 600.0;
         let (status, body) = get_text(
@@ -698,7 +673,7 @@ mod tests {
             eprintln!("skipped: no {}", promtool.display());
             return;
         }
-        let state = mk_state();
+        let state = app_state();
         let origin = state.cluster.origin;
         let (status, body) = get_text(
             &state,
@@ -746,7 +721,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_lists_running_http_pods() {
-        let state = mk_state();
+        let state = app_state();
         let (status, body) = get_text(&state, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.starts_with("# HELP http_requests_total "));
@@ -820,9 +795,8 @@ mod tests {
 
     #[tokio::test]
     async fn cafe_history_matches_truth() {
-        let state = mk_state();
-        let (_, truth) = get_text(&state, "/sim/truth").await;
-        let truth: serde_json::Value = serde_json::from_str(&truth).unwrap();
+        let state = app_state();
+        let truth = get_truth(&state).await;
         let origin = truth["origin"].as_f64().unwrap();
         let cafes = truth["cafes"].as_array().unwrap();
         assert_eq!(cafes.len(), 6);
@@ -974,9 +948,8 @@ mod tests {
 
     #[tokio::test]
     async fn truth_lists_cafes_with_their_pods_and_usage() {
-        let state = mk_state();
-        let (_, truth) = get_text(&state, "/sim/truth").await;
-        let truth: serde_json::Value = serde_json::from_str(&truth).unwrap();
+        let state = app_state();
+        let truth = get_truth(&state).await;
         let pods = truth["pods"].as_array().unwrap();
         let mut in_band = 0;
         let mut out_of_band = 0;

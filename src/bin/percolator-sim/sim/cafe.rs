@@ -14,27 +14,21 @@
 //!   40–50 °C); the others leave the band part of the time (overheating above 95 °C or cooling
 //!   below 60 °C).
 //!
-//! [`CafeExporter`] writes the series, one set per serving pod, linear in time from the pod's
+//! [`EXPORTER`] writes the series, one set per serving pod, linear in time from the pod's
 //! counter origin like the HTTP counters.
 
 use std::f64::consts::PI;
 
 use super::apps::{Exporter, Family, FamilyType, SeriesSink, SeriesValue};
 use super::rng::SplitMix64;
-use super::workload::{SimPod, counter_origin};
+use super::workload::SimPod;
 
 const DOMAIN_CAFE: u64 = 20;
 const DOMAIN_CAFE_NAME: u64 = 21;
 
-/// Upper bounds of the `cafe_brew_duration_seconds` buckets (seconds), `+Inf` excluded.
-pub const DURATION_BUCKETS: [f64; 10] = [5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
-
 /// Length of one temperature step (seconds of wall time): the temperature is constant from
 /// one multiple of it to the next.
 pub const TEMPERATURE_STEP_SECONDS: i64 = 30;
-
-/// The temperature band of a ready cafe (°C, inclusive).
-pub const READY_BAND: (f64, f64) = (60.0, 95.0);
 
 /// Failure reasons of `cafe_brew_failures_total` and their shares of the failures.
 pub const FAILURE_REASONS: [(&str, f64); 2] = [("grind", 0.7), ("pressure", 0.3)];
@@ -281,10 +275,9 @@ fn unique_name(seed: u64, c: u64, kind: CafeType, taken: &[String]) -> String {
 
 /// The cafe metric contract, one series set per serving pod (labels `cafe`, `namespace`,
 /// `pod`, `type`; `reason` on failures, `le` on buckets).
-#[derive(Debug, Default)]
-pub struct CafeExporter;
+pub const EXPORTER: Exporter = Exporter { families: FAMILIES, pod_series };
 
-const CAFE_FAMILIES: &[Family] = &[
+const FAMILIES: &[Family] = &[
     Family { name: "cafe_brews", help: "Completed brews.", kind: FamilyType::Counter },
     Family { name: "cafe_brew_failures", help: "Failed brews by reason.", kind: FamilyType::Counter },
     Family {
@@ -319,44 +312,37 @@ const BUCKET_LABELS: [(&str, f64); 11] = [
     ("+Inf", f64::INFINITY),
 ];
 
-impl Exporter for CafeExporter {
-    fn families(&self) -> &'static [Family] {
-        CAFE_FAMILIES
-    }
-
-    fn pod_series(&self, family: usize, pod: &SimPod, origin: f64, sink: &mut SeriesSink<'_>) {
-        let Some(cafe) = &pod.cafe else { return };
-        let start = counter_origin(origin, pod.started());
-        let rate = cafe.brews_per_second_per_pod();
-        let (c, ns, p, ty) =
-            (cafe.name.as_str(), pod.namespace.as_str(), pod.name.as_str(), cafe.kind.as_str());
-        let base = [("cafe", c), ("namespace", ns), ("pod", p), ("type", ty)];
-        match family {
-            0 => sink("", &base, SeriesValue::Linear { rate, start }),
-            1 => {
-                for (reason, share) in FAILURE_REASONS {
-                    sink(
-                        "",
-                        &[("cafe", c), ("namespace", ns), ("pod", p), ("reason", reason), ("type", ty)],
-                        SeriesValue::Linear { rate: rate * cafe.failure_fraction * share, start },
-                    );
-                }
+/// The series of family number `family` of [`FAMILIES`] for a cafe's serving pod.
+fn pod_series(family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>) {
+    let Some(cafe) = &pod.cafe else { return };
+    let rate = cafe.brews_per_second_per_pod();
+    let (c, ns, p, ty) = (cafe.name.as_str(), pod.namespace.as_str(), pod.name.as_str(), cafe.kind.as_str());
+    let base = [("cafe", c), ("namespace", ns), ("pod", p), ("type", ty)];
+    match family {
+        0 => sink("", &base, SeriesValue::Linear { rate, start }),
+        1 => {
+            for (reason, share) in FAILURE_REASONS {
+                sink(
+                    "",
+                    &[("cafe", c), ("namespace", ns), ("pod", p), ("reason", reason), ("type", ty)],
+                    SeriesValue::Linear { rate: rate * cafe.failure_fraction * share, start },
+                );
             }
-            2 => {
-                for (le, bound) in BUCKET_LABELS {
-                    sink(
-                        "_bucket",
-                        &[("cafe", c), ("le", le), ("namespace", ns), ("pod", p), ("type", ty)],
-                        SeriesValue::Linear { rate: rate * cafe.duration_cdf(bound), start },
-                    );
-                }
-                sink("_sum", &base, SeriesValue::Linear { rate: rate * cafe.duration_mean(), start });
-                sink("_count", &base, SeriesValue::Linear { rate, start });
-            }
-            3 => sink("", &base, SeriesValue::Steps(cafe.temperature)),
-            4 => sink("", &base, SeriesValue::LastEvent { rate, start }),
-            _ => {}
         }
+        2 => {
+            for (le, bound) in BUCKET_LABELS {
+                sink(
+                    "_bucket",
+                    &[("cafe", c), ("le", le), ("namespace", ns), ("pod", p), ("type", ty)],
+                    SeriesValue::Linear { rate: rate * cafe.duration_cdf(bound), start },
+                );
+            }
+            sink("_sum", &base, SeriesValue::Linear { rate: rate * cafe.duration_mean(), start });
+            sink("_count", &base, SeriesValue::Linear { rate, start });
+        }
+        3 => sink("", &base, SeriesValue::Steps(cafe.temperature)),
+        4 => sink("", &base, SeriesValue::LastEvent { rate, start }),
+        _ => {}
     }
 }
 
@@ -365,16 +351,15 @@ mod tests {
     use std::collections::{BTreeMap, HashSet};
 
     use super::*;
+    use crate::sim::testutil::{self, START};
     use crate::sim::workload::{Workload, WorkloadParams};
 
+    /// The temperature band of a ready cafe (°C, inclusive).
+    const READY_BAND: (f64, f64) = (60.0, 95.0);
+
+    /// The default workload with `seed` and `pods_per_node`.
     fn params(seed: u64, pods_per_node: u32) -> WorkloadParams {
-        WorkloadParams {
-            seed,
-            nodes: 3,
-            pods_per_node,
-            namespaces: vec!["shop".into(), "api".into(), "default".into()],
-            cafes_per_namespace: 2,
-        }
+        WorkloadParams { seed, pods_per_node, ..testutil::params() }
     }
 
     fn dns1123(s: &str) -> bool {
@@ -387,7 +372,7 @@ mod tests {
 
     #[test]
     fn cafes_are_spread_named_and_served() {
-        let start = 1_764_000_000;
+        let start = START;
         let w = Workload::generate(&params(1, 4), start);
         assert_eq!(w.cafes.len(), 6);
         let types: HashSet<_> = w.cafes.iter().map(|c| c.kind).collect();
@@ -401,7 +386,7 @@ mod tests {
             assert!((2.0..=12.0).contains(&cafe.brews_per_minute));
             assert!((0.0..=0.12).contains(&cafe.failure_fraction));
             for bound in [cafe.duration_min, cafe.duration_max] {
-                assert!(DURATION_BUCKETS.contains(&bound), "{bound} is not a bucket bound");
+                assert!(BUCKET_LABELS.iter().any(|(_, b)| *b == bound), "{bound} is not a bucket bound");
             }
             assert!(cafe.duration_min < cafe.duration_max);
         }
@@ -460,7 +445,7 @@ mod tests {
 
     #[test]
     fn temperature_is_constant_within_a_step() {
-        let w = Workload::generate(&params(1, 4), 1_764_000_000);
+        let w = Workload::generate(&params(1, 4), START);
         for cafe in &w.cafes {
             let curve = cafe.temperature;
             for step in 58_800_000..58_800_000 + 2 * i64::from(curve.period_steps) {
@@ -504,8 +489,8 @@ mod tests {
 
     #[test]
     fn a_cafe_inside_and_one_outside_the_band() {
-        check_bands(&Workload::generate(&params(1, 4), 1_764_000_000));
-        check_bands(&Workload::generate(&params(7, 6), 1_764_000_000));
+        check_bands(&Workload::generate(&params(1, 4), START));
+        check_bands(&Workload::generate(&params(7, 6), START));
     }
 
     #[test]

@@ -448,37 +448,13 @@ impl Cluster {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::sim::workload::WorkloadParams;
-
-    pub(crate) fn mk_cluster() -> Cluster {
-        let w = Workload::generate(
-            &WorkloadParams {
-                seed: 1,
-                nodes: 3,
-                pods_per_node: 4,
-                namespaces: vec!["shop".into(), "api".into(), "default".into()],
-                cafes_per_namespace: 0,
-            },
-            1_764_000_000,
-        );
-        Cluster::new(w, 1, 1_764_000_000.0 - 3600.0, 10_000, 10250)
-    }
+    use crate::sim::testutil::{self, cluster_without_cafes};
 
     #[test]
     fn churn_leaves_cafes_alone() {
-        let w = Workload::generate(
-            &WorkloadParams {
-                seed: 1,
-                nodes: 3,
-                pods_per_node: 4,
-                namespaces: vec!["shop".into(), "api".into(), "default".into()],
-                cafes_per_namespace: 2,
-            },
-            1_764_000_000,
-        );
-        let c = Cluster::new(w, 1, 1_764_000_000.0 - 3600.0, 10_000, 10250);
+        let c = testutil::cluster(&testutil::params());
         let cafe_pods = |c: &Cluster| -> Vec<String> {
             c.all_pods().iter().filter(|p| p.cafe.is_some()).map(|p| p.uid.clone()).collect()
         };
@@ -494,7 +470,7 @@ pub(crate) mod tests {
 
     #[test]
     fn churn_emits_events_and_keeps_counts() {
-        let c = mk_cluster();
+        let c = cluster_without_cafes();
         let rv0 = c.resource_version();
         let sub = c.subscribe(Some(rv0), Watched::Pods).unwrap();
         let mut live = sub.live;
@@ -516,7 +492,7 @@ pub(crate) mod tests {
 
     #[test]
     fn config_maps_are_added_then_modified() {
-        let c = mk_cluster();
+        let c = cluster_without_cafes();
         let rv0 = c.resource_version();
         let rv1 = c.put_config_map("kube-system", "x", BTreeMap::from([("a".into(), "1".into())]), 1.0e9);
         let rv2 = c.put_config_map("kube-system", "x", BTreeMap::from([("a".into(), "2".into())]), 2.0e9);
@@ -539,7 +515,7 @@ pub(crate) mod tests {
 
     #[test]
     fn paging_and_namespaces() {
-        let c = mk_cluster();
+        let c = cluster_without_cafes();
         let (page, _, more) = c.list_pods(None, None, 5, |_| true);
         assert_eq!(page.len(), 5);
         assert!(more);

@@ -255,7 +255,7 @@ async fn set_faults(State(cluster): State<Arc<Cluster>>, body: Bytes) -> Respons
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::cluster::tests::mk_cluster;
+    use crate::sim::testutil::cluster_without_cafes;
     use axum::body::{Body, to_bytes};
     use tower::ServiceExt as _;
 
@@ -274,7 +274,7 @@ mod tests {
 
     #[tokio::test]
     async fn faults_are_set_validated_and_reported() {
-        let cluster = Arc::new(mk_cluster());
+        let cluster = Arc::new(cluster_without_cafes());
         let router = control_router(Arc::clone(&cluster));
         let (status, state) = call(&router, "GET", "").await;
         assert_eq!(status, StatusCode::OK);

@@ -416,27 +416,17 @@ pub(crate) async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::workload::{Workload, WorkloadParams};
+    use crate::sim::testutil::{self, START};
 
     #[test]
     fn body_has_the_kubelet_shape() {
-        let start = 1_764_000_000;
-        let w = Workload::generate(
-            &WorkloadParams {
-                seed: 1,
-                nodes: 3,
-                pods_per_node: 4,
-                namespaces: vec!["shop".into(), "api".into(), "default".into()],
-                cafes_per_namespace: 2,
-            },
-            start,
-        );
-        let origin = (start - 3600) as f64;
-        let node = &w.nodes[0];
-        let pods: Vec<Arc<SimPod>> = w.pods.iter().filter(|p| p.node == 0).cloned().map(Arc::new).collect();
-        let ts = sample_time_ms(node, 10_000, (start as u64 + 60) * 1000 + 1234);
+        let cluster = testutil::cluster(&testutil::params());
+        let origin = cluster.origin;
+        let node = &cluster.nodes[0];
+        let pods = cluster.pods_on(0);
+        let ts = sample_time_ms(node, 10_000, (START as u64 + 60) * 1000 + 1234);
         assert_eq!((ts - node.housekeeping_phase_ms) % 10_000, 0);
-        assert!(ts <= (start as u64 + 60) * 1000 + 1234);
+        assert!(ts <= (START as u64 + 60) * 1000 + 1234);
         let body = render(node, &pods, origin, ts);
         let t = ts as f64 / 1000.0;
         let mut seen = 0;

@@ -30,6 +30,8 @@ mod reviews;
 mod rng;
 pub mod selector;
 mod serve;
+#[cfg(test)]
+mod testutil;
 mod text;
 mod trust;
 pub mod workload;
@@ -130,6 +132,17 @@ impl SimConfig {
             policy: None,
         }
     }
+
+    /// The workload these flags ask for.
+    fn workload_params(&self) -> WorkloadParams {
+        WorkloadParams {
+            seed: self.seed,
+            nodes: self.nodes,
+            pods_per_node: self.pods_per_node,
+            namespaces: self.namespaces.clone(),
+            cafes_per_namespace: self.cafes_per_namespace,
+        }
+    }
 }
 
 /// A simulator error.
@@ -188,35 +201,19 @@ pub struct Ready {
 pub struct RunningSim {
     /// Addresses and paths.
     pub ready: Ready,
-    /// The service-account bearer token.
-    pub token: String,
     /// Path of the written kubeconfig.
     pub kubeconfig: PathBuf,
+    /// The cluster, for in-process tests.
+    #[cfg(test)]
     cluster: Arc<Cluster>,
+    /// The trust material, for in-process tests.
+    #[cfg(test)]
     trust: Arc<trust::Trust>,
     trigger: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
 
 impl RunningSim {
-    /// Deletes one running pod and creates a replacement now; returns the deleted and the
-    /// created pod's `namespace/name`.
-    pub fn churn(&self) -> Option<(String, String)> {
-        self.cluster.churn(cluster::now()).map(|(gone, fresh)| {
-            (format!("{}/{}", gone.namespace, gone.name), format!("{}/{}", fresh.namespace, fresh.name))
-        })
-    }
-
-    /// Replaces the front-proxy CA as `POST /sim/rotate-front-proxy-ca` does (new CA and
-    /// client certificates on disk, only the new CA in the trust ConfigMap); returns the
-    /// ConfigMap's new resourceVersion.
-    ///
-    /// # Errors
-    /// Certificate generation or a file write failed.
-    pub fn rotate_front_proxy_ca(&self) -> Result<u64> {
-        self.trust.rotate(&self.cluster)
-    }
-
     /// Stops serving and waits for the listeners to close.
     pub async fn shutdown(mut self) {
         let _ = self.trigger.send(true);
@@ -320,14 +317,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     let policy = Arc::new(Policy::load(config.policy.as_deref())?);
     let start_s = cluster::now().floor() as i64;
     let origin = (start_s - ORIGIN_OFFSET_SECONDS) as f64;
-    let params = WorkloadParams {
-        seed: config.seed,
-        nodes: config.nodes,
-        pods_per_node: config.pods_per_node,
-        namespaces: config.namespaces.clone(),
-        cafes_per_namespace: config.cafes_per_namespace,
-    };
-    let workload = Workload::generate(&params, start_s);
+    let workload = Workload::generate(&config.workload_params(), start_s);
     let pki = Arc::new(pki::Pki::new(workload.nodes.len())?);
 
     let api_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.api_port))).await?;
@@ -379,7 +369,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     tasks.spawn(serve::serve_tls(api_listener, pki.api_config()?, api_router, shutdown.clone()));
     let apps_router = apps::router(apps::AppState {
         cluster: Arc::clone(&cluster),
-        exporters: Arc::new(apps::default_exporters()),
+        exporters: apps::EXPORTERS,
         instance: metrics_addr.to_string(),
     })
     .merge(trust::control_router(Arc::clone(&cluster), Arc::clone(&trust)))
@@ -419,7 +409,16 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         cafes = cluster.cafes.len(),
         "percolator-sim serving"
     );
-    Ok(RunningSim { token: cluster.token.clone(), kubeconfig, ready, cluster, trust, trigger, tasks })
+    Ok(RunningSim {
+        ready,
+        kubeconfig,
+        #[cfg(test)]
+        cluster,
+        #[cfg(test)]
+        trust,
+        trigger,
+        tasks,
+    })
 }
 
 /// Runs the simulator until `shutdown` resolves: [`start`], then prints the ready line

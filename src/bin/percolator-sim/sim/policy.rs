@@ -126,15 +126,13 @@ pub(crate) const API_AUDIENCES: &[&str] = &["https://kubernetes.default.svc.clus
 
 const DOMAIN_USER_UID: u64 = 12;
 
-/// The policy: tokens and rules.
+/// The policy: tokens and rules (each list may be omitted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Policy {
     /// Bearer tokens a TokenReview accepts.
-    #[serde(default)]
     pub tokens: Vec<TokenEntry>,
     /// Authorization rules.
-    #[serde(default)]
     pub rules: Vec<Rule>,
 }
 
@@ -157,42 +155,32 @@ pub struct TokenEntry {
     pub audiences: Vec<String>,
 }
 
-/// One binding of one rule to its subjects.
+/// One binding of one rule to its subjects (every field may be omitted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Rule {
     /// The binding's name (default `rule-<index>`).
-    #[serde(default)]
     pub name: String,
     /// The role's name (default: the binding's).
-    #[serde(default)]
     pub role: String,
     /// Users the rule applies to.
-    #[serde(default)]
     pub users: Vec<String>,
     /// Groups the rule applies to.
-    #[serde(default)]
     pub groups: Vec<String>,
     /// Service accounts (`namespace/name`) the rule applies to.
-    #[serde(default)]
     pub service_accounts: Vec<String>,
     /// Verbs (`*`: all).
-    #[serde(default)]
     pub verbs: Vec<String>,
     /// API groups (`""`: core, `*`: all).
-    #[serde(default)]
     pub api_groups: Vec<String>,
     /// Resources, `resource/subresource`, `*` or `*/subresource`.
-    #[serde(default)]
     pub resources: Vec<String>,
     /// Object names (empty: all).
-    #[serde(default)]
     pub resource_names: Vec<String>,
     /// Namespaces (empty: everywhere, cluster scope included).
-    #[serde(default)]
     pub namespaces: Vec<String>,
     /// Non-resource URLs (exact, or a prefix ending in `*`).
-    #[serde(default, rename = "nonResourceURLs")]
+    #[serde(rename = "nonResourceURLs")]
     pub non_resource_urls: Vec<String>,
 }
 

@@ -228,7 +228,8 @@ pub(crate) async fn subject_access_review(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::api::{router, tests::mk_state};
+    use crate::sim::api::router;
+    use crate::sim::testutil::api_state;
     use axum::body::{Body, to_bytes};
     use tower::ServiceExt as _;
 
@@ -258,7 +259,7 @@ mod tests {
 
     #[tokio::test]
     async fn token_reviews() {
-        let state = mk_state();
+        let state = api_state();
         let sa = state.cluster.token.clone();
         let (code, body) = post(&state, TR, &sa, tr("alice-token")).await;
         assert_eq!(code, StatusCode::CREATED, "{body}");
@@ -331,7 +332,7 @@ mod tests {
 
     #[tokio::test]
     async fn subject_access_reviews() {
-        let state = mk_state();
+        let state = api_state();
         let sa = state.cluster.token.clone();
         let body = serde_json::json!({
             "apiVersion": "authorization.k8s.io/v1",

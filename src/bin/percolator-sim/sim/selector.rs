@@ -155,11 +155,6 @@ impl FieldSelector {
     pub fn matches<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|(f, v, eq)| (field(f) == Some(v.as_str())) == *eq)
     }
-
-    /// The value required by an equality term on `field`, if any (to narrow a scan).
-    pub fn required(&self, field: &str) -> Option<&str> {
-        self.0.iter().find(|(f, _, eq)| *eq && f == field).map(|(_, v, _)| v.as_str())
-    }
 }
 
 #[cfg(test)]
@@ -197,7 +192,6 @@ mod tests {
         let f = FieldSelector::parse("spec.nodeName=node-1,foo.bar=x", &known).unwrap();
         assert!(f.matches(|k| (k == "spec.nodeName").then_some("node-1")));
         assert!(!f.matches(|k| (k == "spec.nodeName").then_some("node-2")));
-        assert_eq!(f.required("spec.nodeName"), Some("node-1"));
         let f = FieldSelector::parse("metadata.name!=a", &known).unwrap();
         assert!(f.matches(|_| Some("b")));
         assert!(FieldSelector::parse("metadata.name", &known).is_err());

@@ -26,6 +26,20 @@ fn mk_config(dir: PathBuf) -> SimConfig {
     SimConfig::with_state_dir(dir)
 }
 
+/// Starts the default simulator in a fresh state directory; returns both.
+async fn start_default() -> (RunningSim, PathBuf) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = mk_state_dir();
+    let sim = start(mk_config(dir.clone())).await.unwrap();
+    (sim, dir)
+}
+
+/// Stops `sim` and removes its state directory `dir`.
+async fn stop(sim: RunningSim, dir: PathBuf) {
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 async fn mk_kube_client(sim: &RunningSim) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(&sim.kubeconfig).unwrap();
     let config =
@@ -38,6 +52,20 @@ async fn mk_kube_client(sim: &RunningSim) -> kube::Client {
 fn mk_http_client(sim: &RunningSim) -> reqwest::Client {
     let ca = std::fs::read(sim.ready.state_dir.join("ca.crt")).unwrap();
     reqwest::Client::builder().tls_certs_only([reqwest::Certificate::from_pem(&ca).unwrap()]).build().unwrap()
+}
+
+/// Sends `request` (to a control endpoint) and parses its answer, which must be a 200.
+async fn control_json(request: reqwest::RequestBuilder) -> serde_json::Value {
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+/// Deletes one running pod and creates its replacement now, as `POST /sim/churn` does;
+/// returns the deleted and the created pod's `namespace/name`.
+fn churn(sim: &RunningSim) -> (String, String) {
+    let (gone, fresh) = sim.cluster.churn(cluster::now()).unwrap();
+    (format!("{}/{}", gone.namespace, gone.name), format!("{}/{}", fresh.namespace, fresh.name))
 }
 
 #[test]
@@ -72,9 +100,7 @@ fn flags_are_consistent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_watcher_sees_list_and_churn() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = mk_state_dir();
-    let sim = start(mk_config(dir.clone())).await.unwrap();
+    let (sim, dir) = start_default().await;
     for file in ["ca.crt", "token", "kubeconfig", "sim.json"] {
         assert!(dir.join(file).is_file(), "{file}");
     }
@@ -121,7 +147,7 @@ async fn kube_rs_watcher_sees_list_and_churn() {
     assert!(cafe_pods >= 6);
     assert_eq!(initial.len(), 12 + cafe_pods);
 
-    let (deleted, created) = sim.churn().unwrap();
+    let (deleted, created) = churn(&sim);
     let mut saw_delete = false;
     let mut saw_apply = false;
     while !(saw_delete && saw_apply) {
@@ -151,26 +177,23 @@ async fn kube_rs_watcher_sees_list_and_churn() {
     let url = format!("https://127.1.0.1:{}/metrics/resource", sim.ready.kubelet_port);
     let response = http.get(&url).send().await.unwrap();
     assert_eq!(response.status(), reqwest::StatusCode::UNAUTHORIZED);
-    let response = http.get(&url).bearer_auth(&sim.token).send().await.unwrap();
+    let response = http.get(&url).bearer_auth(&sim.cluster.token).send().await.unwrap();
     assert_eq!(response.status(), reqwest::StatusCode::OK);
     assert_eq!(response.headers()["content-type"], "text/plain; version=0.0.4");
     let body = response.text().await.unwrap();
     assert!(body.starts_with("# HELP container_cpu_usage_seconds_total [STABLE]"));
     assert!(body.ends_with("resource_scrape_error 0\n"));
 
-    let stats: serde_json::Value =
-        http.get(format!("{}/sim/stats", sim.ready.metrics)).send().await.unwrap().json().await.unwrap();
+    let stats = control_json(http.get(format!("{}/sim/stats", sim.ready.metrics))).await;
     assert_eq!(stats["kubeletFetches"]["node-0"], 1);
     assert_eq!(stats["kubeletFetches"]["node-1"], 0);
     assert!(stats["apiRequests"]["watch pods"].as_u64().unwrap() >= 1);
     assert!(stats["apiRequests"]["list pods"].as_u64().unwrap() >= 1);
 
-    let churned: serde_json::Value =
-        http.post(format!("{}/sim/churn", sim.ready.metrics)).send().await.unwrap().json().await.unwrap();
+    let churned = control_json(http.post(format!("{}/sim/churn", sim.ready.metrics))).await;
     assert!(churned["created"]["name"].is_string());
 
-    sim.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
+    stop(sim, dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,9 +205,7 @@ async fn trust_config_map_watch_sees_rotation_and_reviews_work() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::PostParams;
 
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = mk_state_dir();
-    let sim = start(mk_config(dir.clone())).await.unwrap();
+    let (sim, dir) = start_default().await;
     for file in [
         "client-ca.crt",
         "client-ca.key",
@@ -229,14 +250,7 @@ async fn trust_config_map_watch_sees_rotation_and_reviews_work() {
 
     // Rotate through the control endpoint: the watch gets the new CA.
     let http = mk_http_client(&sim);
-    let rotated: serde_json::Value = http
-        .post(format!("{}/sim/rotate-front-proxy-ca", sim.ready.metrics))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rotated = control_json(http.post(format!("{}/sim/rotate-front-proxy-ca", sim.ready.metrics))).await;
     let rv = rotated["resourceVersion"].as_str().unwrap().to_owned();
     let ca2 = std::fs::read_to_string(dir.join("front-proxy-ca.crt")).unwrap();
     assert_ne!(ca1, ca2);
@@ -248,7 +262,7 @@ async fn trust_config_map_watch_sees_rotation_and_reviews_work() {
         other => panic!("expected the rotated ConfigMap, got {other:?}"),
     }
     // In-process rotation works the same way.
-    let rv3 = sim.rotate_front_proxy_ca().unwrap();
+    let rv3 = sim.trust.rotate(&sim.cluster).unwrap();
     match tokio::time::timeout(deadline, stream.try_next()).await.unwrap().unwrap().unwrap() {
         Event::Apply(cm) => assert_eq!(cm.metadata.resource_version, Some(rv3.to_string())),
         other => panic!("expected the rotated ConfigMap, got {other:?}"),
@@ -319,16 +333,14 @@ async fn trust_config_map_watch_sees_rotation_and_reviews_work() {
         .unwrap();
     assert!(anonymous.allowed);
 
-    let stats: serde_json::Value =
-        http.get(format!("{}/sim/stats", sim.ready.metrics)).send().await.unwrap().json().await.unwrap();
+    let stats = control_json(http.get(format!("{}/sim/stats", sim.ready.metrics))).await;
     assert_eq!(stats["apiRequests"]["create tokenreviews"], 1);
     assert_eq!(stats["apiRequests"]["create subjectaccessreviews"], 3);
     assert!(stats["apiRequests"]["watch configmaps"].as_u64().unwrap() >= 1);
     assert!(stats["apiRequests"]["list configmaps"].as_u64().unwrap() >= 1);
     assert_eq!(stats["apiRequests"]["get configmaps"], 2);
 
-    sim.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
+    stop(sim, dir).await;
 }
 
 #[tokio::test]
@@ -346,8 +358,7 @@ async fn invalid_policy_file_is_an_error() {
     let mut config = mk_config(dir.join("state"));
     config.policy = Some(path);
     let sim = start(config).await.unwrap();
-    sim.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
+    stop(sim, dir).await;
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -355,22 +366,16 @@ fn pod_key(pod: &Pod) -> String {
 }
 
 async fn set_faults(sim: &RunningSim, http: &reqwest::Client, body: &str) -> serde_json::Value {
-    let response = http
+    let request = http
         .post(format!("{}/sim/faults", sim.ready.metrics))
         .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), reqwest::StatusCode::OK);
-    response.json().await.unwrap()
+        .body(body.to_owned());
+    control_json(request).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_faults_over_tls() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = mk_state_dir();
-    let sim = start(mk_config(dir.clone())).await.unwrap();
+    let (sim, dir) = start_default().await;
     let control = mk_http_client(&sim);
     let ca = std::fs::read(sim.ready.state_dir.join("ca.crt")).unwrap();
     // Short timeouts, and a pooled connection opened before each fault.
@@ -381,8 +386,12 @@ async fn kubelet_faults_over_tls() {
         .unwrap();
     let url = format!("https://127.1.0.1:{}/metrics/resource", sim.ready.kubelet_port);
     let fetch = || async {
-        let response =
-            http.get(&url).bearer_auth(&sim.token).send().await.map_err(|e| format!("send: {e:?}"))?;
+        let response = http
+            .get(&url)
+            .bearer_auth(&sim.cluster.token)
+            .send()
+            .await
+            .map_err(|e| format!("send: {e:?}"))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| format!("body: {e:?}"))?;
         Ok::<_, String>((status, body))
@@ -431,15 +440,12 @@ async fn kubelet_faults_over_tls() {
     let state = set_faults(&sim, &control, r#"{"kubelet": {"node-0": "ok"}}"#).await;
     assert_eq!(state["kubelet"]["node-0"], "ok");
     assert_eq!(fetch().await.unwrap().0, 200);
-    sim.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
+    stop(sim, dir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = mk_state_dir();
-    let sim = start(mk_config(dir.clone())).await.unwrap();
+    let (sim, dir) = start_default().await;
     let control = mk_http_client(&sim);
     let client = mk_kube_client(&sim).await;
     // No backoff: every event is checked, errors included. A task keeps polling the watcher,
@@ -455,14 +461,7 @@ async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
     });
     let mut next = async || tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
     let watches = async || -> u64 {
-        let stats: serde_json::Value = control
-            .get(format!("{}/sim/stats", sim.ready.metrics))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let stats = control_json(control.get(format!("{}/sim/stats", sim.ready.metrics))).await;
         stats["apiRequests"]["watch pods"].as_u64().unwrap_or(0)
     };
     let wait_for_watches = async |n: u64| {
@@ -482,7 +481,7 @@ async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
     let state = set_faults(&sim, &control, r#"{"watch": "drop"}"#).await;
     assert_eq!(state["watch"], "ok");
     wait_for_watches(2).await;
-    let (_, created) = sim.churn().unwrap();
+    let (_, created) = churn(&sim);
     let mut saw = false;
     while !saw {
         match next().await {
@@ -518,7 +517,7 @@ async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
         sim.cluster.all_pods().iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect();
     assert_eq!(relisted, current);
     // And it watches again after the re-list.
-    let (_, created) = sim.churn().unwrap();
+    let (_, created) = churn(&sim);
     loop {
         match next().await.unwrap() {
             Event::Apply(pod) if pod_key(&pod) == created => break,
@@ -526,12 +525,10 @@ async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
             other => panic!("after the re-list: {other:?}"),
         }
     }
-    let state: serde_json::Value =
-        control.get(format!("{}/sim/faults", sim.ready.metrics)).send().await.unwrap().json().await.unwrap();
+    let state = control_json(control.get(format!("{}/sim/faults", sim.ready.metrics))).await;
     assert_eq!(state["watchDropped"], 2);
     assert_eq!(state["watchExpired"], 1);
 
     pump.abort();
-    sim.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
+    stop(sim, dir).await;
 }

@@ -395,7 +395,7 @@ mod tests {
         assert_ne!(data["client-ca-file"], data["requestheader-client-ca-file"]);
         assert_eq!(data.len(), 7);
 
-        let cluster = crate::sim::cluster::tests::mk_cluster();
+        let cluster = crate::sim::testutil::cluster_without_cafes();
         let rv1 = trust.publish(&cluster);
         let old_ca = trust.front_proxy_ca_pem();
         let old_client = cert(&dir, "front-proxy-client");

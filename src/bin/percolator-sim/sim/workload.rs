@@ -67,7 +67,7 @@ impl App {
         }
     }
 
-    fn image(self) -> &'static str {
+    const fn image(self) -> &'static str {
         match self {
             App::Web => "registry.example.com/shop/web:1.8.2",
             App::Api => "registry.example.com/shop/api:3.2.0",
@@ -343,52 +343,65 @@ fn template_hash(seed: u64, ns: usize, app: App) -> String {
     format!("{:010x}", rng.next_u64() & 0xff_ffff_ffff)
 }
 
-/// Containers of a pod of `app` created at `created`.
-fn containers(rng: &mut SplitMix64, app: App, created: i64) -> Vec<SimContainer> {
-    let round_cores = |c: f64| (c * 1000.0).round().max(5.0) / 1000.0;
-    // Working sets are whole 4 KiB pages.
-    let round_pages = |b: f64| (b / 4096.0).round() * 4096.0;
-    let started = created + rng.range(2, 20) as i64;
-    let mut out = vec![SimContainer {
-        name: "app",
-        image: app.image(),
-        cpu_cores: round_cores(rng.log_uniform(0.005, 0.8)),
-        memory_bytes: round_pages(rng.log_uniform(8.0 * 1048576.0, 600.0 * 1048576.0)),
-        started,
-    }];
-    if matches!(app, App::Web | App::Api) && rng.chance(0.6) {
-        out.push(SimContainer {
-            name: "envoy",
-            image: "docker.io/envoyproxy/envoy:v1.34.1",
-            cpu_cores: round_cores(rng.log_uniform(0.005, 0.1)),
-            memory_bytes: round_pages(rng.log_uniform(20.0 * 1048576.0, 80.0 * 1048576.0)),
-            started: started + 1,
-        });
-    }
-    out
+/// A kind of container: its name, its image and the ranges its usage is drawn from
+/// (log-uniformly).
+struct ContainerSpec {
+    name: &'static str,
+    image: &'static str,
+    /// CPU usage, cores.
+    cores: (f64, f64),
+    /// Working set, MiB.
+    mib: (f64, f64),
 }
 
-/// Containers of a serving pod of `cafe` created at `created`: `brewer`, and `exporter` when
-/// the cafe runs the sidecar.
-fn cafe_containers(rng: &mut SplitMix64, cafe: &Cafe, created: i64) -> Vec<SimContainer> {
-    let round_cores = |c: f64| (c * 1000.0).round().max(5.0) / 1000.0;
-    let round_pages = |b: f64| (b / 4096.0).round() * 4096.0;
+impl ContainerSpec {
+    /// A container of this kind started at `started`, with its usage drawn from `rng` (CPU
+    /// in whole millicores, at least 5; working sets in whole 4 KiB pages).
+    fn draw(&self, rng: &mut SplitMix64, started: i64) -> SimContainer {
+        let cores = rng.log_uniform(self.cores.0, self.cores.1);
+        let bytes = rng.log_uniform(self.mib.0 * 1048576.0, self.mib.1 * 1048576.0);
+        SimContainer {
+            name: self.name,
+            image: self.image,
+            cpu_cores: (cores * 1000.0).round().max(5.0) / 1000.0,
+            memory_bytes: (bytes / 4096.0).round() * 4096.0,
+            started,
+        }
+    }
+}
+
+/// The proxy sidecar of some web and API pods.
+const ENVOY: ContainerSpec = ContainerSpec {
+    name: "envoy",
+    image: "docker.io/envoyproxy/envoy:v1.34.1",
+    cores: (0.005, 0.1),
+    mib: (20.0, 80.0),
+};
+
+/// The main container of a cafe's serving pod.
+const BREWER: ContainerSpec =
+    ContainerSpec { name: "brewer", image: App::Cafe.image(), cores: (0.01, 0.3), mib: (24.0, 160.0) };
+
+/// The sidecar of the cafes that run one.
+const CAFE_EXPORTER: ContainerSpec = ContainerSpec {
+    name: "exporter",
+    image: "registry.example.com/une-tasse-de/cafe-exporter:0.9.3",
+    cores: (0.005, 0.03),
+    mib: (12.0, 32.0),
+};
+
+/// Containers of a pod created at `created`: `main`, and the sidecar `sidecar` picks (after
+/// `main` is drawn), started a second later.
+fn containers(
+    rng: &mut SplitMix64,
+    created: i64,
+    main: &ContainerSpec,
+    sidecar: impl FnOnce(&mut SplitMix64) -> Option<&'static ContainerSpec>,
+) -> Vec<SimContainer> {
     let started = created + rng.range(2, 20) as i64;
-    let mut out = vec![SimContainer {
-        name: "brewer",
-        image: App::Cafe.image(),
-        cpu_cores: round_cores(rng.log_uniform(0.01, 0.3)),
-        memory_bytes: round_pages(rng.log_uniform(24.0 * 1048576.0, 160.0 * 1048576.0)),
-        started,
-    }];
-    if cafe.sidecar {
-        out.push(SimContainer {
-            name: "exporter",
-            image: "registry.example.com/une-tasse-de/cafe-exporter:0.9.3",
-            cpu_cores: round_cores(rng.log_uniform(0.005, 0.03)),
-            memory_bytes: round_pages(rng.log_uniform(12.0 * 1048576.0, 32.0 * 1048576.0)),
-            started: started + 1,
-        });
+    let mut out = vec![main.draw(rng, started)];
+    if let Some(spec) = sidecar(rng) {
+        out.push(spec.draw(rng, started + 1));
     }
     out
 }
@@ -477,7 +490,11 @@ impl Workload {
             // the counters' origin (one hour before start).
             let age = rng.log_uniform(3660.0, 9.0 * 86400.0) as i64;
             let created = start - age;
-            let containers = containers(&mut rng, app, created);
+            let main =
+                ContainerSpec { name: "app", image: app.image(), cores: (0.005, 0.8), mib: (8.0, 600.0) };
+            let containers = containers(&mut rng, created, &main, |rng| {
+                (matches!(app, App::Web | App::Api) && rng.chance(0.6)).then_some(&ENVOY)
+            });
             let http = matches!(app, App::Web | App::Api).then(|| http_profile(&mut rng, i % 4 != 3));
             let slot = &mut slots[node as usize];
             let ip = pod_ip(node, *slot);
@@ -518,7 +535,8 @@ impl Workload {
                     }
                 };
                 let created = start - rng.log_uniform(3660.0, 9.0 * 86400.0) as i64;
-                let containers = cafe_containers(&mut rng, cafe, created);
+                let containers =
+                    containers(&mut rng, created, &BREWER, |_| cafe.sidecar.then_some(&CAFE_EXPORTER));
                 let slot = &mut slots[node as usize];
                 let ip = pod_ip(node, *slot);
                 *slot += 1;
@@ -597,22 +615,18 @@ pub fn replacement(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::testutil::{self, START};
 
+    /// The default workload with `seed`.
     fn mk_params(seed: u64) -> WorkloadParams {
-        WorkloadParams {
-            seed,
-            nodes: 3,
-            pods_per_node: 4,
-            namespaces: vec!["shop".into(), "api".into(), "default".into()],
-            cafes_per_namespace: 2,
-        }
+        WorkloadParams { seed, ..testutil::params() }
     }
 
     #[test]
     fn same_seed_same_workload() {
-        let a = Workload::generate(&mk_params(1), 1_764_000_000);
-        let b = Workload::generate(&mk_params(1), 1_764_000_000);
-        let c = Workload::generate(&mk_params(2), 1_764_000_000);
+        let a = Workload::generate(&mk_params(1), START);
+        let b = Workload::generate(&mk_params(1), START);
+        let c = Workload::generate(&mk_params(2), START);
         assert_eq!(a, b);
         assert_ne!(a.pods, c.pods);
         assert_ne!(a.token, c.token);
@@ -621,7 +635,7 @@ mod tests {
 
     #[test]
     fn default_cluster_has_every_kind_of_pod() {
-        let mut w = Workload::generate(&mk_params(1), 1_764_000_000);
+        let mut w = Workload::generate(&mk_params(1), START);
         // The cafes' serving pods are checked in `cafe`.
         w.pods.retain(|p| p.cafe.is_none());
         assert_eq!(w.pods.len(), 12);
@@ -645,7 +659,7 @@ mod tests {
             assert_eq!(parts[2].len(), 5);
             assert_eq!(p.uid.len(), 36);
             for c in &p.containers {
-                assert!(c.started < 1_764_000_000 - ORIGIN_OFFSET_SECONDS);
+                assert!(c.started < START - ORIGIN_OFFSET_SECONDS);
                 assert!((0.005..=0.8).contains(&c.cpu_cores), "{}", c.cpu_cores);
             }
             if let Some(h) = &p.http {
@@ -673,7 +687,7 @@ mod tests {
             namespaces: vec!["a".into()],
             cafes_per_namespace: 40,
         };
-        let w = Workload::generate(&params, 1_764_000_000);
+        let w = Workload::generate(&params, START);
         let names: HashSet<_> = w.pods.iter().map(|p| &p.name).collect();
         assert_eq!(names.len(), w.pods.len());
     }

@@ -1,0 +1,318 @@
+//! Fixtures shared by the router's unit tests (`tests`, `external_tests`, `fuzz_tests`): the
+//! fake kinds (`widgets`, namespaced, and `gadgets`, cluster-scoped), a recording fake
+//! Prometheus, the query-file check the server runs, and a request helper that collects the
+//! whole reply.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use futures::future::BoxFuture;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
+use jiff::{SignedDuration, Timestamp};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::config::{Check, QueryFile};
+use crate::kinds::{
+    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
+};
+use crate::sources::{PromError, PromSample, PromSource};
+
+// ---- fake kinds ----
+
+pub(crate) static WIDGET: KindInfo = KindInfo {
+    plural: "widgets",
+    singular: "widget",
+    kind: "Widget",
+    list_kind: "WidgetList",
+    short_names: &["wd"],
+    categories: &["percolator"],
+    namespaced: true,
+    description: "Widget is a test kind.",
+};
+
+pub(crate) static GADGET: KindInfo = KindInfo {
+    plural: "gadgets",
+    singular: "gadget",
+    kind: "Gadget",
+    list_kind: "GadgetList",
+    short_names: &[],
+    categories: &[],
+    namespaced: false,
+    description: "Gadget is a cluster-scoped test kind.",
+};
+
+/// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
+/// convertor).
+const WIDGET_COLUMNS: &[Column] = &[
+    Column { name: "Name", type_: "string", format: "name", description: "Name of the widget.", priority: 0 },
+    Column { name: "Size", type_: "string", format: "quantity", description: "Size.", priority: 0 },
+    Column { name: "Node", type_: "string", format: "", description: "Node.", priority: 1 },
+    Column { name: "Age", type_: "string", format: "", description: "Time since creation.", priority: 0 },
+];
+
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Behavior {
+    Ok,
+    NotReady,
+    Internal,
+    Panic,
+    /// Computes fine, then takes this long.
+    Slow(Duration),
+    /// Computes fine; rendering panics (outside `compute`'s own catch).
+    PanicInColumns,
+}
+
+/// A kind serving fixed items (filtered by namespace), or failing as `behavior` says; records
+/// the namespace of every list call.
+pub(crate) struct FakeKind {
+    info: &'static KindInfo,
+    items: Vec<Arc<Item>>,
+    behavior: Behavior,
+    warnings: Vec<String>,
+    pub(crate) calls: Mutex<Vec<Option<String>>>,
+}
+
+impl FakeKind {
+    pub(crate) fn new(
+        info: &'static KindInfo,
+        items: Vec<Arc<Item>>,
+        behavior: Behavior,
+        warnings: &[&str],
+    ) -> Arc<Self> {
+        Arc::new(FakeKind {
+            info,
+            items,
+            behavior,
+            warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl ServedKind for FakeKind {
+    fn info(&self) -> &'static KindInfo {
+        self.info
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        if self.behavior == Behavior::PanicInColumns {
+            panic!("fake kind panics while rendering");
+        }
+        if self.info.namespaced { WIDGET_COLUMNS } else { &[] }
+    }
+
+    fn schemas(&self) -> Vec<(String, Value)> {
+        let name = format!("cafe.une-tasse-de.stats.v1alpha1.{}", self.info.kind);
+        vec![
+            (
+                name,
+                json!({
+                    "type": "object",
+                    "description": self.info.description,
+                    "properties": {
+                        "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata."},
+                        "size": {"type": "string", "description": "Size of the widget."},
+                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": "#/components/schemas/cafe.une-tasse-de.stats.v1alpha1.Part"}},
+                    },
+                }),
+            ),
+            (
+                "cafe.une-tasse-de.stats.v1alpha1.Part".to_owned(),
+                json!({"type": "object", "description": "A part.", "properties": {"name": {"type": "string", "description": "Part name."}}}),
+            ),
+        ]
+    }
+
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        Box::pin(async move {
+            self.calls.lock().unwrap().push(namespace.map(str::to_owned));
+            match self.behavior {
+                Behavior::Ok | Behavior::PanicInColumns => {}
+                Behavior::Slow(delay) => tokio::time::sleep(delay).await,
+                Behavior::NotReady => return Err(ComputeError::NotReady),
+                Behavior::Internal => {
+                    let secret = PromError::Query("secret detail".into());
+                    return Err(ComputeError::Query(secret.into()));
+                }
+                Behavior::Panic => panic!("fake kind panics"),
+            }
+            Ok(Arc::new(Listing {
+                items: self
+                    .items
+                    .iter()
+                    .filter(|i| namespace.is_none_or(|ns| *i.meta.namespace == *ns))
+                    .cloned()
+                    .collect(),
+                warnings: self.warnings.clone(),
+                resource_version: "17".to_owned(),
+                ..Listing::default()
+            }))
+        })
+    }
+}
+
+/// The creation time of every fake item.
+pub(crate) const CREATED: &str = "2026-07-01T10:00:00Z";
+
+/// An item of `info` (`ns` empty for a cluster-scoped kind), with cells for [`WIDGET_COLUMNS`].
+pub(crate) fn mk_item(
+    info: &KindInfo,
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    size: &str,
+) -> Arc<Item> {
+    let labels: BTreeMap<String, String> =
+        labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let mut metadata =
+        json!({"name": name, "uid": format!("uid-{name}"), "creationTimestamp": CREATED, "labels": labels});
+    if !ns.is_empty() {
+        metadata["namespace"] = json!(ns);
+    }
+    let object = json!({"kind": info.kind, "apiVersion": API_VERSION, "metadata": metadata, "size": size});
+    let created: Timestamp = CREATED.parse().unwrap();
+    Arc::new(Item {
+        meta: Meta {
+            name: name.into(),
+            namespace: ns.into(),
+            uid: Some(format!("uid-{name}").into()),
+            creation_timestamp: Some(created),
+            labels: Arc::new(labels),
+        },
+        object: RawValue::from_string(object.to_string()).unwrap(),
+        cells: vec![
+            Cell::Text(name.into()),
+            Cell::Text(size.into()),
+            Cell::None,
+            Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
+        ],
+    })
+}
+
+/// Widgets in the namespaces `other` and `shop`.
+pub(crate) fn mk_widgets(behavior: Behavior, warnings: &[&str]) -> Arc<FakeKind> {
+    let items = vec![
+        mk_item(&WIDGET, "other", "web-1", &[("app", "web")], "1"),
+        mk_item(&WIDGET, "shop", "db-0", &[("app", "db")], "3"),
+        mk_item(&WIDGET, "shop", "web-1", &[("app", "web"), ("tier", "front")], "2"),
+        mk_item(&WIDGET, "shop", "web-2", &[("app", "web")], "4"),
+    ];
+    FakeKind::new(&WIDGET, items, behavior, warnings)
+}
+
+/// One gadget, `g1`.
+pub(crate) fn mk_gadgets() -> Arc<FakeKind> {
+    FakeKind::new(&GADGET, vec![mk_item(&GADGET, "", "g1", &[], "9")], Behavior::Ok, &[])
+}
+
+// ---- fake Prometheus ----
+
+/// A fake Prometheus: records every query, answers with `reply` after `delay`.
+pub(crate) struct MkProm {
+    pub(crate) queries: Mutex<Vec<String>>,
+    pub(crate) calls: AtomicUsize,
+    reply: Mutex<Result<Vec<PromSample>, PromError>>,
+    delay: Duration,
+}
+
+impl PromSource for MkProm {
+    fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.queries.lock().unwrap().push(promql);
+            if !self.delay.is_zero() {
+                tokio::time::sleep(self.delay).await;
+            }
+            self.reply.lock().unwrap().clone()
+        })
+    }
+}
+
+impl MkProm {
+    pub(crate) fn last_query(&self) -> String {
+        self.queries.lock().unwrap().last().cloned().unwrap_or_default()
+    }
+
+    pub(crate) fn set_reply(&self, reply: Result<Vec<PromSample>, PromError>) {
+        *self.reply.lock().unwrap() = reply;
+    }
+}
+
+pub(crate) fn mk_prom(reply: Result<Vec<PromSample>, PromError>, delay: Duration) -> Arc<MkProm> {
+    Arc::new(MkProm {
+        queries: Mutex::new(Vec::new()),
+        calls: AtomicUsize::new(0),
+        reply: Mutex::new(reply),
+        delay,
+    })
+}
+
+/// The timestamp of every [`mk_sample`].
+const SAMPLE_TIME: &str = "2026-07-01T10:00:00.250Z";
+
+pub(crate) fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
+    PromSample {
+        labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<HashMap<_, _>>(),
+        value,
+        timestamp: SAMPLE_TIME.parse::<Timestamp>().unwrap(),
+    }
+}
+
+// ---- configuration ----
+
+/// The check the server runs on the query file (`server::config_check`, which `api` may not
+/// import).
+pub(crate) fn mk_check() -> Check {
+    Arc::new(|file: &mut QueryFile| {
+        crate::kinds::registry::check_queries(file)?;
+        crate::external::check_metrics(file)
+    })
+}
+
+/// The default configuration, checked.
+pub(crate) fn mk_defaults() -> QueryFile {
+    QueryFile::from_yaml("", "defaults", &mk_check()).unwrap()
+}
+
+// ---- requests ----
+
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Reply {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub(crate) fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(|v| v.to_str().unwrap()).unwrap_or_default()
+    }
+}
+
+/// Sends `method uri` with `headers` through `app`; the reply with its whole body.
+pub(crate) async fn call_with(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+    Reply { status, headers, body }
+}
