@@ -107,7 +107,7 @@ pub struct SimConfig {
     pub churn_interval: Duration,
 
     /// YAML file of tokens and authorization rules for TokenReview and SubjectAccessReview
-    /// (default: the built-in policy; format in `percolator::sim::policy`).
+    /// (default: the built-in policy; format in src/bin/percolator-sim/sim/policy.rs).
     #[arg(long, env = "PERCOLATOR_SIM_POLICY")]
     pub policy: Option<PathBuf>,
 }
