@@ -126,6 +126,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::all_at_once;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[tokio::test]
@@ -137,26 +138,19 @@ mod tests {
             10,
         ));
         let calls = Arc::new(AtomicUsize::new(0));
-        let barrier = Arc::new(tokio::sync::Barrier::new(20));
-        let tasks: Vec<_> = (0..20)
-            .map(|_| {
-                let (cache, calls, barrier) = (cache.clone(), calls.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    cache
-                        .get_or_try_compute(1, async {
-                            calls.fetch_add(1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(30)).await;
-                            Ok::<_, String>(7)
-                        })
-                        .await
-                        .map(|(v, _, _)| v)
-                })
-            })
-            .collect();
-        for t in tasks {
-            assert_eq!(t.await.unwrap().unwrap(), 7);
-        }
+        let values = all_at_once(20, |_| {
+            let (cache, calls) = (cache.clone(), calls.clone());
+            async move {
+                let compute = async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    Ok::<_, String>(7)
+                };
+                cache.get_or_try_compute(1, compute).await.map(|(v, _, _)| v)
+            }
+        })
+        .await;
+        assert!(values.iter().all(|v| v.as_ref().ok() == Some(&7)), "{values:?}");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert!(metrics.encode().contains("result=\"hit\"} 19"), "{}", metrics.encode());
 

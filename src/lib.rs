@@ -32,6 +32,9 @@ pub mod sources;
 pub mod telemetry;
 pub mod tls;
 
+#[cfg(test)]
+pub(crate) mod testutil;
+
 pub use server::run;
 
 /// Installs the process-wide rustls crypto provider (ring). Idempotent.

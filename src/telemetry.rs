@@ -12,7 +12,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 /// Labels of served requests. `resource` is the plural resource name, or the route template
 /// for non-resource paths (`/apis`, `/openapi/v2`, …), never a raw path.
@@ -101,70 +101,40 @@ fn latency_buckets() -> Histogram {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Arc<Self> {
-        let mut registry = Registry::with_prefix("percolator");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let request_duration =
-            Family::<LatencyLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
-        let in_flight = Gauge::default();
-        let cache = Family::<CacheLabels, Counter>::default();
-        let upstream = Family::<UpstreamLabels, Counter>::default();
-        let upstream_duration =
-            Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
-        let ready = Gauge::default();
-        let config_reloads = Family::<ResultLabels, Counter>::default();
-        let config_last_reload_successful = Gauge::default();
-        config_last_reload_successful.set(1);
-        registry.register(
-            "config_reloads",
-            "Configuration reload attempts, by result",
-            config_reloads.clone(),
-        );
-        registry.register(
+        let mut m = Self {
+            registry: Registry::with_prefix("percolator"),
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(latency_buckets),
+            in_flight: Gauge::default(),
+            cache: Family::default(),
+            upstream: Family::default(),
+            upstream_duration: Family::new_with_constructor(latency_buckets),
+            ready: Gauge::default(),
+            config_reloads: Family::default(),
+            config_last_reload_successful: Gauge::default(),
+        };
+        m.config_last_reload_successful.set(1);
+        let r = &mut m.registry;
+        r.register("config_reloads", "Configuration reload attempts, by result", m.config_reloads.clone());
+        r.register(
             "config_last_reload_successful",
             "1 when the last configuration reload attempt succeeded, 0 when the file was rejected",
-            config_last_reload_successful.clone(),
+            m.config_last_reload_successful.clone(),
         );
-        registry.register(
-            "http_requests",
-            "Requests served, by resource, verb and HTTP code",
-            requests.clone(),
-        );
-        registry.register_with_unit(
-            "http_request_duration",
-            "Latency of served requests, by resource and verb",
-            prometheus_client::registry::Unit::Seconds,
-            request_duration.clone(),
-        );
-        registry.register("http_requests_in_flight", "Requests being served", in_flight.clone());
-        registry.register(
-            "cache_requests",
-            "Cache lookups, by cache and result (hit or miss)",
-            cache.clone(),
-        );
-        registry.register(
+        r.register("http_requests", "Requests served, by resource, verb and HTTP code", m.requests.clone());
+        let help = "Latency of served requests, by resource and verb";
+        r.register_with_unit("http_request_duration", help, Unit::Seconds, m.request_duration.clone());
+        r.register("http_requests_in_flight", "Requests being served", m.in_flight.clone());
+        r.register("cache_requests", "Cache lookups, by cache and result (hit or miss)", m.cache.clone());
+        r.register(
             "upstream_requests",
             "Calls to upstream sources, by source and outcome",
-            upstream.clone(),
+            m.upstream.clone(),
         );
-        registry.register_with_unit(
-            "upstream_request_duration",
-            "Latency of calls to upstream sources, by source",
-            prometheus_client::registry::Unit::Seconds,
-            upstream_duration.clone(),
-        );
-        registry.register("ready", "1 when the server is ready to serve (inventory synced)", ready.clone());
-        Arc::new(Self {
-            registry,
-            requests,
-            request_duration,
-            in_flight,
-            cache,
-            upstream,
-            upstream_duration,
-            ready,
-            config_reloads,
-            config_last_reload_successful,
-        })
+        let help = "Latency of calls to upstream sources, by source";
+        r.register_with_unit("upstream_request_duration", help, Unit::Seconds, m.upstream_duration.clone());
+        r.register("ready", "1 when the server is ready to serve (inventory synced)", m.ready.clone());
+        Arc::new(m)
     }
 
     /// The registry in the Prometheus text format.

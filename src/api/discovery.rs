@@ -311,13 +311,18 @@ fn to_bytes(v: &Value) -> Bytes {
 }
 
 fn api_resource(r: &DiscoveryResource) -> Value {
-    let mut v = json!({
+    let v = json!({
         "name": r.name,
         "singularName": r.singular_name,
         "namespaced": r.namespaced,
         "kind": r.kind,
         "verbs": r.verbs,
     });
+    with_names(v, r)
+}
+
+/// Adds the short names and categories a resource has (both are omitted when empty).
+fn with_names(mut v: Value, r: &DiscoveryResource) -> Value {
     if let Value::Object(m) = &mut v {
         if !r.short_names.is_empty() {
             m.insert("shortNames".into(), json!(r.short_names));
@@ -332,22 +337,14 @@ fn api_resource(r: &DiscoveryResource) -> Value {
 /// `apidiscovery.k8s.io` `APIResourceDiscovery`, as `ConvertGroupVersionIntoToDiscovery`
 /// would convert the legacy entry.
 fn resource_discovery(gv: &GroupVersionResources, r: &DiscoveryResource) -> Value {
-    let mut v = json!({
+    let v = json!({
         "resource": r.name,
         "responseKind": {"group": gv.group, "version": gv.version, "kind": r.kind},
         "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": r.singular_name,
         "verbs": r.verbs,
     });
-    if let Value::Object(m) = &mut v {
-        if !r.short_names.is_empty() {
-            m.insert("shortNames".into(), json!(r.short_names));
-        }
-        if !r.categories.is_empty() {
-            m.insert("categories".into(), json!(r.categories));
-        }
-    }
-    v
+    with_names(v, r)
 }
 
 /// `version.Info` of this build.

@@ -19,6 +19,7 @@ use crate::k8s::ApiError;
 use crate::k8s::selectors::LabelSelector;
 use crate::sources::PromError;
 use crate::telemetry::Metrics;
+use crate::testutil::all_at_once;
 
 const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
 const V2_ACCEPT: &str =
@@ -351,20 +352,13 @@ async fn prometheus_failures_are_503s_with_retry_after_and_are_not_cached() {
 async fn concurrent_identical_requests_share_one_query() {
     let prom = mk_prom(Ok(vec![mk_sample(&[("namespace", "shop")], 1.0)]), Duration::from_millis(100));
     let app = mk_app(prom.clone());
-    let barrier = Arc::new(tokio::sync::Barrier::new(100));
-    let tasks: Vec<_> = (0..100)
-        .map(|i| {
-            let (app, barrier) = (app.clone(), barrier.clone());
-            // Two spellings of one selector share the entry.
-            let selector = if i % 2 == 0 { "type in (lungo),cafe=a" } else { "cafe==a,type in (lungo)" };
-            tokio::spawn(async move {
-                barrier.wait().await;
-                get(&app, &with_selector(BREWS, selector)).await
-            })
-        })
-        .collect();
-    for task in tasks {
-        let r = task.await.unwrap();
+    let replies = all_at_once(100, |i| {
+        let app = app.clone();
+        // Two spellings of one selector share the entry.
+        let selector = if i % 2 == 0 { "type in (lungo),cafe=a" } else { "cafe==a,type in (lungo)" };
+        async move { get(&app, &with_selector(BREWS, selector)).await }
+    });
+    for r in replies.await {
         assert_eq!(r.status, StatusCode::OK);
         assert_eq!(r.json()["items"][0]["value"], "1");
     }

@@ -444,24 +444,10 @@ async fn serve_resource(
     }
 
     if let Some(ns) = &target.namespace {
-        let errs = is_dns1123_label(ns);
-        if !errs.is_empty() {
-            return Err(ApiError::BadRequest(format!(
-                "invalid namespace {}: {}",
-                status::go_quote(ns),
-                errs.join("; ")
-            )));
-        }
+        valid("namespace", ns, is_dns1123_label(ns))?;
     }
     if let Some(name) = &target.name {
-        let errs = is_dns1123_subdomain(name);
-        if !errs.is_empty() {
-            return Err(ApiError::BadRequest(format!(
-                "invalid name {}: {}",
-                status::go_quote(name),
-                errs.join("; ")
-            )));
-        }
+        valid("name", name, is_dns1123_subdomain(name))?;
     }
     if info.verb == "watch" {
         return Err(ApiError::MethodNotAllowed { verb: "watch".to_owned(), resource: target.resource });
@@ -488,6 +474,15 @@ async fn serve_resource(
         Some(name) => get_one(&target, name, repr, include_object).await,
         None => list(&target, query, repr, include_object, slots).await,
     }
+}
+
+/// `Ok` when `errs` (the validation messages of `value`, a path's `what`) is empty; else the
+/// 400 kube-apiserver answers for it.
+fn valid(what: &str, value: &str, errs: Vec<String>) -> Result<(), ApiError> {
+    if errs.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::BadRequest(format!("invalid {what} {}: {}", status::go_quote(value), errs.join("; "))))
 }
 
 /// Maps the path to a served kind and checks the scope; anything else is a 404.

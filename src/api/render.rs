@@ -139,13 +139,9 @@ fn to_vec<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
 /// The columns of the generic table convertor (`apiserver/pkg/registry/rest/table.go`),
 /// for a kind that declares none.
 const DEFAULT_COLUMNS: &[Column] = &[
-    Column {
-        name: "Name",
-        type_: "string",
-        format: "name",
-        description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-        priority: 0,
-    },
+    Column::object_name(
+        "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+    ),
     Column {
         name: "Created At",
         type_: "date",
@@ -442,21 +438,7 @@ mod tests {
         assert!(IncludeObject::parse(Some("object")).is_err());
     }
 
-    static INFO: KindInfo = KindInfo {
-        plural: "widgets",
-        singular: "widget",
-        kind: "Widget",
-        list_kind: "WidgetList",
-        short_names: &["wd"],
-        categories: &[],
-        namespaced: true,
-        description: "A widget.",
-    };
-
-    const COLUMNS: &[Column] = &[
-        Column { name: "Name", type_: "string", format: "name", description: "Name.", priority: 0 },
-        Column { name: "Age", type_: "string", format: "", description: "Age.", priority: 1 },
-    ];
+    const COLUMNS: &[Column] = &[Column::object_name("Name."), Column::text("Age", "Age.").wide()];
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -486,7 +468,7 @@ mod tests {
 
     fn ctx(include_object: IncludeObject) -> RenderContext<'static> {
         RenderContext {
-            info: &INFO,
+            info: &crate::api::testutil::WIDGET,
             columns: COLUMNS,
             resource_version: "17",
             include_object,

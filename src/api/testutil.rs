@@ -51,10 +51,10 @@ pub(crate) static GADGET: KindInfo = KindInfo {
 /// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
 /// convertor).
 const WIDGET_COLUMNS: &[Column] = &[
-    Column { name: "Name", type_: "string", format: "name", description: "Name of the widget.", priority: 0 },
-    Column { name: "Size", type_: "string", format: "quantity", description: "Size.", priority: 0 },
-    Column { name: "Node", type_: "string", format: "", description: "Node.", priority: 1 },
-    Column { name: "Age", type_: "string", format: "", description: "Time since creation.", priority: 0 },
+    Column::object_name("Name of the widget."),
+    Column::quantity("Size", "Size."),
+    Column::text("Node", "Node.").wide(),
+    Column::text("Age", "Time since creation."),
 ];
 
 #[derive(Clone, Copy, PartialEq)]

@@ -55,58 +55,51 @@ pub trait AccessReviewer: Send + Sync {
     ) -> BoxFuture<'_, Result<SubjectAccessReviewStatus, ReviewError>>;
 }
 
-/// [`TokenReviewer`] through the Kubernetes API.
+/// Creates review objects through the Kubernetes API, with the budget and retries above.
 #[derive(Clone)]
-pub struct KubeTokenReviewer {
-    api: Api<TokenReview>,
+pub struct KubeReviewer<K> {
+    api: Api<K>,
     timeout: Duration,
 }
 
-impl std::fmt::Debug for KubeTokenReviewer {
+/// [`TokenReviewer`] through the Kubernetes API.
+pub type KubeTokenReviewer = KubeReviewer<TokenReview>;
+/// [`AccessReviewer`] through the Kubernetes API.
+pub type KubeAccessReviewer = KubeReviewer<SubjectAccessReview>;
+
+impl<K> std::fmt::Debug for KubeReviewer<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeTokenReviewer").finish_non_exhaustive()
+        f.debug_struct("KubeReviewer").field("timeout", &self.timeout).finish_non_exhaustive()
     }
 }
 
-impl KubeTokenReviewer {
+impl<K> KubeReviewer<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     /// Reviews with `client`.
     pub fn new(client: kube::Client) -> Self {
         Self { api: Api::all(client), timeout: REVIEW_TIMEOUT }
+    }
+
+    /// Creates `review` and returns what the API server made of it.
+    async fn create(&self, review: &K) -> Result<K, ReviewError> {
+        let params = PostParams::default();
+        with_retries(self.timeout, || self.api.create(&params, review)).await
     }
 }
 
 impl TokenReviewer for KubeTokenReviewer {
     fn review(&self, token: String) -> BoxFuture<'_, Result<TokenReviewStatus, ReviewError>> {
         Box::pin(async move {
-            let review = TokenReview {
-                metadata: Default::default(),
-                spec: TokenReviewSpec { token: Some(token), audiences: None },
-                status: None,
-            };
-            let params = PostParams::default();
-            let created = with_retries(self.timeout, || self.api.create(&params, &review)).await?;
-            created.status.ok_or(ReviewError::NoStatus)
+            let spec = TokenReviewSpec { token: Some(token), audiences: None };
+            let review = TokenReview { metadata: Default::default(), spec, status: None };
+            self.create(&review).await?.status.ok_or(ReviewError::NoStatus)
         })
-    }
-}
-
-/// [`AccessReviewer`] through the Kubernetes API.
-#[derive(Clone)]
-pub struct KubeAccessReviewer {
-    api: Api<SubjectAccessReview>,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for KubeAccessReviewer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeAccessReviewer").finish_non_exhaustive()
-    }
-}
-
-impl KubeAccessReviewer {
-    /// Reviews with `client`.
-    pub fn new(client: kube::Client) -> Self {
-        Self { api: Api::all(client), timeout: REVIEW_TIMEOUT }
     }
 }
 
@@ -117,9 +110,7 @@ impl AccessReviewer for KubeAccessReviewer {
     ) -> BoxFuture<'_, Result<SubjectAccessReviewStatus, ReviewError>> {
         Box::pin(async move {
             let review = SubjectAccessReview { metadata: Default::default(), spec, status: None };
-            let params = PostParams::default();
-            let created = with_retries(self.timeout, || self.api.create(&params, &review)).await?;
-            created.status.ok_or(ReviewError::NoStatus)
+            self.create(&review).await?.status.ok_or(ReviewError::NoStatus)
         })
     }
 }

@@ -26,6 +26,7 @@ use tower::ServiceExt;
 
 use super::testutil::{MkCa, mk_ca, mk_cert, mk_leaf};
 use super::*;
+use crate::testutil::all_at_once;
 
 const G: &str = "stats.une-tasse-de.cafe";
 const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries";
@@ -755,19 +756,11 @@ async fn concurrent_identical_reviews_make_one_call() {
         rule: Box::new(standard_rule),
     });
     let (auth, _) = mk_auth(TrustMaterial::default(), &[], access.clone());
-    let barrier = Arc::new(tokio::sync::Barrier::new(16));
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let (auth, barrier) = (auth.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer alice-token")], None)).await.0
-            })
-        })
-        .collect();
-    for task in tasks {
-        assert_eq!(task.await.unwrap(), StatusCode::OK);
-    }
+    let statuses = all_at_once(16, |_| {
+        let auth = auth.clone();
+        async move { call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer alice-token")], None)).await.0 }
+    });
+    assert_eq!(statuses.await, [StatusCode::OK; 16]);
     assert_eq!(access.calls(), 1);
 }
 

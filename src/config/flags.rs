@@ -14,7 +14,8 @@ use crate::k8s::duration;
 #[command(
     name = "percolator",
     version,
-    about = "Read-only Kubernetes aggregated API for live pod and cafe metrics"
+    about = "Read-only Kubernetes aggregated API for live pod and cafe metrics",
+    mut_args(kubernetes_style)
 )]
 pub struct Args {
     /// Serving (HTTPS listener and certificates).
@@ -95,6 +96,23 @@ pub struct ServingArgs {
     pub tls_reload_interval: Duration,
 }
 
+/// Makes a flag read as Kubernetes components' flags (Go's `flag` package) read: a boolean
+/// alone means true and takes an attached value (`--anonymous-auth=false`, never a following
+/// argument), and a list is comma-separated (`--requestheader-allowed-names=a,b`).
+fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
+    match arg.get_action() {
+        clap::ArgAction::SetTrue => {
+            let arg = if arg.get_default_values().is_empty() { arg.default_value("false") } else { arg };
+            arg.num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .action(clap::ArgAction::Set)
+        }
+        clap::ArgAction::Append => arg.value_delimiter(','),
+        _ => arg,
+    }
+}
+
 /// A duration flag that must be greater than zero.
 fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> {
     match duration::parse(text) {
@@ -132,7 +150,6 @@ pub struct KubeletArgs {
     /// Node address types to try, in order.
     #[arg(
         long,
-        value_delimiter = ',',
         default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP",
         env = "PERCOLATOR_KUBELET_PREFERRED_ADDRESS_TYPES"
     )]
@@ -208,75 +225,31 @@ pub struct AuthArgs {
     pub requestheader_client_ca_file: Option<PathBuf>,
     /// Common names allowed for the front proxy's certificate (comma-separated); empty allows
     /// any certificate signed by --requestheader-client-ca-file.
-    #[arg(long, value_delimiter = ',', env = "PERCOLATOR_REQUESTHEADER_ALLOWED_NAMES")]
+    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_ALLOWED_NAMES")]
     pub requestheader_allowed_names: Vec<String>,
     /// Headers carrying the user name; the first non-empty one wins.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "X-Remote-User",
-        env = "PERCOLATOR_REQUESTHEADER_USERNAME_HEADERS"
-    )]
+    #[arg(long, default_value = "X-Remote-User", env = "PERCOLATOR_REQUESTHEADER_USERNAME_HEADERS")]
     pub requestheader_username_headers: Vec<String>,
     /// Headers carrying the groups; every value of every one is a group.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "X-Remote-Group",
-        env = "PERCOLATOR_REQUESTHEADER_GROUP_HEADERS"
-    )]
+    #[arg(long, default_value = "X-Remote-Group", env = "PERCOLATOR_REQUESTHEADER_GROUP_HEADERS")]
     pub requestheader_group_headers: Vec<String>,
     /// Prefixes of the headers carrying extra user attributes (the rest of the name is the key).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "X-Remote-Extra-",
-        env = "PERCOLATOR_REQUESTHEADER_EXTRA_HEADERS_PREFIX"
-    )]
+    #[arg(long, default_value = "X-Remote-Extra-", env = "PERCOLATOR_REQUESTHEADER_EXTRA_HEADERS_PREFIX")]
     pub requestheader_extra_headers_prefix: Vec<String>,
     /// Headers carrying the user's UID; the first non-empty one wins.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "X-Remote-Uid",
-        env = "PERCOLATOR_REQUESTHEADER_UID_HEADERS"
-    )]
+    #[arg(long, default_value = "X-Remote-Uid", env = "PERCOLATOR_REQUESTHEADER_UID_HEADERS")]
     pub requestheader_uid_headers: Vec<String>,
     /// Do not read the ConfigMap kube-system/extension-apiserver-authentication: only the CA
     /// files given as flags are trusted.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        env = "PERCOLATOR_AUTHENTICATION_SKIP_LOOKUP"
-    )]
+    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_SKIP_LOOKUP")]
     pub authentication_skip_lookup: bool,
     /// Start even when the ConfigMap kube-system/extension-apiserver-authentication cannot be
     /// read (requests may then all be treated as anonymous).
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        env = "PERCOLATOR_AUTHENTICATION_TOLERATE_LOOKUP_FAILURE"
-    )]
+    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_TOLERATE_LOOKUP_FAILURE")]
     pub authentication_tolerate_lookup_failure: bool,
     /// Treat requests that no authenticator claims as user system:anonymous (group
     /// system:unauthenticated); with false they get a 401.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        env = "PERCOLATOR_ANONYMOUS_AUTH"
-    )]
+    #[arg(long, default_value_t = true, env = "PERCOLATOR_ANONYMOUS_AUTH")]
     pub anonymous_auth: bool,
     /// How long TokenReview results (authenticated or not) are cached.
     #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL")]
@@ -291,19 +264,13 @@ pub struct AuthArgs {
     /// match, a trailing * matches a prefix).
     #[arg(
         long,
-        value_delimiter = ',',
         default_value = "/healthz,/readyz,/livez",
         env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_PATHS"
     )]
     pub authorization_always_allow_paths: Vec<String>,
     /// Groups whose members are allowed everything without a SubjectAccessReview
     /// (comma-separated).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "system:masters",
-        env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_GROUPS"
-    )]
+    #[arg(long, default_value = "system:masters", env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_GROUPS")]
     pub authorization_always_allow_groups: Vec<String>,
 }
 
@@ -369,6 +336,13 @@ mod tests {
         assert!(parse(&["--anonymous-auth"]).auth.anonymous_auth);
         assert!(parse(&["--authentication-skip-lookup"]).auth.authentication_skip_lookup);
         assert!(!parse(&["--authentication-skip-lookup=false"]).auth.authentication_skip_lookup);
+        // Every boolean flag reads so, as in Go.
+        assert!(parse(&["--kubelet-insecure-tls"]).kubelet.kubelet_insecure_tls);
+        assert!(!parse(&["--kubelet-insecure-tls=false"]).kubelet.kubelet_insecure_tls);
+        assert!(!parse(&[]).kubelet.kubelet_insecure_tls);
+        assert!(parse(&["--enable-external-metrics=true"]).external_metrics.enable_external_metrics);
+        let err = Args::try_parse_from(["p", "--kubelet-insecure-tls", "false"]).unwrap_err().to_string();
+        assert!(err.contains("false"), "a following argument is not the flag's value: {err}");
         assert!(
             parse(&["--authentication-tolerate-lookup-failure=true"])
                 .auth
@@ -388,6 +362,8 @@ mod tests {
         assert_eq!(a.requestheader_allowed_names, ["front-proxy-client", "aggregator"]);
         assert_eq!(a.authorization_always_allow_paths, ["/healthz", "/metrics*"]);
         assert_eq!(a.authorization_always_allow_groups, [""]);
+        let kubelet = parse(&["--kubelet-preferred-address-types=InternalIP,Hostname"]).kubelet;
+        assert_eq!(kubelet.kubelet_preferred_address_types, ["InternalIP", "Hostname"]);
         assert_eq!(a.authorization_webhook_cache_authorized_ttl, Duration::from_secs(300));
         let err = Args::try_parse_from(["p", "--authentication-token-webhook-cache-ttl=soon"]).unwrap_err();
         assert!(err.to_string().contains("--authentication-token-webhook-cache-ttl"), "{err}");

@@ -125,20 +125,21 @@ mod tests {
     }
 
     #[test]
-    fn formats_like_go() {
-        assert_eq!(go_string(Duration::from_secs(300)), "5m0s");
-        assert_eq!(go_string(Duration::from_secs(15)), "15s");
-        assert_eq!(go_string(Duration::from_secs(3600)), "1h0m0s");
-        assert_eq!(go_string(Duration::from_millis(10_500)), "10.5s");
-        assert_eq!(go_string(Duration::from_millis(250)), "250ms");
-        assert_eq!(go_string(Duration::ZERO), "0s");
-    }
-
-    #[test]
-    fn formats_for_promql() {
-        assert_eq!(prometheus(Duration::from_secs(300)), "5m");
-        assert_eq!(prometheus(Duration::from_secs(90)), "1m30s");
-        assert_eq!(prometheus(Duration::from_secs(3600)), "1h");
-        assert_eq!(prometheus(Duration::from_millis(1500)), "2s");
+    fn formats_like_go_and_for_promql() {
+        // (milliseconds, Go's Duration.String(), Prometheus' duration)
+        let cases = [
+            (300_000, "5m0s", "5m"),
+            (90_000, "1m30s", "1m30s"),
+            (15_000, "15s", "15s"),
+            (3_600_000, "1h0m0s", "1h"),
+            (10_500, "10.5s", "11s"),
+            (1_500, "1.5s", "2s"),
+            (250, "250ms", "1s"),
+            (0, "0s", "1s"),
+        ];
+        for (ms, go, promql) in cases {
+            let d = Duration::from_millis(ms);
+            assert_eq!((go_string(d).as_str(), prometheus(d).as_str()), (go, promql), "{ms} ms");
+        }
     }
 }

@@ -38,6 +38,11 @@ fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} characters")
 }
 
+/// The errors of a value's length: none, or that it is longer than `max`.
+fn length_errors(value: &str, max: usize) -> Vec<String> {
+    if value.len() > max { vec![max_len_error(max)] } else { Vec::new() }
+}
+
 fn is_alnum(b: u8) -> bool {
     b.is_ascii_alphanumeric()
 }
@@ -110,10 +115,7 @@ pub fn is_qualified_name(value: &str) -> Vec<String> {
 /// `validation.IsValidLabelValue`. Rejects every character PromQL would need escaped
 /// (`"`, `\`, `}`, newlines), so a valid label value is safe inside a PromQL string.
 pub fn is_valid_label_value(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > LABEL_VALUE_MAX_LEN {
-        errs.push(max_len_error(LABEL_VALUE_MAX_LEN));
-    }
+    let mut errs = length_errors(value, LABEL_VALUE_MAX_LEN);
     if !value.is_empty() && !matches_qualified_name(value) {
         errs.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
     }
@@ -122,10 +124,7 @@ pub fn is_valid_label_value(value: &str) -> Vec<String> {
 
 /// `validation.IsDNS1123Label`: a namespace name.
 pub fn is_dns1123_label(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > DNS1123_LABEL_MAX_LEN {
-        errs.push(max_len_error(DNS1123_LABEL_MAX_LEN));
-    }
+    let mut errs = length_errors(value, DNS1123_LABEL_MAX_LEN);
     if !matches_dns1123_label(value) {
         if matches_dns1123_subdomain(value) {
             errs.push("must not contain dots".to_owned());
@@ -138,10 +137,7 @@ pub fn is_dns1123_label(value: &str) -> Vec<String> {
 
 /// `validation.IsDNS1123Subdomain`: an object (pod) name.
 pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > DNS1123_SUBDOMAIN_MAX_LEN {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LEN));
-    }
+    let mut errs = length_errors(value, DNS1123_SUBDOMAIN_MAX_LEN);
     if !matches_dns1123_subdomain(value) {
         errs.push(regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
     }

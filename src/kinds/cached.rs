@@ -106,6 +106,7 @@ impl ServedKind for CachedKind {
 mod tests {
     use super::*;
     use crate::telemetry::Metrics;
+    use crate::testutil::all_at_once;
     use std::time::Duration;
 
     static INFO: KindInfo = KindInfo {
@@ -126,19 +127,11 @@ mod tests {
         let config = LiveConfig::fixed(Default::default(), None);
         let settings = CacheSettings::new(Duration::from_millis(300), metrics.clone());
         let cached = Arc::new(CachedKind::new(pods.clone(), &settings, config));
-        let barrier = Arc::new(tokio::sync::Barrier::new(50));
-        let tasks: Vec<_> = (0..50)
-            .map(|_| {
-                let (cached, barrier) = (cached.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    cached.list(Some("shop")).await.map(|_| ())
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap().unwrap();
-        }
+        let lists = all_at_once(50, |_| {
+            let cached = cached.clone();
+            async move { cached.list(Some("shop")).await.map(|_| ()) }
+        });
+        assert!(lists.await.iter().all(Result::is_ok));
         assert_eq!(pods.calls(), 1);
         cached.list(Some("other")).await.unwrap();
         assert_eq!(pods.calls(), 2, "namespaces are cached separately");

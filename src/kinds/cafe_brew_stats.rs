@@ -63,90 +63,38 @@ pub static KIND: Builtin = Builtin {
 // Results keep the `namespace` and `cafe` labels; `brews` also keeps `type`.
 
 /// Completed brews in the window, per cafe and type.
-const BREWS: QuerySpec = QuerySpec {
-    field: "brews",
-    default: "sum by (namespace, cafe, type) (increase(cafe_brews_total{SCOPE}[WINDOW]))",
-};
+const BREWS: QuerySpec =
+    QuerySpec::new("brews", "sum by (namespace, cafe, type) (increase(cafe_brews_total{SCOPE}[WINDOW]))");
 /// Failed brews in the window, per cafe.
-const FAILURES: QuerySpec = QuerySpec {
-    field: "failures",
-    default: "sum by (namespace, cafe) (increase(cafe_brew_failures_total{SCOPE}[WINDOW]))",
-};
+const FAILURES: QuerySpec = QuerySpec::new(
+    "failures",
+    "sum by (namespace, cafe) (increase(cafe_brew_failures_total{SCOPE}[WINDOW]))",
+);
 /// Median brew time in seconds, per cafe.
-const P50: QuerySpec = QuerySpec { field: "p50", default: quantile!("0.5") };
+const P50: QuerySpec = QuerySpec::new("p50", quantile!("0.5"));
 /// 95th percentile brew time in seconds, per cafe.
-const P95: QuerySpec = QuerySpec { field: "p95", default: quantile!("0.95") };
+const P95: QuerySpec = QuerySpec::new("p95", quantile!("0.95"));
 /// 99th percentile brew time in seconds, per cafe.
-const P99: QuerySpec = QuerySpec { field: "p99", default: quantile!("0.99") };
+const P99: QuerySpec = QuerySpec::new("p99", quantile!("0.99"));
 /// Current temperature in °C, per cafe.
 const TEMPERATURE: QuerySpec =
-    QuerySpec { field: "temperature", default: "max by (namespace, cafe) (cafe_temperature_celsius{SCOPE})" };
+    QuerySpec::new("temperature", "max by (namespace, cafe) (cafe_temperature_celsius{SCOPE})");
 /// Unix time of the last completed brew, per cafe.
-const LAST_BREWED: QuerySpec = QuerySpec {
-    field: "lastBrewed",
-    default: "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})",
-};
+const LAST_BREWED: QuerySpec =
+    QuerySpec::new("lastBrewed", "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})");
 
 static COLUMNS: &[Column] = &[
-    Column { name: "Name", type_: "string", format: "name", description: "Name of the cafe.", priority: 0 },
-    Column { name: "Type", type_: "string", format: "", description: "What the cafe brews.", priority: 0 },
-    Column {
-        name: "Brews/min",
-        type_: "string",
-        format: "",
-        description: "Completed brews per minute over the window.",
-        priority: 0,
-    },
-    Column {
-        name: "P95",
-        type_: "string",
-        format: "",
-        description: "95th percentile brew time.",
-        priority: 0,
-    },
-    Column {
-        name: "Temp",
-        type_: "string",
-        format: "",
-        description: "Current temperature in °C.",
-        priority: 0,
-    },
-    Column {
-        name: "Ready",
-        type_: "string",
-        format: "",
-        description: "Temperature within 60–95 °C and at least one serving pod running.",
-        priority: 0,
-    },
-    Column {
-        name: "Last Brewed",
-        type_: "string",
-        format: "",
-        description: "Time since the last brew.",
-        priority: 0,
-    },
-    Column {
-        name: "Failures",
-        type_: "string",
-        format: "",
-        description: "Failed brews over the window.",
-        priority: 1,
-    },
-    Column { name: "Pods", type_: "string", format: "", description: "Serving pods running.", priority: 1 },
-    Column {
-        name: "CPU",
-        type_: "string",
-        format: "quantity",
-        description: "CPU of the serving pods.",
-        priority: 1,
-    },
-    Column {
-        name: "Memory",
-        type_: "string",
-        format: "quantity",
-        description: "Memory working set of the serving pods.",
-        priority: 1,
-    },
+    Column::object_name("Name of the cafe."),
+    Column::text("Type", "What the cafe brews."),
+    Column::text("Brews/min", "Completed brews per minute over the window."),
+    Column::text("P95", "95th percentile brew time."),
+    Column::text("Temp", "Current temperature in °C."),
+    Column::text("Ready", "Temperature within 60–95 °C and at least one serving pod running."),
+    Column::text("Last Brewed", "Time since the last brew."),
+    Column::text("Failures", "Failed brews over the window.").wide(),
+    Column::text("Pods", "Serving pods running.").wide(),
+    Column::quantity("CPU", "CPU of the serving pods.").wide(),
+    Column::quantity("Memory", "Memory working set of the serving pods.").wide(),
 ];
 
 /// Computes CafeBrewStats from the sources.
@@ -438,9 +386,6 @@ mod tests {
     use crate::kinds::testkit::*;
     use crate::sources::PromError;
 
-    const MI: f64 = 1024.0 * 1024.0;
-    const AT: &str = "2026-07-01T10:00:00Z";
-
     #[test]
     fn formats_durations_and_cells() {
         assert_eq!(seconds_duration(21.5), "21.5s");
@@ -531,6 +476,16 @@ mod tests {
         listing.items.iter().map(|i| mk_json(i)).collect()
     }
 
+    /// The metadata of `mk_cafes`' espresso cafe, with the labels it carries.
+    fn espresso_metadata(labels: Value) -> Value {
+        json!({
+            "name": "espresso-du-matin",
+            "namespace": "ns",
+            "creationTimestamp": "2026-07-01T08:00:00Z",
+            "labels": labels,
+        })
+    }
+
     #[tokio::test]
     async fn normal_cafe_joins_its_series_and_serving_pods() {
         let (inventory, kubelet, prom) = mk_cafes();
@@ -542,12 +497,7 @@ mod tests {
             json!({
                 "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
                 "kind": "CafeBrewStats",
-                "metadata": {
-                    "name": "espresso-du-matin",
-                    "namespace": "ns",
-                    "creationTimestamp": "2026-07-01T08:00:00Z",
-                    "labels": {"une-tasse-de.cafe/cafe": "espresso-du-matin", "une-tasse-de.cafe/type": "espresso"},
-                },
+                "metadata": espresso_metadata(json!({"une-tasse-de.cafe/cafe": "espresso-du-matin", "une-tasse-de.cafe/type": "espresso"})),
                 "type": "espresso",
                 "window": "5m0s",
                 "brews": 42,
@@ -696,12 +646,7 @@ mod tests {
             json!({
                 "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
                 "kind": "CafeBrewStats",
-                "metadata": {
-                    "name": "espresso-du-matin",
-                    "namespace": "ns",
-                    "creationTimestamp": "2026-07-01T08:00:00Z",
-                    "labels": {"une-tasse-de.cafe/cafe": "espresso-du-matin"},
-                },
+                "metadata": espresso_metadata(json!({"une-tasse-de.cafe/cafe": "espresso-du-matin"})),
                 "window": "5m0s",
                 "brewDuration": {},
                 "ready": false,

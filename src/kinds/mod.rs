@@ -80,6 +80,33 @@ pub struct Column {
     pub priority: i32,
 }
 
+impl Column {
+    /// The first column of a kind: the object's name.
+    pub const fn object_name(description: &'static str) -> Self {
+        Self { name: "Name", type_: "string", format: "name", description, priority: 0 }
+    }
+
+    /// A column of text.
+    pub const fn text(name: &'static str, description: &'static str) -> Self {
+        Self { name, type_: "string", format: "", description, priority: 0 }
+    }
+
+    /// A column of Kubernetes quantities (`250m`, `64Mi`).
+    pub const fn quantity(name: &'static str, description: &'static str) -> Self {
+        Self { format: "quantity", ..Self::text(name, description) }
+    }
+
+    /// A column of durations (`5m`).
+    pub const fn duration(name: &'static str, description: &'static str) -> Self {
+        Self { format: "duration", ..Self::text(name, description) }
+    }
+
+    /// The same column, shown only with `-o wide`.
+    pub const fn wide(self) -> Self {
+        Self { priority: 1, ..self }
+    }
+}
+
 /// A Table cell, rendered at response time (ages move on while the object sits in the cache).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
@@ -258,6 +285,13 @@ pub struct QuerySpec {
     pub field: &'static str,
     /// The compiled-in template.
     pub default: &'static str,
+}
+
+impl QuerySpec {
+    /// The template `default` for the file key `field`.
+    pub const fn new(field: &'static str, default: &'static str) -> Self {
+        Self { field, default }
+    }
 }
 
 impl Builtin {

@@ -40,76 +40,26 @@ pub static KIND: Builtin = Builtin {
 };
 
 /// Requests per second per pod; the result keeps the `namespace` and `pod` labels.
-const REQUESTS: QuerySpec = QuerySpec {
-    field: "requests",
-    default: "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
-};
+const REQUESTS: QuerySpec =
+    QuerySpec::new("requests", "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))");
 
 /// Error (5xx) responses per second per pod; the result keeps `namespace` and `pod`.
-const ERRORS: QuerySpec = QuerySpec {
-    field: "errors",
-    default: "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))",
-};
+const ERRORS: QuerySpec = QuerySpec::new(
+    "errors",
+    "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))",
+);
 
 static COLUMNS: &[Column] = &[
-    Column { name: "Name", type_: "string", format: "name", description: "Name of the pod.", priority: 0 },
-    Column {
-        name: "CPU",
-        type_: "string",
-        format: "quantity",
-        description: "CPU usage in cores (kubelet).",
-        priority: 0,
-    },
-    Column {
-        name: "Memory",
-        type_: "string",
-        format: "quantity",
-        description: "Memory working set (kubelet).",
-        priority: 0,
-    },
-    Column {
-        name: "Req/s",
-        type_: "string",
-        format: "",
-        description: "HTTP requests per second over the window (Prometheus).",
-        priority: 0,
-    },
-    Column {
-        name: "Err/s",
-        type_: "string",
-        format: "",
-        description: "HTTP 5xx responses per second over the window (Prometheus).",
-        priority: 0,
-    },
-    Column {
-        name: "Error%",
-        type_: "string",
-        format: "",
-        description: "Errors as a percentage of requests.",
-        priority: 0,
-    },
-    Column {
-        name: "Age",
-        type_: "string",
-        format: "",
-        description: "Time since the pod was created.",
-        priority: 0,
-    },
-    Column {
-        name: "Window",
-        type_: "string",
-        format: "duration",
-        description: "Range the rates are computed over.",
-        priority: 1,
-    },
-    Column {
-        name: "Containers",
-        type_: "string",
-        format: "",
-        description: "Number of containers in the pod.",
-        priority: 1,
-    },
-    Column { name: "Node", type_: "string", format: "", description: "Node the pod runs on.", priority: 1 },
+    Column::object_name("Name of the pod."),
+    Column::quantity("CPU", "CPU usage in cores (kubelet)."),
+    Column::quantity("Memory", "Memory working set (kubelet)."),
+    Column::text("Req/s", "HTTP requests per second over the window (Prometheus)."),
+    Column::text("Err/s", "HTTP 5xx responses per second over the window (Prometheus)."),
+    Column::text("Error%", "Errors as a percentage of requests."),
+    Column::text("Age", "Time since the pod was created."),
+    Column::duration("Window", "Range the rates are computed over.").wide(),
+    Column::text("Containers", "Number of containers in the pod.").wide(),
+    Column::text("Node", "Node the pod runs on.").wide(),
 ];
 
 /// Computes PodMetricsSummaries from the sources.
@@ -321,9 +271,6 @@ mod tests {
     use crate::kinds::testkit::*;
     use crate::kinds::{ComputeError, Listing, ServedKind};
     use crate::sources::{KubeletError, PromError};
-
-    const MI: f64 = 1024.0 * 1024.0;
-    const AT: &str = "2026-07-01T10:00:00Z";
 
     fn mk_kind(
         inventory: Arc<FakeInventory>,

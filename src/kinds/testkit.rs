@@ -17,6 +17,11 @@ use crate::sources::{
     PromSample, PromSource,
 };
 
+/// One mebibyte, in bytes.
+pub(crate) const MI: f64 = 1024.0 * 1024.0;
+/// When the fake sources' samples were taken.
+pub(crate) const AT: &str = "2026-07-01T10:00:00Z";
+
 /// `2026-07-01T10:00:00Z`-style text as a timestamp.
 pub(crate) fn mk_time(text: &str) -> Timestamp {
     text.parse().unwrap_or_else(|e| panic!("timestamp {text}: {e}"))

@@ -9,7 +9,7 @@
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
 //! computed from a pod share its strings and labels instead of copying them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -22,22 +22,86 @@ use kube::{Api, Client};
 
 use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
 
-type PodMap = BTreeMap<(Arc<str>, Arc<str>), Arc<PodInfo>>;
-type NodeMap = HashMap<String, Arc<NodeInfo>>;
+/// A pod's key: namespace, name.
+type PodKey = (Arc<str>, Arc<str>);
 
 /// The watch-backed inventory.
 #[derive(Default)]
 pub struct KubeInventory {
-    pods: RwLock<PodMap>,
-    nodes: RwLock<NodeMap>,
-    pod_buffer: Mutex<Option<PodMap>>,
-    node_buffer: Mutex<Option<NodeMap>>,
-    pods_synced: AtomicBool,
-    nodes_synced: AtomicBool,
+    pods: Mirror<PodKey, PodInfo>,
+    nodes: Mirror<String, NodeInfo>,
     version: AtomicU64,
     strings: Interner<str>,
     label_sets: Interner<Labels>,
     container_lists: Interner<[String]>,
+}
+
+/// The local copy of one watched resource: the map readers see, the one a (re-)list fills until
+/// it completes (then it replaces the first whole, so a reader never sees half a list), and
+/// whether a first list has completed.
+struct Mirror<K, V> {
+    live: RwLock<BTreeMap<K, Arc<V>>>,
+    relist: Mutex<Option<BTreeMap<K, Arc<V>>>>,
+    synced: AtomicBool,
+}
+
+impl<K, V> Default for Mirror<K, V> {
+    fn default() -> Self {
+        Self { live: RwLock::default(), relist: Mutex::default(), synced: AtomicBool::new(false) }
+    }
+}
+
+impl<K: Ord, V> Mirror<K, V> {
+    /// Folds one watch event. `view` is what is kept of an object and under which key (`None`:
+    /// nothing, e.g. a pod that is not running); `key` finds an object's entry to remove.
+    /// Returns whether what readers see changed.
+    fn apply<T>(&self, event: Event<T>, key: impl Fn(&T) -> K, view: impl Fn(&T) -> Option<(K, V)>) -> bool {
+        match event {
+            Event::Init => {
+                if let Ok(mut relist) = self.relist.lock() {
+                    *relist = Some(BTreeMap::new());
+                }
+                false
+            }
+            Event::InitApply(object) => {
+                if let Some((k, v)) = view(&object)
+                    && let Ok(mut relist) = self.relist.lock()
+                    && let Some(map) = relist.as_mut()
+                {
+                    map.insert(k, Arc::new(v));
+                }
+                false
+            }
+            Event::InitDone => {
+                let fresh = self.relist.lock().ok().and_then(|mut r| r.take()).unwrap_or_default();
+                if let Ok(mut live) = self.live.write() {
+                    *live = fresh;
+                }
+                self.synced.store(true, Ordering::Release);
+                true
+            }
+            Event::Apply(object) => {
+                let kept = view(&object);
+                if let Ok(mut live) = self.live.write() {
+                    match kept {
+                        Some((k, v)) => live.insert(k, Arc::new(v)),
+                        None => live.remove(&key(&object)),
+                    };
+                }
+                true
+            }
+            Event::Delete(object) => {
+                if let Ok(mut live) = self.live.write() {
+                    live.remove(&key(&object));
+                }
+                true
+            }
+        }
+    }
+
+    fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
 }
 
 /// Shares equal values: `intern` returns the one `Arc` held for a value. Values nobody else
@@ -146,93 +210,26 @@ impl KubeInventory {
 
     /// Folds one pod watch event into the store.
     pub fn apply_pods(&self, event: Event<Pod>) {
-        match event {
-            Event::Init => {
-                if let Ok(mut b) = self.pod_buffer.lock() {
-                    *b = Some(PodMap::new());
-                }
-            }
-            Event::InitApply(pod) => {
-                if let Some(info) = self.pod_info(&pod)
-                    && let Ok(mut b) = self.pod_buffer.lock()
-                    && let Some(buf) = b.as_mut()
-                {
-                    buf.insert((info.namespace.clone(), info.name.clone()), Arc::new(info));
-                }
-            }
-            Event::InitDone => {
-                let fresh = self.pod_buffer.lock().ok().and_then(|mut b| b.take()).unwrap_or_default();
-                if let Ok(mut pods) = self.pods.write() {
-                    *pods = fresh;
-                }
-                self.pods_synced.store(true, Ordering::Release);
-                self.bump();
-            }
-            Event::Apply(pod) => {
-                let info = self.pod_info(&pod);
-                if let Ok(mut pods) = self.pods.write() {
-                    match info {
-                        Some(info) => {
-                            pods.insert((info.namespace.clone(), info.name.clone()), Arc::new(info))
-                        }
-                        None => pods.remove(&pod_key(&pod)),
-                    };
-                }
-                self.bump();
-            }
-            Event::Delete(pod) => {
-                if let Ok(mut pods) = self.pods.write() {
-                    pods.remove(&pod_key(&pod));
-                }
-                self.bump();
-            }
+        let view =
+            |pod: &Pod| self.pod_info(pod).map(|info| ((info.namespace.clone(), info.name.clone()), info));
+        if self.pods.apply(event, pod_key, view) {
+            self.bump();
         }
     }
 
     /// Folds one node watch event into the store.
     pub fn apply_nodes(&self, event: Event<Node>) {
-        match event {
-            Event::Init => {
-                if let Ok(mut b) = self.node_buffer.lock() {
-                    *b = Some(NodeMap::new());
-                }
-            }
-            Event::InitApply(node) => {
-                let info = node_info(&node);
-                if let Ok(mut b) = self.node_buffer.lock()
-                    && let Some(buf) = b.as_mut()
-                {
-                    buf.insert(info.name.clone(), Arc::new(info));
-                }
-            }
-            Event::InitDone => {
-                let fresh = self.node_buffer.lock().ok().and_then(|mut b| b.take()).unwrap_or_default();
-                if let Ok(mut nodes) = self.nodes.write() {
-                    *nodes = fresh;
-                }
-                self.nodes_synced.store(true, Ordering::Release);
-                self.bump();
-            }
-            Event::Apply(node) => {
-                let info = node_info(&node);
-                if let Ok(mut nodes) = self.nodes.write() {
-                    nodes.insert(info.name.clone(), Arc::new(info));
-                }
-                self.bump();
-            }
-            Event::Delete(node) => {
-                if let Ok(mut nodes) = self.nodes.write() {
-                    nodes.remove(node.metadata.name.as_deref().unwrap_or_default());
-                }
-                self.bump();
-            }
+        let key = |node: &Node| node.metadata.name.clone().unwrap_or_default();
+        let view = |node: &Node| Some((key(node), node_info(node)));
+        if self.nodes.apply(event, key, view) {
+            self.bump();
         }
     }
 }
 
 impl Inventory for KubeInventory {
     fn running_pods(&self, namespace: Option<&str>) -> Vec<Arc<PodInfo>> {
-        let Ok(pods) = self.pods.read() else { return Vec::new() };
+        let Ok(pods) = self.pods.live.read() else { return Vec::new() };
         match namespace {
             None => pods.values().cloned().collect(),
             Some(ns) => pods
@@ -244,11 +241,11 @@ impl Inventory for KubeInventory {
     }
 
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
-        self.nodes.read().ok()?.get(name).cloned()
+        self.nodes.live.read().ok()?.get(name).cloned()
     }
 
     fn is_synced(&self) -> bool {
-        self.pods_synced.load(Ordering::Acquire) && self.nodes_synced.load(Ordering::Acquire)
+        self.pods.is_synced() && self.nodes.is_synced()
     }
 
     fn resource_version(&self) -> String {
@@ -256,7 +253,7 @@ impl Inventory for KubeInventory {
     }
 }
 
-fn pod_key(pod: &Pod) -> (Arc<str>, Arc<str>) {
+fn pod_key(pod: &Pod) -> PodKey {
     let field = |v: &Option<String>| Arc::from(v.as_deref().unwrap_or_default());
     (field(&pod.metadata.namespace), field(&pod.metadata.name))
 }
@@ -337,6 +334,36 @@ mod tests {
         inv.apply_pods(Event::Delete(mk_pod("shop", "b", "Running")));
         assert!(names(Some("shop")).is_empty());
         assert!(names(Some("sho")).is_empty());
+    }
+
+    #[test]
+    fn nodes_follow_events_and_readiness_waits_for_both_lists() {
+        let inv = KubeInventory::default();
+        let node = |name: &str| Node {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            ..Default::default()
+        };
+        inv.apply_pods(Event::Init);
+        inv.apply_pods(Event::InitDone);
+        inv.apply_nodes(Event::Init);
+        inv.apply_nodes(Event::InitApply(node("n1")));
+        assert!(!inv.is_synced(), "the node list is not complete");
+        assert!(inv.node("n1").is_none(), "nothing visible before InitDone");
+        let before = inv.resource_version();
+        inv.apply_nodes(Event::InitDone);
+        assert!(inv.is_synced());
+        assert_ne!(inv.resource_version(), before);
+        assert_eq!(inv.node("n1").unwrap().name, "n1");
+        inv.apply_nodes(Event::Apply(node("n2")));
+        inv.apply_nodes(Event::Delete(node("n1")));
+        assert!(inv.node("n1").is_none());
+        assert_eq!(inv.node("n2").unwrap().name, "n2");
+        // A re-list replaces the whole set.
+        inv.apply_nodes(Event::Init);
+        inv.apply_nodes(Event::InitApply(node("n3")));
+        inv.apply_nodes(Event::InitDone);
+        assert!(inv.node("n2").is_none());
+        assert!(inv.node("n3").is_some());
     }
 
     #[test]

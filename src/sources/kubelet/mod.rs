@@ -517,6 +517,7 @@ pub(super) mod tests {
     use super::parse::tests::{FIXTURE, ts};
     use super::*;
     use crate::sources::PodKey;
+    use crate::testutil::all_at_once;
 
     // ---- addresses ----
 
@@ -774,19 +775,12 @@ pub(super) mod tests {
         let config =
             KubeletConfig { ca_pem: Some(server.ca_pem.clone().into_bytes()), ..KubeletConfig::default() };
         let client = Arc::new(mk_client(&server, config, Arc::new(MkObserver::default())));
-        let barrier = Arc::new(tokio::sync::Barrier::new(20));
-        let calls: Vec<_> = (0..20)
-            .map(|_| {
-                let client = Arc::clone(&client);
-                let barrier = Arc::clone(&barrier);
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    client.node_usage("node-a").await
-                })
-            })
-            .collect();
-        for call in calls {
-            assert_eq!(call.await.unwrap().unwrap().pods.len(), 3);
+        let calls = all_at_once(20, |_| {
+            let client = Arc::clone(&client);
+            async move { client.node_usage("node-a").await }
+        });
+        for usage in calls.await {
+            assert_eq!(usage.unwrap().pods.len(), 3);
         }
         assert_eq!(server.state.hits.load(Ordering::SeqCst), 1);
     }
