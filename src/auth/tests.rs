@@ -31,14 +31,10 @@ use crate::testutil::all_at_once;
 const G: &str = "stats.une-tasse-de.cafe";
 const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries";
 
-#[derive(Debug, Parser)]
-struct Flags {
-    #[command(flatten)]
-    auth: AuthArgs,
-}
-
+/// The auth flags of a command line, parsed as the binary parses them.
 fn mk_args(flags: &[&str]) -> AuthArgs {
-    Flags::try_parse_from(std::iter::once("percolator").chain(flags.iter().copied())).unwrap().auth
+    let args = std::iter::once("percolator").chain(flags.iter().copied());
+    crate::config::Args::try_parse_from(args).unwrap().auth
 }
 
 // ---------------------------------------------------------------- fakes
