@@ -7,6 +7,7 @@
 //! own expiry (a view shares the expiry of the entry it was taken from), never later than the
 //! TTL.
 
+use std::borrow::Cow;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,7 +55,7 @@ impl<K, V> Expiry<K, Entry<V>> for UntilExpiry {
 
 /// A TTL cache whose misses are single-flight.
 pub struct TtlCache<K, V> {
-    name: &'static str,
+    name: Cow<'static, str>,
     cache: Cache<K, Entry<V>>,
     settings: CacheSettings,
 }
@@ -71,9 +72,9 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// A cache named `name` in the lookup metric, holding at most `max_entries`.
-    pub fn new(name: &'static str, settings: &CacheSettings, max_entries: u64) -> Self {
+    pub fn new(name: impl Into<Cow<'static, str>>, settings: &CacheSettings, max_entries: u64) -> Self {
         let cache = Cache::builder().expire_after(UntilExpiry).max_capacity(max_entries).build();
-        Self { name, cache, settings: settings.clone() }
+        Self { name: name.into(), cache, settings: settings.clone() }
     }
 
     /// The value of `key`, from the cache or from `compute` (shared with every concurrent miss
@@ -113,7 +114,7 @@ where
     /// Counts one lookup answered from the cache (`hit`) or not.
     pub fn count(&self, hit: bool) {
         if let Some(metrics) = &self.settings.metrics {
-            metrics.cache_lookup(self.name, hit);
+            metrics.cache_lookup(&self.name, hit);
         }
     }
 

@@ -40,7 +40,7 @@ pub struct LatencyLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
     /// Cache name (the plural resource, or `kubelet`).
-    pub cache: &'static str,
+    pub cache: Cow<'static, str>,
     /// `hit` or `miss`.
     pub result: &'static str,
 }
@@ -153,8 +153,10 @@ impl Metrics {
     }
 
     /// Records one cache lookup.
-    pub fn cache_lookup(&self, cache: &'static str, hit: bool) {
-        self.cache.get_or_create(&CacheLabels { cache, result: if hit { "hit" } else { "miss" } }).inc();
+    pub fn cache_lookup(&self, cache: &Cow<'static, str>, hit: bool) {
+        self.cache
+            .get_or_create(&CacheLabels { cache: cache.clone(), result: if hit { "hit" } else { "miss" } })
+            .inc();
     }
 }
 
@@ -223,7 +225,7 @@ mod tests {
     #[test]
     fn encodes_named_metrics() {
         let metrics = Metrics::new();
-        metrics.cache_lookup("podmetricssummaries", true);
+        metrics.cache_lookup(&"podmetricssummaries".into(), true);
         metrics.observe("prometheus", "success", 0.01);
         let text = metrics.encode();
         assert!(

@@ -339,17 +339,17 @@ mod panicking {
     use std::sync::Arc;
 
     use futures::future::BoxFuture;
-    use percolator::kinds::{Column, ComputeError, KindInfo, Listing, ServedKind};
+    use percolator::kinds::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
 
     pub static INFO: KindInfo = KindInfo {
-        plural: "bombs",
-        singular: "bomb",
-        kind: "Bomb",
-        list_kind: "BombList",
-        short_names: &[],
-        categories: &[],
+        plural: Text::Borrowed("bombs"),
+        singular: Text::Borrowed("bomb"),
+        kind: Text::Borrowed("Bomb"),
+        list_kind: Text::Borrowed("BombList"),
+        short_names: Texts::Borrowed(&[]),
+        categories: Texts::Borrowed(&[]),
         namespaced: true,
-        description: "Bomb panics while its list is rendered.",
+        description: Text::Borrowed("Bomb panics while its list is rendered."),
     };
 
     /// Computes fine; panics when the handler asks for its columns to render the answer, i.e.
@@ -357,10 +357,10 @@ mod panicking {
     pub struct Bomb;
 
     impl ServedKind for Bomb {
-        fn info(&self) -> &'static KindInfo {
+        fn info(&self) -> &KindInfo {
             &INFO
         }
-        fn columns(&self) -> &'static [Column] {
+        fn columns(&self) -> &[Column] {
             panic!("bomb: rendering panics")
         }
         fn schemas(&self) -> Vec<(String, serde_json::Value)> {

@@ -35,13 +35,13 @@ pub fn kinds_group_version(kinds: &Kinds) -> GroupVersionResources {
         .map(|k| {
             let info = k.info();
             DiscoveryResource {
-                name: info.plural.to_owned(),
-                singular_name: info.singular.to_owned(),
+                name: info.plural.to_string(),
+                singular_name: info.singular.to_string(),
                 namespaced: info.namespaced,
-                kind: info.kind.to_owned(),
+                kind: info.kind.to_string(),
                 verbs: vec!["get".to_owned(), "list".to_owned()],
-                short_names: info.short_names.iter().map(|s| (*s).to_owned()).collect(),
-                categories: info.categories.iter().map(|s| (*s).to_owned()).collect(),
+                short_names: info.short_names.iter().map(|s| s.to_string()).collect(),
+                categories: info.categories.iter().map(|s| s.to_string()).collect(),
             }
         })
         .collect();

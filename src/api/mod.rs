@@ -82,7 +82,7 @@ pub struct ApiState {
 impl fmt::Debug for ApiState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ApiState")
-            .field("kinds", &self.kinds.iter().map(|k| k.info().plural).collect::<Vec<_>>())
+            .field("kinds", &self.kinds.iter().map(|k| k.info().plural.clone()).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -266,7 +266,7 @@ fn metric_labels(
     let resource = info.filter(|i| i.is_resource_request).and_then(|i| {
         if i.api_group == GROUP && i.api_version == VERSION {
             let kind = state.kinds.iter().find(|k| k.info().plural == i.resource)?;
-            Some(Cow::Borrowed(kind.info().plural))
+            Some(kind.info().plural.clone())
         } else if state.external.as_ref().is_some_and(|e| e.is_metric_request(i)) {
             Some(Cow::Owned(i.resource.clone()))
         } else {
@@ -511,7 +511,7 @@ fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, segments: &[&str]) -> Re
     }
     Ok(Target {
         kind,
-        resource: GroupResource::new(GROUP, kind_info.plural),
+        resource: GroupResource::new(GROUP, kind_info.plural.as_ref()),
         namespace: namespaced_path.then(|| info.namespace.clone()),
         name: info.parts.get(1).cloned(),
     })
@@ -621,7 +621,7 @@ async fn get_one(
 }
 
 fn render_context<'a>(
-    target: &Target<'_>,
+    target: &'a Target<'_>,
     listing: &'a Listing,
     include_object: IncludeObject,
 ) -> RenderContext<'a> {

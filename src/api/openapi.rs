@@ -201,7 +201,7 @@ fn component_schemas(kinds: &Kinds) -> Map<String, Value> {
         let info = kind.info();
         let mut schemas = kind.schemas().into_iter();
         let Some((object_name, object_schema)) = schemas.next() else {
-            tracing::warn!(kind = info.kind, "served kind without an OpenAPI schema");
+            tracing::warn!(kind = %info.kind, "served kind without an OpenAPI schema");
             continue;
         };
         out.insert(object_name.clone(), normalize_object_schema(info, wrap_ref_siblings(object_schema)));
@@ -232,7 +232,7 @@ fn normalize_object_schema(info: &KindInfo, schema: Value) -> Value {
         _ => Map::new(),
     };
     schema.entry("type").or_insert_with(|| Value::from("object"));
-    schema.entry("description").or_insert_with(|| Value::from(info.description));
+    schema.entry("description").or_insert_with(|| Value::from(info.description.as_ref()));
     let props = schema.entry("properties").or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(props) = props {
         let defaults = [
@@ -261,7 +261,7 @@ fn normalize_object_schema(info: &KindInfo, schema: Value) -> Value {
             }
         }
     }
-    schema.insert("x-kubernetes-group-version-kind".into(), json!([gvk(info.kind)]));
+    schema.insert("x-kubernetes-group-version-kind".into(), json!([gvk(&info.kind)]));
     Value::Object(schema)
 }
 
@@ -280,7 +280,7 @@ fn list_schema(info: &KindInfo, object_name: &str) -> Value {
             "kind": {"type": "string", "description": KIND_DESCRIPTION},
             "metadata": {"allOf": [v3_ref(LIST_META_SCHEMA)], "description": LIST_METADATA_DESCRIPTION},
         },
-        "x-kubernetes-group-version-kind": [gvk(info.list_kind)],
+        "x-kubernetes-group-version-kind": [gvk(&info.list_kind)],
     })
 }
 
@@ -376,7 +376,7 @@ fn operation(
     };
     op.insert("responses".into(), responses);
     op.insert("x-kubernetes-action".into(), action.into());
-    op.insert("x-kubernetes-group-version-kind".into(), gvk(info.kind));
+    op.insert("x-kubernetes-group-version-kind".into(), gvk(&info.kind));
     Value::Object(op)
 }
 
@@ -390,8 +390,8 @@ fn paths(kinds: &Kinds, flavor: Flavor) -> Value {
             continue;
         };
         let list_name = format!("{object_name}List");
-        let k = info.kind;
-        let p = info.plural;
+        let k = &info.kind;
+        let p = &info.plural;
         let name_param = parameter(flavor, "name", "path", &format!("name of the {k}"));
         let ns_param = parameter(
             flavor,

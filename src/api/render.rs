@@ -8,6 +8,7 @@
 //! them; `PartialObjectMetadata` borrows the object's own `metadata`. Table cells are rendered
 //! here, at response time, so ages move on while an object sits in the cache.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -50,7 +51,7 @@ impl IncludeObject {
 #[derive(Debug, Clone, Copy)]
 pub struct RenderContext<'a> {
     /// The kind served.
-    pub info: &'static KindInfo,
+    pub info: &'a KindInfo,
     /// Its Table columns (the generic Name/Created At columns when empty).
     pub columns: &'a [Column],
     /// `metadata.resourceVersion` of lists and Tables.
@@ -108,7 +109,7 @@ pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
     let size: usize = items.iter().map(|i| i.object.get().len() + 1).sum();
     let mut out = Vec::with_capacity(size + 160);
     out.extend_from_slice(b"{\"kind\":");
-    push_json_str(&mut out, ctx.info.list_kind);
+    push_json_str(&mut out, &ctx.info.list_kind);
     out.extend_from_slice(b",\"apiVersion\":");
     push_json_str(&mut out, API_VERSION);
     out.extend_from_slice(b",\"metadata\":{");
@@ -143,10 +144,12 @@ const DEFAULT_COLUMNS: &[Column] = &[
         "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
     ),
     Column {
-        name: "Created At",
-        type_: "date",
-        format: "",
-        description: "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata",
+        name: Cow::Borrowed("Created At"),
+        type_: Cow::Borrowed("date"),
+        format: Cow::Borrowed(""),
+        description: Cow::Borrowed(
+            "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata",
+        ),
         priority: 0,
     },
 ];
@@ -182,10 +185,10 @@ fn table<'a>(
         column_definitions: columns
             .iter()
             .map(|c| ColumnDefinition {
-                name: c.name,
-                type_: c.type_,
-                format: c.format,
-                description: c.description,
+                name: &c.name,
+                type_: &c.type_,
+                format: &c.format,
+                description: &c.description,
                 priority: c.priority,
             })
             .collect(),
@@ -276,17 +279,17 @@ struct Table<'a> {
     api_version: &'static str,
     metadata: ListMeta<'a>,
     #[serde(rename = "columnDefinitions")]
-    column_definitions: Vec<ColumnDefinition>,
+    column_definitions: Vec<ColumnDefinition<'a>>,
     rows: Vec<Row<'a>>,
 }
 
 #[derive(Serialize)]
-struct ColumnDefinition {
-    name: &'static str,
+struct ColumnDefinition<'a> {
+    name: &'a str,
     #[serde(rename = "type")]
-    type_: &'static str,
-    format: &'static str,
-    description: &'static str,
+    type_: &'a str,
+    format: &'a str,
+    description: &'a str,
     priority: i32,
 }
 

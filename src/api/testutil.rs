@@ -21,31 +21,32 @@ use tower::ServiceExt;
 use crate::config::{Check, QueryFile};
 use crate::kinds::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
+    Text, Texts,
 };
 use crate::sources::{PromError, PromSample, PromSource};
 
 // ---- fake kinds ----
 
 pub(crate) static WIDGET: KindInfo = KindInfo {
-    plural: "widgets",
-    singular: "widget",
-    kind: "Widget",
-    list_kind: "WidgetList",
-    short_names: &["wd"],
-    categories: &["percolator"],
+    plural: Text::Borrowed("widgets"),
+    singular: Text::Borrowed("widget"),
+    kind: Text::Borrowed("Widget"),
+    list_kind: Text::Borrowed("WidgetList"),
+    short_names: Texts::Borrowed(&[Text::Borrowed("wd")]),
+    categories: Texts::Borrowed(&[Text::Borrowed("percolator")]),
     namespaced: true,
-    description: "Widget is a test kind.",
+    description: Text::Borrowed("Widget is a test kind."),
 };
 
 pub(crate) static GADGET: KindInfo = KindInfo {
-    plural: "gadgets",
-    singular: "gadget",
-    kind: "Gadget",
-    list_kind: "GadgetList",
-    short_names: &[],
-    categories: &[],
+    plural: Text::Borrowed("gadgets"),
+    singular: Text::Borrowed("gadget"),
+    kind: Text::Borrowed("Gadget"),
+    list_kind: Text::Borrowed("GadgetList"),
+    short_names: Texts::Borrowed(&[]),
+    categories: Texts::Borrowed(&[]),
     namespaced: false,
-    description: "Gadget is a cluster-scoped test kind.",
+    description: Text::Borrowed("Gadget is a cluster-scoped test kind."),
 };
 
 /// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
@@ -97,11 +98,11 @@ impl FakeKind {
 }
 
 impl ServedKind for FakeKind {
-    fn info(&self) -> &'static KindInfo {
+    fn info(&self) -> &KindInfo {
         self.info
     }
 
-    fn columns(&self) -> &'static [Column] {
+    fn columns(&self) -> &[Column] {
         if self.behavior == Behavior::PanicInColumns {
             panic!("fake kind panics while rendering");
         }

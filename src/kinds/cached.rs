@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
+use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
 use crate::cache::{CacheSettings, TtlCache};
 use crate::config::LiveConfig;
 
@@ -42,7 +42,7 @@ impl CachedKind {
     /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
     /// `config`) is part of every key.
     pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig>) -> Self {
-        let cache = TtlCache::new(inner.info().plural, settings, MAX_ENTRIES);
+        let cache = TtlCache::new(inner.info().plural.clone(), settings, MAX_ENTRIES);
         Self { inner, cache, config }
     }
 
@@ -64,11 +64,11 @@ impl CachedKind {
 }
 
 impl ServedKind for CachedKind {
-    fn info(&self) -> &'static KindInfo {
+    fn info(&self) -> &KindInfo {
         self.inner.info()
     }
 
-    fn columns(&self) -> &'static [Column] {
+    fn columns(&self) -> &[Column] {
         self.inner.columns()
     }
 
@@ -110,14 +110,14 @@ mod tests {
     use std::time::Duration;
 
     static INFO: KindInfo = KindInfo {
-        plural: "things",
-        singular: "thing",
-        kind: "Thing",
-        list_kind: "ThingList",
-        short_names: &[],
-        categories: &[],
+        plural: Text::Borrowed("things"),
+        singular: Text::Borrowed("thing"),
+        kind: Text::Borrowed("Thing"),
+        list_kind: Text::Borrowed("ThingList"),
+        short_names: Texts::Borrowed(&[]),
+        categories: Texts::Borrowed(&[]),
         namespaced: true,
-        description: "test",
+        description: Text::Borrowed("test"),
     };
 
     #[tokio::test]
@@ -163,10 +163,10 @@ mod tests {
     }
 
     impl ServedKind for Pods {
-        fn info(&self) -> &'static KindInfo {
+        fn info(&self) -> &KindInfo {
             &INFO
         }
-        fn columns(&self) -> &'static [Column] {
+        fn columns(&self) -> &[Column] {
             &[]
         }
         fn schemas(&self) -> Vec<(String, serde_json::Value)> {

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
-    QuerySpec, ServedKind, Sources, index_by, kind_schema, rfc3339, schema_name, to_raw,
+    QuerySpec, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339, schema_name, to_raw,
 };
 use crate::k8s::{duration, quantity};
 use crate::sources::{PodInfo, PodKey, PromSample};
@@ -29,16 +29,18 @@ pub const TYPE_LABEL: &str = "une-tasse-de.cafe/type";
 pub const READY_BAND: (f64, f64) = (60.0, 95.0);
 
 static INFO: KindInfo = KindInfo {
-    plural: "cafebrewstats",
-    singular: "cafebrewstats",
-    kind: "CafeBrewStats",
-    list_kind: "CafeBrewStatsList",
-    short_names: &["brews"],
-    categories: &["percolator"],
+    plural: Text::Borrowed("cafebrewstats"),
+    singular: Text::Borrowed("cafebrewstats"),
+    kind: Text::Borrowed("CafeBrewStats"),
+    list_kind: Text::Borrowed("CafeBrewStatsList"),
+    short_names: Texts::Borrowed(&[Text::Borrowed("brews")]),
+    categories: Texts::Borrowed(&[Text::Borrowed("percolator")]),
     namespaced: true,
-    description: "CafeBrewStats is the live brewing activity of one cafe (an application that brews coffee \
+    description: Text::Borrowed(
+        "CafeBrewStats is the live brewing activity of one cafe (an application that brews coffee \
                   and exports the cafe metrics), computed at request time from its Prometheus metrics and \
                   its serving pods' kubelet usage. Fields whose source has no data are omitted.",
+    ),
 };
 
 /// The brew-duration quantile `q` of each cafe over the window.
@@ -233,7 +235,7 @@ impl CafeBrewStatsKind {
         };
         let object = to_raw(&CafeBrewStats {
             api_version: API_VERSION,
-            kind: INFO.kind,
+            kind: &INFO.kind,
             metadata: ObjectMeta::from(&meta),
             type_: kind_type.as_deref(),
             window,
@@ -290,11 +292,11 @@ fn trim(text: String) -> String {
 }
 
 impl ServedKind for CafeBrewStatsKind {
-    fn info(&self) -> &'static KindInfo {
+    fn info(&self) -> &KindInfo {
         &INFO
     }
 
-    fn columns(&self) -> &'static [Column] {
+    fn columns(&self) -> &[Column] {
         COLUMNS
     }
 
@@ -330,7 +332,7 @@ impl ServedKind for CafeBrewStatsKind {
                 "memory": string("Memory working set of the serving pods, summed (a Quantity), from the kubelets."),
             }),
         );
-        vec![(schema_name(INFO.kind), object), (schema_name("CafeBrewDuration"), durations)]
+        vec![(schema_name(&INFO.kind), object), (schema_name("CafeBrewDuration"), durations)]
     }
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {

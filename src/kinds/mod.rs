@@ -16,6 +16,7 @@ pub mod pod_metrics_summary;
 #[cfg(test)]
 mod testkit;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
@@ -37,25 +38,30 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of the served objects.
 pub const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
 
-/// Static description of a served kind: what discovery and OpenAPI publish.
-#[derive(Debug)]
+/// Text of a kind's description: borrowed for the built-in kinds, owned for declared ones.
+pub type Text = Cow<'static, str>;
+/// A list of [`Text`].
+pub type Texts = Cow<'static, [Text]>;
+
+/// Description of a served kind: what discovery and OpenAPI publish.
+#[derive(Debug, Clone, PartialEq)]
 pub struct KindInfo {
     /// Plural resource name (`podmetricssummaries`).
-    pub plural: &'static str,
+    pub plural: Text,
     /// Singular resource name (`podmetricssummary`).
-    pub singular: &'static str,
+    pub singular: Text,
     /// Kind of one object (`PodMetricsSummary`).
-    pub kind: &'static str,
+    pub kind: Text,
     /// Kind of the list (`PodMetricsSummaryList`).
-    pub list_kind: &'static str,
+    pub list_kind: Text,
     /// Short names (`pms`).
-    pub short_names: &'static [&'static str],
+    pub short_names: Texts,
     /// Categories (`percolator`).
-    pub categories: &'static [&'static str],
+    pub categories: Texts,
     /// Whether the kind is namespaced.
     pub namespaced: bool,
     /// One-paragraph description of the kind, used in OpenAPI.
-    pub description: &'static str,
+    pub description: Text,
 }
 
 impl KindInfo {
@@ -66,16 +72,16 @@ impl KindInfo {
 }
 
 /// One Table column.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Column {
     /// Column name as printed (kubectl upper-cases it).
-    pub name: &'static str,
+    pub name: Text,
     /// OpenAPI type of the cells (`string`, `integer`, `number`, `boolean`).
-    pub type_: &'static str,
+    pub type_: Text,
     /// Format hint (`name` for the name column, `quantity`, `duration`, or empty).
-    pub format: &'static str,
+    pub format: Text,
     /// What the column shows.
-    pub description: &'static str,
+    pub description: Text,
     /// 0 for default columns, 1 for `-o wide`.
     pub priority: i32,
 }
@@ -83,27 +89,38 @@ pub struct Column {
 impl Column {
     /// The first column of a kind: the object's name.
     pub const fn object_name(description: &'static str) -> Self {
-        Self { name: "Name", type_: "string", format: "name", description, priority: 0 }
+        Self::of("Name", "name", description)
     }
 
     /// A column of text.
     pub const fn text(name: &'static str, description: &'static str) -> Self {
-        Self { name, type_: "string", format: "", description, priority: 0 }
+        Self::of(name, "", description)
     }
 
     /// A column of Kubernetes quantities (`250m`, `64Mi`).
     pub const fn quantity(name: &'static str, description: &'static str) -> Self {
-        Self { format: "quantity", ..Self::text(name, description) }
+        Self::of(name, "quantity", description)
     }
 
     /// A column of durations (`5m`).
     pub const fn duration(name: &'static str, description: &'static str) -> Self {
-        Self { format: "duration", ..Self::text(name, description) }
+        Self::of(name, "duration", description)
+    }
+
+    const fn of(name: &'static str, format: &'static str, description: &'static str) -> Self {
+        Self {
+            name: Cow::Borrowed(name),
+            type_: Cow::Borrowed("string"),
+            format: Cow::Borrowed(format),
+            description: Cow::Borrowed(description),
+            priority: 0,
+        }
     }
 
     /// The same column, shown only with `-o wide`.
-    pub const fn wide(self) -> Self {
-        Self { priority: 1, ..self }
+    pub const fn wide(mut self) -> Self {
+        self.priority = 1;
+        self
     }
 }
 
@@ -252,10 +269,10 @@ pub enum ComputeError {
 
 /// A kind percolator serves. The HTTP layer only talks to this trait.
 pub trait ServedKind: Send + Sync {
-    /// Static description (names, scope, description).
-    fn info(&self) -> &'static KindInfo;
+    /// Its description (names, scope, description).
+    fn info(&self) -> &KindInfo;
     /// Table columns.
-    fn columns(&self) -> &'static [Column];
+    fn columns(&self) -> &[Column];
     /// OpenAPI v3 component schemas this kind defines, by name (the object schema first).
     /// References to other schemas use `#/components/schemas/<name>`; the ObjectMeta schema
     /// is provided by the OpenAPI module under [`OBJECT_META_SCHEMA`].

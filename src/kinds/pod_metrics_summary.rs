@@ -13,22 +13,24 @@ use serde_json::json;
 
 use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
-    QuerySpec, ServedKind, Sources, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
+    QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
 };
 use crate::k8s::{duration, quantity};
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 
 static INFO: KindInfo = KindInfo {
-    plural: "podmetricssummaries",
-    singular: "podmetricssummary",
-    kind: "PodMetricsSummary",
-    list_kind: "PodMetricsSummaryList",
-    short_names: &["pms"],
-    categories: &["percolator"],
+    plural: Text::Borrowed("podmetricssummaries"),
+    singular: Text::Borrowed("podmetricssummary"),
+    kind: Text::Borrowed("PodMetricsSummary"),
+    list_kind: Text::Borrowed("PodMetricsSummaryList"),
+    short_names: Texts::Borrowed(&[Text::Borrowed("pms")]),
+    categories: Texts::Borrowed(&[Text::Borrowed("percolator")]),
     namespaced: true,
-    description: "PodMetricsSummary is the live resource usage and traffic of one running pod, computed at \
+    description: Text::Borrowed(
+        "PodMetricsSummary is the live resource usage and traffic of one running pod, computed at \
                   request time: CPU and memory from the kubelet, request and error rates from Prometheus. \
                   Fields whose source has no data are omitted.",
+    ),
 };
 
 /// The kind in the registry.
@@ -136,7 +138,7 @@ impl PodMetricsSummaries {
         let meta = Meta::of_pod(pod);
         let object = to_raw(&PodMetricsSummary {
             api_version: API_VERSION,
-            kind: INFO.kind,
+            kind: &INFO.kind,
             metadata: ObjectMeta::from(&meta),
             timestamp: newest.map(rfc3339),
             window,
@@ -188,11 +190,11 @@ fn round_cpu(cores: f64) -> f64 {
 }
 
 impl ServedKind for PodMetricsSummaries {
-    fn info(&self) -> &'static KindInfo {
+    fn info(&self) -> &KindInfo {
         &INFO
     }
 
-    fn columns(&self) -> &'static [Column] {
+    fn columns(&self) -> &[Column] {
         COLUMNS
     }
 
@@ -222,7 +224,7 @@ impl ServedKind for PodMetricsSummaries {
                 "containers": {"type": "array", "description": "Usage of each container, from the kubelet; their sum is the pod's cpu and memory.", "items": {"$ref": format!("#/components/schemas/{}", schema_name("PodMetricsSummaryContainer"))}},
             }),
         );
-        vec![(schema_name(INFO.kind), object), (schema_name("PodMetricsSummaryContainer"), container)]
+        vec![(schema_name(&INFO.kind), object), (schema_name("PodMetricsSummaryContainer"), container)]
     }
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
