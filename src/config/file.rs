@@ -2,7 +2,7 @@
 //! force ([`LiveConfig`]), reloaded when the file changes.
 //!
 //! This module owns the file's *format*: the global `window`, one section per built-in kind
-//! (its query overrides, by field) and `externalMetrics`. What a section *means* (which
+//! (its query overrides, by field), `externalMetrics` and the declared `kinds`. What a section *means* (which
 //! queries a kind has and their defaults, what makes an external metric valid) belongs to the
 //! section's owner, which checks it through the [`Check`] given to [`LiveConfig::load`]: a
 //! file is accepted whole or rejected whole, with a message naming the field.
@@ -82,6 +82,8 @@ pub struct QueryFile {
     /// The metrics of `external.metrics.k8s.io/v1beta1`; `None` when the file leaves the key
     /// out (the external metrics API fills its defaults in then).
     pub external_metrics: Option<Vec<ExternalMetricConfig>>,
+    /// Kinds declared in the file (`kinds:`), served beside the built-in ones.
+    pub kinds: Vec<DeclaredKindConfig>,
 }
 
 impl QueryFile {
@@ -111,6 +113,76 @@ pub struct ExternalMetricConfig {
     pub window: Option<Duration>,
 }
 
+/// A kind declared in the file (`kinds:`, DESIGN §6.1), as written: the kinds layer checks
+/// it, fills its defaults in (plural, singular, categories) and serves it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeclaredKindConfig {
+    /// `Kind` of the objects, UpperCamelCase.
+    pub kind: String,
+    /// Plural resource name; lowercase kind + `s` when unset.
+    #[serde(default)]
+    pub plural: Option<String>,
+    /// Singular resource name; lowercase kind when unset.
+    #[serde(default)]
+    pub singular: Option<String>,
+    /// Short names for kubectl.
+    #[serde(default)]
+    pub short_names: Vec<String>,
+    /// Categories; `[percolator]` when unset.
+    #[serde(default)]
+    pub categories: Option<Vec<String>>,
+    /// `Namespaced` (when unset) or `Cluster`.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// The result label whose value names an object.
+    pub name_label: String,
+    /// Result labels copied to `metadata.labels` (label selectors select on them).
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// `WINDOW` of this kind's queries; the configuration's window when unset.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub window: Option<Duration>,
+    /// Description of the kind (OpenAPI, `kubectl explain`).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Joins the running pods whose label `label` equals the object's name.
+    #[serde(default)]
+    pub pods: Option<PodsJoinConfig>,
+    /// The fields, each from one query; at least one.
+    pub fields: Vec<DeclaredFieldConfig>,
+}
+
+/// The `pods` join of a declared kind.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodsJoinConfig {
+    /// Pod label whose value is the object's name.
+    pub label: String,
+}
+
+/// One field of a declared kind.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeclaredFieldConfig {
+    /// JSON field name, lowerCamelCase.
+    pub name: String,
+    /// PromQL template (`SCOPE`, `WINDOW`).
+    pub query: String,
+    /// `number` (when unset), `percent`, `cores`, `bytes`, `seconds` or `timestamp`.
+    #[serde(default)]
+    pub format: Option<String>,
+    /// Printer column name; no column when unset.
+    #[serde(default)]
+    pub column: Option<String>,
+    /// The column only with `-o wide`.
+    #[serde(default)]
+    pub wide: bool,
+    /// Description of the field (OpenAPI, `kubectl explain`).
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
 /// The file as YAML gives it: the known keys, and every other key as a kind section.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -119,6 +191,8 @@ struct RawFile {
     window: Option<Duration>,
     #[serde(default)]
     external_metrics: Option<Vec<ExternalMetricConfig>>,
+    #[serde(default)]
+    kinds: Vec<DeclaredKindConfig>,
     #[serde(flatten)]
     sections: BTreeMap<String, serde_yaml::Value>,
 }
@@ -143,7 +217,12 @@ impl QueryFile {
                     .map_err(|e| parse_error(format!("{key}: expected a map of field to PromQL: {e}")))?;
                 kind_queries.insert(key, queries);
             }
-            QueryFile { window: raw.window, kind_queries, external_metrics: raw.external_metrics }
+            QueryFile {
+                window: raw.window,
+                kind_queries,
+                external_metrics: raw.external_metrics,
+                kinds: raw.kinds,
+            }
         };
         let invalid = |invalid: Invalid| ConfigError::Invalid { path: path.to_owned(), invalid };
         if file.window.is_some_and(|w| w < Duration::from_secs(1)) {

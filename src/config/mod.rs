@@ -6,7 +6,8 @@ pub mod file;
 pub mod flags;
 
 pub use file::{
-    Check, ConfigError, DEFAULT_WINDOW, ExternalMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot,
+    Check, ConfigError, DEFAULT_WINDOW, DeclaredFieldConfig, DeclaredKindConfig, ExternalMetricConfig,
+    Invalid, LiveConfig, PodsJoinConfig, QueryFile, Snapshot,
 };
 pub use flags::{
     Args, AuthArgs, CacheArgs, ClusterArgs, ExternalMetricsArgs, KubeletArgs, PrometheusArgs, QueryArgs,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
+use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
 use crate::cache::{CacheSettings, TtlCache};
 use crate::config::LiveConfig;
 
@@ -105,6 +105,7 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::{Text, Texts};
     use crate::telemetry::Metrics;
     use crate::testutil::all_at_once;
     use std::time::Duration;

@@ -7,6 +7,7 @@
 //! one line in [`registry::BUILTIN`].
 
 pub mod cached;
+pub mod declared;
 pub mod inputs;
 pub mod registry;
 
