@@ -9,7 +9,8 @@
 //! - B3 resident memory per pod after the inventory and caches are full;
 //! - B4 upstream calls for 1, 10, 100 identical concurrent cold requests;
 //! - B5 aggregated discovery p99 while 1,000 cold lists share one HTTP/2 connection;
-//! - B6 CPU seconds per cache refresh (a cold all-namespaces list).
+//! - B6 CPU seconds per cache refresh (a cold all-namespaces list);
+//! - B8 a declared kind's cold list of every namespace vs its PromQL queries done directly.
 //!
 //! `cargo bench --bench cluster -- 1000 10000 150000` (sizes in pods; default 1000 10000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -42,6 +43,18 @@ const NAMESPACES: usize = 10;
 const SCRAPE: Duration = Duration::from_secs(15);
 const TOKEN: &str = "tester-token";
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
+/// The kind B8 declares: one object per pod with PodMetricsSummary's request and error rates.
+const DECLARED_KIND: &str = "kinds:
+- kind: PodTraffic
+  nameLabel: pod
+  fields:
+  - name: requests
+    query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))
+    column: REQ/S
+  - name: errors
+    query: sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))
+    column: ERR/S
+";
 
 struct Sim {
     /// Killed on drop.
@@ -117,6 +130,7 @@ async fn start_percolator(
     prometheus: &Prometheus,
     cache_ttl: &str,
     tag: &str,
+    extra: &[String],
 ) -> Server {
     let log = dir.join(format!("percolator-{tag}.log"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
@@ -129,6 +143,7 @@ async fn start_percolator(
         // B5 puts 1,000 lists on one connection on purpose: no in-flight limit here.
         .args(["--max-requests-inflight", "0", "--http2-max-streams-per-connection", "2000"])
         .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
+        .args(extra)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -360,7 +375,12 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
 
     // B1 and B6 with a short TTL: every measurement is cold.
     let ttl = Duration::from_secs(2);
-    let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold").await;
+    // B8's declared kind: PodMetricsSummary's two request-rate fields, per pod, without the
+    // kubelet join.
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, DECLARED_KIND).unwrap();
+    let declared = ["--config".to_owned(), config.display().to_string()];
+    let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold", &declared).await;
     let client = mk_client(&dir);
     // Let the warm-up fetch finish and the second kubelet sample exist.
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -413,6 +433,23 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
         "| B6 | {pods} | CPU per cache refresh (cold all-namespaces list) | {:.3} s | | |",
         median(cpu)
     ));
+
+    // B8: a declared kind's cold list of every namespace (one object per pod) vs its two
+    // PromQL queries done directly.
+    let declared_url = format!("{}{GV}/podtraffics", server.url);
+    let (mut cold_declared, mut direct_queries) = (vec![], vec![]);
+    let mut declared_bytes = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        let (elapsed, bytes) = timed_get(&client, &declared_url).await;
+        declared_bytes = bytes;
+        cold_declared.push(elapsed.as_secs_f64() * 1000.0);
+        direct_queries.push(
+            direct_upstream(&prometheus.url(), None, &[], token.trim(), &sim_ca).await.as_secs_f64() * 1000.0,
+        );
+    }
+    let (cd, dq) = (median(cold_declared), median(direct_queries));
+    report.push(format!("| B8 | {pods} | declared kind, cold list, all namespaces ({declared_bytes} B) | {cd:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", cd / dq));
 
     // B4: N identical concurrent cold requests → upstream calls.
     for n in [1usize, 10, 100] {
@@ -494,7 +531,7 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     // B3 on a fresh server with a long TTL (nothing expires while it is measured): resident
     // memory with the inventory synced and every node's kubelet state warm, then with every
     // namespace's cache full, then with the all-namespaces cache too.
-    let server = start_percolator(&dir, &sim, &prometheus, "10m", "warm").await;
+    let server = start_percolator(&dir, &sim, &prometheus, "10m", "warm", &[]).await;
     let client = mk_client(&dir);
     tokio::time::sleep(Duration::from_secs(12)).await;
     timed_get(&client, &format!("{}/readyz", server.url)).await;
@@ -578,7 +615,11 @@ async fn main() {
             println!("{line}");
         }
     }
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-report.md");
+    // Beside the build (CARGO_TARGET_DIR may be elsewhere than ./target).
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"), PathBuf::from);
+    std::fs::create_dir_all(&target).unwrap();
+    let out = target.join("bench-report.md");
     std::fs::write(&out, report.join("\n") + "\n").unwrap();
     eprintln!("report written to {}", out.display());
 }

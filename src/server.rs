@@ -158,7 +158,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         prometheus: prometheus.clone(),
         config: config.clone(),
     };
-    let kinds = registry::build(&sources, &cache);
+    let kinds = registry::LiveKinds::new(&sources, &cache);
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
 
@@ -230,7 +230,7 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
 /// file that is valid today stays valid when it is.
 pub fn config_check() -> Check {
     Arc::new(|file: &mut QueryFile| {
-        registry::check_queries(file)?;
+        registry::check_kinds(file)?;
         crate::external::check_metrics(file)
     })
 }

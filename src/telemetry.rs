@@ -84,6 +84,18 @@ pub struct Metrics {
     /// 1 when the last configuration reload attempt succeeded (or none was needed), 0 when the
     /// last file was rejected.
     pub config_last_reload_successful: Gauge,
+    /// Objects not served, by resource and reason (a declared kind's name label value that is
+    /// not a valid object name).
+    pub skipped_objects: Family<SkipLabels, Counter>,
+}
+
+/// Labels of objects not served.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    /// The plural resource name.
+    pub resource: Cow<'static, str>,
+    /// Why the object was not served (`invalid_name`).
+    pub reason: &'static str,
 }
 
 /// Labels of outcomes.
@@ -112,6 +124,7 @@ impl Metrics {
             ready: Gauge::default(),
             config_reloads: Family::default(),
             config_last_reload_successful: Gauge::default(),
+            skipped_objects: Family::default(),
         };
         m.config_last_reload_successful.set(1);
         let r = &mut m.registry;
@@ -134,6 +147,11 @@ impl Metrics {
         let help = "Latency of calls to upstream sources, by source";
         r.register_with_unit("upstream_request_duration", help, Unit::Seconds, m.upstream_duration.clone());
         r.register("ready", "1 when the server is ready to serve (inventory synced)", m.ready.clone());
+        r.register(
+            "skipped_objects",
+            "Objects not served, by resource and reason",
+            m.skipped_objects.clone(),
+        );
         Arc::new(m)
     }
 
@@ -153,10 +171,17 @@ impl Metrics {
     }
 
     /// Records one cache lookup.
+    #[expect(clippy::ptr_arg, reason = "cloning the Cow keeps a borrowed plural borrowed: no allocation")]
     pub fn cache_lookup(&self, cache: &Cow<'static, str>, hit: bool) {
         self.cache
             .get_or_create(&CacheLabels { cache: cache.clone(), result: if hit { "hit" } else { "miss" } })
             .inc();
+    }
+
+    /// Records one object of `resource` not served, for `reason` (`invalid_name`).
+    #[expect(clippy::ptr_arg, reason = "cloning the Cow keeps a borrowed plural borrowed: no allocation")]
+    pub fn skipped_object(&self, resource: &Cow<'static, str>, reason: &'static str) {
+        self.skipped_objects.get_or_create(&SkipLabels { resource: resource.clone(), reason }).inc();
     }
 }
 

@@ -10,9 +10,9 @@
 //! - `GET /version`: `version.Info`.
 //!
 //! Built from the served kinds plus extra group-versions (e.g. `external.metrics.k8s.io`).
-//! [`LiveDiscovery`] holds the documents in force: group-versions whose resources come from
-//! the reloadable configuration ([`DynamicGroupVersions`]) are rebuilt, and the documents
-//! swapped (with new ETags), when the configuration generation changes.
+//! [`LiveDiscovery`] holds the documents in force: when the configuration changes the declared
+//! kinds or the resources of a [`DynamicGroupVersions`], they are rebuilt and swapped (with new
+//! ETags).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -25,11 +25,12 @@ use serde_json::{Value, json};
 use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
 use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
 use crate::k8s::status::ApiError;
-use crate::kinds::{GROUP, Kinds, VERSION};
+use crate::kinds::registry::LiveKinds;
+use crate::kinds::{GROUP, ServedKind, VERSION};
 
 /// `stats.une-tasse-de.cafe/v1alpha1` with one read-only (`get`, `list`) resource per served
 /// kind.
-pub fn kinds_group_version(kinds: &Kinds) -> GroupVersionResources {
+pub fn kinds_group_version(kinds: &[Arc<dyn ServedKind>]) -> GroupVersionResources {
     let resources = kinds
         .iter()
         .map(|k| {
@@ -91,7 +92,7 @@ pub struct Discovery {
 impl Discovery {
     /// Serializes every document for the served kinds' group-version followed by `extra`
     /// group-versions (in preference order within a group).
-    pub fn new(kinds: &Kinds, extra: &[GroupVersionResources]) -> Self {
+    pub fn new(kinds: &[Arc<dyn ServedKind>], extra: &[GroupVersionResources]) -> Self {
         let mut gvs = vec![kinds_group_version(kinds)];
         gvs.extend(extra.iter().cloned());
         for gv in &mut gvs {
@@ -239,16 +240,20 @@ impl Discovery {
     }
 }
 
-/// The discovery documents in force. With a [`DynamicGroupVersions`], every read compares its
-/// generation with the one the documents were built for and rebuilds them when it moved, so
-/// discovery never lags the configuration that requests are served with (a rebuild is a few
-/// small JSON documents and their SHA-512, well under a millisecond).
+/// The discovery documents in force. Every read compares the generations of the kinds
+/// ([`LiveKinds`]: declared kinds follow the configuration) and of the [`DynamicGroupVersions`]
+/// with those the documents were built for, and rebuilds them when either moved, so discovery
+/// never lags the configuration that requests are served with (a rebuild is a few small JSON
+/// documents and their SHA-512, well under a millisecond).
 pub struct LiveDiscovery {
-    kinds: Kinds,
+    kinds: Arc<LiveKinds>,
     extra: Vec<GroupVersionResources>,
     dynamic: Option<Arc<dyn DynamicGroupVersions>>,
-    built: RwLock<(u64, Arc<Discovery>)>,
+    built: RwLock<(Generations, Arc<Discovery>)>,
 }
+
+/// The generations of the kinds and of the dynamic group-versions.
+type Generations = (u64, u64);
 
 impl std::fmt::Debug for LiveDiscovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -259,26 +264,27 @@ impl std::fmt::Debug for LiveDiscovery {
 impl LiveDiscovery {
     /// Documents for `kinds`, then the static `extra` group-versions, then the `dynamic` ones.
     pub fn new(
-        kinds: Kinds,
+        kinds: Arc<LiveKinds>,
         extra: Vec<GroupVersionResources>,
         dynamic: Option<Arc<dyn DynamicGroupVersions>>,
     ) -> Self {
-        let (generation, gvs) = dynamic.as_ref().map(|d| d.group_versions()).unwrap_or_default();
-        let built = Arc::new(Self::build(&kinds, &extra, gvs));
-        Self { kinds, extra, dynamic, built: RwLock::new((generation, built)) }
+        let (generations, built) = Self::build(&kinds, &extra, dynamic.as_deref());
+        Self { kinds, extra, dynamic, built: RwLock::new((generations, Arc::new(built))) }
     }
 
     fn build(
-        kinds: &Kinds,
+        kinds: &LiveKinds,
         extra: &[GroupVersionResources],
-        dynamic: Vec<GroupVersionResources>,
-    ) -> Discovery {
+        dynamic: Option<&dyn DynamicGroupVersions>,
+    ) -> (Generations, Discovery) {
+        let kinds = kinds.current();
+        let (generation, gvs) = dynamic.map(|d| d.group_versions()).unwrap_or_default();
         let mut all = extra.to_vec();
-        all.extend(dynamic);
-        Discovery::new(kinds, &all)
+        all.extend(gvs);
+        ((kinds.generation, generation), Discovery::new(kinds.kinds(), &all))
     }
 
-    fn built(&self) -> (u64, Arc<Discovery>) {
+    fn built(&self) -> (Generations, Arc<Discovery>) {
         match self.built.read() {
             Ok(built) => built.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -287,20 +293,20 @@ impl LiveDiscovery {
 
     /// The documents for the configuration in force.
     pub fn current(&self) -> Arc<Discovery> {
-        let (built_generation, built) = self.built();
-        let Some(dynamic) = &self.dynamic else { return built };
-        if dynamic.generation() == built_generation {
+        let (built_generations, built) = self.built();
+        let now = (self.kinds.current().generation, self.dynamic.as_ref().map_or(0, |d| d.generation()));
+        if now == built_generations {
             return built;
         }
-        let (generation, gvs) = dynamic.group_versions();
-        let fresh = Arc::new(Self::build(&self.kinds, &self.extra, gvs));
+        let (generations, fresh) = Self::build(&self.kinds, &self.extra, self.dynamic.as_deref());
+        let fresh = Arc::new(fresh);
         let mut slot = match self.built.write() {
             Ok(slot) => slot,
             Err(poisoned) => poisoned.into_inner(),
         };
         // Generations only grow: never replace newer documents built by a concurrent reader.
-        if generation >= slot.0 {
-            *slot = (generation, fresh.clone());
+        if generations.0 >= slot.0.0 && generations.1 >= slot.0.1 {
+            *slot = (generations, fresh.clone());
         }
         fresh
     }

@@ -48,12 +48,13 @@ use crate::k8s::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
 use crate::k8s::status;
 use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
 use crate::k8s::{ApiError, GroupResource};
-use crate::kinds::{ComputeError, GROUP, Item, Kinds, Listing, ServedKind, VERSION};
+use crate::kinds::registry::{KindSet, LiveKinds};
+use crate::kinds::{ComputeError, GROUP, Item, Listing, ServedKind, VERSION};
 use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, LiveDiscovery};
 use fairness::ConnectionSlots;
 use guard::Guard;
-use openapi::OpenApi;
+use openapi::{LiveOpenApi, OpenApi};
 use render::{IncludeObject, RenderContext, render_list, render_object};
 
 /// Seconds a client is asked to wait while the inventory is not synced. client-go retries a
@@ -67,10 +68,10 @@ pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Shared state of the router: the kinds and every precomputed document.
 #[derive(Clone)]
 pub struct ApiState {
-    kinds: Kinds,
+    kinds: Arc<LiveKinds>,
     extra: Vec<GroupVersionResources>,
     discovery: Arc<LiveDiscovery>,
-    openapi: Arc<OpenApi>,
+    openapi: Arc<LiveOpenApi>,
     ready: ReadyFn,
     metrics: Arc<Metrics>,
     auth: Option<Arc<crate::auth::Auth>>,
@@ -81,18 +82,18 @@ pub struct ApiState {
 
 impl fmt::Debug for ApiState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiState")
-            .field("kinds", &self.kinds.iter().map(|k| k.info().plural.clone()).collect::<Vec<_>>())
-            .finish_non_exhaustive()
+        f.debug_struct("ApiState").field("kinds", &self.kinds).finish_non_exhaustive()
     }
 }
 
 impl ApiState {
-    /// Precomputes discovery and OpenAPI for `kinds`; `ready` answers `/readyz`, `metrics`
-    /// counts requests and is served on `/metrics`.
-    pub fn new(kinds: Kinds, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
+    /// Serves `kinds` (a fixed list, or [`LiveKinds`] that follow the configuration), with
+    /// discovery and OpenAPI precomputed for the kinds in force; `ready` answers `/readyz`,
+    /// `metrics` counts requests and is served on `/metrics`.
+    pub fn new(kinds: impl Into<LiveKinds>, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
+        let kinds = Arc::new(kinds.into());
         let discovery = Arc::new(LiveDiscovery::new(kinds.clone(), Vec::new(), None));
-        let openapi = Arc::new(OpenApi::new(&kinds));
+        let openapi = Arc::new(LiveOpenApi::new(kinds.clone()));
         Self {
             kinds,
             extra: Vec::new(),
@@ -150,9 +151,9 @@ impl ApiState {
         self.discovery = Arc::new(LiveDiscovery::new(self.kinds.clone(), self.extra.clone(), dynamic));
     }
 
-    /// The served kinds.
-    pub fn kinds(&self) -> &Kinds {
-        &self.kinds
+    /// The kinds in force.
+    pub fn kinds(&self) -> Arc<KindSet> {
+        self.kinds.current()
     }
 
     /// The discovery documents in force.
@@ -160,9 +161,9 @@ impl ApiState {
         self.discovery.current()
     }
 
-    /// The precomputed OpenAPI documents.
-    pub fn openapi(&self) -> &OpenApi {
-        &self.openapi
+    /// The OpenAPI documents in force.
+    pub fn openapi(&self) -> Arc<OpenApi> {
+        self.openapi.current()
     }
 }
 
@@ -265,8 +266,8 @@ fn metric_labels(
         .unwrap_or("other");
     let resource = info.filter(|i| i.is_resource_request).and_then(|i| {
         if i.api_group == GROUP && i.api_version == VERSION {
-            let kind = state.kinds.iter().find(|k| k.info().plural == i.resource)?;
-            Some(kind.info().plural.clone())
+            let kinds = state.kinds.current();
+            Some(kinds.find(&i.resource)?.info().plural.clone())
         } else if state.external.as_ref().is_some_and(|e| e.is_metric_request(i)) {
             Some(Cow::Owned(i.resource.clone()))
         } else {
@@ -356,10 +357,10 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
         ["apis"] => state.discovery().apis(headers),
         ["apis", group] => state.discovery().group(group, headers),
         ["apis", group, version] => state.discovery().group_version(group, version, headers),
-        ["openapi", "v2"] => state.openapi.v2(headers),
-        ["openapi", "v3"] => state.openapi.v3_root(headers),
+        ["openapi", "v2"] => state.openapi().v2(headers),
+        ["openapi", "v3"] => state.openapi().v3_root(headers),
         ["openapi", "v3", rest @ ..] => state
-            .openapi
+            .openapi()
             .v3_doc(&rest.join("/"), &parsed.query, headers)
             .unwrap_or_else(|| ApiError::PathNotFound.into_response()),
         _ => ApiError::PathNotFound.into_response(),
@@ -409,8 +410,8 @@ fn readyz(state: &ApiState, query: &QueryParams) -> Response {
 }
 
 /// A resource request after its path has been checked against the kinds.
-struct Target<'a> {
-    kind: &'a Arc<dyn ServedKind>,
+struct Target {
+    kind: Arc<dyn ServedKind>,
     resource: GroupResource,
     /// Namespace from a `/namespaces/<ns>/` path.
     namespace: Option<String>,
@@ -486,7 +487,7 @@ fn valid(what: &str, value: &str, errs: Vec<String>) -> Result<(), ApiError> {
 }
 
 /// Maps the path to a served kind and checks the scope; anything else is a 404.
-fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Target<'a>, ApiError> {
+fn resolve(state: &ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Target, ApiError> {
     if !info.is_resource_request
         || info.api_prefix != "apis"
         || info.api_group != GROUP
@@ -495,7 +496,7 @@ fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, segments: &[&str]) -> Re
     {
         return Err(ApiError::PathNotFound);
     }
-    let kind = state.kinds.iter().find(|k| k.info().plural == info.resource).ok_or(ApiError::PathNotFound)?;
+    let kind = state.kinds.current().find(&info.resource).ok_or(ApiError::PathNotFound)?.clone();
     let kind_info = kind.info();
 
     // Segments after /apis/<g>/<v>, without a `watch`/`proxy` prefix.
@@ -509,12 +510,9 @@ fn resolve<'a>(state: &'a ApiState, info: &RequestInfo, segments: &[&str]) -> Re
         // without its namespace: kube registers neither route.
         return Err(ApiError::PathNotFound);
     }
-    Ok(Target {
-        kind,
-        resource: GroupResource::new(GROUP, kind_info.plural.as_ref()),
-        namespace: namespaced_path.then(|| info.namespace.clone()),
-        name: info.parts.get(1).cloned(),
-    })
+    let resource = GroupResource::new(GROUP, kind_info.plural.as_ref());
+    let namespace = namespaced_path.then(|| info.namespace.clone());
+    Ok(Target { kind, resource, namespace, name: info.parts.get(1).cloned() })
 }
 
 async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<Arc<Listing>, ApiError> {
@@ -532,7 +530,7 @@ async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<
 }
 
 async fn list(
-    target: &Target<'_>,
+    target: &Target,
     query: &QueryParams,
     repr: Representation,
     include_object: IncludeObject,
@@ -563,7 +561,7 @@ async fn list(
             .filter(|ns| is_dns1123_label(ns).is_empty())
             .map(str::to_owned)
     });
-    let listing = compute(target.kind, namespace.as_deref()).await?;
+    let listing = compute(&target.kind, namespace.as_deref()).await?;
     let ctx = render_context(target, &listing, include_object);
     if repr == Representation::Json && labels.is_empty() && fields.is_empty() {
         // The whole listing: rendered once per cache entry, then shared.
@@ -594,7 +592,7 @@ async fn list_body(bytes: Bytes, slots: Option<&ConnectionSlots>) -> Body {
 }
 
 async fn get_one(
-    target: &Target<'_>,
+    target: &Target,
     name: &str,
     repr: Representation,
     include_object: IncludeObject,
@@ -604,7 +602,7 @@ async fn get_one(
             "you requested PartialObjectMetadataList, but the requested object is not a list".to_owned(),
         ));
     }
-    let listing = compute(target.kind, target.namespace.as_deref()).await?;
+    let listing = compute(&target.kind, target.namespace.as_deref()).await?;
     let namespace = target.namespace.as_deref().unwrap_or_default();
     let wanted = |i: &&Arc<Item>| *i.meta.name == *name && *i.meta.namespace == *namespace;
     // Listings are sorted by namespace then name; the scan only runs when the search misses.
@@ -621,7 +619,7 @@ async fn get_one(
 }
 
 fn render_context<'a>(
-    target: &'a Target<'_>,
+    target: &'a Target,
     listing: &'a Listing,
     include_object: IncludeObject,
 ) -> RenderContext<'a> {

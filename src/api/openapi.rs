@@ -15,6 +15,7 @@
 //! `<Kind>List` schema per kind.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -25,7 +26,8 @@ use serde_json::{Map, Value, json};
 use super::discovery::{if_none_match, sha512_hex};
 use crate::k8s::negotiate::{accepts_json, not_acceptable};
 use crate::k8s::request_info::QueryParams;
-use crate::kinds::{GROUP, KindInfo, Kinds, OBJECT_META_SCHEMA, VERSION};
+use crate::kinds::registry::LiveKinds;
+use crate::kinds::{GROUP, KindInfo, OBJECT_META_SCHEMA, ServedKind, VERSION};
 
 /// Name of the shared ListMeta schema.
 pub const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -70,7 +72,7 @@ impl Doc {
 
 impl OpenApi {
     /// Builds and serializes the documents for the served kinds.
-    pub fn new(kinds: &Kinds) -> Self {
+    pub fn new(kinds: &[Arc<dyn ServedKind>]) -> Self {
         let schemas = component_schemas(kinds);
         let mut undocumented = Vec::new();
         for (name, schema) in &schemas {
@@ -154,6 +156,49 @@ impl OpenApi {
     }
 }
 
+/// The OpenAPI documents in force: rebuilt when the kinds change (a configuration reload that
+/// adds, changes or removes a declared kind), on the first read after it.
+pub struct LiveOpenApi {
+    kinds: Arc<LiveKinds>,
+    built: RwLock<(u64, Arc<OpenApi>)>,
+}
+
+impl std::fmt::Debug for LiveOpenApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveOpenApi").finish_non_exhaustive()
+    }
+}
+
+impl LiveOpenApi {
+    /// The documents of `kinds`, following them.
+    pub fn new(kinds: Arc<LiveKinds>) -> Self {
+        let set = kinds.current();
+        let built = RwLock::new((set.generation, Arc::new(OpenApi::new(set.kinds()))));
+        Self { kinds, built }
+    }
+
+    /// The documents for the kinds in force.
+    pub fn current(&self) -> Arc<OpenApi> {
+        let (generation, built) = match self.built.read() {
+            Ok(built) => built.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        let set = self.kinds.current();
+        if set.generation == generation {
+            return built;
+        }
+        let fresh = Arc::new(OpenApi::new(set.kinds()));
+        let mut slot = match self.built.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if set.generation >= slot.0 {
+            *slot = (set.generation, fresh.clone());
+        }
+        fresh
+    }
+}
+
 fn accept(headers: &HeaderMap) -> Option<String> {
     headers.get(header::ACCEPT).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
 }
@@ -195,7 +240,7 @@ fn meta_schemas() -> Map<String, Value> {
 
 /// The kinds' schemas (object schema normalized), their `<Kind>List` schemas, and the meta
 /// schemas, all in v3 form.
-fn component_schemas(kinds: &Kinds) -> Map<String, Value> {
+fn component_schemas(kinds: &[Arc<dyn ServedKind>]) -> Map<String, Value> {
     let mut out = Map::new();
     for kind in kinds {
         let info = kind.info();
@@ -380,7 +425,7 @@ fn operation(
     Value::Object(op)
 }
 
-fn paths(kinds: &Kinds, flavor: Flavor) -> Value {
+fn paths(kinds: &[Arc<dyn ServedKind>], flavor: Flavor) -> Value {
     let prefix = operation_prefix();
     let base = format!("/apis/{GROUP}/{VERSION}");
     let mut paths = Map::new();

@@ -17,7 +17,7 @@ const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applic
 const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
 fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
-    let kinds: Kinds = vec![widgets, mk_gadgets()];
+    let kinds: crate::kinds::Kinds = vec![widgets, mk_gadgets()];
     ApiState::new(kinds, Arc::new(move || ready), Metrics::new())
 }
 
@@ -1006,4 +1006,89 @@ async fn readyz_fails_once_shutting_down() {
     assert_readyz_fails(&app, "[+]ping ok\n[+]informer-sync ok\n[-]shutdown failed: reason withheld\n").await;
     assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
     assert_eq!(get(&app, &widgets_path("shop")).await.status, StatusCode::OK, "still serving");
+}
+
+// ---- declared kinds follow the configuration ----
+
+/// A router over the built-in and declared kinds of the file `dir/config.yaml` (`yaml`), with
+/// fake sources whose Prometheus answers `x` with one pod's rate.
+fn mk_live_app(dir: &std::path::Path, yaml: &str) -> (Router, Arc<crate::config::LiveConfig>) {
+    use crate::kinds::testkit::{AT, FakeInventory, FakeKubelet, FakeProm, mk_sample};
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.yaml"), yaml).unwrap();
+    let check: crate::config::Check = Arc::new(crate::kinds::registry::check_kinds);
+    let config = crate::config::LiveConfig::load(Some(&dir.join("config.yaml")), None, check).unwrap();
+    let sample = mk_sample(&[("namespace", "shop"), ("pod", "web-1")], 2.5, AT);
+    let sources = crate::kinds::Sources {
+        inventory: FakeInventory::with(Vec::new()),
+        kubelet: Arc::new(FakeKubelet::default()),
+        prometheus: Arc::new(FakeProm::default().answer("x{", vec![sample])),
+        config: config.clone(),
+    };
+    let cache = crate::cache::CacheSettings::uncounted(std::time::Duration::from_secs(60));
+    let kinds = crate::kinds::registry::LiveKinds::new(&sources, &cache);
+    (router(ApiState::new(kinds, Arc::new(|| true), Metrics::new())), config)
+}
+
+const TRAFFIC: &str = "kinds:
+- kind: AppTraffic
+  shortNames: [atr]
+  nameLabel: pod
+  fields:
+  - name: requestsPerSecond
+    query: sum by (namespace, pod) (rate(x{SCOPE}[WINDOW]))
+    column: REQ/S
+    description: Requests per second over the window.
+";
+
+#[tokio::test]
+async fn declared_kinds_are_served_and_follow_reloads() {
+    let dir = std::env::temp_dir().join(format!("percolator-api-declared-{}", std::process::id()));
+    let (app, config) = mk_live_app(&dir, TRAFFIC);
+    let gv = format!("/apis/{G}/{V}");
+
+    let r = get(&app, &gv).await;
+    let resources = r.json()["resources"].clone();
+    let traffic = resources.as_array().unwrap().iter().find(|r| r["name"] == "apptraffics").unwrap();
+    assert_eq!(
+        traffic,
+        &json!({"name": "apptraffics", "singularName": "apptraffic", "namespaced": true, "kind": "AppTraffic",
+                "verbs": ["get", "list"], "shortNames": ["atr"], "categories": ["percolator"]})
+    );
+    let etag = get_accept(&app, "/apis", V2_ACCEPT).await.header("etag").to_owned();
+    let r = get_accept(&app, &format!("{gv}/namespaces/shop/apptraffics"), KUBECTL_TABLE).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let table = r.json();
+    let names: Vec<&Value> =
+        table["columnDefinitions"].as_array().unwrap().iter().map(|c| &c["name"]).collect();
+    assert_eq!(names, ["Name", "REQ/S"]);
+    assert_eq!(table["rows"][0]["cells"], json!(["web-1", "2.5"]));
+    let v3 = get(&app, &format!("/openapi/v3/apis/{G}/{V}")).await.json();
+    let schema = &v3["components"]["schemas"]["cafe.une-tasse-de.stats.v1alpha1.AppTraffic"];
+    assert_eq!(
+        schema["properties"]["requestsPerSecond"]["description"],
+        "Requests per second over the window."
+    );
+
+    // Removed by a reload: 404, gone from discovery and OpenAPI, a new ETag.
+    std::fs::write(dir.join("config.yaml"), "window: 2m\n").unwrap();
+    assert!(config.reload().unwrap());
+    let r = get(&app, &format!("{gv}/namespaces/shop/apptraffics")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        r.json(),
+        status_body(404, "NotFound", "the server could not find the requested resource", Some(json!({})))
+    );
+    assert!(!get(&app, &gv).await.text().contains("apptraffics"));
+    assert!(!get(&app, &format!("/openapi/v3/apis/{G}/{V}")).await.text().contains("AppTraffic"));
+    assert!(!get(&app, "/openapi/v2").await.text().contains("AppTraffic"));
+    assert_ne!(get_accept(&app, "/apis", V2_ACCEPT).await.header("etag"), etag);
+
+    // Added back with another column.
+    std::fs::write(dir.join("config.yaml"), TRAFFIC.replace("REQ/S", "RPS")).unwrap();
+    assert!(config.reload().unwrap());
+    let table = get_accept(&app, &format!("{gv}/namespaces/shop/apptraffics"), KUBECTL_TABLE).await.json();
+    assert_eq!(table["columnDefinitions"][1]["name"], "RPS");
+    assert_eq!(get_accept(&app, "/apis", V2_ACCEPT).await.header("etag"), etag, "same kinds, same documents");
+    let _ = std::fs::remove_dir_all(&dir);
 }

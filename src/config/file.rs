@@ -254,6 +254,8 @@ pub struct LiveConfig {
     window_flag: Option<Duration>,
     check: Check,
     current: std::sync::RwLock<Arc<Snapshot>>,
+    /// The generation of `current`, readable without a lock (per request).
+    generation: std::sync::atomic::AtomicU64,
     changes: tokio::sync::watch::Sender<u64>,
     last_text: std::sync::Mutex<Option<String>>,
 }
@@ -299,6 +301,7 @@ impl LiveConfig {
             window_flag,
             check,
             current: std::sync::RwLock::new(snapshot),
+            generation: std::sync::atomic::AtomicU64::new(0),
             changes,
             last_text: std::sync::Mutex::new(text),
         }
@@ -310,6 +313,12 @@ impl LiveConfig {
             Ok(current) => current.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// The generation of the configuration in force (0, then one more at every reload): a
+    /// lock-free way to tell whether something built from an earlier one is still current.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Notified with the new generation after each successful reload.
@@ -337,6 +346,7 @@ impl LiveConfig {
         let snapshot = Arc::new(Snapshot { file, window, generation });
         if let Ok(mut current) = self.current.write() {
             *current = snapshot;
+            self.generation.store(generation, std::sync::atomic::Ordering::Release);
         }
         self.changes.send_replace(generation);
         Ok(true)

@@ -82,6 +82,19 @@ pub fn go_string(d: Duration) -> String {
     out
 }
 
+/// A duration given in seconds (a PromQL value), as `metav1.Duration` prints it, to the
+/// millisecond (`21.5s`, `1m15.25s`); a negative value prints as `0s`.
+pub fn seconds_string(seconds: f64) -> String {
+    go_string(Duration::from_millis((seconds.max(0.0) * 1000.0).round() as u64))
+}
+
+/// A table cell for a duration in seconds, with one decimal and trailing zeros trimmed
+/// (`32.1s`, `28s`).
+pub fn seconds_cell(seconds: f64) -> String {
+    let text = format!("{seconds:.1}");
+    format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
+}
+
 /// Formats for a PromQL range selector: whole seconds, largest units first (`5m`, `1m30s`,
 /// `1h`). Sub-second parts are rounded up to a whole second, the smallest PromQL step we use.
 pub fn prometheus(d: Duration) -> String {
@@ -141,5 +154,16 @@ mod tests {
             let d = Duration::from_millis(ms);
             assert_eq!((go_string(d).as_str(), prometheus(d).as_str()), (go, promql), "{ms} ms");
         }
+    }
+
+    #[test]
+    fn formats_seconds_as_durations_and_cells() {
+        assert_eq!(seconds_string(21.5), "21.5s");
+        assert_eq!(seconds_string(28.0), "28s");
+        assert_eq!(seconds_string(75.25), "1m15.25s");
+        assert_eq!(seconds_string(-3.0), "0s");
+        assert_eq!(seconds_cell(32.14), "32.1s");
+        assert_eq!(seconds_cell(28.0), "28s");
+        assert_eq!(seconds_cell(0.04), "0s");
     }
 }

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::json;
 
+use super::inputs::{GroupUsage, round_to};
 use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
     QuerySpec, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339, schema_name, to_raw,
@@ -201,24 +202,7 @@ impl CafeBrewStatsKind {
         let kind_type = series.brews.get(key).and_then(|s| s.labels.get("type")).cloned();
 
         // Serving pods' usage: the sum over pods, only when every pod has it.
-        let pod_usage: Vec<_> = pods
-            .iter()
-            .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
-            .collect();
-        let sum = |get: fn(&crate::sources::ContainerUsage) -> Option<f64>| -> Option<f64> {
-            if pods.is_empty() {
-                return None;
-            }
-            pod_usage
-                .iter()
-                .map(|containers| {
-                    let containers = containers.filter(|c| !c.is_empty())?;
-                    containers.iter().map(get).sum::<Option<f64>>()
-                })
-                .sum()
-        };
-        let cpu = sum(|c| c.cpu_cores).map(|v| round_to(v, 1e-6));
-        let memory = sum(|c| c.memory_bytes);
+        let GroupUsage { cpu, memory, .. } = GroupUsage::of(pods, usage);
         let ready =
             temperature.is_some_and(|t| (READY_BAND.0..=READY_BAND.1).contains(&t)) && !pods.is_empty();
 
@@ -244,9 +228,9 @@ impl CafeBrewStatsKind {
             failures: failures.map(|f| f.round() as u64),
             failure_ratio: failure_ratio.map(quantity::decimal_si),
             brew_duration: BrewDuration {
-                p50: p50.map(seconds_duration),
-                p95: p95.map(seconds_duration),
-                p99: p99.map(seconds_duration),
+                p50: p50.map(duration::seconds_string),
+                p95: p95.map(duration::seconds_string),
+                p99: p99.map(duration::seconds_string),
             },
             temperature: temperature.map(quantity::decimal_si),
             last_brewed: last_brewed.map(rfc3339),
@@ -260,7 +244,7 @@ impl CafeBrewStatsKind {
             Cell::Text(meta.name.clone()),
             text(kind_type),
             text(brews_per_minute.map(quantity::rate_cell)),
-            text(p95.map(seconds_cell)),
+            text(p95.map(duration::seconds_cell)),
             text(temperature.map(|t| trim(format!("{t:.1}")))),
             Cell::text(&ready.to_string()),
             last_brewed.map_or(Cell::None, Cell::Age),
@@ -271,20 +255,6 @@ impl CafeBrewStatsKind {
         ];
         Item { meta, object, cells }
     }
-}
-
-fn round_to(value: f64, step: f64) -> f64 {
-    (value / step).round() * step
-}
-
-/// A duration in seconds as `metav1.Duration` prints it, to the millisecond (`21.5s`).
-fn seconds_duration(seconds: f64) -> String {
-    duration::go_string(std::time::Duration::from_millis((seconds.max(0.0) * 1000.0).round() as u64))
-}
-
-/// A duration cell with one decimal (`32.1s`).
-fn seconds_cell(seconds: f64) -> String {
-    format!("{}s", trim(format!("{seconds:.1}")))
 }
 
 fn trim(text: String) -> String {
@@ -389,13 +359,9 @@ mod tests {
     use crate::sources::PromError;
 
     #[test]
-    fn formats_durations_and_cells() {
-        assert_eq!(seconds_duration(21.5), "21.5s");
-        assert_eq!(seconds_duration(28.0), "28s");
-        assert_eq!(seconds_duration(75.25), "1m15.25s");
-        assert_eq!(seconds_cell(32.14), "32.1s");
-        assert_eq!(seconds_cell(28.0), "28s");
+    fn trims_temperature_cells() {
         assert_eq!(trim(format!("{:.1}", 90.0)), "90");
+        assert_eq!(trim(format!("{:.1}", 45.5)), "45.5");
     }
 
     fn mk_kind(

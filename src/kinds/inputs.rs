@@ -1,11 +1,13 @@
 //! What every kind computes from ([`Sources`]: the inventory, the kubelets, Prometheus and the
 //! configuration in force) and the steps the kinds share: the start of a computation, the
-//! kubelet usage of a set of pods, a templated PromQL query scoped to a namespace, and the
-//! indexing of query results by object.
+//! kubelet usage of a set of pods (and its sum over the pods an object joins), a templated
+//! PromQL query scoped to a namespace, and the indexing of query results by object.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
+
+use jiff::Timestamp;
 
 use crate::config::{LiveConfig, Snapshot};
 use crate::sources::prometheus::{self, Matcher, render};
@@ -124,6 +126,67 @@ impl Sources {
         };
         let promql = render(template, &scope, window).map_err(template_error)?;
         Ok(self.prometheus.query(promql).await?)
+    }
+}
+
+/// CPU is published to the micro-core: two cumulative samples in seconds carry no more
+/// precision.
+pub const CPU_STEP: f64 = 1e-6;
+
+/// `cores` rounded to [`CPU_STEP`].
+pub fn round_cpu(cores: f64) -> f64 {
+    round_to(cores, CPU_STEP)
+}
+
+/// Rates are published to the milli-unit (0.001/s): finer digits are floating-point noise of
+/// `rate()`, and they make Quantities unreadable (`15840230907n`).
+pub const RATE_STEP: f64 = 1e-3;
+/// Ratios to the micro-unit, so small error ratios keep three significant digits.
+pub const RATIO_STEP: f64 = 1e-6;
+
+/// `value` rounded to a multiple of `step`.
+pub fn round_to(value: f64, step: f64) -> f64 {
+    (value / step).round() * step
+}
+
+/// The kubelet usage of the pods an object joins (a cafe's serving pods), summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GroupUsage {
+    /// CPU in cores, rounded by [`round_cpu`]: only when every pod has a CPU rate for every
+    /// container.
+    pub cpu: Option<f64>,
+    /// Memory working set in bytes: only when every pod reports it for every container.
+    pub memory: Option<f64>,
+    /// Time of the newest kubelet sample of the pods.
+    pub newest: Option<Timestamp>,
+}
+
+impl GroupUsage {
+    /// The usage of `pods` in `usage` (from [`Sources::pod_usage`]); no pods, no usage.
+    pub fn of(pods: &[&PodInfo], usage: &HashMap<PodKey, Vec<ContainerUsage>>) -> Self {
+        let containers: Vec<Option<&Vec<ContainerUsage>>> = pods
+            .iter()
+            .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
+            .collect();
+        // A pod without usage (its node down, or not scraped yet) makes the sum unknown rather
+        // than low.
+        let sum = |get: fn(&ContainerUsage) -> Option<f64>| -> Option<f64> {
+            if pods.is_empty() {
+                return None;
+            }
+            containers
+                .iter()
+                .map(|containers| {
+                    let containers = containers.filter(|c| !c.is_empty())?;
+                    containers.iter().map(get).sum::<Option<f64>>()
+                })
+                .sum()
+        };
+        Self {
+            cpu: sum(|c| c.cpu_cores).map(round_cpu),
+            memory: sum(|c| c.memory_bytes),
+            newest: containers.iter().flatten().flat_map(|c| c.iter()).filter_map(|c| c.timestamp).max(),
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
 
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -368,11 +368,13 @@ pub fn rfc3339(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// `metadata` of a served object, borrowed from [`Meta`].
+/// `metadata` of a served object, borrowed from [`Meta`]. A cluster-scoped object (empty
+/// namespace) has no `namespace`, as kube-apiserver serializes it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta<'a> {
     name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
     namespace: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     uid: Option<&'a str>,

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
 
+use super::inputs::{RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
     QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
@@ -171,22 +172,6 @@ impl PodMetricsSummaries {
         ];
         Item { meta, object, cells }
     }
-}
-
-/// Rates are published to the milli-unit (0.001/s): finer digits are floating-point noise of
-/// `rate()`, and they make Quantities unreadable (`15840230907n`).
-const RATE_STEP: f64 = 1e-3;
-/// Ratios to the micro-unit, so small error ratios keep three significant digits.
-const RATIO_STEP: f64 = 1e-6;
-/// CPU to the micro-core: two cumulative samples in seconds carry no more precision.
-const CPU_STEP: f64 = 1e-6;
-
-fn round_to(value: f64, step: f64) -> f64 {
-    (value / step).round() * step
-}
-
-fn round_cpu(cores: f64) -> f64 {
-    round_to(cores, CPU_STEP)
 }
 
 impl ServedKind for PodMetricsSummaries {

@@ -1,12 +1,16 @@
-//! The registry of built-in kinds: the one list the server builds the served kinds from, and
-//! the check of the query file's kind sections (each kind's overridable queries, by field).
-//! A kind's file exports its [`Builtin`]; one line of [`BUILTIN`] registers it.
+//! The registry of kinds: the one list of built-in kinds ([`BUILTIN`]; a kind's file exports
+//! its [`Builtin`], one line here registers it), the check of the query file's kind sections
+//! and declared kinds ([`check_kinds`]), and the kinds in force ([`LiveKinds`]): the built-in
+//! ones plus those the configuration declares, rebuilt when it is reloaded.
 
 use std::sync::Arc;
 
 pub use super::{Builtin, QuerySpec};
 
+use std::sync::RwLock;
+
 use super::cached::CachedKind;
+use super::declared::{DeclaredKind, DeclaredSpec, check_declared};
 use super::{Kinds, ServedKind, Sources};
 use crate::cache::CacheSettings;
 use crate::config::{Invalid, QueryFile};
@@ -44,15 +48,144 @@ pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// Builds every built-in kind from `sources`, each behind its cache.
-pub fn build(sources: &Sources, cache: &CacheSettings) -> Kinds {
-    BUILTIN
-        .iter()
-        .map(|kind| {
-            let cached = CachedKind::new((kind.build)(sources.clone()), cache, sources.config.clone());
-            Arc::new(cached) as Arc<dyn ServedKind>
-        })
-        .collect()
+/// Checks the whole query file as far as kinds are concerned: the built-in kinds' sections
+/// and the declared kinds.
+pub fn check_kinds(file: &mut QueryFile) -> Result<(), Invalid> {
+    check_queries(file)?;
+    check_declared(file, BUILTIN)
+}
+
+/// The kinds served under one configuration generation, in discovery order: the built-in
+/// kinds, then the declared ones in the file's order.
+#[derive(Default)]
+pub struct KindSet {
+    /// The configuration generation the set was built for.
+    pub generation: u64,
+    kinds: Kinds,
+    /// The declared kinds' specs, for reuse across reloads.
+    declared: Vec<(Arc<DeclaredSpec>, Arc<dyn ServedKind>)>,
+}
+
+impl std::fmt::Debug for KindSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plurals: Vec<&str> = self.kinds.iter().map(|k| k.info().plural.as_ref()).collect();
+        f.debug_struct("KindSet").field("generation", &self.generation).field("kinds", &plurals).finish()
+    }
+}
+
+impl KindSet {
+    /// Every kind, in discovery order.
+    pub fn kinds(&self) -> &Kinds {
+        &self.kinds
+    }
+
+    /// The kind whose plural is `plural`.
+    pub fn find(&self, plural: &str) -> Option<&Arc<dyn ServedKind>> {
+        self.kinds.iter().find(|k| k.info().plural == plural)
+    }
+}
+
+/// What declared kinds are built from.
+struct DeclaredInputs {
+    sources: Sources,
+    cache: CacheSettings,
+}
+
+/// The kinds in force. The built-in kinds are built once; the declared kinds follow the
+/// configuration: every read compares the configuration generation with the one the set was
+/// built for and rebuilds it when it moved, so discovery, OpenAPI and the served paths never lag
+/// the file. A declared kind whose spec is unchanged keeps its cache; a removed one is dropped
+/// with its cache once the last request holding it ends.
+pub struct LiveKinds {
+    builtin: Kinds,
+    declared: Option<DeclaredInputs>,
+    built: RwLock<Arc<KindSet>>,
+}
+
+impl std::fmt::Debug for LiveKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveKinds").field("built", &self.built()).finish_non_exhaustive()
+    }
+}
+
+impl From<Kinds> for LiveKinds {
+    fn from(kinds: Kinds) -> Self {
+        Self::fixed(kinds)
+    }
+}
+
+impl LiveKinds {
+    /// Every built-in kind and the declared kinds of `sources.config`, each behind its cache.
+    pub fn new(sources: &Sources, cache: &CacheSettings) -> Self {
+        let builtin: Kinds = BUILTIN
+            .iter()
+            .map(|kind| {
+                let cached = CachedKind::new((kind.build)(sources.clone()), cache, sources.config.clone());
+                Arc::new(cached) as Arc<dyn ServedKind>
+            })
+            .collect();
+        let declared = DeclaredInputs { sources: sources.clone(), cache: cache.clone() };
+        let live = Self { builtin, declared: Some(declared), built: RwLock::default() };
+        live.rebuild(&KindSet::default());
+        live
+    }
+
+    /// A fixed set of kinds that no configuration changes (tests, embedders): see the
+    /// `From<Kinds>` conversion.
+    pub fn fixed(kinds: Kinds) -> Self {
+        let set = KindSet { generation: 0, kinds: kinds.clone(), declared: Vec::new() };
+        Self { builtin: kinds, declared: None, built: RwLock::new(Arc::new(set)) }
+    }
+
+    fn built(&self) -> Arc<KindSet> {
+        match self.built.read() {
+            Ok(built) => built.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The kinds of the configuration in force.
+    pub fn current(&self) -> Arc<KindSet> {
+        let built = self.built();
+        match &self.declared {
+            Some(inputs) if inputs.sources.config.generation() != built.generation => self.rebuild(&built),
+            _ => built,
+        }
+    }
+
+    /// Builds the set for the configuration in force, reusing `previous`' unchanged kinds.
+    fn rebuild(&self, previous: &KindSet) -> Arc<KindSet> {
+        let Some(inputs) = &self.declared else { return self.built() };
+        let snapshot = inputs.sources.config.current();
+        let mut kinds = self.builtin.clone();
+        let mut declared = Vec::with_capacity(snapshot.file.kinds.len());
+        for config in &snapshot.file.kinds {
+            let spec = DeclaredSpec::from_config(config);
+            let kind = match previous.declared.iter().find(|(s, _)| **s == spec) {
+                Some((spec, kind)) => (spec.clone(), kind.clone()),
+                None => {
+                    let spec = Arc::new(spec);
+                    let metrics = inputs.cache.metrics.clone();
+                    let inner = DeclaredKind::new(spec.clone(), inputs.sources.clone(), metrics);
+                    let cached =
+                        CachedKind::new(Arc::new(inner), &inputs.cache, inputs.sources.config.clone());
+                    (spec, Arc::new(cached) as Arc<dyn ServedKind>)
+                }
+            };
+            kinds.push(kind.1.clone());
+            declared.push(kind);
+        }
+        let fresh = Arc::new(KindSet { generation: snapshot.generation, kinds, declared });
+        let mut slot = match self.built.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Generations only grow: never replace a newer set built by a concurrent reader.
+        if fresh.generation >= slot.generation {
+            *slot = fresh.clone();
+        }
+        fresh
+    }
 }
 
 #[cfg(test)]
@@ -62,6 +195,71 @@ mod tests {
     fn check(yaml: &str) -> Result<(), String> {
         let check: crate::config::Check = Arc::new(|file: &mut QueryFile| check_queries(file));
         QueryFile::from_yaml(yaml, "f.yaml", &check).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Live kinds over a configuration file `dir/config.yaml` holding `yaml`.
+    fn mk_live(dir: &std::path::Path, yaml: &str) -> (LiveKinds, Arc<crate::config::LiveConfig>) {
+        use crate::kinds::testkit::{FakeInventory, FakeKubelet, FakeProm};
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join("config.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let check: crate::config::Check = Arc::new(check_kinds);
+        let config = crate::config::LiveConfig::load(Some(&path), None, check).unwrap();
+        let sources = Sources {
+            inventory: FakeInventory::with(Vec::new()),
+            kubelet: Arc::new(FakeKubelet::default()),
+            prometheus: Arc::new(FakeProm::default()),
+            config: config.clone(),
+        };
+        let cache = CacheSettings::uncounted(std::time::Duration::from_secs(10));
+        (LiveKinds::new(&sources, &cache), config)
+    }
+
+    fn declared(kind: &str, column: &str) -> String {
+        format!(
+            "kinds:\n- kind: {kind}\n  nameLabel: pod\n  fields:\n  - name: rps\n    column: {column}\n    \
+             query: sum by (namespace, pod) (rate(x{{SCOPE}}[WINDOW]))\n"
+        )
+    }
+
+    fn plurals(set: &KindSet) -> Vec<String> {
+        set.kinds().iter().map(|k| k.info().plural.to_string()).collect()
+    }
+
+    #[test]
+    fn declared_kinds_follow_reloads_and_unchanged_ones_are_kept() {
+        let dir = std::env::temp_dir().join(format!("percolator-live-kinds-{}", std::process::id()));
+        let (live, config) = mk_live(&dir, &declared("AppTraffic", "RPS"));
+        let first = live.current();
+        assert_eq!(plurals(&first), ["podmetricssummaries", "cafebrewstats", "apptraffics"]);
+        assert!(Arc::ptr_eq(&first, &live.current()), "no reload, no rebuild");
+        let app = Arc::downgrade(first.find("apptraffics").unwrap());
+
+        // Another kind added: the unchanged one is the same object (its cache survives).
+        let two = format!("{}{}", declared("AppTraffic", "RPS"), &declared("Queue", "DEPTH")[7..]);
+        std::fs::write(dir.join("config.yaml"), &two).unwrap();
+        assert!(config.reload().unwrap());
+        let second = live.current();
+        assert_eq!(second.generation, 1);
+        assert_eq!(plurals(&second), ["podmetricssummaries", "cafebrewstats", "apptraffics", "queues"]);
+        assert!(Arc::ptr_eq(&app.upgrade().unwrap(), second.find("apptraffics").unwrap()));
+        assert!(Arc::ptr_eq(
+            first.find("podmetricssummaries").unwrap(),
+            second.find("podmetricssummaries").unwrap()
+        ));
+
+        // Changed: a new kind object; removed: gone, and dropped once nobody holds it.
+        std::fs::write(dir.join("config.yaml"), declared("AppTraffic", "REQ/S")).unwrap();
+        assert!(config.reload().unwrap());
+        let third = live.current();
+        assert_eq!(plurals(&third), ["podmetricssummaries", "cafebrewstats", "apptraffics"]);
+        assert_eq!(third.find("apptraffics").unwrap().columns()[1].name, "REQ/S");
+        let queue = Arc::downgrade(second.find("queues").unwrap());
+        drop((first, second));
+        assert!(app.upgrade().is_none(), "the changed kind's old object is dropped");
+        assert!(queue.upgrade().is_none(), "the removed kind is dropped with its cache");
+        assert!(third.find("queues").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
 pub use template::{
     MatchOp, Matcher, SCOPE_PLACEHOLDER, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
-    format_duration, is_valid_label_name, render, validate_template,
+    format_duration, is_valid_label_name, keeps_label, render, validate_template, validate_unscoped_template,
 };
 
 /// The `source` passed to the [`UpstreamObserver`].
