@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -21,33 +21,19 @@ use tower::ServiceExt;
 use crate::config::{Check, QueryFile};
 use crate::kinds::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
-    Text, Texts,
 };
 use crate::sources::{PromError, PromSample, PromSource};
 
 // ---- fake kinds ----
 
-pub(crate) static WIDGET: KindInfo = KindInfo {
-    plural: Text::Borrowed("widgets"),
-    singular: Text::Borrowed("widget"),
-    kind: Text::Borrowed("Widget"),
-    list_kind: Text::Borrowed("WidgetList"),
-    short_names: Texts::Borrowed(&[Text::Borrowed("wd")]),
-    categories: Texts::Borrowed(&[Text::Borrowed("percolator")]),
-    namespaced: true,
-    description: Text::Borrowed("Widget is a test kind."),
-};
+pub(crate) static WIDGET: LazyLock<KindInfo> = LazyLock::new(|| {
+    KindInfo::new("Widget", true, "Widget is a test kind.")
+        .with_short_names(&["wd"])
+        .with_categories(&["percolator"])
+});
 
-pub(crate) static GADGET: KindInfo = KindInfo {
-    plural: Text::Borrowed("gadgets"),
-    singular: Text::Borrowed("gadget"),
-    kind: Text::Borrowed("Gadget"),
-    list_kind: Text::Borrowed("GadgetList"),
-    short_names: Texts::Borrowed(&[]),
-    categories: Texts::Borrowed(&[]),
-    namespaced: false,
-    description: Text::Borrowed("Gadget is a cluster-scoped test kind."),
-};
+pub(crate) static GADGET: LazyLock<KindInfo> =
+    LazyLock::new(|| KindInfo::new("Gadget", false, "Gadget is a cluster-scoped test kind."));
 
 /// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
 /// convertor).

@@ -105,21 +105,12 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::{Text, Texts};
     use crate::telemetry::Metrics;
     use crate::testutil::all_at_once;
+    use std::sync::LazyLock;
     use std::time::Duration;
 
-    static INFO: KindInfo = KindInfo {
-        plural: Text::Borrowed("things"),
-        singular: Text::Borrowed("thing"),
-        kind: Text::Borrowed("Thing"),
-        list_kind: Text::Borrowed("ThingList"),
-        short_names: Texts::Borrowed(&[]),
-        categories: Texts::Borrowed(&[]),
-        namespaced: true,
-        description: Text::Borrowed("test"),
-    };
+    static INFO: LazyLock<KindInfo> = LazyLock::new(|| KindInfo::new("Thing", true, "test"));
 
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_expire() {

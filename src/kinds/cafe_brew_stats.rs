@@ -210,13 +210,7 @@ impl CafeBrewStatsKind {
         if let Some(t) = &kind_type {
             labels.insert(TYPE_LABEL.to_string(), t.clone());
         }
-        let meta = Meta {
-            name: key.name.clone(),
-            namespace: key.namespace.clone(),
-            uid: None,
-            creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
-            labels: Arc::new(labels),
-        };
+        let meta = Meta::of_group(key, pods, labels);
         let object = to_raw(&CafeBrewStats {
             api_version: API_VERSION,
             kind: &INFO.kind,

@@ -30,7 +30,7 @@ use serde_json::value::RawValue;
 pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
 
 use crate::config::Snapshot;
-use crate::sources::{Labels, PodInfo};
+use crate::sources::{Labels, PodInfo, PodKey};
 
 /// API group served by percolator.
 pub const GROUP: &str = "stats.une-tasse-de.cafe";
@@ -66,6 +66,32 @@ pub struct KindInfo {
 }
 
 impl KindInfo {
+    /// A kind named `kind`: plural lowercase `kind` + `s`, singular lowercase `kind`, list kind
+    /// `kind` + `List`, no short names, no categories.
+    pub fn new(kind: &str, namespaced: bool, description: &str) -> Self {
+        let lower = kind.to_ascii_lowercase();
+        Self {
+            plural: Text::Owned(format!("{lower}s")),
+            singular: Text::Owned(lower),
+            kind: Text::Owned(kind.to_owned()),
+            list_kind: Text::Owned(format!("{kind}List")),
+            short_names: Texts::Owned(Vec::new()),
+            categories: Texts::Owned(Vec::new()),
+            namespaced,
+            description: Text::Owned(description.to_owned()),
+        }
+    }
+
+    /// The same kind with these short names.
+    pub fn with_short_names(self, names: &[&str]) -> Self {
+        Self { short_names: names.iter().map(|n| Text::Owned((*n).to_owned())).collect(), ..self }
+    }
+
+    /// The same kind in these categories.
+    pub fn with_categories(self, categories: &[&str]) -> Self {
+        Self { categories: categories.iter().map(|c| Text::Owned((*c).to_owned())).collect(), ..self }
+    }
+
     /// `<plural>.<group>`, as Kubernetes error messages name a resource.
     pub fn qualified(&self) -> String {
         format!("{}.{GROUP}", self.plural)
@@ -201,6 +227,18 @@ impl Meta {
             uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
             creation_timestamp: pod.creation_timestamp,
             labels: pod.labels.clone(),
+        }
+    }
+
+    /// The metadata of the object `key` computed for a group of pods (a cafe): no UID, and
+    /// created when its oldest pod was.
+    pub fn of_group(key: &PodKey, pods: &[&PodInfo], labels: Labels) -> Self {
+        Self {
+            name: key.name.clone(),
+            namespace: key.namespace.clone(),
+            uid: None,
+            creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
+            labels: Arc::new(labels),
         }
     }
 }

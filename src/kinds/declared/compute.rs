@@ -212,13 +212,7 @@ fn item(
             is_valid_label_value(value).is_empty().then(|| (label.clone(), value.clone()))
         })
         .collect();
-    let meta = Meta {
-        name: key.name.clone(),
-        namespace: key.namespace.clone(),
-        uid: None,
-        creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
-        labels: Arc::new(labels),
-    };
+    let meta = Meta::of_group(key, pods, labels);
     let object = to_raw(&Object {
         kind: &spec.info.kind,
         metadata: ObjectMeta::from(&meta),
