@@ -115,6 +115,24 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
         }
     }
     assert_eq!(shipped.external_metrics, Some(percolator::external::default_metrics()));
+
+    // It declares no kind, and its commented example of one is valid once uncommented.
+    assert!(shipped.kinds.is_empty());
+    let mut example = false;
+    let uncommented: String = text
+        .lines()
+        .map(|line| {
+            example |= line == "# kinds:";
+            let line = if example { line.replacen("# ", "", 1) } else { line.to_string() };
+            line + "\n"
+        })
+        .collect();
+    assert!(example, "the ConfigMap shows a commented kinds: example");
+    let declared = percolator::config::QueryFile::from_yaml(&uncommented, "deploy/base/config.yaml", &check)
+        .unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+    let kinds: Vec<(&str, Option<&str>)> =
+        declared.kinds.iter().map(|k| (k.kind.as_str(), k.plural.as_deref())).collect();
+    assert_eq!(kinds, [("AppTraffic", Some("apptraffics"))]);
 }
 
 #[test]
@@ -171,7 +189,11 @@ fn overlays_wire_trust_as_documented() {
             "true"
         );
     }
-    assert_eq!(reader["rules"][0]["resources"], serde_json::json!(["podmetricssummaries", "cafebrewstats"]));
+    // Every resource of the group, so a kind declared in the configuration needs no RBAC edit.
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"apiGroups": ["stats.une-tasse-de.cafe"], "resources": ["*"], "verbs": ["get", "list"]}])
+    );
     // Bindings to the delegated-auth roles.
     assert_eq!(
         find(&prod, "ClusterRoleBinding", "percolator:system:auth-delegator")["roleRef"]["name"],

@@ -172,6 +172,13 @@ fn mk_auth(material: TrustMaterial, flags: &[&str], access: Arc<FakeAccess>) -> 
     (auth, tokens)
 }
 
+/// [`mk_auth`] with no trust material and the standard access rule, returned with its fakes.
+fn mk_plain_auth(flags: &[&str]) -> (Arc<Auth>, Arc<FakeTokens>, Arc<FakeAccess>) {
+    let access = FakeAccess::standard();
+    let (auth, tokens) = mk_auth(TrustMaterial::default(), flags, access.clone());
+    (auth, tokens, access)
+}
+
 /// What the handler behind the middleware saw.
 async fn echo(request: Request) -> Response {
     let user = request.extensions().get::<Arc<UserInfo>>().map(|u| (**u).clone()).unwrap_or_default();
@@ -331,7 +338,7 @@ async fn identity_headers_without_a_certificate_are_ignored_and_stripped() {
     assert_eq!(body["groups"], json!(["system:unauthenticated"]));
     assert_eq!(body["headers"], json!([]));
     // Same with no request-header configuration at all: kube-apiserver's names are stripped.
-    let (auth, _) = mk_auth(TrustMaterial::default(), &[], FakeAccess::standard());
+    let (auth, _, _) = mk_plain_auth(&[]);
     let (_, _, body) = call(&auth, mk_req("/healthz", ALICE_HEADERS, None)).await;
     assert_eq!(body["headers"], json!([]));
 }
@@ -421,7 +428,7 @@ fn subject_parsing() {
 
 #[tokio::test]
 async fn bearer_tokens() {
-    let (auth, tokens) = mk_auth(TrustMaterial::default(), &[], FakeAccess::standard());
+    let (auth, tokens, _) = mk_plain_auth(&[]);
     let (status, _, body) =
         call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer alice-token")], None)).await;
     assert_eq!(status, StatusCode::OK);
@@ -451,11 +458,7 @@ async fn a_valid_token_wins_over_a_failing_certificate() {
 
 #[tokio::test]
 async fn token_reviews_are_cached_for_both_outcomes_but_not_failures() {
-    let (auth, tokens) = mk_auth(
-        TrustMaterial::default(),
-        &["--authentication-token-webhook-cache-ttl=300ms"],
-        FakeAccess::standard(),
-    );
+    let (auth, tokens, _) = mk_plain_auth(&["--authentication-token-webhook-cache-ttl=300ms"]);
     for _ in 0..3 {
         call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer alice-token")], None)).await;
         call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer nobody")], None)).await;
@@ -469,16 +472,11 @@ async fn token_reviews_are_cached_for_both_outcomes_but_not_failures() {
 
 #[tokio::test]
 async fn zero_ttls_disable_the_caches() {
-    let access = FakeAccess::standard();
-    let (auth, tokens) = mk_auth(
-        TrustMaterial::default(),
-        &[
-            "--authentication-token-webhook-cache-ttl=0",
-            "--authorization-webhook-cache-authorized-ttl=0",
-            "--authorization-webhook-cache-unauthorized-ttl=0",
-        ],
-        access.clone(),
-    );
+    let (auth, tokens, access) = mk_plain_auth(&[
+        "--authentication-token-webhook-cache-ttl=0",
+        "--authorization-webhook-cache-authorized-ttl=0",
+        "--authorization-webhook-cache-unauthorized-ttl=0",
+    ]);
     for _ in 0..2 {
         call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer alice-token")], None)).await;
         call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer bob-token")], None)).await;
@@ -489,14 +487,14 @@ async fn zero_ttls_disable_the_caches() {
 
 #[tokio::test]
 async fn anonymous_on_and_off() {
-    let (auth, _) = mk_auth(TrustMaterial::default(), &[], FakeAccess::standard());
+    let (auth, _, _) = mk_plain_auth(&[]);
     let (status, _, body) = call(&auth, mk_req("/healthz", &[], None)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         (body["user"].as_str(), &body["groups"]),
         (Some("system:anonymous"), &json!(["system:unauthenticated"]))
     );
-    let (auth, _) = mk_auth(TrustMaterial::default(), &["--anonymous-auth=false"], FakeAccess::standard());
+    let (auth, _, _) = mk_plain_auth(&["--anonymous-auth=false"]);
     let (status, headers, body) = call(&auth, mk_req("/healthz", &[], None)).await;
     assert_eq!((status, body), (StatusCode::UNAUTHORIZED, unauthorized()));
     assert_eq!(headers[http::header::CONTENT_TYPE], "application/json");
@@ -509,7 +507,7 @@ async fn anonymous_on_and_off() {
 
 #[tokio::test]
 async fn the_401_403_matrix() {
-    let (auth, _) = mk_auth(TrustMaterial::default(), &[], FakeAccess::standard());
+    let (auth, _, _) = mk_plain_auth(&[]);
     let cases: &[(&str, Option<&str>, StatusCode)] = &[
         (PMS_SHOP, None, StatusCode::FORBIDDEN), // anonymous, denied
         (PMS_SHOP, Some("Bearer nobody"), StatusCode::UNAUTHORIZED), // bad token
@@ -617,8 +615,7 @@ async fn review_specs_carry_the_user_and_the_attributes() {
 
 #[tokio::test]
 async fn always_allow_paths_skip_the_review_only_when_exact() {
-    let access = FakeAccess::standard();
-    let (auth, _) = mk_auth(TrustMaterial::default(), &[], access.clone());
+    let (auth, _, access) = mk_plain_auth(&[]);
     for path in ["/healthz", "/readyz", "/livez", "/livez?verbose"] {
         let (status, _, _) = call(&auth, mk_req(path, &[], None)).await;
         assert_eq!(status, StatusCode::OK, "{path}");
@@ -629,9 +626,7 @@ async fn always_allow_paths_skip_the_review_only_when_exact() {
     assert_eq!(body["message"], "forbidden: User \"system:anonymous\" cannot get path \"/livez/ping\"");
     assert_eq!(access.calls(), 1);
 
-    let access = FakeAccess::standard();
-    let (auth, _) =
-        mk_auth(TrustMaterial::default(), &["--authorization-always-allow-paths=/metrics*"], access.clone());
+    let (auth, _, access) = mk_plain_auth(&["--authorization-always-allow-paths=/metrics*"]);
     let (status, _, _) = call(&auth, mk_req("/metrics/x", &[], None)).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _, _) = call(&auth, mk_req("/healthz", &[], None)).await;
@@ -650,9 +645,7 @@ async fn always_allow_paths_skip_the_review_only_when_exact() {
 
 #[tokio::test]
 async fn always_allow_paths_do_not_cover_resources() {
-    let access = FakeAccess::standard();
-    let (auth, _) =
-        mk_auth(TrustMaterial::default(), &["--authorization-always-allow-paths=/apis*"], access.clone());
+    let (auth, _, access) = mk_plain_auth(&["--authorization-always-allow-paths=/apis*"]);
     let (status, _, _) = call(&auth, mk_req(PMS_SHOP, &[], None)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _, _) = call(&auth, mk_req("/apis/stats.une-tasse-de.cafe/v1alpha1", &[], None)).await;
@@ -699,15 +692,10 @@ async fn review_failures_are_500_and_not_cached() {
 
 #[tokio::test]
 async fn decisions_are_cached_separately_by_outcome() {
-    let access = FakeAccess::standard();
-    let (auth, _) = mk_auth(
-        TrustMaterial::default(),
-        &[
-            "--authorization-webhook-cache-authorized-ttl=10s",
-            "--authorization-webhook-cache-unauthorized-ttl=300ms",
-        ],
-        access.clone(),
-    );
+    let (auth, _, access) = mk_plain_auth(&[
+        "--authorization-webhook-cache-authorized-ttl=10s",
+        "--authorization-webhook-cache-unauthorized-ttl=300ms",
+    ]);
     let alice = [("Authorization", "Bearer alice-token")];
     let bob = [("Authorization", "Bearer bob-token")];
     for _ in 0..3 {
@@ -726,15 +714,10 @@ async fn decisions_are_cached_separately_by_outcome() {
     assert_eq!(access.calls(), 4);
 
     // And the other way round.
-    let access = FakeAccess::standard();
-    let (auth, _) = mk_auth(
-        TrustMaterial::default(),
-        &[
-            "--authorization-webhook-cache-authorized-ttl=300ms",
-            "--authorization-webhook-cache-unauthorized-ttl=10s",
-        ],
-        access.clone(),
-    );
+    let (auth, _, access) = mk_plain_auth(&[
+        "--authorization-webhook-cache-authorized-ttl=300ms",
+        "--authorization-webhook-cache-unauthorized-ttl=10s",
+    ]);
     call(&auth, mk_req(PMS_SHOP, &alice, None)).await;
     call(&auth, mk_req(PMS_SHOP, &bob, None)).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -762,7 +745,7 @@ async fn concurrent_identical_reviews_make_one_call() {
 
 #[tokio::test]
 async fn unparseable_resource_paths_are_404_after_authentication() {
-    let (auth, _) = mk_auth(TrustMaterial::default(), &["--anonymous-auth=false"], FakeAccess::standard());
+    let (auth, _, _) = mk_plain_auth(&["--anonymous-auth=false"]);
     let (status, _, _) = call(&auth, mk_req("/apis/g/v/watch", &[], None)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _, body) =

@@ -121,19 +121,15 @@ pub struct DeclaredKindConfig {
     /// `Kind` of the objects, UpperCamelCase.
     pub kind: String,
     /// Plural resource name; lowercase kind + `s` when unset.
-    #[serde(default)]
     pub plural: Option<String>,
     /// Singular resource name; lowercase kind when unset.
-    #[serde(default)]
     pub singular: Option<String>,
     /// Short names for kubectl.
     #[serde(default)]
     pub short_names: Vec<String>,
     /// Categories; `[percolator]` when unset.
-    #[serde(default)]
     pub categories: Option<Vec<String>>,
     /// `Namespaced` (when unset) or `Cluster`.
-    #[serde(default)]
     pub scope: Option<String>,
     /// The result label whose value names an object.
     pub name_label: String,
@@ -144,10 +140,8 @@ pub struct DeclaredKindConfig {
     #[serde(default, deserialize_with = "de_duration")]
     pub window: Option<Duration>,
     /// Description of the kind (OpenAPI, `kubectl explain`).
-    #[serde(default)]
     pub description: Option<String>,
     /// Joins the running pods whose label `label` equals the object's name.
-    #[serde(default)]
     pub pods: Option<PodsJoinConfig>,
     /// The fields, each from one query; at least one.
     pub fields: Vec<DeclaredFieldConfig>,
@@ -170,16 +164,13 @@ pub struct DeclaredFieldConfig {
     /// PromQL template (`SCOPE`, `WINDOW`).
     pub query: String,
     /// `number` (when unset), `percent`, `cores`, `bytes`, `seconds` or `timestamp`.
-    #[serde(default)]
     pub format: Option<String>,
     /// Printer column name; no column when unset.
-    #[serde(default)]
     pub column: Option<String>,
     /// The column only with `-o wide`.
     #[serde(default)]
     pub wide: bool,
     /// Description of the field (OpenAPI, `kubectl explain`).
-    #[serde(default)]
     pub description: Option<String>,
 }
 
@@ -197,9 +188,39 @@ struct RawFile {
     sections: BTreeMap<String, serde_yaml::Value>,
 }
 
+/// An optional Go duration (`5m`). Parsed inside the visitor, so a bad value is reported at
+/// its own path and position (`kinds[2].window: invalid duration …`), not its parent's.
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
-    let text: Option<String> = Option::deserialize(d)?;
-    text.map(|t| duration::parse(&t).map_err(serde::de::Error::custom)).transpose()
+    struct OptionalDuration;
+
+    impl<'de> serde::de::Visitor<'de> for OptionalDuration {
+        type Value = Option<Duration>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration such as 5m or 30s")
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D2: serde::Deserializer<'de>>(
+            self,
+            d: D2,
+        ) -> std::result::Result<Self::Value, D2::Error> {
+            d.deserialize_str(self)
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> std::result::Result<Self::Value, E> {
+            duration::parse(text).map(Some).map_err(E::custom)
+        }
+    }
+
+    d.deserialize_option(OptionalDuration)
 }
 
 impl QueryFile {
@@ -440,6 +461,10 @@ mod tests {
         assert_eq!(c.window, Some(Duration::from_secs(120)));
         let err = QueryFile::from_yaml("window: soon\n", "f", &mk_check()).unwrap_err().to_string();
         assert!(err.contains("soon"), "{err}");
+        // A nested bad duration is reported at its own path.
+        let nested = "externalMetrics:\n- name: a\n  query: x\n  window: soon\n";
+        let err = QueryFile::from_yaml(nested, "f", &mk_check()).unwrap_err().to_string();
+        assert!(err.starts_with("--config f: externalMetrics[0].window: "), "{err}");
         let err = QueryFile::from_yaml("window: 10ms\n", "f", &mk_check()).unwrap_err().to_string();
         assert_eq!(err, "--config f: field window: must be at least 1s");
     }

@@ -158,12 +158,11 @@ mod tests {
 
     #[test]
     fn formats_seconds_as_durations_and_cells() {
-        assert_eq!(seconds_string(21.5), "21.5s");
-        assert_eq!(seconds_string(28.0), "28s");
-        assert_eq!(seconds_string(75.25), "1m15.25s");
-        assert_eq!(seconds_string(-3.0), "0s");
-        assert_eq!(seconds_cell(32.14), "32.1s");
-        assert_eq!(seconds_cell(28.0), "28s");
-        assert_eq!(seconds_cell(0.04), "0s");
+        for (seconds, want) in [(21.5, "21.5s"), (28.0, "28s"), (75.25, "1m15.25s"), (-3.0, "0s")] {
+            assert_eq!(seconds_string(seconds), want, "{seconds}");
+        }
+        for (seconds, want) in [(32.14, "32.1s"), (28.0, "28s"), (0.04, "0s")] {
+            assert_eq!(seconds_cell(seconds), want, "{seconds}");
+        }
     }
 }

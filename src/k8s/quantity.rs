@@ -98,19 +98,24 @@ fn div_round_up(n: i128, d: i128) -> i128 {
     }
 }
 
+/// `mantissa` with every factor of `base` stripped while a larger suffix remains, followed by
+/// the suffix reached (`suffixes[0]` for none stripped).
+fn with_suffix(mut mantissa: i128, base: i128, suffixes: &[(i32, &str)]) -> String {
+    let mut index = 0;
+    while index + 1 < suffixes.len() && mantissa % base == 0 {
+        mantissa /= base;
+        index += 1;
+    }
+    let suffix = suffixes.get(index).map_or("", |(_, s)| *s);
+    format!("{mantissa}{suffix}")
+}
+
 /// Canonical DecimalSI text of a value in nano units.
 fn format_decimal_nanos(nanos: i128) -> String {
     if nanos == 0 {
         return "0".to_owned();
     }
-    let mut mantissa = nanos;
-    let mut index = 0;
-    while index + 1 < DECIMAL_SUFFIXES.len() && mantissa % 1000 == 0 {
-        mantissa /= 1000;
-        index += 1;
-    }
-    let suffix = DECIMAL_SUFFIXES.get(index).map_or("", |(_, s)| *s);
-    format!("{mantissa}{suffix}")
+    with_suffix(nanos, 1000, &DECIMAL_SUFFIXES)
 }
 
 /// Canonical DecimalSI form of `value`, with nano precision, rounding up to `1n` like
@@ -129,14 +134,7 @@ pub fn binary_si(bytes: f64) -> String {
     if nanos % NANOS_PER_UNIT != 0 || nanos.abs() < 1024 * NANOS_PER_UNIT {
         return format_decimal_nanos(nanos);
     }
-    let mut mantissa = nanos / NANOS_PER_UNIT;
-    let mut index = 0;
-    while index + 1 < BINARY_SUFFIXES.len() && mantissa % 1024 == 0 {
-        mantissa /= 1024;
-        index += 1;
-    }
-    let suffix = BINARY_SUFFIXES.get(index).map_or("", |(_, s)| *s);
-    format!("{mantissa}{suffix}")
+    with_suffix(nanos / NANOS_PER_UNIT, 1024, &BINARY_SUFFIXES)
 }
 
 /// Parses any valid Quantity (`<signedNumber><suffix>`; binary `Ki`…`Ei`, decimal `n`…`E`,
@@ -362,26 +360,19 @@ mod tests {
 
     #[test]
     fn cells_like_kubectl_top() {
-        assert_eq!(cpu_cell(0.25), "250m");
-        assert_eq!(cpu_cell(0.001_234), "2m");
-        assert_eq!(cpu_cell(0.000_001_234), "1m");
-        assert_eq!(cpu_cell(0.0), "0m");
-        assert_eq!(cpu_cell(2.0), "2000m");
-        assert_eq!(memory_cell(176_160_768.0), "168Mi");
-        assert_eq!(memory_cell(176_160_768.0 + 1_048_575.0), "168Mi");
-        assert_eq!(memory_cell(1000.0), "0Mi");
-        assert_eq!(rate_cell(12.5), "12.5");
-        assert_eq!(rate_cell(0.25), "0.25");
-        assert_eq!(rate_cell(3.0), "3");
-        assert_eq!(rate_cell(0.0), "0");
-        assert_eq!(rate_cell(1.999), "2");
-        assert_eq!(rate_cell(-0.001), "0");
-        assert_eq!(rate_cell(100.0), "100");
-        assert_eq!(percent_cell(0.04), "4.0%");
-        assert_eq!(percent_cell(0.0), "0.0%");
-        assert_eq!(percent_cell(0.2), "20.0%");
-        assert_eq!(percent_cell(1.0), "100.0%");
-        assert_eq!(percent_cell(0.0123), "1.2%");
+        let check = |cell: fn(f64) -> String, cases: &[(f64, &str)]| {
+            for (value, want) in cases {
+                assert_eq!(cell(*value), *want, "{value}");
+            }
+        };
+        check(cpu_cell, &[(0.25, "250m"), (0.0, "0m"), (2.0, "2000m")]);
+        check(cpu_cell, &[(0.001_234, "2m"), (0.000_001_234, "1m")]); // rounded up
+        check(memory_cell, &[(176_160_768.0, "168Mi")]);
+        check(memory_cell, &[(176_160_768.0 + 1_048_575.0, "168Mi"), (1000.0, "0Mi")]); // truncated
+        check(rate_cell, &[(12.5, "12.5"), (0.25, "0.25"), (3.0, "3"), (0.0, "0"), (100.0, "100")]);
+        check(rate_cell, &[(1.999, "2"), (-0.001, "0")]); // rounded
+        check(percent_cell, &[(0.04, "4.0%"), (0.0, "0.0%"), (0.2, "20.0%"), (1.0, "100.0%")]);
+        check(percent_cell, &[(0.0123, "1.2%")]); // rounded
     }
 
     #[test]

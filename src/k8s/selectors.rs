@@ -631,40 +631,38 @@ mod tests {
         LabelSelector::parse(s).unwrap_err().0
     }
 
+    /// Asserts that every selector of `selecting` selects `l` and that none of `others` does.
+    fn assert_selects(l: &BTreeMap<String, String>, selecting: &[&str], others: &[&str]) {
+        for s in selecting {
+            assert!(sel(s).matches(l), "{s:?} should select {l:?}");
+        }
+        for s in others {
+            assert!(!sel(s).matches(l), "{s:?} should not select {l:?}");
+        }
+    }
+
     #[test]
     fn equality_forms() {
         let l = labels(&[("app", "web"), ("tier", "front")]);
-        assert!(sel("app=web").matches(&l));
-        assert!(sel("app==web").matches(&l));
-        assert!(!sel("app!=web").matches(&l));
-        assert!(sel("app!=db").matches(&l));
-        assert!(sel("missing!=x").matches(&l));
-        assert!(!sel("app=db").matches(&l));
-        assert!(sel("app=web,tier=front").matches(&l));
-        assert!(!sel("app=web,tier=back").matches(&l));
+        let selecting = ["app=web", "app==web", "app!=db", "missing!=x", "app=web,tier=front"];
+        assert_selects(&l, &selecting, &["app!=web", "app=db", "app=web,tier=back"]);
     }
 
     #[test]
     fn set_forms() {
         let l = labels(&[("env", "prod")]);
-        assert!(sel("env in (prod,staging)").matches(&l));
-        assert!(!sel("env in (dev)").matches(&l));
-        assert!(sel("env notin (dev)").matches(&l));
-        assert!(!sel("env notin (prod, dev)").matches(&l));
-        assert!(sel("other notin (x)").matches(&l));
-        assert!(!sel("other in (x)").matches(&l));
-        assert!(sel("env").matches(&l));
-        assert!(!sel("!env").matches(&l));
-        assert!(sel("!other").matches(&l));
-        assert!(!sel("other").matches(&l));
+        let selecting = ["env in (prod,staging)", "env notin (dev)", "other notin (x)", "env", "!other"];
+        assert_selects(
+            &l,
+            &selecting,
+            &["env in (dev)", "env notin (prod, dev)", "other in (x)", "!env", "other"],
+        );
     }
 
     #[test]
     fn keywords_are_values_and_keys_in_value_position() {
         // `in` is a keyword only where an operator is expected.
-        let l = labels(&[("in", "notin")]);
-        assert!(sel("in=notin").matches(&l));
-        assert!(sel("in in (notin)").matches(&l));
+        assert_selects(&labels(&[("in", "notin")]), &["in=notin", "in in (notin)"], &[]);
     }
 
     #[test]
@@ -684,12 +682,7 @@ mod tests {
     #[test]
     fn empty_values() {
         let l = labels(&[("a", "")]);
-        assert!(sel("a=").matches(&l));
-        assert!(sel("a==").matches(&l));
-        assert!(sel("a in ()").matches(&l));
-        assert!(sel("a in (,x)").matches(&l));
-        assert!(sel("a in (x,)").matches(&l));
-        assert!(!sel("a!=").matches(&l));
+        assert_selects(&l, &["a=", "a==", "a in ()", "a in (,x)", "a in (x,)"], &["a!="]);
         assert_eq!(
             sel("a in (x,,y)").requirements(),
             &[Requirement::Expr(Expression::In("a".into(), ["".to_owned(), "x".into(), "y".into()].into()))]
@@ -707,18 +700,15 @@ mod tests {
     #[test]
     fn prefixed_keys() {
         let l = labels(&[("une-tasse-de.cafe/cafe", "espresso-du-matin")]);
-        assert!(sel("une-tasse-de.cafe/cafe=espresso-du-matin").matches(&l));
-        assert!(sel("une-tasse-de.cafe/cafe in (espresso-du-matin)").matches(&l));
+        let selecting =
+            ["une-tasse-de.cafe/cafe=espresso-du-matin", "une-tasse-de.cafe/cafe in (espresso-du-matin)"];
+        assert_selects(&l, &selecting, &[]);
     }
 
     #[test]
     fn gt_and_lt() {
         let l = labels(&[("replicas", "3"), ("word", "x")]);
-        assert!(sel("replicas>2").matches(&l));
-        assert!(!sel("replicas>3").matches(&l));
-        assert!(sel("replicas<4").matches(&l));
-        assert!(!sel("word>1").matches(&l));
-        assert!(!sel("missing<1").matches(&l));
+        assert_selects(&l, &["replicas>2", "replicas<4"], &["replicas>3", "word>1", "missing<1"]);
         assert_eq!(
             err("replicas>x"),
             "unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer"
@@ -770,33 +760,28 @@ mod tests {
 
     #[test]
     fn syntax_errors_are_worded_like_apimachinery() {
-        assert_eq!(err("=x"), "found '=', expected: !, identifier, or 'end of string'");
-        assert_eq!(err(","), "found ',', expected: !, identifier, or 'end of string'");
-        assert_eq!(err("a=b,"), "found '', expected: identifier after ','");
-        assert_eq!(err("a=b,,c=d"), "found ',', expected: identifier after ','");
-        assert_eq!(
-            err("a b"),
-            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
-        );
-        assert_eq!(err("a=b c"), "found 'c', expected: ',' or 'end of string'");
-        assert_eq!(err("!a=b"), "found '=', expected: ',' or 'end of string'");
-        assert_eq!(err("!"), "unable to parse requirement: found '', expected: identifier");
-        assert_eq!(err("!!a"), "unable to parse requirement: found '!', expected: identifier");
-        assert_eq!(err("a in b"), "unable to parse requirement: found 'b' expected: '('");
-        assert_eq!(err("a in (b"), "unable to parse requirement: found '', expected: ',' or ')'");
-        assert_eq!(err("a in (b c)"), "unable to parse requirement: found 'c', expected: ',' or ')'");
-        assert_eq!(err("a in ("), "unable to parse requirement: found '', expected: ',', ')' or identifier");
-        assert_eq!(
-            err("a in (=)"),
-            "unable to parse requirement: found '=', expected: ',', ')' or identifier"
-        );
-        assert_eq!(err("a in (b,=)"), "unable to parse requirement: found '=', expected: ',', or identifier");
-        assert_eq!(
-            err("a (b)"),
-            "unable to parse requirement: found '(', expected: in, notin, =, ==, !=, gt, lt"
-        );
-        assert_eq!(err("a=(b)"), "unable to parse requirement: found '(', expected: identifier");
-        assert_eq!(err("a>=1"), "unable to parse requirement: found '=', expected: identifier");
+        for (selector, message) in [
+            ("=x", "found '=', expected: !, identifier, or 'end of string'"),
+            (",", "found ',', expected: !, identifier, or 'end of string'"),
+            ("a=b,", "found '', expected: identifier after ','"),
+            ("a=b,,c=d", "found ',', expected: identifier after ','"),
+            ("a b", "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"),
+            ("a=b c", "found 'c', expected: ',' or 'end of string'"),
+            ("!a=b", "found '=', expected: ',' or 'end of string'"),
+            ("!", "unable to parse requirement: found '', expected: identifier"),
+            ("!!a", "unable to parse requirement: found '!', expected: identifier"),
+            ("a in b", "unable to parse requirement: found 'b' expected: '('"),
+            ("a in (b", "unable to parse requirement: found '', expected: ',' or ')'"),
+            ("a in (b c)", "unable to parse requirement: found 'c', expected: ',' or ')'"),
+            ("a in (", "unable to parse requirement: found '', expected: ',', ')' or identifier"),
+            ("a in (=)", "unable to parse requirement: found '=', expected: ',', ')' or identifier"),
+            ("a in (b,=)", "unable to parse requirement: found '=', expected: ',', or identifier"),
+            ("a (b)", "unable to parse requirement: found '(', expected: in, notin, =, ==, !=, gt, lt"),
+            ("a=(b)", "unable to parse requirement: found '(', expected: identifier"),
+            ("a>=1", "unable to parse requirement: found '=', expected: identifier"),
+        ] {
+            assert_eq!(err(selector), message, "{selector:?}");
+        }
     }
 
     #[test]
@@ -855,22 +840,22 @@ mod tests {
 
     #[test]
     fn field_selector_errors() {
-        let e = |s: &str| FieldSelector::parse_supported(s).unwrap_err().0;
-        assert_eq!(e("spec.foo=x"), "field label not supported: spec.foo");
-        assert_eq!(e("metadata.name=a,status.phase=Running"), "field label not supported: status.phase");
-        // Syntax is checked before field names, and terms are sorted first.
-        assert_eq!(
-            e("zzz=1,metadata.name"),
-            "invalid selector: 'zzz=1,metadata.name'; can't understand 'metadata.name'"
-        );
-        assert_eq!(e("metadata.name = x"), "field label not supported: metadata.name ");
-        assert_eq!(e("metadata.name=a=b"), "invalid field selector: unescaped character in value: 61");
-        assert_eq!(e("metadata.name=a\\x"), "invalid field selector: invalid escape sequence: \\x");
-        assert_eq!(e("metadata.name=a\\"), "invalid field selector: invalid escape sequence: \\");
-        assert_eq!(
-            e("metadata.name<a"),
-            "invalid selector: 'metadata.name<a'; can't understand 'metadata.name<a'"
-        );
+        for (selector, message) in [
+            ("spec.foo=x", "field label not supported: spec.foo"),
+            ("metadata.name=a,status.phase=Running", "field label not supported: status.phase"),
+            // Syntax is checked before field names, and terms are sorted first.
+            (
+                "zzz=1,metadata.name",
+                "invalid selector: 'zzz=1,metadata.name'; can't understand 'metadata.name'",
+            ),
+            ("metadata.name = x", "field label not supported: metadata.name "),
+            ("metadata.name=a=b", "invalid field selector: unescaped character in value: 61"),
+            ("metadata.name=a\\x", "invalid field selector: invalid escape sequence: \\x"),
+            ("metadata.name=a\\", "invalid field selector: invalid escape sequence: \\"),
+            ("metadata.name<a", "invalid selector: 'metadata.name<a'; can't understand 'metadata.name<a'"),
+        ] {
+            assert_eq!(FieldSelector::parse_supported(selector).unwrap_err().0, message, "{selector:?}");
+        }
     }
 
     #[test]

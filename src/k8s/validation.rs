@@ -4,43 +4,66 @@
 //! `IsDNS1123Subdomain` for object names. Used by the selector parser and by the resource
 //! endpoints to validate path segments before anything reaches an upstream (PromQL).
 
-const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const QUALIFIED_NAME_MAX_LEN: usize = 63;
-const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_MAX_LEN: usize = 63;
-const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_LABEL_MAX_LEN: usize = 63;
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_MAX_LEN: usize = 253;
+/// One of apimachinery's name formats: the regex its error quotes, the error's message and
+/// examples (`RegexError`), and the longest value it accepts.
+struct Syntax {
+    regex: &'static str,
+    message: &'static str,
+    examples: &'static [&'static str],
+    max_len: usize,
+}
 
-/// apimachinery's `RegexError` (its double space before `or` included).
-fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
-    let mut out = format!("{msg} (e.g. ");
-    for (i, example) in examples.iter().enumerate() {
-        if i > 0 {
-            out.push_str(" or ");
+const QUALIFIED_NAME: Syntax = Syntax {
+    regex: "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]",
+    message: "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    examples: &["MyName", "my.name", "123-abc"],
+    max_len: 63,
+};
+const LABEL_VALUE: Syntax = Syntax {
+    regex: "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?",
+    message: "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    examples: &["MyValue", "my_value", "12345"],
+    max_len: 63,
+};
+const DNS1123_LABEL: Syntax = Syntax {
+    regex: "[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+    message: "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+    examples: &["my-name", "123-abc"],
+    max_len: 63,
+};
+const DNS1123_SUBDOMAIN: Syntax = Syntax {
+    regex: "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+    message: "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+    examples: &["example.com"],
+    max_len: 253,
+};
+
+impl Syntax {
+    /// apimachinery's `RegexError` (its double space before `or` included).
+    fn regex_error(&self) -> String {
+        let mut out = format!("{} (e.g. ", self.message);
+        for (i, example) in self.examples.iter().enumerate() {
+            if i > 0 {
+                out.push_str(" or ");
+            }
+            out.push('\'');
+            out.push_str(example);
+            out.push_str("', ");
         }
-        out.push('\'');
-        out.push_str(example);
-        out.push_str("', ");
+        out.push_str("regex used for validation is '");
+        out.push_str(self.regex);
+        out.push_str("')");
+        out
     }
-    out.push_str("regex used for validation is '");
-    out.push_str(fmt);
-    out.push_str("')");
-    out
+
+    /// The errors of a value's length: none, or that it is longer than `max_len`.
+    fn length_errors(&self, value: &str) -> Vec<String> {
+        if value.len() > self.max_len { vec![max_len_error(self.max_len)] } else { Vec::new() }
+    }
 }
 
 fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} characters")
-}
-
-/// The errors of a value's length: none, or that it is longer than `max`.
-fn length_errors(value: &str, max: usize) -> Vec<String> {
-    if value.len() > max { vec![max_len_error(max)] } else { Vec::new() }
 }
 
 fn is_alnum(b: u8) -> bool {
@@ -93,21 +116,18 @@ pub fn is_qualified_name(value: &str) -> Vec<String> {
         _ => {
             errs.push(format!(
                 "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+                QUALIFIED_NAME.regex_error()
             ));
             return errs;
         }
     };
     if name.is_empty() {
         errs.push("name part must be non-empty".to_owned());
-    } else if name.len() > QUALIFIED_NAME_MAX_LEN {
-        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX_LEN)));
+    } else if name.len() > QUALIFIED_NAME.max_len {
+        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME.max_len)));
     }
     if !matches_qualified_name(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-        ));
+        errs.push(format!("name part {}", QUALIFIED_NAME.regex_error()));
     }
     errs
 }
@@ -115,21 +135,21 @@ pub fn is_qualified_name(value: &str) -> Vec<String> {
 /// `validation.IsValidLabelValue`. Rejects every character PromQL would need escaped
 /// (`"`, `\`, `}`, newlines), so a valid label value is safe inside a PromQL string.
 pub fn is_valid_label_value(value: &str) -> Vec<String> {
-    let mut errs = length_errors(value, LABEL_VALUE_MAX_LEN);
+    let mut errs = LABEL_VALUE.length_errors(value);
     if !value.is_empty() && !matches_qualified_name(value) {
-        errs.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
+        errs.push(LABEL_VALUE.regex_error());
     }
     errs
 }
 
 /// `validation.IsDNS1123Label`: a namespace name.
 pub fn is_dns1123_label(value: &str) -> Vec<String> {
-    let mut errs = length_errors(value, DNS1123_LABEL_MAX_LEN);
+    let mut errs = DNS1123_LABEL.length_errors(value);
     if !matches_dns1123_label(value) {
         if matches_dns1123_subdomain(value) {
             errs.push("must not contain dots".to_owned());
         } else {
-            errs.push(regex_error(DNS1123_LABEL_ERR, DNS1123_LABEL_FMT, &["my-name", "123-abc"]));
+            errs.push(DNS1123_LABEL.regex_error());
         }
     }
     errs
@@ -137,9 +157,9 @@ pub fn is_dns1123_label(value: &str) -> Vec<String> {
 
 /// `validation.IsDNS1123Subdomain`: an object (pod) name.
 pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
-    let mut errs = length_errors(value, DNS1123_SUBDOMAIN_MAX_LEN);
+    let mut errs = DNS1123_SUBDOMAIN.length_errors(value);
     if !matches_dns1123_subdomain(value) {
-        errs.push(regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
+        errs.push(DNS1123_SUBDOMAIN.regex_error());
     }
     errs
 }

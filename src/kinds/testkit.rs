@@ -1,7 +1,8 @@
 //! Fake sources for the kinds' unit tests: an in-memory [`Inventory`], a [`KubeletSource`]
 //! answering per node (usage or an error) and counting calls, and a [`PromSource`] answering
 //! each PromQL by the first pattern it contains and recording every query. [`mk_sources`]
-//! joins them with the default query configuration and the default 5m window.
+//! joins them with the default query configuration and the default 5m window;
+//! [`mk_cafe_inventory`] holds the pods the cafe kinds' tests join.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 
+use super::cafe_brew_stats::CAFE_LABEL;
 use super::{Cell, Item, Sources};
 use crate::config::{Check, LiveConfig, QueryFile};
 use crate::sources::{
@@ -65,6 +67,29 @@ pub(crate) fn mk_sample(labels: &[(&str, &str)], value: f64, at: &str) -> PromSa
         value,
         timestamp: mk_time(at),
     }
+}
+
+/// The pods of the cafe fixtures: in `ns`, espresso-du-matin's brew-1 and brew-2 (node-a),
+/// lungo-froid's cold-1 (node-b), Bad_Name's bad-1 (node-a, not a valid object name) and
+/// web-1 (node-c, serving no cafe); in `other`, espresso-du-soir's brew-9 (node-d). Serving
+/// pods carry the cafe label and `app: brew`; every pod has one container, `app`.
+pub(crate) fn mk_cafe_inventory() -> Arc<FakeInventory> {
+    // (namespace, pod, node, cafe, created)
+    let serving = [
+        ("ns", "brew-1", "node-a", "espresso-du-matin", "2026-07-01T09:00:00Z"),
+        ("ns", "brew-2", "node-a", "espresso-du-matin", "2026-07-01T08:00:00Z"),
+        ("ns", "cold-1", "node-b", "lungo-froid", "2026-07-01T07:00:00Z"),
+        ("ns", "bad-1", "node-a", "Bad_Name", "2026-07-01T07:00:00Z"),
+        ("other", "brew-9", "node-d", "espresso-du-soir", "2026-07-01T06:00:00Z"),
+    ];
+    let mut pods: Vec<_> = serving
+        .into_iter()
+        .map(|(namespace, pod, node, cafe, created)| {
+            mk_pod(namespace, pod, node, &[(CAFE_LABEL, cafe), ("app", "brew")], &["app"], created)
+        })
+        .collect();
+    pods.push(mk_pod("ns", "web-1", "node-c", &[("app", "web")], &["app"], "2026-07-01T07:00:00Z"));
+    FakeInventory::with(pods)
 }
 
 /// An inventory of fixed pods.

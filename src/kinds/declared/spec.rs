@@ -574,52 +574,28 @@ kinds:
     #[test]
     fn kind_names() {
         let long = format!("A{}", "b".repeat(63));
-        for (entries, field, message) in [
+        let too_long = format!("\"{long}\" is longer than 63 characters");
+        for (kind, message) in [
+            ("''", "must not be empty"),
+            ("appTraffic", "\"appTraffic\" is not UpperCamelCase ([A-Z][A-Za-z0-9]*)"),
+            ("App_Traffic", "\"App_Traffic\" is not UpperCamelCase ([A-Z][A-Za-z0-9]*)"),
+            (long.as_str(), too_long.as_str()),
+            ("PodMetricsSummary", "\"PodMetricsSummary\" is already a built-in kind"),
+            ("CafeBrewStatsList", "\"CafeBrewStatsList\" is the list kind of CafeBrewStats, a built-in kind"),
+        ] {
+            let entry = format!("{{kind: {kind}, nameLabel: pod, {FIELD}}}");
+            assert_eq!(load(&mk_file(&[entry])), config_error("kinds[0].kind", message), "{kind}");
+        }
+        // A second AppTraffic, after one that already took its name.
+        for (first, message) in [
+            (mk_kind(FIELD), "\"AppTraffic\" is already declared by kinds[0]"),
             (
-                vec![format!("{{kind: '', nameLabel: pod, {FIELD}}}")],
-                "kinds[0].kind",
-                "must not be empty".to_owned(),
-            ),
-            (
-                vec![format!("{{kind: appTraffic, nameLabel: pod, {FIELD}}}")],
-                "kinds[0].kind",
-                "\"appTraffic\" is not UpperCamelCase ([A-Z][A-Za-z0-9]*)".to_owned(),
-            ),
-            (
-                vec![format!("{{kind: App_Traffic, nameLabel: pod, {FIELD}}}")],
-                "kinds[0].kind",
-                "\"App_Traffic\" is not UpperCamelCase ([A-Z][A-Za-z0-9]*)".to_owned(),
-            ),
-            (
-                vec![format!("{{kind: {long}, nameLabel: pod, {FIELD}}}")],
-                "kinds[0].kind",
-                format!("\"{long}\" is longer than 63 characters"),
-            ),
-            (
-                vec![format!("{{kind: PodMetricsSummary, nameLabel: pod, {FIELD}}}")],
-                "kinds[0].kind",
-                "\"PodMetricsSummary\" is already a built-in kind".to_owned(),
-            ),
-            (
-                vec![mk_kind(FIELD), mk_kind(FIELD)],
-                "kinds[1].kind",
-                "\"AppTraffic\" is already declared by kinds[0]".to_owned(),
-            ),
-            (
-                vec![format!("{{kind: CafeBrewStatsList, nameLabel: pod, {FIELD}}}")],
-                "kinds[0].kind",
-                "\"CafeBrewStatsList\" is the list kind of CafeBrewStats, a built-in kind".to_owned(),
-            ),
-            (
-                vec![
-                    format!("{{kind: AppTrafficList, plural: atl, nameLabel: pod, {FIELD}}}"),
-                    mk_kind(FIELD),
-                ],
-                "kinds[1].kind",
-                "\"AppTraffic\" would list as AppTrafficList, already declared by kinds[0]".to_owned(),
+                format!("{{kind: AppTrafficList, plural: atl, nameLabel: pod, {FIELD}}}"),
+                "\"AppTraffic\" would list as AppTrafficList, already declared by kinds[0]",
             ),
         ] {
-            assert_eq!(load(&mk_file(&entries)), config_error(field, &message), "{entries:?}");
+            let entries = [first, mk_kind(FIELD)];
+            assert_eq!(load(&mk_file(&entries)), config_error("kinds[1].kind", message), "{entries:?}");
         }
         let err = load(&mk_file(&[format!("{{nameLabel: pod, {FIELD}}}")])).unwrap_err();
         assert_eq!(err, "--config f.yaml: kinds[0]: missing field `kind` at line 2 column 3");
@@ -627,88 +603,49 @@ kinds:
 
     #[test]
     fn resource_names_are_dns_labels_and_unique() {
+        const PMS: &str = "podmetricssummaries";
+        let app = |extra: &str| mk_kind(&format!("{extra} {FIELD}"));
         let other = |extra: &str| format!("{{kind: Other, nameLabel: pod, {extra} {FIELD}}}");
-        for (entries, field, message) in [
+        let not_dns_label = |value: &str, what: &str| {
+            format!("\"{value}\" is not a valid {what}: {}", dns_label_error(value))
+        };
+        let taken = |name: &str, role: &str, of: &str| format!("\"{name}\" is already the {role} of {of}");
+        for (extra, field, message) in [
+            ("plural: App,", "plural", not_dns_label("App", "plural")),
             (
-                vec![mk_kind(&format!("plural: App, {FIELD}"))],
-                "kinds[AppTraffic].plural",
-                format!("\"App\" is not a valid plural: {}", dns_label_error("App")),
-            ),
-            (
-                vec![mk_kind(&format!("singular: app.traffic, {FIELD}"))],
-                "kinds[AppTraffic].singular",
+                "singular: app.traffic,",
+                "singular",
                 "\"app.traffic\" is not a valid singular: must not contain dots".to_owned(),
             ),
-            (
-                vec![mk_kind(&format!("shortNames: [at-], {FIELD}"))],
-                "kinds[AppTraffic].shortNames[0]",
-                format!("\"at-\" is not a valid short name: {}", dns_label_error("at-")),
-            ),
-            (
-                vec![mk_kind(&format!("plural: podmetricssummaries, {FIELD}"))],
-                "kinds[AppTraffic].plural",
-                "\"podmetricssummaries\" is already the plural of podmetricssummaries".to_owned(),
-            ),
-            // A default plural can collide too.
-            (
-                vec![format!("{{kind: Podmetricssummarie, nameLabel: pod, {FIELD}}}")],
-                "kinds[Podmetricssummarie].plural",
-                "\"podmetricssummaries\" is already the plural of podmetricssummaries".to_owned(),
-            ),
-            (
-                vec![mk_kind(&format!("singular: podmetricssummary, {FIELD}"))],
-                "kinds[AppTraffic].singular",
-                "\"podmetricssummary\" is already the singular of podmetricssummaries".to_owned(),
-            ),
-            (
-                vec![mk_kind(&format!("singular: pms, {FIELD}"))],
-                "kinds[AppTraffic].singular",
-                "\"pms\" is already the short name of podmetricssummaries".to_owned(),
-            ),
-            (
-                vec![mk_kind(&format!("singular: cafebrewstats, {FIELD}"))],
-                "kinds[AppTraffic].singular",
-                "\"cafebrewstats\" is already the plural of cafebrewstats".to_owned(),
-            ),
-            (
-                vec![mk_kind(&format!("shortNames: [atr, brews], {FIELD}"))],
-                "kinds[AppTraffic].shortNames[1]",
-                "\"brews\" is already the short name of cafebrewstats".to_owned(),
-            ),
+            ("shortNames: [at-],", "shortNames[0]", not_dns_label("at-", "short name")),
+            ("categories: [percolator, Web],", "categories[1]", not_dns_label("Web", "category")),
+            // Names of the built-in kinds.
+            ("plural: podmetricssummaries,", "plural", taken(PMS, "plural", PMS)),
+            ("singular: podmetricssummary,", "singular", taken("podmetricssummary", "singular", PMS)),
+            ("singular: pms,", "singular", taken("pms", "short name", PMS)),
+            ("singular: cafebrewstats,", "singular", taken("cafebrewstats", "plural", "cafebrewstats")),
+            ("shortNames: [atr, brews],", "shortNames[1]", taken("brews", "short name", "cafebrewstats")),
             // Within one kind.
-            (
-                vec![mk_kind(&format!("shortNames: [atr, atr], {FIELD}"))],
-                "kinds[AppTraffic].shortNames[1]",
-                "\"atr\" is already the short name of apptraffics".to_owned(),
-            ),
-            (
-                vec![mk_kind(&format!("shortNames: [apptraffic], {FIELD}"))],
-                "kinds[AppTraffic].shortNames[0]",
-                "\"apptraffic\" is already the singular of apptraffics".to_owned(),
-            ),
-            // Across declared kinds.
-            (
-                vec![mk_kind(&format!("shortNames: [atr], {FIELD}")), other("singular: atr,")],
-                "kinds[Other].singular",
-                "\"atr\" is already the short name of apptraffics".to_owned(),
-            ),
-            (
-                vec![mk_kind(FIELD), other("shortNames: [apptraffic],")],
-                "kinds[Other].shortNames[0]",
-                "\"apptraffic\" is already the singular of apptraffics".to_owned(),
-            ),
-            (
-                vec![mk_kind(FIELD), other("plural: apptraffics,")],
-                "kinds[Other].plural",
-                "\"apptraffics\" is already the plural of apptraffics".to_owned(),
-            ),
-            (
-                vec![mk_kind(&format!("categories: [percolator, Web], {FIELD}"))],
-                "kinds[AppTraffic].categories[1]",
-                format!("\"Web\" is not a valid category: {}", dns_label_error("Web")),
-            ),
+            ("shortNames: [atr, atr],", "shortNames[1]", taken("atr", "short name", "apptraffics")),
+            ("shortNames: [apptraffic],", "shortNames[0]", taken("apptraffic", "singular", "apptraffics")),
         ] {
-            assert_eq!(load(&mk_file(&entries)), config_error(field, &message), "{entries:?}");
+            let want = config_error(&format!("kinds[AppTraffic].{field}"), &message);
+            assert_eq!(load(&mk_file(&[app(extra)])), want, "{extra}");
+        }
+        // A default plural can collide too.
+        let entry = format!("{{kind: Podmetricssummarie, nameLabel: pod, {FIELD}}}");
+        assert_eq!(
+            load(&mk_file(&[entry])),
+            config_error("kinds[Podmetricssummarie].plural", &taken(PMS, "plural", PMS))
+        );
+        // Across declared kinds: Other takes a name of AppTraffic's.
+        for (first, second, field, name, role) in [
+            ("shortNames: [atr],", "singular: atr,", "singular", "atr", "short name"),
+            ("", "shortNames: [apptraffic],", "shortNames[0]", "apptraffic", "singular"),
+            ("", "plural: apptraffics,", "plural", "apptraffics", "plural"),
+        ] {
+            let want = config_error(&format!("kinds[Other].{field}"), &taken(name, role, "apptraffics"));
+            assert_eq!(load(&mk_file(&[app(first), other(second)])), want, "{second}");
         }
         // A singular equal to its own plural (like cafebrewstats), and no categories at all.
         let file = load(&mk_file(&[mk_kind(&format!(
@@ -722,39 +659,38 @@ kinds:
 
     #[test]
     fn scope_and_labels() {
-        let label_key_error = |value: &str| is_qualified_name(value).join("; ");
+        let not_label_key = |value: &str| {
+            format!(
+                "\"{value}\" is not a valid Kubernetes label key: {}",
+                is_qualified_name(value).join("; ")
+            )
+        };
         for (extra, field, message) in [
             (
-                "scope: namespaced,".to_owned(),
-                "kinds[AppTraffic].scope",
+                "scope: namespaced,",
+                "scope",
                 "\"namespaced\" is not a scope: expected Namespaced or Cluster".to_owned(),
             ),
             (
-                "labels: [app.kubernetes.io/name],".to_owned(),
-                "kinds[AppTraffic].labels[0]",
+                "labels: [app.kubernetes.io/name],",
+                "labels[0]",
                 "\"app.kubernetes.io/name\" is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"
                     .to_owned(),
             ),
+            ("labels: [tier, tier_],", "labels[1]", not_label_key("tier_")),
             (
-                "labels: [tier, tier_],".to_owned(),
-                "kinds[AppTraffic].labels[1]",
-                format!("\"tier_\" is not a valid Kubernetes label key: {}", label_key_error("tier_")),
-            ),
-            (
-                "labels: [tier, version, tier],".to_owned(),
-                "kinds[AppTraffic].labels[2]",
+                "labels: [tier, version, tier],",
+                "labels[2]",
                 "duplicate label \"tier\" (also labels[0])".to_owned(),
             ),
-            ("window: 500ms,".to_owned(), "kinds[AppTraffic].window", "must be at least 1s".to_owned()),
-            (
-                "pods: {label: a/b/c},".to_owned(),
-                "kinds[AppTraffic].pods.label",
-                format!("\"a/b/c\" is not a valid Kubernetes label key: {}", label_key_error("a/b/c")),
-            ),
-            ("fields: []".to_owned(), "kinds[AppTraffic].fields", "must list at least one field".to_owned()),
+            ("window: 500ms,", "window", "must be at least 1s".to_owned()),
+            ("pods: {label: a/b/c},", "pods.label", not_label_key("a/b/c")),
+            ("fields: []", "fields", "must list at least one field".to_owned()),
         ] {
-            let extra = if extra.starts_with("fields") { extra } else { format!("{extra} {FIELD}") };
-            assert_eq!(load(&mk_file(&[mk_kind(&extra)])), config_error(field, &message), "{extra}");
+            let extra =
+                if extra.starts_with("fields") { extra.to_owned() } else { format!("{extra} {FIELD}") };
+            let want = config_error(&format!("kinds[AppTraffic].{field}"), &message);
+            assert_eq!(load(&mk_file(&[mk_kind(&extra)])), want, "{extra}");
         }
         for (name_label, scope, message) in [
             (
@@ -794,89 +730,70 @@ kinds:
 
     #[test]
     fn fields() {
-        let field = |yaml: &str| mk_kind(&format!("fields: [{yaml}]"));
-        let joined =
-            |yaml: &str| mk_kind(&format!("pods: {{label: une-tasse-de.cafe/cafe}}, fields: [{yaml}]"));
+        let field: fn(&str) -> String = |yaml| mk_kind(&format!("fields: [{yaml}]"));
+        let joined: fn(&str) -> String =
+            |yaml| mk_kind(&format!("pods: {{label: une-tasse-de.cafe/cafe}}, fields: [{yaml}]"));
+        let rejected = |entry: String, path: &str, message: &str| {
+            let want = config_error(&format!("kinds[AppTraffic].{path}"), message);
+            assert_eq!(load(&mk_file(std::slice::from_ref(&entry))), want, "{entry}");
+        };
+        // One field, with or without the pods join.
+        for (kind, name, message) in [
+            (field, "RequestsPerSecond", "\"RequestsPerSecond\" is not lowerCamelCase ([a-z][A-Za-z0-9]*)"),
+            (field, "''", "\"\" is not lowerCamelCase ([a-z][A-Za-z0-9]*)"),
+            (field, "metadata", "\"metadata\" is reserved: every object has it"),
+            (field, "window", "\"window\" is reserved: every object has it"),
+            (joined, "cpu", "\"cpu\" is reserved: the pods join adds it"),
+        ] {
+            rejected(kind(&format!("{{name: {name}, query: 'x{{SCOPE}}'}}")), "fields[0].name", message);
+        }
+        // One field `rps`, with `extra` keys.
         let long = "C".repeat(64);
-        for (entry, path, message) in [
+        let (long_column, too_long) =
+            (format!("column: {long}"), format!("\"{long}\" is longer than 63 characters"));
+        for (extra, key, message) in [
             (
-                field("{name: RequestsPerSecond, query: 'x{SCOPE}'}"),
-                "fields[0].name",
-                "\"RequestsPerSecond\" is not lowerCamelCase ([a-z][A-Za-z0-9]*)".to_owned(),
-            ),
-            (
-                field("{name: rps, query: 'x{SCOPE}'}, {name: req_s, query: 'x{SCOPE}'}"),
-                "fields[1].name",
-                "\"req_s\" is not lowerCamelCase ([a-z][A-Za-z0-9]*)".to_owned(),
-            ),
-            (
-                field("{name: '', query: 'x{SCOPE}'}"),
-                "fields[0].name",
-                "\"\" is not lowerCamelCase ([a-z][A-Za-z0-9]*)".to_owned(),
-            ),
-            (
-                field("{name: metadata, query: 'x{SCOPE}'}"),
-                "fields[0].name",
-                "\"metadata\" is reserved: every object has it".to_owned(),
-            ),
-            (
-                field("{name: window, query: 'x{SCOPE}'}"),
-                "fields[0].name",
-                "\"window\" is reserved: every object has it".to_owned(),
-            ),
-            (
-                joined("{name: cpu, query: 'x{SCOPE}'}"),
-                "fields[0].name",
-                "\"cpu\" is reserved: the pods join adds it".to_owned(),
-            ),
-            (
-                field("{name: rps, query: 'x{SCOPE}'}, {name: rps, query: 'y{SCOPE}'}"),
-                "fields[1].name",
-                "duplicate field \"rps\" (also fields[0])".to_owned(),
-            ),
-            (
-                field("{name: rps, query: 'x{SCOPE}', format: percentage}"),
-                "fields[rps].format",
+                "format: percentage",
+                "format",
                 "\"percentage\" is not a format: expected one of number, percent, cores, bytes, seconds, \
-                 timestamp"
-                    .to_owned(),
+                 timestamp",
+            ),
+            ("column: ''", "column", "must not be empty; leave column out for no column"),
+            (&long_column, "column", &too_long),
+            ("column: NAME", "column", "\"NAME\" is the first column of every kind, the object's name"),
+        ] {
+            rejected(
+                field(&format!("{{name: rps, query: 'x{{SCOPE}}', {extra}}}")),
+                &format!("fields[rps].{key}"),
+                message,
+            );
+        }
+        rejected(
+            joined("{name: usage, query: 'x{SCOPE}', column: cpu}"),
+            "fields[usage].column",
+            "\"cpu\" is a column of the pods join (Pods, CPU, Memory)",
+        );
+        // Several fields.
+        for (fields, path, message) in [
+            (
+                "{name: rps, query: 'x{SCOPE}'}, {name: req_s, query: 'x{SCOPE}'}",
+                "fields[1].name",
+                "\"req_s\" is not lowerCamelCase ([a-z][A-Za-z0-9]*)",
             ),
             (
-                field("{name: rps, query: 'x{SCOPE}', column: ''}"),
-                "fields[rps].column",
-                "must not be empty; leave column out for no column".to_owned(),
+                "{name: rps, query: 'x{SCOPE}'}, {name: rps, query: 'y{SCOPE}'}",
+                "fields[1].name",
+                "duplicate field \"rps\" (also fields[0])",
             ),
             (
-                field(&format!("{{name: rps, query: 'x{{SCOPE}}', column: {long}}}")),
-                "fields[rps].column",
-                format!("\"{long}\" is longer than 63 characters"),
-            ),
-            (
-                field("{name: rps, query: 'x{SCOPE}', column: NAME}"),
-                "fields[rps].column",
-                "\"NAME\" is the first column of every kind, the object's name".to_owned(),
-            ),
-            (
-                joined("{name: usage, query: 'x{SCOPE}', column: cpu}"),
-                "fields[usage].column",
-                "\"cpu\" is a column of the pods join (Pods, CPU, Memory)".to_owned(),
-            ),
-            (
-                field(
-                    "{name: a, query: 'x{SCOPE}', column: REQ/S}, {name: b, query: 'x{SCOPE}'}, \
-                     {name: c, query: 'x{SCOPE}', column: req/s}",
-                ),
+                "{name: a, query: 'x{SCOPE}', column: REQ/S}, {name: b, query: 'x{SCOPE}'}, \
+                 {name: c, query: 'x{SCOPE}', column: req/s}",
                 "fields[c].column",
                 "duplicate column \"req/s\": field a has \"REQ/S\" (kubectl prints column names in upper \
-                 case)"
-                    .to_owned(),
+                 case)",
             ),
         ] {
-            assert_eq!(
-                load(&mk_file(std::slice::from_ref(&entry))),
-                config_error(&format!("kinds[AppTraffic].{path}"), &message),
-                "{entry}"
-            );
+            rejected(field(fields), path, message);
         }
         // Without the join, its names are free.
         let file = load(&mk_file(&[field("{name: cpu, query: 'x{SCOPE}', column: CPU}")])).unwrap();
@@ -893,44 +810,34 @@ kinds:
             load(&mk_file(&[entry]))
         };
         let at = "kinds[AppTraffic].fields[rps].query";
-        assert_eq!(
-            query("Namespaced", "pod", "sum by (namespace, pod) (rate(x[WINDOW]))"),
-            config_error(
-                at,
-                "PromQL template, at byte 30: metric x has no {SCOPE} matchers and would read every namespace"
-            )
-        );
-        assert_eq!(
-            query("Namespaced", "pod", "sum by (namespace, pod) (rate(x{code=\"500\"}[WINDOW]))"),
-            config_error(
-                at,
-                "PromQL template, at byte 31: label matchers without SCOPE would read every namespace"
-            )
-        );
+        // A Namespaced kind named by pod.
+        for (template, message) in [
+            (
+                "sum by (namespace, pod) (rate(x[WINDOW]))",
+                "PromQL template, at byte 30: metric x has no {SCOPE} matchers and would read every namespace",
+            ),
+            (
+                "sum by (namespace, pod) (rate(x{code=\"500\"}[WINDOW]))",
+                "PromQL template, at byte 31: label matchers without SCOPE would read every namespace",
+            ),
+            (
+                "sum by (namespace) (rate(x{SCOPE}[WINDOW]))",
+                "drops the label \"pod\" (sum by (namespace) keeps only namespace), which names the objects (nameLabel)",
+            ),
+            (
+                "sum by (pod) (rate(x{SCOPE}[WINDOW]))",
+                "drops the label \"namespace\" (sum by (pod) keeps only pod), which places the objects of a Namespaced kind",
+            ),
+            ("vector(1)", "PromQL template, at byte 0: no SCOPE placeholder"),
+        ] {
+            assert_eq!(query("Namespaced", "pod", template), config_error(at, message), "{template}");
+        }
         assert_eq!(
             query("Cluster", "pod", "x{namespace=SCOPE}"),
             config_error(
                 at,
                 "PromQL template, at byte 12: SCOPE must be an element of a label-matcher block, like {SCOPE} or {code=\"500\",SCOPE}"
             )
-        );
-        assert_eq!(
-            query("Namespaced", "pod", "sum by (namespace) (rate(x{SCOPE}[WINDOW]))"),
-            config_error(
-                at,
-                "drops the label \"pod\" (sum by (namespace) keeps only namespace), which names the objects (nameLabel)"
-            )
-        );
-        assert_eq!(
-            query("Namespaced", "pod", "sum by (pod) (rate(x{SCOPE}[WINDOW]))"),
-            config_error(
-                at,
-                "drops the label \"namespace\" (sum by (pod) keeps only pod), which places the objects of a Namespaced kind"
-            )
-        );
-        assert_eq!(
-            query("Namespaced", "pod", "vector(1)"),
-            config_error(at, "PromQL template, at byte 0: no SCOPE placeholder")
         );
         assert_eq!(
             query("Cluster", "node", "count(kube_node_info)"),

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{DeclaredKind, DeclaredSpec, FieldSpec, Format};
 use crate::kinds::testkit::*;
 use crate::kinds::{Column, KindInfo, Listing, ServedKind};
-use crate::sources::{KubeletError, PodInfo, PromError, PromSample};
+use crate::sources::{KubeletError, PromError, PromSample};
 use crate::telemetry::Metrics;
 
 const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
@@ -196,6 +196,15 @@ fn mk_kind(
     DeclaredKind::new(Arc::new(spec), mk_sources(inventory, kubelet, prom), metrics)
 }
 
+/// An object as served: the kinds' `apiVersion`, then `object`'s fields (`kind`, `metadata`, …).
+fn mk_object(object: Value) -> Value {
+    let mut served = json!({"apiVersion": "stats.une-tasse-de.cafe/v1alpha1"});
+    if let (Some(served), Value::Object(fields)) = (served.as_object_mut(), object) {
+        served.extend(fields);
+    }
+    served
+}
+
 fn mk_objects(listing: &Listing) -> Vec<Value> {
     listing.items.iter().map(|i| mk_json(i)).collect()
 }
@@ -261,8 +270,7 @@ fn mk_traffic_kind(
 }
 
 fn mk_web_1() -> Value {
-    json!({
-        "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+    mk_object(json!({
         "kind": "AppTraffic",
         "metadata": {"name": "web-1", "namespace": "ns", "labels": {"tier": "frontend", "track": "stable"}},
         "timestamp": "2026-07-01T10:00:20Z",
@@ -274,7 +282,7 @@ fn mk_web_1() -> Value {
         "p95Latency": "28.04s",
         "lastDeploy": "2026-07-01T09:59:41Z",
         "inFlight": "3",
-    })
+    }))
 }
 
 #[tokio::test]
@@ -312,15 +320,14 @@ async fn missing_fields_nan_and_invalid_label_values_are_left_out() {
     // label value; the other fields have no series.
     assert_eq!(
         mk_json(web_2),
-        json!({
-            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+        mk_object(json!({
             "kind": "AppTraffic",
             "metadata": {"name": "web-2", "namespace": "ns", "labels": {"track": "canary"}},
             "timestamp": "2026-07-01T10:00:10Z",
             "window": "2m0s",
             "requestsPerSecond": "250m",
             "inFlight": "1",
-        })
+        }))
     );
     assert_eq!(mk_cells(web_2), ["web-2", "0.25", "<none>", "<none>", "<none>", "<none>", "<none>"]);
     assert_eq!(web_2.meta.labels.get("tier"), None);
@@ -351,14 +358,13 @@ async fn all_namespaces_list_sends_unscoped_promql_and_sorts_by_namespace() {
     assert_eq!(keys, [("ns", "web-1"), ("ns", "web-2"), ("other", "api-1")]);
     assert_eq!(
         mk_json(&listing.items[2]),
-        json!({
-            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+        mk_object(json!({
             "kind": "AppTraffic",
             "metadata": {"name": "api-1", "namespace": "other", "labels": {"tier": "backend"}},
             "timestamp": AT,
             "window": "2m0s",
             "requestsPerSecond": "10",
-        })
+        }))
     );
     let received = prom.received();
     assert_eq!(received.len(), 7);
@@ -397,22 +403,20 @@ async fn one_failed_query_omits_its_field_and_keeps_the_objects() {
     assert_eq!(
         mk_objects(&listing),
         [
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            mk_object(json!({
                 "kind": "AppTraffic",
                 "metadata": {"name": "web-1", "namespace": "ns", "labels": {"tier": "frontend"}},
                 "timestamp": AT,
                 "window": "2m0s",
                 "requestsPerSecond": "2",
-            }),
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            })),
+            mk_object(json!({
                 "kind": "AppTraffic",
                 "metadata": {"name": "web-3", "namespace": "ns"},
                 "timestamp": AT,
                 "window": "2m0s",
                 "inFlight": "4",
-            }),
+            })),
         ]
     );
     assert_eq!(mk_cells(&listing.items[0]), ["web-1", "2", "<none>", "<none>", "<none>", "<none>", "<none>"]);
@@ -444,15 +448,14 @@ async fn duplicate_samples_use_the_first_and_warn_per_field() {
     let objects = mk_objects(&listing);
     assert_eq!(
         objects[0],
-        json!({
-            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+        mk_object(json!({
             "kind": "AppTraffic",
             "metadata": {"name": "web-1", "namespace": "ns", "labels": {"tier": "frontend", "track": "stable"}},
             "timestamp": AT,
             "window": "2m0s",
             "requestsPerSecond": "12500m",
             "inFlight": "3",
-        })
+        }))
     );
     assert_eq!(objects[1]["requestsPerSecond"], "250m");
     assert_eq!(
@@ -484,22 +487,20 @@ async fn cluster_kind_names_objects_by_label_without_namespace() {
     assert_eq!(
         mk_objects(&listing),
         [
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            mk_object(json!({
                 "kind": "NamespaceTraffic",
                 "metadata": {"name": "kube-system"},
                 "timestamp": AT,
                 "window": "5m0s",
                 "requestsPerSecond": "500m",
-            }),
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            })),
+            mk_object(json!({
                 "kind": "NamespaceTraffic",
                 "metadata": {"name": "shop"},
                 "timestamp": "2026-07-01T10:00:10Z",
                 "window": "5m0s",
                 "requestsPerSecond": "12500m",
-            }),
+            })),
         ]
     );
     assert_eq!(mk_cells(&listing.items[1]), ["shop", "12.5"]);
@@ -516,10 +517,6 @@ async fn cluster_kind_names_objects_by_label_without_namespace() {
     );
 }
 
-fn mk_serving(namespace: &str, name: &str, node: &str, cafe: &str, created: &str) -> Arc<PodInfo> {
-    mk_pod(namespace, name, node, &[(CAFE_LABEL, cafe), ("app", "brew")], &["app"], created)
-}
-
 fn mk_cafe(namespace: &str, cafe: &str, extra: &[(&str, &str)], value: f64, at: &str) -> PromSample {
     let mut labels = vec![("namespace", namespace), ("cafe", cafe)];
     labels.extend_from_slice(extra);
@@ -530,14 +527,7 @@ fn mk_cafe(namespace: &str, cafe: &str, extra: &[(&str, &str)], value: f64, at: 
 /// node-b, a temperature), prom-only (series, no pod), Bad_Name (a pod and a series) and web-1
 /// (serving no cafe, on node-c); in `other`: espresso-du-soir.
 fn mk_cafes() -> (Arc<FakeInventory>, FakeKubelet, FakeProm) {
-    let inventory = FakeInventory::with(vec![
-        mk_serving("ns", "brew-1", "node-a", "espresso-du-matin", "2026-07-01T09:00:00Z"),
-        mk_serving("ns", "brew-2", "node-a", "espresso-du-matin", "2026-07-01T08:00:00Z"),
-        mk_serving("ns", "cold-1", "node-b", "lungo-froid", "2026-07-01T07:00:00Z"),
-        mk_serving("ns", "bad-1", "node-a", "Bad_Name", "2026-07-01T07:00:00Z"),
-        mk_pod("ns", "web-1", "node-c", &[("app", "web")], &["app"], "2026-07-01T07:00:00Z"),
-        mk_serving("other", "brew-9", "node-d", "espresso-du-soir", "2026-07-01T06:00:00Z"),
-    ]);
+    let inventory = mk_cafe_inventory();
     let usage = |cpu: f64, memory: f64, at: &str| vec![mk_container("app", Some(cpu), Some(memory), at)];
     let kubelet = FakeKubelet::default()
         .node(
@@ -581,8 +571,7 @@ async fn pods_join_counts_pods_and_sums_their_usage() {
     assert_eq!(
         mk_objects(&listing),
         [
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            mk_object(json!({
                 "kind": "CafeLoad",
                 "metadata": {
                     "name": "espresso-du-matin",
@@ -597,9 +586,8 @@ async fn pods_join_counts_pods_and_sums_their_usage() {
                 "pods": 2,
                 "cpu": "35m",
                 "memory": "48Mi",
-            }),
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            })),
+            mk_object(json!({
                 "kind": "CafeLoad",
                 "metadata": {"name": "lungo-froid", "namespace": "ns", "creationTimestamp": "2026-07-01T07:00:00Z"},
                 "timestamp": AT,
@@ -608,16 +596,15 @@ async fn pods_join_counts_pods_and_sums_their_usage() {
                 "pods": 1,
                 "cpu": "5m",
                 "memory": "10Mi",
-            }),
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            })),
+            mk_object(json!({
                 "kind": "CafeLoad",
                 "metadata": {"name": "prom-only", "namespace": "ns", "labels": {"type": "cappuccino"}},
                 "timestamp": AT,
                 "window": "5m0s",
                 "brewsPerSecond": "40m",
                 "pods": 0,
-            }),
+            })),
         ]
     );
     assert_eq!(
@@ -658,20 +645,18 @@ async fn everything_down_keeps_the_objects_of_the_joined_pods() {
     assert_eq!(
         mk_objects(&listing),
         [
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            mk_object(json!({
                 "kind": "CafeLoad",
                 "metadata": {"name": "espresso-du-matin", "namespace": "ns", "creationTimestamp": "2026-07-01T08:00:00Z"},
                 "window": "5m0s",
                 "pods": 2,
-            }),
-            json!({
-                "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+            })),
+            mk_object(json!({
                 "kind": "CafeLoad",
                 "metadata": {"name": "lungo-froid", "namespace": "ns", "creationTimestamp": "2026-07-01T07:00:00Z"},
                 "window": "5m0s",
                 "pods": 1,
-            }),
+            })),
         ]
     );
     assert_eq!(
@@ -708,8 +693,7 @@ async fn pods_join_across_namespaces() {
     );
     assert_eq!(
         mk_json(&listing.items[3]),
-        json!({
-            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+        mk_object(json!({
             "kind": "CafeLoad",
             "metadata": {"name": "espresso-du-soir", "namespace": "other", "creationTimestamp": "2026-07-01T06:00:00Z"},
             "timestamp": AT,
@@ -717,7 +701,7 @@ async fn pods_join_across_namespaces() {
             "pods": 1,
             "cpu": "1m",
             "memory": "1Mi",
-        })
+        }))
     );
     assert_eq!(kubelet.called(), ["node-a", "node-b", "node-d"]);
     assert_eq!(
@@ -810,8 +794,7 @@ async fn cluster_kind_joins_the_pods_of_every_namespace() {
     );
     assert_eq!(
         mk_json(&listing.items[1]),
-        json!({
-            "apiVersion": "stats.une-tasse-de.cafe/v1alpha1",
+        mk_object(json!({
             "kind": "CafeLoad",
             "metadata": {"name": "espresso-du-soir", "creationTimestamp": "2026-07-01T06:00:00Z"},
             "timestamp": AT,
@@ -820,7 +803,7 @@ async fn cluster_kind_joins_the_pods_of_every_namespace() {
             "pods": 1,
             "cpu": "1m",
             "memory": "1Mi",
-        })
+        }))
     );
     assert_eq!(mk_cells(&listing.items[0]), ["espresso-du-matin", "<none>", "2", "35m", "48Mi"]);
     assert_eq!(prom.received(), ["sum by (cafe) (rate(cafe_brews_total[5m]))"]);

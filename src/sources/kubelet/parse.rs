@@ -419,23 +419,26 @@ pub(super) mod tests {
     fn shared_fixture_parses_to_exact_values() {
         let scrape = ts(1_764_496_815_000);
         let batch = parse_resource_metrics(FIXTURE, scrape).unwrap();
-        let mut want = HashMap::new();
-        want.insert(
-            key("kube-system", "coredns-76f75df574-8xk2p", "coredns"),
-            mk_container(812.403127, 1_764_496_812_125, 17_223_680.0, 1_764_496_812_125, 1_764_401_112.0),
-        );
-        want.insert(
-            key("shop", "web-7d4b9c6f5-x2x4z", "app"),
-            mk_container(15234.998811, 1_764_496_810_460, 134_217_728.0, 1_764_496_810_460, 1_764_452_100.0),
-        );
-        want.insert(
-            key("shop", "web-7d4b9c6f5-x2x4z", "envoy"),
-            mk_container(2210.117302, 1_764_496_811_983, 41_943_040.0, 1_764_496_811_983, 1_764_452_101.0),
-        );
-        want.insert(
-            key("default", "espresso-du-matin-5c9f8-qq7tn", "brewer"),
-            mk_container(98.551009, 1_764_496_809_876, 25_165_824.0, 1_764_496_809_876, 1_764_491_100.0),
-        );
+        // Each container's CPU and memory samples carry one timestamp.
+        let sampled_at = |cpu, memory, ms, start_s| mk_container(cpu, ms, memory, ms, start_s);
+        let want = HashMap::from([
+            (
+                key("kube-system", "coredns-76f75df574-8xk2p", "coredns"),
+                sampled_at(812.403127, 17_223_680.0, 1_764_496_812_125, 1_764_401_112.0),
+            ),
+            (
+                key("shop", "web-7d4b9c6f5-x2x4z", "app"),
+                sampled_at(15234.998811, 134_217_728.0, 1_764_496_810_460, 1_764_452_100.0),
+            ),
+            (
+                key("shop", "web-7d4b9c6f5-x2x4z", "envoy"),
+                sampled_at(2210.117302, 41_943_040.0, 1_764_496_811_983, 1_764_452_101.0),
+            ),
+            (
+                key("default", "espresso-du-matin-5c9f8-qq7tn", "brewer"),
+                sampled_at(98.551009, 25_165_824.0, 1_764_496_809_876, 1_764_491_100.0),
+            ),
+        ]);
         assert_eq!(batch.containers, want);
         assert_eq!(batch.node_cpu, Some(Sample { value: 357_354.910_27, timestamp: ts(1_764_496_809_720) }));
         assert_eq!(

@@ -145,7 +145,6 @@ pub struct TokenEntry {
     /// The user name.
     pub username: String,
     /// The user's uid (default: derived from the user name).
-    #[serde(default)]
     pub uid: Option<String>,
     /// The user's groups (`system:authenticated` is added).
     #[serde(default)]
