@@ -724,7 +724,7 @@ kinds:
         let err = load(&mk_file(&[mk_kind(&format!("window: soon, {FIELD}"))])).unwrap_err();
         assert_eq!(
             err,
-            "--config f.yaml: kinds[0]: invalid duration \"soon\": expected a number with a unit (ms, s, m, h), e.g. 15s or 5m at line 2 column 3"
+            "--config f.yaml: kinds[0].window: invalid duration \"soon\": expected a number with a unit (ms, s, m, h), e.g. 15s or 5m at line 2 column 46"
         );
     }
 
