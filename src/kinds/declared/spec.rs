@@ -422,6 +422,8 @@ fn check_field(
         if let Some(message) = message {
             return Err((at("column"), message));
         }
+    } else if field.wide {
+        return Err((at("wide"), "has no column to show: set column too, or leave wide out".to_owned()));
     }
     field.description.get_or_insert_with(String::new);
     Ok(())
@@ -761,6 +763,7 @@ kinds:
             ("column: ''", "column", "must not be empty; leave column out for no column"),
             (&long_column, "column", &too_long),
             ("column: NAME", "column", "\"NAME\" is the first column of every kind, the object's name"),
+            ("wide: true", "wide", "has no column to show: set column too, or leave wide out"),
         ] {
             rejected(
                 field(&format!("{{name: rps, query: 'x{{SCOPE}}', {extra}}}")),
