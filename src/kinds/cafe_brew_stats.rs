@@ -142,7 +142,7 @@ impl CafeBrewStatsKind {
         let (usage, usage_warning) = usage;
         let mut warnings: Vec<String> = usage_warning.into_iter().collect();
         let series = Series {
-            brews: index_by(brews, "brews", "cafe", &mut warnings),
+            brews: index_by(brews.map(per_cafe), "brews", "cafe", &mut warnings),
             failures: index_by(failures, "failures", "cafe", &mut warnings),
             p50: index_by(p50, "brewDuration.p50", "cafe", &mut warnings),
             p95: index_by(p95, "brewDuration.p95", "cafe", &mut warnings),
@@ -344,6 +344,45 @@ struct BrewDuration {
     p99: Option<String>,
 }
 
+/// Folds the per-type brew counts into one sample per cafe: the sum of the finite counts, the
+/// type that brewed the most (the first by name on a tie) and the newest time. A cafe whose
+/// counts are all non-finite keeps one of them, so it is still listed, without `brews`.
+fn per_cafe(mut samples: Vec<PromSample>) -> Vec<PromSample> {
+    use std::collections::btree_map::Entry;
+    samples.sort_by(|a, b| a.labels.get("type").cmp(&b.labels.get("type")));
+    let mut cafes: BTreeMap<(String, String), (PromSample, f64)> = BTreeMap::new();
+    for sample in samples {
+        let (Some(namespace), Some(cafe)) = (sample.labels.get("namespace"), sample.labels.get("cafe"))
+        else {
+            continue;
+        };
+        let value = sample.value;
+        match cafes.entry((namespace.clone(), cafe.clone())) {
+            Entry::Vacant(slot) => {
+                slot.insert((sample, value));
+            }
+            Entry::Occupied(mut slot) if value.is_finite() => {
+                let (total, most) = slot.get_mut();
+                if !total.value.is_finite() {
+                    *total = sample;
+                    *most = value;
+                    continue;
+                }
+                total.value += value;
+                total.timestamp = total.timestamp.max(sample.timestamp);
+                if value > *most {
+                    *most = value;
+                    if let Some(kind) = sample.labels.get("type") {
+                        total.labels.insert("type".to_owned(), kind.clone());
+                    }
+                }
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+    cafes.into_values().map(|(sample, _)| sample).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
@@ -446,6 +485,46 @@ mod tests {
             "creationTimestamp": "2026-07-01T08:00:00Z",
             "labels": labels,
         })
+    }
+
+    #[test]
+    fn a_cafe_brewing_several_types_is_one_object_with_the_sum_and_its_main_type() {
+        let later =
+            mk_sample(&[("namespace", "ns"), ("cafe", "a"), ("type", "lungo")], 30.0, "2026-07-01T10:00:05Z");
+        let samples = vec![
+            mk_brews("ns", "a", "latte", 12.0),
+            later,
+            mk_brews("ns", "a", "espresso", 30.0),
+            mk_brews("ns", "a", "mocha", f64::NAN),
+            mk_brews("ns", "b", "espresso", f64::NAN),
+            mk_brews("other", "a", "latte", 1.0),
+        ];
+        let folded = per_cafe(samples);
+        let summary: Vec<(String, String, String, String, String)> = folded
+            .iter()
+            .map(|s| {
+                let label = |name: &str| s.labels.get(name).cloned().unwrap_or_default();
+                (
+                    label("namespace"),
+                    label("cafe"),
+                    label("type"),
+                    s.value.to_string(),
+                    s.timestamp.to_string(),
+                )
+            })
+            .collect();
+        let row = |ns: &str, cafe: &str, kind: &str, value: &str, at: &str| {
+            (ns.to_owned(), cafe.to_owned(), kind.to_owned(), value.to_owned(), at.to_owned())
+        };
+        assert_eq!(
+            summary,
+            [
+                // 12 + 30 + 30; espresso and lungo tie at 30: the first by name wins.
+                row("ns", "a", "espresso", "72", "2026-07-01T10:00:05Z"),
+                row("ns", "b", "espresso", "NaN", AT),
+                row("other", "a", "latte", "1", AT),
+            ]
+        );
     }
 
     #[tokio::test]

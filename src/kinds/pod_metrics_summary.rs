@@ -119,12 +119,15 @@ impl PodMetricsSummaries {
             }
             containers.iter().map(get).sum()
         };
-        let cpu = sum(|c| c.cpu_cores).map(round_cpu);
+        // Each container's CPU is published rounded; the pod's is the sum of those, so the
+        // published containers add up to the published pod exactly.
+        let cpu = sum(|c| c.cpu_cores.map(round_cpu)).map(round_cpu);
         let memory = sum(|c| c.memory_bytes);
         let requests_value = requests.map(|s| s.value).filter(|v| v.is_finite());
         let errors_value = errors.map(|s| s.value).filter(|v| v.is_finite());
         let error_ratio = match (requests_value, errors_value) {
-            (Some(r), Some(e)) if r > 0.0 => Some(round_to(e / r, RATIO_STEP)),
+            // Only when the published `requests` is above 0 (a rate under 0.0005/s reads "0").
+            (Some(r), Some(e)) if round_to(r, RATE_STEP) > 0.0 => Some(round_to(e / r, RATIO_STEP)),
             _ => None,
         };
         let requests_value = requests_value.map(|v| round_to(v, RATE_STEP));
@@ -537,7 +540,7 @@ mod tests {
 
     #[tokio::test]
     async fn error_ratio_edge_cases() {
-        let names = ["p-nan", "p-noerr", "p-noreq", "p-round", "p-third", "p-zero"];
+        let names = ["p-nan", "p-noerr", "p-noreq", "p-round", "p-third", "p-tiny", "p-zero"];
         let pods = names.iter().map(|n| mk_pod("ns", n, "node-a", &[], &["c"], AT)).collect();
         let sample = |pod: &str, value: f64| mk_sample(&[("namespace", "ns"), ("pod", pod)], value, AT);
         let prom = FakeProm::default()
@@ -548,6 +551,7 @@ mod tests {
                     sample("p-noreq", 1.0),
                     sample("p-round", 0.0006),
                     sample("p-third", 1.0),
+                    sample("p-tiny", 0.0001),
                     sample("p-zero", 0.0),
                 ],
             )
@@ -558,6 +562,7 @@ mod tests {
                     sample("p-noerr", 3.0),
                     sample("p-round", 2.0004),
                     sample("p-third", 3.0),
+                    sample("p-tiny", 0.0004),
                     sample("p-zero", 0.0),
                 ],
             );
@@ -574,6 +579,8 @@ mod tests {
             // 0.0006 / 2.0004 = 0.00029994… → 300u; the error rate itself rounds to 1m.
             ("p-round", Some("2"), Some("1m"), Some("300u"), ["2", "0", "0.0%"]),
             ("p-third", Some("3"), Some("1"), Some("333333u"), ["3", "1", "33.3%"]),
+            // 0.0004/s is published as 0: no ratio of a published 0.
+            ("p-tiny", Some("0"), Some("0"), None, ["0", "0", "<none>"]),
             ("p-zero", Some("0"), Some("0"), None, ["0", "0", "<none>"]),
         ];
         assert_eq!(listing.items.len(), expected.len());
@@ -621,6 +628,22 @@ mod tests {
         assert_eq!(mk_json(&listing.items[0]), expected);
         assert_eq!(mk_cells(&listing.items[0])[1..3], ["<none>", "104Mi"]);
         assert_eq!(listing.warnings, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn published_container_cpus_add_up_to_the_pod() {
+        let inventory = FakeInventory::with(vec![mk_pod("ns", "web-1", "node-a", &[], &["a", "b"], AT)]);
+        // 1.4µ each: published as 1u each, so the pod is 2u (not the 3u of 2.8µ rounded).
+        let containers = vec![
+            mk_container("a", Some(0.000_001_4), Some(MI), AT),
+            mk_container("b", Some(0.000_001_4), Some(MI), AT),
+        ];
+        let kubelet = FakeKubelet::default().node("node-a", vec![("ns", "web-1", containers)]);
+        let listing = mk_kind(inventory, Arc::new(kubelet), Arc::default()).list(Some("ns")).await.unwrap();
+        let object = mk_json(&listing.items[0]);
+        assert_eq!(object["cpu"], "2u");
+        assert_eq!(object["containers"][0]["cpu"], "1u");
+        assert_eq!(object["containers"][1]["cpu"], "1u");
     }
 
     #[tokio::test]
