@@ -37,7 +37,10 @@ use percolator::config::{ExternalMetricConfig, QueryFile};
 use percolator::k8s::request_info::{QueryParams, RequestInfo, split_path};
 use percolator::k8s::selectors::{FieldSelector, LabelSelector, Requirement};
 use percolator::k8s::validation::{is_qualified_name, is_valid_label_value};
-use percolator::sources::prometheus::{MatchOp, Matcher, render, validate_template};
+use percolator::kinds::declared::DeclaredSpec;
+use percolator::sources::prometheus::{
+    MatchOp, Matcher, keeps_label, render, validate_template, validate_unscoped_template,
+};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -516,6 +519,25 @@ const YAML_TOKENS: &[&str] = &[
     "  p95: ",
     "  temperature: ",
     "externalMetrics:\n",
+    "kinds:\n",
+    "- kind: ",
+    "  nameLabel: ",
+    "  scope: ",
+    "Cluster",
+    "  shortNames: [",
+    "  pods: {label: ",
+    "  fields:\n",
+    "  - name: ",
+    "    query: ",
+    "    format: ",
+    "    column: ",
+    "    wide: true",
+    "AppTraffic",
+    "pms",
+    "pod",
+    "sum by (namespace) (x)",
+    "topk(3, x{SCOPE}) or vector(0)",
+    "histogram_quantile(0.9, sum by (le, pod) (rate(x{SCOPE}[WINDOW])))",
     "- name: ",
     "  query: ",
     "  labels: [",
@@ -569,6 +591,8 @@ fn configuration_loader() {
         "podMetricsSummary:\n  requests: 'sum(x{SCOPE}[WINDOW]'\n".to_owned(),
         "a: &a [*a, *a]\n".to_owned(),
         "window: 99999999999999999999h\n".to_owned(),
+        "kinds:\n- kind: AppTraffic\n  nameLabel: pod\n  fields:\n  - name: rps\n    query: sum by (namespace, pod) (x{SCOPE})\n".to_owned(),
+        "kinds:\n- kind: T\n  scope: Cluster\n  nameLabel: namespace\n  pods: {label: app}\n  fields:\n  - {name: a, query: x, format: bytes, column: A, wide: true}\n".to_owned(),
     ];
     let window = Duration::from_secs(300);
     let check = percolator::server::config_check();
@@ -580,7 +604,12 @@ fn configuration_loader() {
                 .kind_queries
                 .values()
                 .flat_map(|queries| queries.values())
-                .chain(config.external_metrics.iter().flatten().map(|m| &m.query));
+                .chain(config.external_metrics.iter().flatten().map(|m| &m.query))
+                .chain(config.kinds.iter().flat_map(|k| k.fields.iter().map(|f| &f.query)));
+            for kind in &config.kinds {
+                let spec = DeclaredSpec::from_config(kind);
+                assert_eq!(spec.columns[0].name, "Name", "{yaml}");
+            }
             for template in templates {
                 let _ = render(template, &scope, window);
                 let _ = render(template, &[], window);
@@ -602,6 +631,8 @@ fn promql_templates() {
         ],
         prop_oneof![assembled(YAML_TOKENS, 12), text(60)],
         |template| {
+            // The declared kinds' checks read any text without panicking.
+            let _ = (validate_unscoped_template(&template), keeps_label(&template, "pod"));
             if validate_template(&template).is_ok() {
                 let scope =
                     [Matcher::eq("namespace", "a\"b").unwrap(), Matcher::any_of("pod", &["x|y"]).unwrap()];
