@@ -1,8 +1,9 @@
 //! Prometheus: the HTTP client ([`PromClient`], a [`PromSource`]) running PromQL instant vector
 //! queries through `prometheus-http-query`, and the errors of the module. The PromQL template
 //! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, validation) is in
-//! `template`, re-exported here.
+//! `template`, re-exported here; `labels` checks that a template's result keeps a label.
 
+mod labels;
 mod template;
 
 use std::sync::Arc;
@@ -15,9 +16,10 @@ use prometheus_http_query::response::Data;
 use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
+pub use labels::keeps_label;
 pub use template::{
     MatchOp, Matcher, SCOPE_PLACEHOLDER, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
-    format_duration, is_valid_label_name, keeps_label, render, validate_template, validate_unscoped_template,
+    format_duration, is_valid_label_name, render, validate_template, validate_unscoped_template,
 };
 
 /// The `source` passed to the [`UpstreamObserver`].
