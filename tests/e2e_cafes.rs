@@ -6,38 +6,12 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, SCRAPE, assert_close, q};
+use common::{Env, Options, SCRAPE, assert_close, q, table};
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 /// Upper bounds of the simulator's brew-duration buckets.
 const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
-
-/// Splits kubectl's table output using the header's column positions (headers such as
-/// `LAST BREWED` contain spaces).
-fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut lines = out.lines().filter(|l| !l.trim().is_empty());
-    let header = lines.next().unwrap_or_default();
-    let mut starts = Vec::new();
-    let bytes = header.as_bytes();
-    for i in 0..bytes.len() {
-        let boundary = i == 0 || (i >= 2 && bytes[i - 1] == b' ' && bytes[i - 2] == b' ');
-        if bytes[i] != b' ' && boundary {
-            starts.push(i);
-        }
-    }
-    let cut = |line: &str| -> Vec<String> {
-        starts
-            .iter()
-            .enumerate()
-            .map(|(n, &start)| {
-                let end = starts.get(n + 1).copied().unwrap_or(line.len()).min(line.len());
-                line.get(start.min(line.len())..end).unwrap_or("").trim().to_string()
-            })
-            .collect()
-    };
-    (cut(header), lines.map(cut).collect())
-}
 
 fn seconds(duration: &Value) -> f64 {
     let text = duration.as_str().unwrap();

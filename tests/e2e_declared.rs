@@ -9,12 +9,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, SCRAPE, assert_close, q};
+use common::{Env, Options, SCRAPE, assert_close, configmap_write, q, table};
 use serde_json::{Value, json};
 
 const GROUP: &str = "stats.une-tasse-de.cafe";
@@ -140,20 +140,6 @@ fn clash(fault: &str) -> String {
     text
 }
 
-/// Writes `text` as a ConfigMap volume update does: a new data directory, then an atomic swap
-/// of the `..data` symlink that `config.yaml` points through.
-fn configmap_write(dir: &Path, generation: u32, text: &str) {
-    let data = format!("..2026_{generation:02}");
-    std::fs::create_dir_all(dir.join(&data)).unwrap();
-    std::fs::write(dir.join(&data).join("config.yaml"), text).unwrap();
-    let _ = std::fs::remove_file(dir.join("..data_tmp"));
-    std::os::unix::fs::symlink(&data, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    if std::fs::symlink_metadata(dir.join("config.yaml")).is_err() {
-        std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
-    }
-}
-
 /// An environment whose `--config` is a ConfigMap-style directory holding `text`.
 async fn mk_env(name: &str, text: &str) -> (Env, PathBuf) {
     let dir = common::mk_dir(&format!("{name}-config"));
@@ -209,28 +195,6 @@ async fn kubectl_until(env: &Env, args: &[&str], what: &str, done: impl Fn(bool,
         assert!(Instant::now() < deadline, "{what}: kubectl {args:?} still prints\n{stdout}{stderr}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// Splits kubectl's table output at the header's column starts (a header such as
-/// `LAST BREWED` holds a space, and a cell may be empty).
-fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut lines = out.lines().filter(|l| !l.trim().is_empty());
-    let header = lines.next().unwrap_or_default();
-    let bytes = header.as_bytes();
-    let starts: Vec<usize> = (0..bytes.len())
-        .filter(|&i| bytes[i] != b' ' && (i == 0 || (i >= 2 && bytes[i - 1] == b' ' && bytes[i - 2] == b' ')))
-        .collect();
-    let cut = |line: &str| -> Vec<String> {
-        starts
-            .iter()
-            .enumerate()
-            .map(|(n, &start)| {
-                let end = starts.get(n + 1).copied().unwrap_or(line.len()).min(line.len());
-                line.get(start.min(line.len())..end).unwrap_or("").trim().to_string()
-            })
-            .collect()
-    };
-    (cut(header), lines.map(cut).collect())
 }
 
 /// What `kubectl explain <plural>.<field>` prints for a field of a declared kind (a Quantity

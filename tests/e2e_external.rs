@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, assert_close, q};
+use common::{Env, Options, assert_close, configmap_write, q};
 use serde_json::Value;
 
 const EM: &str = "/apis/external.metrics.k8s.io/v1beta1";
@@ -185,22 +184,6 @@ async fn default_metrics_match_the_truth_for_every_selector_form() {
         .collect();
     assert_eq!(new.len(), 1, "one query for 100 identical requests: {new:#?}");
     assert!(new[0].contains("namespace=\"shop\""), "{}", new[0]);
-}
-
-/// Writes `text` the way a ConfigMap volume updates: a new timestamped directory, then an
-/// atomic swap of the `..data` symlink the file name points through.
-fn configmap_write(dir: &Path, generation: u32, text: &str) {
-    let data = dir.join(format!("..2026_{generation}"));
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("config.yaml"), text).unwrap();
-    let tmp = dir.join("..data_tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(data.file_name().unwrap(), &tmp).unwrap();
-    std::fs::rename(&tmp, dir.join("..data")).unwrap();
-    let link = dir.join("config.yaml");
-    if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink("..data/config.yaml", &link).unwrap();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

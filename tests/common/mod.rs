@@ -462,3 +462,39 @@ pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
     };
     assert!(ok, "{what}: got {actual}, expected {expected} (±{}%)", tolerance * 100.0);
 }
+
+/// Splits kubectl's table output at the header's column starts (a header such as
+/// `LAST BREWED` holds a space, and a cell may be empty).
+pub fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut lines = out.lines().filter(|l| !l.trim().is_empty());
+    let header = lines.next().unwrap_or_default();
+    let bytes = header.as_bytes();
+    let starts: Vec<usize> = (0..bytes.len())
+        .filter(|&i| bytes[i] != b' ' && (i == 0 || (i >= 2 && bytes[i - 1] == b' ' && bytes[i - 2] == b' ')))
+        .collect();
+    let cut = |line: &str| -> Vec<String> {
+        starts
+            .iter()
+            .enumerate()
+            .map(|(n, &start)| {
+                let end = starts.get(n + 1).copied().unwrap_or(line.len()).min(line.len());
+                line.get(start.min(line.len())..end).unwrap_or("").trim().to_string()
+            })
+            .collect()
+    };
+    (cut(header), lines.map(cut).collect())
+}
+
+/// Writes `text` as a ConfigMap volume update does: a new data directory, then an atomic swap
+/// of the `..data` symlink that `config.yaml` points through.
+pub fn configmap_write(dir: &Path, generation: u32, text: &str) {
+    let data = format!("..2026_{generation:02}");
+    std::fs::create_dir_all(dir.join(&data)).unwrap();
+    std::fs::write(dir.join(&data).join("config.yaml"), text).unwrap();
+    let _ = std::fs::remove_file(dir.join("..data_tmp"));
+    std::os::unix::fs::symlink(&data, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    if std::fs::symlink_metadata(dir.join("config.yaml")).is_err() {
+        std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
+    }
+}
