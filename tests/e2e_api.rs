@@ -415,6 +415,35 @@ async fn prometheus_outage_degrades_to_kubelet_fields_and_recovers() {
     }
 }
 
+/// `n` identical concurrent GETs of `url`; each must answer 200. Returns the Warning headers
+/// they carried (a source that failed), empty when every source answered.
+async fn burst(client: &reqwest::Client, url: &str, n: usize) -> Vec<String> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.to_owned());
+            tokio::spawn(async move {
+                let response = client.get(url).send().await.unwrap();
+                let warnings: Vec<String> = response
+                    .headers()
+                    .get_all("warning")
+                    .iter()
+                    .map(|w| w.to_str().unwrap_or("?").to_owned())
+                    .collect();
+                (response.status().as_u16(), warnings)
+            })
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    for task in tasks {
+        let (status, mut w) = task.await.unwrap();
+        assert_eq!(status, 200);
+        warnings.append(&mut w);
+    }
+    warnings.sort();
+    warnings.dedup();
+    warnings
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_cold_lists_share_one_upstream_call_per_query_and_node() {
     let env = Env::start("coalesce", Options { cache_ttl: "4s", ..Options::default() }).await;
@@ -441,20 +470,22 @@ async fn concurrent_cold_lists_share_one_upstream_call_per_query_and_node() {
         assert!(Instant::now() < deadline, "warm-up never fetched every node");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let before_fetches = fetches(&env.sim_stats().await);
-    let before_queries = env.prometheus.queries().len();
-
-    let path = format!("{GV}/namespaces/api/podmetricssummaries");
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let (client, url) = (env.client.clone(), format!("{}{path}", env.url));
-            tokio::spawn(async move { client.get(url).send().await.unwrap().status().as_u16() })
-        })
-        .collect();
-    for task in tasks {
-        assert_eq!(task.await.unwrap(), 200);
-    }
+    // A round whose Prometheus query failed transiently (the lists carry a Warning, and the
+    // query never reached Prometheus' log) says nothing about coalescing: wait for the caches
+    // to expire and measure again, at most three times.
+    let path = format!("{}{GV}/namespaces/api/podmetricssummaries", env.url);
+    let mut attempts = 0;
+    let (before_fetches, before_queries) = loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let before = (fetches(&env.sim_stats().await), env.prometheus.queries().len());
+        let warnings = burst(&env.client, &path, 50).await;
+        attempts += 1;
+        if warnings.is_empty() {
+            break before;
+        }
+        assert!(attempts < 3, "every round had Prometheus warnings: {warnings:?}");
+        eprintln!("round {attempts} had warnings, measuring again: {warnings:?}");
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let after_fetches = fetches(&env.sim_stats().await);
@@ -472,18 +503,19 @@ async fn concurrent_cold_lists_share_one_upstream_call_per_query_and_node() {
     // namespaces: exactly one query per field and one fetch per node, whatever N.
     let all = format!("{}{GV}/podmetricssummaries", env.url);
     for n in [1usize, 10, 100] {
-        tokio::time::sleep(Duration::from_secs(5)).await; // both caches expire (TTL 4s)
-        let before_fetches: u64 = fetches(&env.sim_stats().await).values().sum();
-        let before_queries = env.prometheus.queries().len();
-        let tasks: Vec<_> = (0..n)
-            .map(|_| {
-                let (client, url) = (env.client.clone(), all.clone());
-                tokio::spawn(async move { client.get(url).send().await.unwrap().status().as_u16() })
-            })
-            .collect();
-        for task in tasks {
-            assert_eq!(task.await.unwrap(), 200);
-        }
+        let mut attempts = 0;
+        let (before_fetches, before_queries) = loop {
+            tokio::time::sleep(Duration::from_secs(5)).await; // both caches expire (TTL 4s)
+            let before: u64 = fetches(&env.sim_stats().await).values().sum();
+            let before = (before, env.prometheus.queries().len());
+            let warnings = burst(&env.client, &all, n).await;
+            attempts += 1;
+            if warnings.is_empty() {
+                break before;
+            }
+            assert!(attempts < 3, "N={n}: every round had Prometheus warnings: {warnings:?}");
+            eprintln!("N={n}: round {attempts} had warnings, measuring again: {warnings:?}");
+        };
         tokio::time::sleep(Duration::from_millis(500)).await;
         let after_fetches: u64 = fetches(&env.sim_stats().await).values().sum();
         let running_nodes: BTreeSet<String> = truth["pods"]

@@ -116,10 +116,17 @@ pub async fn read_ready_line(
     })
     .await;
     let log_path = log.map(Path::to_path_buf);
+    let seen_copy = if log.is_some() { seen.clone() } else { Vec::new() };
     // Keep draining the stream into a file so the child never blocks on a full pipe.
     tokio::spawn(async move {
         let mut out =
             log_path.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+        if let Some(f) = out.as_mut() {
+            use std::io::Write;
+            for line in &seen_copy {
+                let _ = writeln!(f, "{line}");
+            }
+        }
         while let Ok(Some(line)) = lines.next_line().await {
             if let Some(f) = out.as_mut() {
                 use std::io::Write;
