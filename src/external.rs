@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use kube::core::Expression;
 use serde::Serialize;
@@ -33,7 +34,7 @@ use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Invalid, QueryFile, Snapshot};
 
 use crate::config::{ExternalMetricConfig, LiveConfig};
-use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
 use crate::k8s::negotiate::{Endpoint, negotiate_headers};
 use crate::k8s::request_info::{ParsedRequest, RequestInfo};
 use crate::k8s::selectors::{LabelSelector, Requirement};
@@ -63,38 +64,46 @@ const CACHE_NAME: &str = "external.metrics.k8s.io";
 /// Entries kept at most: one per (metric, namespace, selector) asked for within a TTL.
 const MAX_ENTRIES: u64 = 10_000;
 
-/// Errors of the external metrics endpoints, each rendered as a `metav1.Status`.
+/// Errors of the metric APIs' endpoints (external and custom), each rendered as a
+/// `metav1.Status`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ExternalError {
+pub enum MetricsError {
     /// Any error the generic HTTP layer knows how to render.
     #[error(transparent)]
     Api(#[from] ApiError),
-    /// 404 for a metric that is not configured, worded like the adapter library's
-    /// `NewMetricNotFoundError(resource, metric)` with the resource `namespaces/<ns>`.
-    #[error("the server could not find the metric {metric} for namespaces/{namespace}")]
-    MetricNotFound {
-        /// The metric asked for.
-        metric: String,
-        /// The namespace of the request.
-        namespace: String,
-    },
+    /// 404 for a metric that is not configured or has no value for what was asked, worded like
+    /// the adapter library's `NewMetricNotFoundError` / `NewMetricNotFoundForError`.
+    #[error("{0}")]
+    MetricNotFound(String),
+}
+
+impl MetricsError {
+    /// `the server could not find the metric <metric> for <resource>`.
+    pub fn not_found(metric: &str, resource: &str) -> Self {
+        Self::MetricNotFound(format!("the server could not find the metric {metric} for {resource}"))
+    }
+
+    /// `the server could not find the metric <metric> for <resource> <name>`.
+    pub fn not_found_for(metric: &str, resource: &str, name: &str) -> Self {
+        Self::MetricNotFound(format!("the server could not find the metric {metric} for {resource} {name}"))
+    }
 }
 
 /// Result alias for this module.
-pub type Result<T, E = ExternalError> = std::result::Result<T, E>;
+pub type Result<T, E = MetricsError> = std::result::Result<T, E>;
 
-impl IntoResponse for ExternalError {
+impl IntoResponse for MetricsError {
     fn into_response(self) -> Response {
         match self {
             Self::Api(error) => error.into_response(),
-            Self::MetricNotFound { .. } => {
+            Self::MetricNotFound(message) => {
                 // The library's Status has no details.
                 let body = serde_json::json!({
                     "kind": "Status",
                     "apiVersion": "v1",
                     "metadata": {},
                     "status": "Failure",
-                    "message": self.to_string(),
+                    "message": message,
                     "reason": "NotFound",
                     "code": 404,
                 });
@@ -161,22 +170,6 @@ impl ExternalMetrics {
         GroupVersionResources { group: GROUP.to_owned(), version: VERSION.to_owned(), resources }
     }
 
-    /// Whether `info` is a request for a configured metric, whose name may then label the
-    /// request metrics (a bounded set, unlike arbitrary paths).
-    pub fn is_metric_request(&self, info: &RequestInfo) -> bool {
-        info.api_group == GROUP
-            && info.api_version == VERSION
-            && metrics_of(&self.config.current()).iter().any(|m| m.name == info.resource)
-    }
-
-    /// Answers any request under `/apis/external.metrics.k8s.io/` (parsed once on arrival).
-    pub async fn serve(&self, request: &ParsedRequest, method: &Method, headers: &HeaderMap) -> Response {
-        match self.handle(request, method, headers).await {
-            Ok(response) => response,
-            Err(error) => error.into_response(),
-        }
-    }
-
     async fn handle(
         &self,
         request: &ParsedRequest,
@@ -215,9 +208,10 @@ impl ExternalMetrics {
 
         // One snapshot for the whole request: a reload mid-request changes nothing here.
         let snapshot = self.config.current();
-        let definition = metrics_of(&snapshot).iter().find(|m| m.name == metric).ok_or_else(|| {
-            ExternalError::MetricNotFound { metric: metric.to_owned(), namespace: namespace.to_owned() }
-        })?;
+        let definition = metrics_of(&snapshot)
+            .iter()
+            .find(|m| m.name == metric)
+            .ok_or_else(|| MetricsError::not_found(metric, &format!("namespaces/{namespace}")))?;
         let selector = LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
             .map_err(ApiError::from)?;
         let matchers = selector_matchers(definition, &selector)?;
@@ -251,17 +245,40 @@ impl ExternalMetrics {
                 }
             }
         };
-        let (body, _, _) = self.cache.get_or_try_compute(key, fetch).await.map_err(|error| {
-            let what = match *error {
-                PromError::Unreachable(_) => "Prometheus is unreachable",
-                PromError::Query(_) => "the Prometheus query failed",
-            };
-            ApiError::ServiceUnavailable {
-                message: format!("unable to fetch the external metric {metric}: {what}"),
-                retry_after: Some(PROMETHEUS_RETRY_AFTER_SECONDS),
-            }
-        })?;
+        let (body, _, _) = self
+            .cache
+            .get_or_try_compute(key, fetch)
+            .await
+            .map_err(|error| prometheus_unavailable(&format!("the external metric {metric}"), &error))?;
         Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response())
+    }
+}
+
+impl GroupService for ExternalMetrics {
+    fn group(&self) -> &'static str {
+        GROUP
+    }
+
+    /// A configured metric's name.
+    fn metric_resource(&self, info: &RequestInfo) -> Option<String> {
+        let known = info.api_group == GROUP
+            && info.api_version == VERSION
+            && metrics_of(&self.config.current()).iter().any(|m| m.name == info.resource);
+        known.then(|| info.resource.clone())
+    }
+
+    fn serve<'a>(
+        &'a self,
+        request: &'a ParsedRequest,
+        method: &'a Method,
+        headers: &'a HeaderMap,
+    ) -> BoxFuture<'a, Response> {
+        Box::pin(async move {
+            match self.handle(request, method, headers).await {
+                Ok(response) => response,
+                Err(error) => error.into_response(),
+            }
+        })
     }
 }
 
@@ -276,6 +293,18 @@ impl DynamicGroupVersions for ExternalMetrics {
     }
 }
 
+/// The 503 (with `Retry-After`) of a failed Prometheus query for `what` (`the external metric x`).
+pub fn prometheus_unavailable(what: &str, error: &PromError) -> ApiError {
+    let cause = match error {
+        PromError::Unreachable(_) => "Prometheus is unreachable",
+        PromError::Query(_) => "the Prometheus query failed",
+    };
+    ApiError::ServiceUnavailable {
+        message: format!("unable to fetch {what}: {cause}"),
+        retry_after: Some(PROMETHEUS_RETRY_AFTER_SECONDS),
+    }
+}
+
 /// The matchers of a label selector for `definition`: `=`/`==` → `l="v"`, `!=` → `l!="v"`,
 /// `in` → `l=~"v1|v2"`, `notin` → `l!~"v1|v2"` (values regex-escaped), exists → `l!=""`,
 /// does-not-exist → `l=""`. A label the metric does not accept, or `gt`/`lt`, is a 400.
@@ -284,21 +313,26 @@ pub fn selector_matchers(
     definition: &ExternalMetricConfig,
     selector: &LabelSelector,
 ) -> Result<Vec<Matcher>, ApiError> {
+    label_matchers(&format!("the external metric {}", definition.name), &definition.labels, selector)
+}
+
+/// The matchers of `selector` on a metric that accepts `labels` (`what` names it in errors:
+/// `the external metric x`), as [`selector_matchers`] describes.
+pub fn label_matchers(what: &str, labels: &[String], selector: &LabelSelector) -> Result<Vec<Matcher>, ApiError> {
     selector
         .requirements()
         .iter()
         .map(|requirement| {
             let key = requirement.key();
-            if !definition.labels.iter().any(|l| l == key) {
-                let accepted = if definition.labels.is_empty() {
+            if !labels.iter().any(|l| l == key) {
+                let accepted = if labels.is_empty() {
                     "it accepts no label selector".to_owned()
                 } else {
-                    format!("it accepts: {}", definition.labels.join(", "))
+                    format!("it accepts: {}", labels.join(", "))
                 };
                 return Err(ApiError::BadRequest(format!(
-                    "label {} is not accepted by the external metric {}; {accepted}",
+                    "label {} is not accepted by {what}; {accepted}",
                     go_quote(key),
-                    definition.name
                 )));
             }
             let matcher = match requirement {
@@ -314,7 +348,7 @@ pub fn selector_matchers(
                 Requirement::Expr(Expression::DoesNotExist(k)) => Matcher::eq(k, ""),
                 Requirement::GreaterThan { .. } | Requirement::LessThan { .. } => {
                     return Err(ApiError::BadRequest(format!(
-                        "label {}: the operators gt and lt are not supported by external metrics; use \
+                        "label {}: the operators gt and lt are not supported by metric selectors; use \
                          =, ==, !=, in, notin, exists or !exists",
                         go_quote(key)
                     )));
@@ -359,6 +393,11 @@ fn round_to_micro(value: f64) -> f64 {
     if scaled.is_finite() { scaled.round() / 1e6 } else { value }
 }
 
+/// A metric value as the metric APIs publish it: a Quantity of `value` rounded to micro units.
+pub fn metric_quantity(value: f64) -> String {
+    crate::k8s::quantity::decimal_si(round_to_micro(value))
+}
+
 /// The `ExternalMetricValueList` JSON of a query result: one item per series with a finite
 /// value (NaN, e.g. a ratio over no requests, and infinities have no Quantity form and are
 /// left out, as no data), sorted by labels.
@@ -377,7 +416,7 @@ pub fn value_list(metric: &str, window: Duration, samples: Vec<PromSample>) -> V
             metric_labels: s.labels.into_iter().filter(|(k, _)| k != "__name__").collect(),
             timestamp: crate::kinds::rfc3339(s.timestamp),
             window: window.as_secs(),
-            value: crate::k8s::quantity::decimal_si(round_to_micro(s.value)),
+            value: metric_quantity(s.value),
         })
         .collect();
     items.sort_by(|a, b| a.metric_labels.cmp(&b.metric_labels));
@@ -451,21 +490,7 @@ pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
     for (i, metric) in metrics.iter().enumerate() {
         let field = |name: &str| format!("externalMetrics[{i}].{name}");
         let name = &metric.name;
-        let name_ok = !name.is_empty()
-            && name.len() <= 253
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b));
-        if !name_ok {
-            return Err(Invalid::new(
-                field("name"),
-                format!(
-                    "{name:?} is not a valid metric name: 1 to 253 characters among lowercase \
-                     letters, digits, '_', '.' and '-'"
-                ),
-            ));
-        }
-        if RESERVED_METRIC_NAMES.contains(&name.as_str()) {
-            return Err(Invalid::new(field("name"), format!("{name:?} is reserved in Kubernetes URLs")));
-        }
+        check_metric_name(name).map_err(|message| Invalid::new(field("name"), message))?;
         if let Some(first) = metrics[..i].iter().position(|m| m.name == *name) {
             return Err(Invalid::new(
                 field("name"),
@@ -473,29 +498,55 @@ pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
             ));
         }
         validate_template(&metric.query).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
-        for (j, label) in metric.labels.iter().enumerate() {
-            let label_field = format!("externalMetrics[{i}].labels[{j}]");
-            if !is_valid_label_name(label) {
-                return Err(Invalid::new(
-                    label_field,
-                    format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"),
-                ));
-            }
-            if label == "namespace" {
-                return Err(Invalid::new(
-                    label_field,
-                    "\"namespace\" cannot be selected: the request's namespace always scopes the query",
-                ));
-            }
-            if label.starts_with("__") {
-                return Err(Invalid::new(label_field, format!("{label:?} is reserved by Prometheus")));
-            }
-            if metric.labels[..j].contains(label) {
-                return Err(Invalid::new(label_field, format!("duplicate label {label:?}")));
-            }
-        }
+        check_metric_labels(&metric.labels, &format!("externalMetrics[{i}]"))?;
         if metric.window.is_some_and(|w| w < Duration::from_secs(1)) {
             return Err(Invalid::new(field("window"), "must be at least 1s"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a metric's name: lowercase letters, digits, `_`, `.` and `-`, and not a reserved
+/// URL segment.
+pub fn check_metric_name(name: &str) -> std::result::Result<(), String> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 253
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b));
+    if !name_ok {
+        return Err(format!(
+            "{name:?} is not a valid metric name: 1 to 253 characters among lowercase letters, \
+             digits, '_', '.' and '-'"
+        ));
+    }
+    if RESERVED_METRIC_NAMES.contains(&name) {
+        return Err(format!("{name:?} is reserved in Kubernetes URLs"));
+    }
+    Ok(())
+}
+
+/// Checks the `labels` a metric's selector may constrain (`at` is the metric's field path):
+/// Prometheus label names, not `namespace` (the request's namespace always scopes the query),
+/// not reserved, no duplicates.
+pub fn check_metric_labels(labels: &[String], at: &str) -> std::result::Result<(), Invalid> {
+    for (j, label) in labels.iter().enumerate() {
+        let label_field = format!("{at}.labels[{j}]");
+        if !is_valid_label_name(label) {
+            return Err(Invalid::new(
+                label_field,
+                format!("{label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"),
+            ));
+        }
+        if label == "namespace" {
+            return Err(Invalid::new(
+                label_field,
+                "\"namespace\" cannot be selected: the request's namespace always scopes the query",
+            ));
+        }
+        if label.starts_with("__") {
+            return Err(Invalid::new(label_field, format!("{label:?} is reserved by Prometheus")));
+        }
+        if labels[..j].contains(label) {
+            return Err(Invalid::new(label_field, format!("duplicate label {label:?}")));
         }
     }
     Ok(())

@@ -8,7 +8,8 @@
 //! - [`server`]: wiring (sources, kinds, APIs, auth, TLS) and serving;
 //! - [`api`] (routing, negotiation, discovery, OpenAPI, rendering) and [`auth`] (delegated
 //!   authentication and authorization);
-//! - [`external`]: the opt-in `external.metrics.k8s.io` API for the HPA;
+//! - [`external`] and [`custom`]: the opt-in `external.metrics.k8s.io` and
+//!   `custom.metrics.k8s.io` APIs for the HPA;
 //! - [`kinds`]: the served kinds, one unit each, and their registry;
 //! - [`cache`]: TTL + single flight, generic over what it caches;
 //! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
@@ -24,6 +25,7 @@ pub mod api;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod custom;
 pub mod external;
 pub mod k8s;
 pub mod kinds;

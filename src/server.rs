@@ -25,7 +25,9 @@ use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
 use crate::cache::CacheSettings;
 use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile};
+use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
+use crate::sources::workloads::KubeWorkloads;
 use crate::kinds::{Sources, registry};
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
@@ -125,7 +127,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
-    let inventory: Arc<dyn Inventory> = KubeInventory::start(client);
+    let inventory: Arc<dyn Inventory> = KubeInventory::start(client.clone());
 
     let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
         Some(path) => Some(
@@ -162,6 +164,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
 
+    let inventory_for_custom = inventory.clone();
     let ready_metrics = metrics.clone();
     let shutting_down = Arc::new(AtomicBool::new(false));
     let stopping = shutting_down.clone();
@@ -175,12 +178,20 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .with_auth(auth)
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
-    if args.external_metrics.enable_external_metrics {
+    if args.metric_apis.enable_external_metrics {
         let names: Vec<String> =
             crate::external::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
         tracing::info!(metrics = ?names, "serving external.metrics.k8s.io/v1beta1");
-        let external = ExternalMetrics::new(prometheus, config.clone(), &cache);
-        state = state.with_external_metrics(Arc::new(external));
+        let external = ExternalMetrics::new(prometheus.clone(), config.clone(), &cache);
+        state = state.with_group(Arc::new(external));
+    }
+    if args.metric_apis.enable_custom_metrics {
+        let names: Vec<String> =
+            crate::custom::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
+        tracing::info!(metrics = ?names, "serving custom.metrics.k8s.io v1beta2 and v1beta1");
+        let workloads = Arc::new(KubeWorkloads::new(client, &cache));
+        let custom = CustomMetrics::new(prometheus, inventory_for_custom, workloads, config.clone(), &cache);
+        state = state.with_group(Arc::new(custom));
     }
     let app = api::router(state);
 
@@ -222,19 +233,20 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
     }
 }
 
-/// The kubelet client configuration: flags, plus the cluster's credentials and CA from the
-/// kubeconfig (the service account's token and the cluster CA in-cluster), as metrics-server
-/// does. `ca_override` is the content of `--kubelet-certificate-authority`.
 /// The check of the query file: every section's owner checks its own (the kinds their
-/// queries, the external metrics API its metrics), whether or not that API is enabled, so a
-/// file that is valid today stays valid when it is.
+/// queries, the external and custom metrics APIs their metrics), whether or not that API is
+/// enabled, so a file that is valid today stays valid when it is.
 pub fn config_check() -> Check {
     Arc::new(|file: &mut QueryFile| {
         registry::check_kinds(file)?;
-        crate::external::check_metrics(file)
+        crate::external::check_metrics(file)?;
+        crate::custom::check_metrics(file)
     })
 }
 
+/// The kubelet client configuration: flags, plus the cluster's credentials and CA from the
+/// kubeconfig (the service account's token and the cluster CA in-cluster), as metrics-server
+/// does. `ca_override` is the content of `--kubelet-certificate-authority`.
 fn kubelet_config(
     args: &KubeletArgs,
     kube_config: &kube::Config,

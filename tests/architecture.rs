@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     // authorization.
     &["api", "auth"],
     // The APIs of metrics, one module each.
-    &["external"],
+    &["external", "custom"],
     // The served kinds, one unit each, and their registry.
     &["kinds"],
     // The upstreams (inventory, kubelets, Prometheus) behind narrow traits.

@@ -158,9 +158,7 @@ impl Discovery {
                     "metadata": {"name": g},
                     "versions": vs.iter().map(|gv| json!({
                         "version": gv.version,
-                        "resources": gv.resources.iter()
-                            .map(|r| resource_discovery(gv, r))
-                            .collect::<Vec<_>>(),
+                        "resources": aggregated_resources(gv),
                         "freshness": "Current",
                     })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
@@ -248,11 +246,11 @@ impl Discovery {
 pub struct LiveDiscovery {
     kinds: Arc<LiveKinds>,
     extra: Vec<GroupVersionResources>,
-    dynamic: Option<Arc<dyn DynamicGroupVersions>>,
+    dynamic: Vec<Arc<dyn DynamicGroupVersions>>,
     built: RwLock<(Generations, Arc<Discovery>)>,
 }
 
-/// The generations of the kinds and of the dynamic group-versions.
+/// The generations of the kinds and of the dynamic group-versions (their sum: each only grows).
 type Generations = (u64, u64);
 
 impl std::fmt::Debug for LiveDiscovery {
@@ -266,21 +264,25 @@ impl LiveDiscovery {
     pub fn new(
         kinds: Arc<LiveKinds>,
         extra: Vec<GroupVersionResources>,
-        dynamic: Option<Arc<dyn DynamicGroupVersions>>,
+        dynamic: Vec<Arc<dyn DynamicGroupVersions>>,
     ) -> Self {
-        let (generations, built) = Self::build(&kinds, &extra, dynamic.as_deref());
+        let (generations, built) = Self::build(&kinds, &extra, &dynamic);
         Self { kinds, extra, dynamic, built: RwLock::new((generations, Arc::new(built))) }
     }
 
     fn build(
         kinds: &LiveKinds,
         extra: &[GroupVersionResources],
-        dynamic: Option<&dyn DynamicGroupVersions>,
+        dynamic: &[Arc<dyn DynamicGroupVersions>],
     ) -> (Generations, Discovery) {
         let kinds = kinds.current();
-        let (generation, gvs) = dynamic.map(|d| d.group_versions()).unwrap_or_default();
         let mut all = extra.to_vec();
-        all.extend(gvs);
+        let mut generation = 0;
+        for d in dynamic {
+            let (g, gvs) = d.group_versions();
+            generation += g;
+            all.extend(gvs);
+        }
         ((kinds.generation, generation), Discovery::new(kinds.kinds(), &all))
     }
 
@@ -294,11 +296,11 @@ impl LiveDiscovery {
     /// The documents for the configuration in force.
     pub fn current(&self) -> Arc<Discovery> {
         let (built_generations, built) = self.built();
-        let now = (self.kinds.current().generation, self.dynamic.as_ref().map_or(0, |d| d.generation()));
+        let now = (self.kinds.current().generation, self.dynamic.iter().map(|d| d.generation()).sum());
         if now == built_generations {
             return built;
         }
-        let (generations, fresh) = Self::build(&self.kinds, &self.extra, self.dynamic.as_deref());
+        let (generations, fresh) = Self::build(&self.kinds, &self.extra, &self.dynamic);
         let fresh = Arc::new(fresh);
         let mut slot = match self.built.write() {
             Ok(slot) => slot,
@@ -340,17 +342,58 @@ fn with_names(mut v: Value, r: &DiscoveryResource) -> Value {
     v
 }
 
-/// `apidiscovery.k8s.io` `APIResourceDiscovery`, as `ConvertGroupVersionIntoToDiscovery`
-/// would convert the legacy entry.
-fn resource_discovery(gv: &GroupVersionResources, r: &DiscoveryResource) -> Value {
-    let v = json!({
-        "resource": r.name,
-        "responseKind": {"group": gv.group, "version": gv.version, "kind": r.kind},
-        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
-        "singularResource": r.singular_name,
-        "verbs": r.verbs,
-    });
-    with_names(v, r)
+/// The `apidiscovery.k8s.io` `APIResourceDiscovery` list of `gv`, as kube-apiserver's
+/// `ConvertGroupVersionIntoToDiscovery` converts the legacy list: top-level resources first, in
+/// order; then each `<resource>/<subresource>` entry (the custom metrics, `pods/<metric>`)
+/// nested under its parent, which is created (scope of the subresource, empty `responseKind`,
+/// no verbs) when the list has no such resource.
+fn aggregated_resources(gv: &GroupVersionResources) -> Vec<Value> {
+    let scope = |r: &DiscoveryResource| if r.namespaced { "Namespaced" } else { "Cluster" };
+    let mut out: Vec<Value> = gv
+        .resources
+        .iter()
+        .filter(|r| !r.name.contains('/'))
+        .map(|r| {
+            let v = json!({
+                "resource": r.name,
+                "responseKind": {"group": gv.group, "version": gv.version, "kind": r.kind},
+                "scope": scope(r),
+                "singularResource": r.singular_name,
+                "verbs": r.verbs,
+            });
+            with_names(v, r)
+        })
+        .collect();
+    for r in &gv.resources {
+        let Some((parent, subresource)) = r.name.split_once('/') else { continue };
+        let index = match out.iter().position(|p| p["resource"] == parent && p["scope"] == scope(r)) {
+            Some(index) => index,
+            None => {
+                out.push(json!({
+                    "resource": parent,
+                    "responseKind": {"group": "", "version": "", "kind": ""},
+                    "scope": scope(r),
+                    "singularResource": "",
+                    "verbs": null,
+                }));
+                out.len() - 1
+            }
+        };
+        let entry = json!({
+            "subresource": subresource,
+            "responseKind": {"group": gv.group, "version": gv.version, "kind": r.kind},
+            "verbs": r.verbs,
+        });
+        match out[index].get_mut("subresources").and_then(Value::as_array_mut) {
+            Some(list) => list.push(entry),
+            None => {
+                if let Value::Object(parent) = &mut out[index] {
+                    parent.insert("subresources".into(), json!([entry]));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `version.Info` of this build.

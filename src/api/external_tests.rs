@@ -29,7 +29,7 @@ const BREWS: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_
 fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig>, ttl: Duration) -> Router {
     let metrics = Metrics::new();
     let external = ExternalMetrics::new(prom, config, &CacheSettings::new(ttl, metrics.clone()));
-    router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_external_metrics(Arc::new(external)))
+    router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(external)))
 }
 
 fn mk_app(prom: Arc<MkProm>) -> Router {
@@ -196,7 +196,7 @@ fn matchers_for_each_operator() {
     assert_eq!(
         rendered("a>1"),
         Err(ApiError::BadRequest(
-            "label \"a\": the operators gt and lt are not supported by external metrics; use =, ==, !=, in, notin, exists or !exists".into()
+            "label \"a\": the operators gt and lt are not supported by metric selectors; use =, ==, !=, in, notin, exists or !exists".into()
         ))
     );
     let none = ExternalMetricConfig { labels: vec![], ..definition.clone() };
@@ -239,7 +239,7 @@ async fn selector_errors_are_400s_that_say_why() {
         &r,
         400,
         "BadRequest",
-        "label \"cafe\": the operators gt and lt are not supported by external metrics; use =, ==, !=, in, notin, exists or !exists",
+        "label \"cafe\": the operators gt and lt are not supported by metric selectors; use =, ==, !=, in, notin, exists or !exists",
     );
     assert_eq!(prom.calls.load(Ordering::SeqCst), 0, "no rejected request reaches Prometheus");
 }

@@ -16,10 +16,13 @@ use proptest::prelude::*;
 use tower::ServiceExt;
 
 use super::fuzz_testutil::{check_promql_literals, method, path, query, run, text};
-use super::testutil::{Behavior, FakeKind, GADGET, WIDGET, mk_defaults, mk_item, mk_prom, mk_sample};
+use super::testutil::{
+    Behavior, FakeKind, FakeWorkloads, GADGET, WIDGET, mk_defaults, mk_item, mk_prom, mk_sample,
+};
 use super::{ApiState, router};
 use crate::cache::CacheSettings;
 use crate::config::LiveConfig;
+use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
 use crate::kinds::{KindInfo, Kinds};
 use crate::telemetry::Metrics;
@@ -93,9 +96,25 @@ fn router_answers_client_faults_with_4xx_and_sends_only_well_formed_promql() {
         let metrics = Metrics::new();
         let config = LiveConfig::fixed(mk_defaults(), None);
         let cache = CacheSettings::new(Duration::from_millis(1), metrics.clone());
-        let external = ExternalMetrics::new(prometheus.clone(), config, &cache);
-        let state =
-            ApiState::new(kinds, Arc::new(|| true), metrics).with_external_metrics(Arc::new(external));
+        let external = ExternalMetrics::new(prometheus.clone(), config.clone(), &cache);
+        let pods = vec![crate::kinds::testkit::mk_pod(
+            "shop",
+            "w1",
+            "n",
+            &[("app", "w")],
+            &["c"],
+            "2026-07-01T10:00:00Z",
+        )];
+        let custom = CustomMetrics::new(
+            prometheus.clone(),
+            crate::kinds::testkit::FakeInventory::with(pods),
+            Arc::new(FakeWorkloads::default()),
+            config,
+            &cache,
+        );
+        let state = ApiState::new(kinds, Arc::new(|| true), metrics)
+            .with_group(Arc::new(external))
+            .with_group(Arc::new(custom));
         router(state)
     });
     let corpus = [
@@ -110,6 +129,13 @@ fn router_answers_client_faults_with_4xx_and_sends_only_well_formed_promql() {
             Some("labelSelector=app%3D%22%7D"),
         ),
         ("GET", "/apis/stats.une-tasse-de.cafe/v1alpha1/gadgets/w1", None),
+        (
+            "GET",
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/http_requests_per_second",
+            Some("labelSelector=app%3Dw&metricLabelSelector=code%20notin%20(%22%7D)"),
+        ),
+        ("GET", "/apis/custom.metrics.k8s.io/v1beta1/namespaces/shop/deployments.apps/w1/http_requests_per_second", None),
+        ("GET", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/metrics/http_errors_per_second", Some("metricLabelSelector=code")),
         ("DELETE", "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/widgets", None),
         ("GET", "/apis/stats.une-tasse-de.cafe/v1alpha1/watch/namespaces", None),
         ("GET", "/openapi/v3/apis/stats.une-tasse-de.cafe/v1alpha1", Some("hash=x")),

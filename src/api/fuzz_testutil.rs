@@ -120,6 +120,13 @@ const PATH_SEGMENTS: &[&str] = &[
     "v1alpha1",
     "external.metrics.k8s.io",
     "v1beta1",
+    "custom.metrics.k8s.io",
+    "v1beta2",
+    "pods",
+    "*",
+    "deployments.apps",
+    "services",
+    "http_errors_per_second",
     "namespaces",
     "shop",
     "default",
@@ -171,6 +178,9 @@ pub(crate) fn path() -> BoxedStrategy<String> {
         ("external.metrics.k8s.io/v1beta1", "cafe_brews_per_minute", true),
         ("external.metrics.k8s.io/v1beta1", "http_requests_per_second", true),
         ("external.metrics.k8s.io/v1beta1", "nope", true),
+        ("custom.metrics.k8s.io/v1beta2", "pods", true),
+        ("custom.metrics.k8s.io/v1beta1", "deployments.apps", true),
+        ("custom.metrics.k8s.io/v1beta2", "metrics", true),
     ];
     let resource = (
         proptest::sample::select(TARGETS),

@@ -10,9 +10,9 @@
 //!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>` and
 //!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>` (`labelSelector`, `fieldSelector`,
 //!   JSON / Table / PartialObjectMetadata by `Accept`); `watch` and every write verb are a 405;
-//! - with [`ApiState::with_external_metrics`], everything under
-//!   `/apis/external.metrics.k8s.io/` ([`crate::external`]), whose discovery follows the
-//!   reloadable configuration.
+//! - with [`ApiState::with_group`], everything under `/apis/<group>/` of that group's service
+//!   (`external.metrics.k8s.io`: [`crate::external`]; `custom.metrics.k8s.io`:
+//!   [`crate::custom`]), whose discovery follows the reloadable configuration.
 //!
 //! Every error is a `metav1.Status` ([`status`]); paths and queries are parsed here from the raw
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
@@ -40,8 +40,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode, header};
 
-use crate::external::ExternalMetrics;
-use crate::k8s::discovery::{DynamicGroupVersions, GroupVersionResources};
+use crate::k8s::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
 use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
 use crate::k8s::request_info::{ParsedRequest, QueryParams, RequestInfo};
 use crate::k8s::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
@@ -75,7 +74,7 @@ pub struct ApiState {
     ready: ReadyFn,
     metrics: Arc<Metrics>,
     auth: Option<Arc<crate::auth::Auth>>,
-    external: Option<Arc<ExternalMetrics>>,
+    groups: Vec<Arc<dyn GroupService>>,
     guard: Arc<Guard>,
     shutting_down: Arc<AtomicBool>,
 }
@@ -92,7 +91,7 @@ impl ApiState {
     /// `metrics` counts requests and is served on `/metrics`.
     pub fn new(kinds: impl Into<LiveKinds>, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
         let kinds = Arc::new(kinds.into());
-        let discovery = Arc::new(LiveDiscovery::new(kinds.clone(), Vec::new(), None));
+        let discovery = Arc::new(LiveDiscovery::new(kinds.clone(), Vec::new(), Vec::new()));
         let openapi = Arc::new(LiveOpenApi::new(kinds.clone()));
         Self {
             kinds,
@@ -102,7 +101,7 @@ impl ApiState {
             ready,
             metrics,
             auth: None,
-            external: None,
+            groups: Vec::new(),
             guard: Arc::new(Guard::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
         }
@@ -138,16 +137,16 @@ impl ApiState {
         self
     }
 
-    /// Serves `external.metrics.k8s.io/v1beta1` with `external` and advertises it in
-    /// discovery, whose resource list follows configuration reloads.
-    pub fn with_external_metrics(mut self, external: Arc<ExternalMetrics>) -> Self {
-        self.external = Some(external);
+    /// Serves the API group of `service` (`external.metrics.k8s.io`, `custom.metrics.k8s.io`)
+    /// and advertises it in discovery, whose resource list follows configuration reloads.
+    pub fn with_group(mut self, service: Arc<dyn GroupService>) -> Self {
+        self.groups.push(service);
         self.rebuild_discovery();
         self
     }
 
     fn rebuild_discovery(&mut self) {
-        let dynamic = self.external.clone().map(|e| e as Arc<dyn DynamicGroupVersions>);
+        let dynamic = self.groups.iter().map(|g| g.clone() as Arc<dyn DynamicGroupVersions>).collect();
         self.discovery = Arc::new(LiveDiscovery::new(self.kinds.clone(), self.extra.clone(), dynamic));
     }
 
@@ -268,10 +267,8 @@ fn metric_labels(
         if i.api_group == GROUP && i.api_version == VERSION {
             let kinds = state.kinds.current();
             Some(kinds.find(&i.resource)?.info().plural.clone())
-        } else if state.external.as_ref().is_some_and(|e| e.is_metric_request(i)) {
-            Some(Cow::Owned(i.resource.clone()))
         } else {
-            None
+            state.groups.iter().find(|g| g.group() == i.api_group)?.metric_resource(i).map(Cow::Owned)
         }
     });
     let resource = resource
@@ -315,10 +312,8 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
     let segs = parsed.segs();
 
     if let ["apis", group, _, _, ..] = segs.as_slice() {
-        if *group == crate::external::GROUP
-            && let Some(external) = &state.external
-        {
-            return external.serve(&parsed, &parts.method, &parts.headers).await;
+        if let Some(service) = state.groups.iter().find(|g| g.group() == *group) {
+            return service.serve(&parsed, &parts.method, &parts.headers).await;
         }
         return match serve_resource(&state, &parts, &parsed).await {
             Ok(response) => response,
@@ -669,6 +664,8 @@ pub fn warning_header(text: &str) -> Option<HeaderValue> {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod custom_tests;
 #[cfg(test)]
 mod external_tests;
 

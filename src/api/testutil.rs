@@ -22,6 +22,7 @@ use crate::config::{Check, QueryFile};
 use crate::kinds::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
 };
+use crate::sources::workloads::{PodSelection, Workload, WorkloadError, WorkloadSource};
 use crate::sources::{PromError, PromSample, PromSource};
 
 // ---- fake kinds ----
@@ -252,6 +253,40 @@ pub(crate) fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
     }
 }
 
+// ---- workload objects ----
+
+/// Workload objects by (resource, namespace, name), counting reads.
+#[derive(Default)]
+pub(crate) struct FakeWorkloads {
+    pub(crate) objects: HashMap<(Workload, String, String), PodSelection>,
+    pub(crate) reads: AtomicUsize,
+    pub(crate) down: Mutex<bool>,
+}
+
+impl WorkloadSource for FakeWorkloads {
+    fn selection<'a>(
+        &'a self,
+        workload: Workload,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        let down = *self.down.lock().unwrap();
+        let found = self.objects.get(&(workload, namespace.to_owned(), name.to_owned())).cloned();
+        Box::pin(async move {
+            if down {
+                return Err(WorkloadError::Unavailable {
+                    resource: workload.resource(),
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    reason: "connection refused".to_owned(),
+                });
+            }
+            Ok(found.map(Arc::new))
+        })
+    }
+}
+
 // ---- configuration ----
 
 /// The check the server runs on the query file (`server::config_check`, which `api` may not
@@ -259,7 +294,8 @@ pub(crate) fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
 pub(crate) fn mk_check() -> Check {
     Arc::new(|file: &mut QueryFile| {
         crate::kinds::registry::check_queries(file)?;
-        crate::external::check_metrics(file)
+        crate::external::check_metrics(file)?;
+        crate::custom::check_metrics(file)
     })
 }
 

@@ -82,6 +82,9 @@ pub struct QueryFile {
     /// The metrics of `external.metrics.k8s.io/v1beta1`; `None` when the file leaves the key
     /// out (the external metrics API fills its defaults in then).
     pub external_metrics: Option<Vec<ExternalMetricConfig>>,
+    /// The metrics of `custom.metrics.k8s.io`; `None` when the file leaves the key out (the
+    /// custom metrics API fills its defaults in then).
+    pub custom_metrics: Option<Vec<CustomMetricConfig>>,
     /// Kinds declared in the file (`kinds:`), served beside the built-in ones.
     pub kinds: Vec<DeclaredKindConfig>,
 }
@@ -111,6 +114,40 @@ pub struct ExternalMetricConfig {
     /// Range of this metric's rates (Go duration); the configuration's window when unset.
     #[serde(default, deserialize_with = "de_duration")]
     pub window: Option<Duration>,
+}
+
+/// One custom metric (DESIGN §6.2): a per-pod PromQL vector, served for pods, for the workloads
+/// that select pods and for namespaces under `custom.metrics.k8s.io`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CustomMetricConfig {
+    /// Metric name, the last segment of its URLs: lowercase letters, digits, `_`, `.` and `-`.
+    pub name: String,
+    /// PromQL template whose result keeps the `namespace` and `pod` labels: one value per pod.
+    pub query: String,
+    /// Labels a `metricLabelSelector` may constrain (each requirement becomes an escaped
+    /// matcher in `SCOPE`); a selector on any other label is a 400.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// How the values of an object's pods combine into the object's value.
+    #[serde(default)]
+    pub aggregate: Aggregate,
+    /// Range of this metric's rates (Go duration); the configuration's window when unset.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub window: Option<Duration>,
+}
+
+/// How pod values combine for an object (`aggregate:` of a custom metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Aggregate {
+    /// The sum of the pods' values (requests per second of a Deployment).
+    #[default]
+    Sum,
+    /// Their mean.
+    Avg,
+    /// The largest.
+    Max,
 }
 
 /// A kind declared in the file (`kinds:`, DESIGN §6.1), as written: the kinds layer checks
@@ -183,6 +220,8 @@ struct RawFile {
     #[serde(default)]
     external_metrics: Option<Vec<ExternalMetricConfig>>,
     #[serde(default)]
+    custom_metrics: Option<Vec<CustomMetricConfig>>,
+    #[serde(default)]
     kinds: Vec<DeclaredKindConfig>,
     #[serde(flatten)]
     sections: BTreeMap<String, serde_yaml::Value>,
@@ -242,6 +281,7 @@ impl QueryFile {
                 window: raw.window,
                 kind_queries,
                 external_metrics: raw.external_metrics,
+                custom_metrics: raw.custom_metrics,
                 kinds: raw.kinds,
             }
         };

@@ -41,7 +41,7 @@ pub struct Args {
     pub auth: AuthArgs,
     /// The opt-in external metrics API.
     #[command(flatten)]
-    pub external_metrics: ExternalMetricsArgs,
+    pub metric_apis: MetricApisArgs,
     /// Log verbosity, as Kubernetes components count it: 0 warnings and errors, 1-2 info,
     /// 3-4 debug, 5+ trace.
     #[arg(short = 'v', long = "v", default_value_t = 1, env = "PERCOLATOR_V")]
@@ -194,12 +194,17 @@ pub struct CacheArgs {
 
 /// Flags of the external metrics API (`external.metrics.k8s.io/v1beta1`).
 #[derive(Debug, Clone, ClapArgs)]
-pub struct ExternalMetricsArgs {
+pub struct MetricApisArgs {
     /// Serve and advertise external.metrics.k8s.io/v1beta1 (HPA external metrics) with the
     /// `externalMetrics` of --config. Only one server per cluster may own that group (KEDA and
     /// prometheus-adapter claim it too), so it is off by default.
     #[arg(long, env = "PERCOLATOR_ENABLE_EXTERNAL_METRICS")]
     pub enable_external_metrics: bool,
+    /// Serve and advertise custom.metrics.k8s.io v1beta2 and v1beta1 (HPA Pods and Object
+    /// metrics) with the `customMetrics` of --config. Only one server per cluster may own that
+    /// group (prometheus-adapter claims it too), so it is off by default.
+    #[arg(long, env = "PERCOLATOR_ENABLE_CUSTOM_METRICS")]
+    pub enable_custom_metrics: bool,
 }
 
 /// Flags of delegated authentication (TokenReview, client certificates, the front proxy) and
@@ -298,8 +303,8 @@ mod tests {
         assert_eq!(args.serving.shutdown_delay_duration, Duration::from_secs(5));
         assert_eq!(args.serving.tls_reload_interval, Duration::from_secs(10));
         assert_eq!(args.kubelet.kubelet_preferred_address_types[0], "Hostname");
-        assert!(!args.external_metrics.enable_external_metrics);
-        assert!(parse(&["--enable-external-metrics"]).external_metrics.enable_external_metrics);
+        assert!(!args.metric_apis.enable_external_metrics);
+        assert!(parse(&["--enable-external-metrics"]).metric_apis.enable_external_metrics);
     }
 
     #[test]
@@ -340,7 +345,7 @@ mod tests {
         assert!(parse(&["--kubelet-insecure-tls"]).kubelet.kubelet_insecure_tls);
         assert!(!parse(&["--kubelet-insecure-tls=false"]).kubelet.kubelet_insecure_tls);
         assert!(!parse(&[]).kubelet.kubelet_insecure_tls);
-        assert!(parse(&["--enable-external-metrics=true"]).external_metrics.enable_external_metrics);
+        assert!(parse(&["--enable-external-metrics=true"]).metric_apis.enable_external_metrics);
         let err = Args::try_parse_from(["p", "--kubelet-insecure-tls", "false"]).unwrap_err().to_string();
         assert!(err.contains("false"), "a following argument is not the flag's value: {err}");
         assert!(

@@ -6,10 +6,10 @@ pub mod file;
 pub mod flags;
 
 pub use file::{
-    Check, ConfigError, DEFAULT_WINDOW, DeclaredFieldConfig, DeclaredKindConfig, ExternalMetricConfig,
+    Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig, DeclaredKindConfig, ExternalMetricConfig,
     Invalid, LiveConfig, PodsJoinConfig, QueryFile, Snapshot,
 };
 pub use flags::{
-    Args, AuthArgs, CacheArgs, ClusterArgs, ExternalMetricsArgs, KubeletArgs, PrometheusArgs, QueryArgs,
+    Args, AuthArgs, CacheArgs, ClusterArgs, KubeletArgs, MetricApisArgs, PrometheusArgs, QueryArgs,
     ServingArgs,
 };

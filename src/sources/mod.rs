@@ -3,11 +3,14 @@
 //!
 //! - [`Inventory`]: pods and nodes known to the cluster (watch-backed, local reads);
 //! - [`KubeletSource`]: per-node container CPU and memory from kubelet `/metrics/resource`;
-//! - [`PromSource`]: PromQL vector queries against Prometheus.
+//! - [`PromSource`]: PromQL vector queries against Prometheus;
+//! - [`workloads::WorkloadSource`]: the pod selection of Deployments, StatefulSets, ReplicaSets,
+//!   DaemonSets and Services (read one by one, cached).
 
 pub mod inventory;
 pub mod kubelet;
 pub mod prometheus;
+pub mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -1,0 +1,739 @@
+//! The opt-in custom metrics API, `custom.metrics.k8s.io` `v1beta2` and `v1beta1` (DESIGN
+//! §6.2, CONTRACT §6.5): the HorizontalPodAutoscaler's `Pods` and `Object` metrics. Served only
+//! with `--enable-custom-metrics`; the router hands it every path under
+//! `/apis/custom.metrics.k8s.io/`.
+//!
+//! Endpoints (the adapter library's routes, both versions):
+//!
+//! - `namespaces/NS/pods/*/METRIC?labelSelector=SEL`: one value per running pod of NS that SEL
+//!   selects and that has a value, sorted by name;
+//! - `namespaces/NS/pods/NAME/METRIC`: that pod (404 when it is not running or has no value);
+//! - `namespaces/NS/{deployments.apps,statefulsets.apps,replicasets.apps,daemonsets.apps,services}/NAME/METRIC`:
+//!   the `aggregate` of the values of the running pods the object's selector selects;
+//! - `namespaces/NS/metrics/METRIC` (and the root-scoped `namespaces/NS/METRIC`): the aggregate
+//!   over the namespace's running pods, described as the `Namespace`.
+//!
+//! Every one of them runs one PromQL vector query per (metric, namespace, metricLabelSelector),
+//! with `SCOPE` = `namespace="NS"` plus the escaped matchers of `metricLabelSelector` (only on
+//! the metric's declared `labels`), cached for `--cache-ttl` with single flight; the pods come
+//! from the inventory (no LIST per request, no regex of pod names in PromQL) and the objects'
+//! selectors from [`WorkloadSource`] (one cached GET per object).
+//!
+//! Unknown metric or resource: 404 worded like the adapter library; bad selector: 400;
+//! Prometheus failing: 503 with `Retry-After`; never a 500 for client input.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{HeaderMap, HeaderValue, Method, header};
+use jiff::Timestamp;
+use kube::core::Expression;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::cache::{CacheSettings, TtlCache};
+use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
+use crate::external::{
+    MetricsError, Result, check_metric_labels, check_metric_name, label_matchers, metric_quantity,
+    prometheus_unavailable,
+};
+use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
+use crate::k8s::negotiate::{Endpoint, negotiate_headers};
+use crate::k8s::request_info::{ParsedRequest, RequestInfo};
+use crate::k8s::selectors::{LabelSelector, Requirement};
+use crate::k8s::status::go_quote;
+use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
+use crate::k8s::{ApiError, GroupResource};
+use crate::sources::prometheus::{Matcher, keeps_label, render, validate_template};
+use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
+use crate::sources::{Inventory, PodInfo, PromSource};
+
+/// API group of custom metrics.
+pub const GROUP: &str = "custom.metrics.k8s.io";
+/// The versions served, preferred first (the HPA picks the preferred one).
+pub const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+/// Kind of the responses, and of every resource in discovery.
+pub const LIST_KIND: &str = "MetricValueList";
+
+/// Name of the cache in `percolator_cache_requests_total`.
+const CACHE_NAME: &str = "custom.metrics.k8s.io";
+/// Entries kept at most: one per (metric, namespace, metric selector) asked for within a TTL.
+const MAX_ENTRIES: u64 = 10_000;
+/// Seconds a client is asked to wait while the inventory is not synced.
+const NOT_SYNCED_RETRY_AFTER_SECONDS: u32 = 1;
+
+/// The labels every custom metric's query must keep: they place each value on a pod.
+const POD_LABELS: [&str; 2] = ["namespace", "pod"];
+
+/// What a request asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target<'a> {
+    /// Pods of the namespace: all that a label selector selects (`*`), or one by name.
+    Pods(Option<&'a str>),
+    /// A workload object, by name.
+    Object(Workload, &'a str),
+    /// The namespace itself.
+    Namespace,
+}
+
+impl Target<'_> {
+    /// The group-resource string of errors and discovery.
+    fn resource(&self) -> &'static str {
+        match self {
+            Self::Pods(_) => "pods",
+            Self::Object(workload, _) => workload.resource(),
+            Self::Namespace => "namespaces",
+        }
+    }
+}
+
+/// One pod's value of a metric.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PodValue {
+    value: f64,
+    timestamp: Timestamp,
+}
+
+/// The values of one metric in one namespace, by pod name.
+type PodValues = HashMap<String, PodValue>;
+
+/// What a cached query result is found by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CacheKey {
+    generation: u64,
+    metric: String,
+    namespace: String,
+    /// The metric selector's matchers, rendered, sorted and deduplicated.
+    selector: String,
+}
+
+/// The custom metrics service: definitions from the reloadable configuration, values through
+/// a [`PromSource`], pods from the [`Inventory`], objects from a [`WorkloadSource`].
+pub struct CustomMetrics {
+    prometheus: Arc<dyn PromSource>,
+    inventory: Arc<dyn Inventory>,
+    workloads: Arc<dyn WorkloadSource>,
+    config: Arc<LiveConfig>,
+    cache: TtlCache<CacheKey, Arc<PodValues>>,
+}
+
+impl std::fmt::Debug for CustomMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CustomMetrics").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl CustomMetrics {
+    /// Serves the `customMetrics` of `config` (checked by [`check_metrics`]).
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        inventory: Arc<dyn Inventory>,
+        workloads: Arc<dyn WorkloadSource>,
+        config: Arc<LiveConfig>,
+        cache: &CacheSettings,
+    ) -> Self {
+        let cache = TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES);
+        Self { prometheus, inventory, workloads, config, cache }
+    }
+
+    /// The discovery entries of `definitions`, one per version: per metric, `pods/M`, each
+    /// workload resource's `R/M` (namespaced) and `namespaces/M` (cluster), get only, as the
+    /// adapter library lists them.
+    pub fn group_version_resources(definitions: &[CustomMetricConfig]) -> Vec<GroupVersionResources> {
+        let resource = |name: String, namespaced: bool| DiscoveryResource {
+            name,
+            singular_name: String::new(),
+            namespaced,
+            kind: LIST_KIND.to_owned(),
+            verbs: vec!["get".to_owned()],
+            short_names: Vec::new(),
+            categories: Vec::new(),
+        };
+        let mut resources = Vec::new();
+        for d in definitions {
+            resources.push(resource(format!("pods/{}", d.name), true));
+            for workload in Workload::ALL {
+                resources.push(resource(format!("{}/{}", workload.resource(), d.name), true));
+            }
+            resources.push(resource(format!("namespaces/{}", d.name), false));
+        }
+        VERSIONS
+            .iter()
+            .map(|version| GroupVersionResources {
+                group: GROUP.to_owned(),
+                version: (*version).to_owned(),
+                resources: resources.clone(),
+            })
+            .collect()
+    }
+
+    async fn handle(
+        &self,
+        request: &ParsedRequest,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Response> {
+        let info = request.info.as_ref().ok_or(ApiError::PathNotFound)?;
+        let segs = request.segs();
+        let (version, rest) = match segs.as_slice() {
+            [_, _, version, rest @ ..] if VERSIONS.contains(version) => (*version, rest),
+            _ => return Err(ApiError::PathNotFound.into()),
+        };
+        let (namespace, target, metric) = match rest {
+            ["namespaces", ns, "pods", name, metric] => {
+                (*ns, Target::Pods((*name != "*").then_some(*name)), *metric)
+            }
+            ["namespaces", ns, "metrics", metric] | ["namespaces", ns, metric] => {
+                (*ns, Target::Namespace, *metric)
+            }
+            ["namespaces", ns, resource, name, metric] => {
+                let Some(workload) = Workload::from_resource(resource) else {
+                    return Err(MetricsError::not_found(metric, resource));
+                };
+                (*ns, Target::Object(workload, name), *metric)
+            }
+            // A root-scoped object other than a namespace: none is served.
+            [resource, _, metric] => return Err(MetricsError::not_found(metric, resource)),
+            _ => return Err(ApiError::PathNotFound.into()),
+        };
+        if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
+            let verb =
+                if info.verb.is_empty() { method.as_str().to_ascii_lowercase() } else { info.verb.clone() };
+            return Err(ApiError::MethodNotAllowed {
+                verb,
+                resource: GroupResource::new(GROUP, target.resource()),
+            }
+            .into());
+        }
+        check_name("namespace", namespace, is_dns1123_label)?;
+        match target {
+            Target::Object(_, "*") => {
+                return Err(ApiError::BadRequest(format!(
+                    "{} are only served by name; a label selector is accepted for pods/*",
+                    target.resource()
+                ))
+                .into());
+            }
+            Target::Pods(Some(name)) | Target::Object(_, name) => {
+                check_name("name", name, is_dns1123_subdomain)?
+            }
+            Target::Pods(None) | Target::Namespace => {}
+        }
+
+        // One snapshot for the whole request: a reload mid-request changes nothing here.
+        let snapshot = self.config.current();
+        let definition = metrics_of(&snapshot)
+            .iter()
+            .find(|m| m.name == metric)
+            .ok_or_else(|| MetricsError::not_found(metric, target.resource()))?;
+        let pod_selector = match target {
+            Target::Pods(None) => {
+                LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
+                    .map_err(ApiError::from)?
+            }
+            _ => LabelSelector::everything(),
+        };
+        let metric_selector =
+            LabelSelector::parse(request.query.get("metricLabelSelector").unwrap_or_default())
+                .map_err(ApiError::from)?;
+        let matchers =
+            label_matchers(&format!("the custom metric {metric}"), &definition.labels, &metric_selector)?;
+        negotiate_headers(headers, Endpoint::Plain)?;
+        if !self.inventory.is_synced() {
+            return Err(ApiError::ServiceUnavailable {
+                message: "the pod inventory is not synced yet".to_owned(),
+                retry_after: Some(NOT_SYNCED_RETRY_AFTER_SECONDS),
+            }
+            .into());
+        }
+
+        let values = self.values(&snapshot, definition, namespace, matchers).await?;
+        let window = definition.window.unwrap_or(snapshot.window).as_secs();
+        let pods = self.inventory.running_pods(Some(namespace));
+        let items = match target {
+            Target::Pods(None) => pods
+                .iter()
+                .filter(|p| pod_selector.matches(&p.labels))
+                .filter_map(|p| {
+                    Some(Item {
+                        object: Described::pod(namespace, &p.name),
+                        value: *values.get(&*p.name)?,
+                        window,
+                    })
+                })
+                .collect(),
+            Target::Pods(Some(name)) => {
+                let value = pods
+                    .iter()
+                    .find(|p| &*p.name == name)
+                    .and_then(|p| values.get(&*p.name))
+                    .ok_or_else(|| MetricsError::not_found_for(metric, "pods", name))?;
+                vec![Item { object: Described::pod(namespace, name), value: *value, window }]
+            }
+            Target::Object(workload, name) => {
+                let selection = self
+                    .workloads
+                    .selection(workload, namespace, name)
+                    .await
+                    .map_err(|e| workload_unavailable(&e))?
+                    .ok_or_else(|| {
+                        let (resource, group) =
+                            workload.resource().split_once('.').unwrap_or((workload.resource(), ""));
+                        ApiError::NotFound {
+                            resource: GroupResource::new(group, resource),
+                            name: name.to_owned(),
+                        }
+                    })?;
+                let selected = pods.iter().filter(|p| selection.selects(&p.labels));
+                let value = aggregate(definition.aggregate, selected, &values)
+                    .ok_or_else(|| MetricsError::not_found_for(metric, workload.resource(), name))?;
+                let object = Described {
+                    kind: workload.kind(),
+                    api_version: workload.api_version(),
+                    namespace: Some(namespace),
+                    name,
+                };
+                vec![Item { object, value, window }]
+            }
+            Target::Namespace => {
+                let value = aggregate(definition.aggregate, pods.iter(), &values)
+                    .ok_or_else(|| MetricsError::not_found_for(metric, "namespaces", namespace))?;
+                let object =
+                    Described { kind: "Namespace", api_version: "/v1", namespace: None, name: namespace };
+                vec![Item { object, value, window }]
+            }
+        };
+        let body = value_list(version, metric, &metric_selector, &items);
+        Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(body))
+            .into_response())
+    }
+
+    /// The values of `definition` in `namespace` under `matchers`: cached, one query for every
+    /// concurrent miss.
+    async fn values(
+        &self,
+        snapshot: &Snapshot,
+        definition: &CustomMetricConfig,
+        namespace: &str,
+        matchers: Vec<Matcher>,
+    ) -> Result<Arc<PodValues>> {
+        let metric = &definition.name;
+        let mut canonical: Vec<String> = matchers.iter().map(ToString::to_string).collect();
+        canonical.sort();
+        canonical.dedup();
+        let mut scope = vec![
+            Matcher::eq("namespace", namespace)
+                .map_err(|e| ApiError::Internal(format!("custom metric {metric}: {e}")))?,
+        ];
+        scope.extend(matchers);
+        let window = definition.window.unwrap_or(snapshot.window);
+        let promql = render(&definition.query, &scope, window)
+            .map_err(|e| ApiError::Internal(format!("custom metric {metric}: {e}")))?;
+        let key = CacheKey {
+            generation: snapshot.generation,
+            metric: metric.clone(),
+            namespace: namespace.to_owned(),
+            selector: canonical.join(","),
+        };
+        let fetch = async {
+            match self.prometheus.query(promql).await {
+                Ok(samples) => {
+                    let mut values = PodValues::new();
+                    for sample in samples {
+                        let (Some(ns), Some(pod)) =
+                            (sample.labels.get("namespace"), sample.labels.get("pod"))
+                        else {
+                            continue;
+                        };
+                        if ns != namespace || !sample.value.is_finite() {
+                            continue;
+                        }
+                        // Series of one pod (a query that keeps more labels) add up.
+                        let entry = values
+                            .entry(pod.clone())
+                            .or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
+                        entry.value += sample.value;
+                        entry.timestamp = entry.timestamp.max(sample.timestamp);
+                    }
+                    Ok(Arc::new(values))
+                }
+                Err(error) => {
+                    // Logged here, once per failed query, not once per waiting request.
+                    tracing::warn!(%error, metric, namespace, "custom metric query failed");
+                    Err(error)
+                }
+            }
+        };
+        let (values, _, _) = self
+            .cache
+            .get_or_try_compute(key, fetch)
+            .await
+            .map_err(|error| prometheus_unavailable(&format!("the custom metric {metric}"), &error))?;
+        Ok(values)
+    }
+}
+
+impl GroupService for CustomMetrics {
+    fn group(&self) -> &'static str {
+        GROUP
+    }
+
+    /// `<resource>/<metric>` of a configured metric on a served resource (a bounded set).
+    fn metric_resource(&self, info: &RequestInfo) -> Option<String> {
+        if info.api_group != GROUP || !VERSIONS.contains(&info.api_version.as_str()) {
+            return None;
+        }
+        let (resource, metric) = match (info.resource.as_str(), info.subresource.as_str()) {
+            ("namespaces", "") => return None,
+            // `namespaces/NS/metrics/M` parses as resource `metrics`, name `M`.
+            ("metrics", "") => ("namespaces", info.name.as_str()),
+            ("namespaces", metric) => ("namespaces", metric),
+            (resource, metric) => (resource, metric),
+        };
+        let served =
+            resource == "pods" || Workload::from_resource(resource).is_some() || resource == "namespaces";
+        let known = served && metrics_of(&self.config.current()).iter().any(|m| m.name == metric);
+        known.then(|| format!("{resource}/{metric}"))
+    }
+
+    fn serve<'a>(
+        &'a self,
+        request: &'a ParsedRequest,
+        method: &'a Method,
+        headers: &'a HeaderMap,
+    ) -> BoxFuture<'a, Response> {
+        Box::pin(async move {
+            match self.handle(request, method, headers).await {
+                Ok(response) => response,
+                Err(error) => error.into_response(),
+            }
+        })
+    }
+}
+
+impl DynamicGroupVersions for CustomMetrics {
+    fn generation(&self) -> u64 {
+        self.config.current().generation
+    }
+
+    fn group_versions(&self) -> (u64, Vec<GroupVersionResources>) {
+        let snapshot = self.config.current();
+        (snapshot.generation, Self::group_version_resources(metrics_of(&snapshot)))
+    }
+}
+
+/// 400 for a namespace or name that is not a valid Kubernetes name.
+fn check_name(what: &str, value: &str, valid: fn(&str) -> Vec<String>) -> Result<(), ApiError> {
+    let errors = valid(value);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!("invalid {what} {}: {}", go_quote(value), errors.join("; "))))
+    }
+}
+
+/// 503 (with `Retry-After`) when a workload object could not be read.
+fn workload_unavailable(error: &WorkloadError) -> ApiError {
+    tracing::warn!(%error, "reading a workload object for a custom metric failed");
+    ApiError::ServiceUnavailable {
+        message: format!("unable to read the object the metric describes: {error}"),
+        retry_after: Some(crate::external::PROMETHEUS_RETRY_AFTER_SECONDS),
+    }
+}
+
+/// The `aggregate` of the values of `pods` that have one; `None` when none has.
+fn aggregate<'a>(
+    how: Aggregate,
+    pods: impl Iterator<Item = &'a Arc<PodInfo>>,
+    values: &PodValues,
+) -> Option<PodValue> {
+    let mut found = pods.filter_map(|p| values.get(&*p.name)).peekable();
+    let first = *found.peek()?;
+    let (mut sum, mut max, mut count, mut timestamp) = (0.0, f64::NEG_INFINITY, 0u32, first.timestamp);
+    for v in found {
+        sum += v.value;
+        max = max.max(v.value);
+        count += 1;
+        timestamp = timestamp.max(v.timestamp);
+    }
+    let value = match how {
+        Aggregate::Sum => sum,
+        Aggregate::Avg => sum / f64::from(count),
+        Aggregate::Max => max,
+    };
+    Some(PodValue { value, timestamp })
+}
+
+/// The object a value describes (`describedObject`, a `v1.ObjectReference`).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Described<'a> {
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a str>,
+    name: &'a str,
+    api_version: &'static str,
+}
+
+impl<'a> Described<'a> {
+    fn pod(namespace: &'a str, name: &'a str) -> Self {
+        Self { kind: "Pod", api_version: "/v1", namespace: Some(namespace), name }
+    }
+}
+
+/// One value to publish.
+struct Item<'a> {
+    object: Described<'a>,
+    value: PodValue,
+    window: u64,
+}
+
+/// The `metav1.LabelSelector` of a metric selector, as `metav1.ParseToLabelSelector` builds it
+/// (requirements sorted by key, as `labels.Parse` leaves them): `=`/`==` → `matchLabels`,
+/// `!=` → `NotIn` of one value, `in`/`notin`/exists/does-not-exist → `matchExpressions`;
+/// `null` when empty.
+fn metric_selector_json(selector: &LabelSelector) -> Value {
+    if selector.is_empty() {
+        return Value::Null;
+    }
+    let mut requirements: Vec<&Requirement> = selector.requirements().iter().collect();
+    requirements.sort_by(|a, b| a.key().cmp(b.key()));
+    let mut match_labels = serde_json::Map::new();
+    let mut expressions = Vec::new();
+    for requirement in requirements {
+        let expression = |key: &str, operator: &str, values: Option<Vec<&String>>| match values {
+            Some(values) => json!({"key": key, "operator": operator, "values": values}),
+            None => json!({"key": key, "operator": operator}),
+        };
+        match requirement {
+            Requirement::Expr(Expression::Equal(k, v)) => {
+                match_labels.insert(k.clone(), Value::String(v.clone()));
+            }
+            Requirement::Expr(Expression::NotEqual(k, v)) => {
+                expressions.push(expression(k, "NotIn", Some(vec![v])))
+            }
+            Requirement::Expr(Expression::In(k, values)) => {
+                expressions.push(expression(k, "In", Some(values.iter().collect())));
+            }
+            Requirement::Expr(Expression::NotIn(k, values)) => {
+                expressions.push(expression(k, "NotIn", Some(values.iter().collect())));
+            }
+            Requirement::Expr(Expression::Exists(k)) => expressions.push(expression(k, "Exists", None)),
+            Requirement::Expr(Expression::DoesNotExist(k)) => {
+                expressions.push(expression(k, "DoesNotExist", None))
+            }
+            // Refused before a query runs (`label_matchers`).
+            Requirement::GreaterThan { .. } | Requirement::LessThan { .. } => {}
+        }
+    }
+    let mut out = serde_json::Map::new();
+    if !match_labels.is_empty() {
+        out.insert("matchLabels".into(), Value::Object(match_labels));
+    }
+    if !expressions.is_empty() {
+        out.insert("matchExpressions".into(), Value::Array(expressions));
+    }
+    Value::Object(out)
+}
+
+/// The `MetricValueList` JSON of `items` in `version`: `v1beta2` has `metric: {name, selector}`
+/// and `windowSeconds`; `v1beta1` has `metricName`, `selector` and `window` (both seconds).
+/// `selector` is never omitted (`null` when empty), as the Go types serialize it.
+fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[Item<'_>]) -> Vec<u8> {
+    let selector = metric_selector_json(selector);
+    let items: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let timestamp = crate::kinds::rfc3339(item.value.timestamp);
+            let value = metric_quantity(item.value.value);
+            if version == "v1beta1" {
+                json!({
+                    "describedObject": item.object,
+                    "metricName": metric,
+                    "timestamp": timestamp,
+                    "window": item.window,
+                    "value": value,
+                    "selector": selector,
+                })
+            } else {
+                json!({
+                    "describedObject": item.object,
+                    "metric": {"name": metric, "selector": selector},
+                    "timestamp": timestamp,
+                    "windowSeconds": item.window,
+                    "value": value,
+                })
+            }
+        })
+        .collect();
+    let list = json!({
+        "kind": LIST_KIND,
+        "apiVersion": format!("{GROUP}/{version}"),
+        "metadata": {},
+        "items": items,
+    });
+    list.to_string().into_bytes()
+}
+
+/// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
+/// this is never empty.
+pub fn metrics_of(snapshot: &Snapshot) -> &[CustomMetricConfig] {
+    snapshot.file.custom_metrics.as_deref().unwrap_or_default()
+}
+
+fn custom(name: &str, query: &str, labels: &[&str]) -> CustomMetricConfig {
+    CustomMetricConfig {
+        name: name.to_owned(),
+        query: query.to_owned(),
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        aggregate: Aggregate::Sum,
+        window: None,
+    }
+}
+
+/// The compiled-in custom metrics: `http_requests_per_second` and `http_errors_per_second`
+/// (5xx), per pod.
+pub fn default_metrics() -> Vec<CustomMetricConfig> {
+    vec![
+        custom(
+            "http_requests_per_second",
+            "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))",
+            &["code"],
+        ),
+        custom(
+            "http_errors_per_second",
+            "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))",
+            &[],
+        ),
+    ]
+}
+
+/// Checks the file's `customMetrics` and fills in [`default_metrics`] when the key is absent.
+/// Never empty: an empty resource list makes every kubectl discovery report an error.
+pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
+    let metrics = file.custom_metrics.get_or_insert_with(default_metrics);
+    if metrics.is_empty() {
+        return Err(Invalid::new(
+            "customMetrics",
+            "must list at least one metric (an empty custom.metrics.k8s.io resource list makes \
+             every kubectl discovery report an error); leave the key out for the defaults",
+        ));
+    }
+    for (i, metric) in metrics.iter().enumerate() {
+        let field = |name: &str| format!("customMetrics[{i}].{name}");
+        let name = &metric.name;
+        check_metric_name(name).map_err(|message| Invalid::new(field("name"), message))?;
+        if let Some(first) = metrics[..i].iter().position(|m| m.name == *name) {
+            return Err(Invalid::new(
+                field("name"),
+                format!("duplicate name {name:?} (also customMetrics[{first}])"),
+            ));
+        }
+        validate_template(&metric.query).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
+        for label in POD_LABELS {
+            keeps_label(&metric.query, label).map_err(|message| {
+                Invalid::new(field("query"), format!("{message}, which places each value on a pod"))
+            })?;
+        }
+        check_metric_labels(&metric.labels, &format!("customMetrics[{i}]"))?;
+        if metric.window.is_some_and(|w| w < std::time::Duration::from_secs(1)) {
+            return Err(Invalid::new(field("window"), "must be at least 1s"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> std::result::Result<QueryFile, String> {
+        let check: crate::config::Check = Arc::new(check_metrics);
+        QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_when_absent_and_declared_metrics_replace_them() {
+        let file = load("window: 2m\n").unwrap();
+        assert_eq!(file.custom_metrics, Some(default_metrics()));
+        let names: Vec<String> = default_metrics().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["http_requests_per_second", "http_errors_per_second"]);
+
+        let file = load(
+            "customMetrics:\n- name: queue_depth\n  query: max by (namespace, pod) (q{SCOPE})\n  aggregate: max\n  labels: [queue]\n",
+        )
+        .unwrap();
+        let metric = &file.custom_metrics.unwrap()[0];
+        assert_eq!(metric.aggregate, Aggregate::Max);
+        assert_eq!(metric.labels, ["queue"]);
+    }
+
+    #[test]
+    fn metrics_are_validated_with_the_field_named() {
+        let ok = "  query: sum by (namespace, pod) (x{SCOPE})\n";
+        for (yaml, field, says) in [
+            ("customMetrics: []\n".to_owned(), "customMetrics", "at least one metric"),
+            (format!("customMetrics:\n- name: Rps\n{ok}"), "customMetrics[0].name", "lowercase"),
+            (format!("customMetrics:\n- name: status\n{ok}"), "customMetrics[0].name", "reserved"),
+            (
+                format!("customMetrics:\n- name: a\n{ok}- name: a\n{ok}"),
+                "customMetrics[1].name",
+                "duplicate name \"a\" (also customMetrics[0])",
+            ),
+            (
+                "customMetrics:\n- name: a\n  query: sum by (pod) (rate(x[5m]))\n".to_owned(),
+                "customMetrics[0].query",
+                "would read every namespace",
+            ),
+            (
+                "customMetrics:\n- name: a\n  query: sum by (namespace) (x{SCOPE})\n".to_owned(),
+                "customMetrics[0].query",
+                "which places each value on a pod",
+            ),
+            (
+                "customMetrics:\n- name: a\n  query: sum by (pod) (x{SCOPE})\n".to_owned(),
+                "customMetrics[0].query",
+                "which places each value on a pod",
+            ),
+            (
+                format!("customMetrics:\n- name: a\n{ok}  labels: [namespace]\n"),
+                "customMetrics[0].labels[0]",
+                "always scopes",
+            ),
+            (
+                format!("customMetrics:\n- name: a\n{ok}  labels: [a-b]\n"),
+                "customMetrics[0].labels[0]",
+                "not a Prometheus label",
+            ),
+            (format!("customMetrics:\n- name: a\n{ok}  window: 10ms\n"), "customMetrics[0].window", "1s"),
+        ] {
+            let err = load(&yaml).unwrap_err();
+            assert!(err.starts_with(&format!("--config f.yaml: field {field}: ")), "{yaml}: {err}");
+            assert!(err.contains(says), "{yaml}: {err}");
+        }
+        let err = load("customMetrics:\n- name: a\n  query: x{SCOPE}\n  aggregate: median\n").unwrap_err();
+        assert!(err.contains("median") && err.contains("sum"), "{err}");
+    }
+
+    #[test]
+    fn metric_selectors_become_label_selectors_as_parse_to_label_selector_builds_them() {
+        let json = |s: &str| metric_selector_json(&LabelSelector::parse(s).unwrap());
+        assert_eq!(json(""), Value::Null);
+        assert_eq!(
+            json("tier=front,code!=500,a in (y,x),b notin (z),c,!d"),
+            json!({
+                "matchLabels": {"tier": "front"},
+                "matchExpressions": [
+                    {"key": "a", "operator": "In", "values": ["x", "y"]},
+                    {"key": "b", "operator": "NotIn", "values": ["z"]},
+                    {"key": "c", "operator": "Exists"},
+                    {"key": "code", "operator": "NotIn", "values": ["500"]},
+                    {"key": "d", "operator": "DoesNotExist"},
+                ],
+            })
+        );
+    }
+}
