@@ -10,6 +10,8 @@
 //! - B4 upstream calls for 1, 10, 100 identical concurrent cold requests;
 //! - B5 aggregated discovery p99 while 1,000 cold lists share one HTTP/2 connection;
 //! - B6 CPU seconds per cache refresh (a cold all-namespaces list);
+//! - B7 a custom metrics `Pods` request over every pod of a namespace, cold vs its PromQL
+//!   query done directly, and warm throughput (B2's method);
 //! - B8 a declared kind's cold list of every namespace vs its PromQL queries done directly.
 //!
 //! `cargo bench --bench cluster -- 1000 10000 150000` (sizes in pods; default 1000 10000).
@@ -268,6 +270,16 @@ async fn direct_upstream(
     started.elapsed()
 }
 
+/// One PromQL instant query done directly, its body read whole.
+async fn direct_promql(prometheus: &str, query: &str) -> Duration {
+    let prom = reqwest::Client::new();
+    let started = Instant::now();
+    let response =
+        prom.get(format!("{prometheus}/api/v1/query")).query(&[("query", query)]).send().await.unwrap();
+    response.bytes().await.unwrap();
+    started.elapsed()
+}
+
 /// Runs h2load against `url` and returns (requests per second, p50 ms, p99 ms).
 async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
     let log = dir.join(format!("h2load-{}.log", tag.replace(['/', ' '], "-")));
@@ -379,7 +391,8 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     // kubelet join.
     let config = dir.join("config.yaml");
     std::fs::write(&config, DECLARED_KIND).unwrap();
-    let declared = ["--config".to_owned(), config.display().to_string()];
+    let declared =
+        ["--config".to_owned(), config.display().to_string(), "--enable-custom-metrics".to_owned()];
     let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold", &declared).await;
     let client = mk_client(&dir);
     // Let the warm-up fetch finish and the second kubelet sample exist.
@@ -452,6 +465,25 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     report.push(format!("| B8 | {pods} | declared kind, cold list, all namespaces ({declared_bytes} B) | {cd:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", cd / dq));
     // The built-in kind's list of the same pods (B1 above) against the same raw PromQL.
     report.push(format!("| B8 | {pods} | built-in PodMetricsSummary, cold list, all namespaces (B1) | {call:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", call / dq));
+
+    // B7: the HPA's Pods metric over every pod of one namespace (1/10 of the pods), cold, vs
+    // the one PromQL query it needs done directly.
+    let pods_metric = |base: &str| {
+        format!("{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/http_requests_per_second")
+    };
+    let custom_url = pods_metric(&server.url);
+    let query = format!("sum by (namespace, pod) (rate(http_requests_total{{namespace=\"{ns}\"}}[5m]))");
+    let (mut cold_custom, mut direct_custom) = (vec![], vec![]);
+    let mut custom_bytes = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        let (elapsed, bytes) = timed_get(&client, &custom_url).await;
+        custom_bytes = bytes;
+        cold_custom.push(elapsed.as_secs_f64() * 1000.0);
+        direct_custom.push(direct_promql(&prometheus.url(), &query).await.as_secs_f64() * 1000.0);
+    }
+    let (cc, dc) = (median(cold_custom), median(direct_custom));
+    report.push(format!("| B7 | {pods} | custom metric, Pods form, cold, {} pods of {ns} ({custom_bytes} B) | {cc:.1} ms | direct PromQL {dc:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cc / dc));
 
     // B4: N identical concurrent cold requests → upstream calls.
     for n in [1usize, 10, 100] {
@@ -533,7 +565,9 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     // B3 on a fresh server with a long TTL (nothing expires while it is measured): resident
     // memory with the inventory synced and every node's kubelet state warm, then with every
     // namespace's cache full, then with the all-namespaces cache too.
-    let server = start_percolator(&dir, &sim, &prometheus, "10m", "warm", &[]).await;
+    let server =
+        start_percolator(&dir, &sim, &prometheus, "10m", "warm", &["--enable-custom-metrics".to_owned()])
+            .await;
     let client = mk_client(&dir);
     tokio::time::sleep(Duration::from_secs(12)).await;
     timed_get(&client, &format!("{}/readyz", server.url)).await;
@@ -581,7 +615,11 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
         .unwrap();
     let list_url = format!("{}{GV}/namespaces/{ns}/podmetricssummaries", server.url);
     let get_url = format!("{list_url}/{}", pod["name"].as_str().unwrap());
-    for (what, url) in [("get", get_url), ("namespaced list", list_url)] {
+    // B7's warm row: the same Pods metric request, answered from the cache.
+    let custom_url = pods_metric(&server.url);
+    for (what, url) in
+        [("get", get_url), ("namespaced list", list_url), ("custom metric, Pods form (B7)", custom_url)]
+    {
         let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
         let bare = bare_server(&dir, body.clone()).await;
         for h1 in [true, false] {
