@@ -1,6 +1,8 @@
 //! The simulated Kubernetes API (HTTPS): discovery (`/version`, `/api`, `/api/v1`, `/apis`,
-//! `/apis/authentication.k8s.io/v1`, `/apis/authorization.k8s.io/v1`), nodes, pods and
-//! config maps with get, list (`limit`/`continue`, label and field selectors) and watch
+//! `/apis/apps/v1`, `/apis/authentication.k8s.io/v1`, `/apis/authorization.k8s.io/v1`), nodes,
+//! pods, config maps, services (`/api/v1/…/services`) and the `apps/v1` deployments,
+//! replicasets, statefulsets and daemonsets (`/apis/apps/v1/[namespaces/{ns}/]{resource}`,
+//! [`super::controllers`]) with get, list (`limit`/`continue`, label and field selectors) and watch
 //! (resourceVersion replay from a bounded history, 410 Expired past it, bookmarks, and the
 //! injected faults of [`super::faults`]: watches aborted, or expired once), and the
 //! TokenReview and SubjectAccessReview endpoints ([`super::reviews`]), all behind the
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,11 +23,12 @@ use futures::StreamExt as _;
 use http::request::Parts;
 use http::{StatusCode, header};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
 use super::cluster::{Cluster, Event, EventType, Expired, Object, WatchStart, Watched};
+use super::controllers::{Controller, Resource};
 use super::kubelet::has_token;
 use super::objects::{self, Status, bookmark_line, error_line, event_line};
 use super::policy::Policy;
@@ -86,6 +89,16 @@ pub(crate) fn router(state: ApiState) -> axum::Router {
         .route("/api/v1/configmaps", get(config_maps).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{ns}/configmaps", get(config_maps).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{ns}/configmaps/{name}", get(get_config_map).fallback(method_not_allowed))
+        .route("/api/v1/services", get(services).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{ns}/services", get(services).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{ns}/services/{name}", get(get_service).fallback(method_not_allowed))
+        .route("/apis/apps/v1", get(apps_resources).fallback(method_not_allowed))
+        .route("/apis/apps/v1/{resource}", get(apps_list).fallback(method_not_allowed))
+        .route(
+            "/apis/apps/v1/namespaces/{ns}/{resource}",
+            get(apps_list_namespaced).fallback(method_not_allowed),
+        )
+        .route("/apis/apps/v1/namespaces/{ns}/{resource}/{name}", get(apps_get).fallback(method_not_allowed))
         .route("/apis/{group}", get(api_group).fallback(method_not_allowed))
         .route("/apis/{group}/{version}", get(api_group_resources).fallback(method_not_allowed))
         .route(
@@ -167,18 +180,30 @@ async fn api_resources(State(state): State<ApiState>) -> Response {
             {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
              "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]},
             {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap",
-             "verbs": ["get", "list", "watch"], "shortNames": ["cm"]}
+             "verbs": ["get", "list", "watch"], "shortNames": ["cm"]},
+            Resource::Services.discovery()
         ]
     }))
     .into_response()
 }
 
-/// The API groups besides core: `(group, version, resource, kind)`, each one create-only
-/// resource.
-const GROUPS: &[(&str, &str, &str, &str)] = &[
-    ("authentication.k8s.io", "v1", "tokenreviews", "TokenReview"),
-    ("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview"),
-];
+/// The API groups besides core, in kube-apiserver's order: `(group, version)`.
+const GROUPS: &[(&str, &str)] =
+    &[("apps", "v1"), ("authentication.k8s.io", "v1"), ("authorization.k8s.io", "v1")];
+
+/// The `APIResourceList` entries of `group`: the workload resources of `apps`, one
+/// create-only review resource for the others.
+fn group_resources(group: &str) -> Vec<serde_json::Value> {
+    let review = |name: &str, kind: &str| {
+        serde_json::json!({"name": name, "singularName": kind.to_lowercase(), "namespaced": false,
+                           "kind": kind, "verbs": ["create"]})
+    };
+    match group {
+        "authentication.k8s.io" => vec![review("tokenreviews", "TokenReview")],
+        "authorization.k8s.io" => vec![review("subjectaccessreviews", "SubjectAccessReview")],
+        _ => Resource::of_group(group).map(Resource::discovery).collect(),
+    }
+}
 
 fn group_json(group: &str, version: &str) -> serde_json::Value {
     let gv = serde_json::json!({"groupVersion": format!("{group}/{version}"), "version": version});
@@ -187,12 +212,12 @@ fn group_json(group: &str, version: &str) -> serde_json::Value {
 
 async fn api_groups(State(state): State<ApiState>) -> Response {
     state.cluster.stats.api("get discovery");
-    let groups: Vec<serde_json::Value> = GROUPS.iter().map(|(g, v, _, _)| group_json(g, v)).collect();
+    let groups: Vec<serde_json::Value> = GROUPS.iter().map(|(g, v)| group_json(g, v)).collect();
     Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
 }
 
 async fn api_group(State(state): State<ApiState>, Path(group): Path<String>) -> Result<Response, ApiError> {
-    let (g, v, _, _) = GROUPS.iter().find(|(g, ..)| *g == group).ok_or_else(|| err(not_found_status()))?;
+    let (g, v) = GROUPS.iter().find(|(g, _)| *g == group).ok_or_else(|| err(not_found_status()))?;
     state.cluster.stats.api("get discovery");
     let mut body = group_json(g, v);
     if let Some(object) = body.as_object_mut() {
@@ -206,19 +231,21 @@ async fn api_group_resources(
     State(state): State<ApiState>,
     Path((group, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (g, v, resource, kind) = GROUPS
-        .iter()
-        .find(|(g, v, ..)| *g == group && *v == version)
-        .ok_or_else(|| err(not_found_status()))?;
+    let (g, v) =
+        GROUPS.iter().find(|(g, v)| *g == group && *v == version).ok_or_else(|| err(not_found_status()))?;
     state.cluster.stats.api("get discovery");
     Ok(Json(serde_json::json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": format!("{g}/{v}"),
-        "resources": [{"name": resource, "singularName": kind.to_lowercase(), "namespaced": false,
-                       "kind": kind, "verbs": ["create"]}]
+        "resources": group_resources(g)
     }))
     .into_response())
+}
+
+/// `/apis/apps/v1` (a route of its own: the `apps/v1` resource routes share its prefix).
+async fn apps_resources(state: State<ApiState>) -> Result<Response, ApiError> {
+    api_group_resources(state, Path(("apps".to_owned(), "v1".to_owned()))).await
 }
 
 /// The list/watch query parameters we honour.
@@ -340,7 +367,7 @@ fn pod_field<'a>(cluster: &'a Cluster, pod: &'a SimPod, field: &str) -> Option<&
 }
 
 const POD_FIELDS: &[&str] = &["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"];
-const CONFIG_MAP_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+const META_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 const NODE_FIELDS: &[&str] = &["metadata.name"];
 
 fn node_label<'a>(node: &'a SimNode, key: &str) -> Option<&'a str> {
@@ -355,6 +382,7 @@ fn node_label<'a>(node: &'a SimNode, key: &str) -> Option<&'a str> {
 /// A list body, streamed in chunks: `{"kind","apiVersion","metadata","items":[…]}`.
 fn list_response(
     kind: &'static str,
+    api_version: &'static str,
     rv: u64,
     continue_token: Option<String>,
     count: usize,
@@ -366,7 +394,7 @@ fn list_response(
         meta.insert("continue".into(), token.into());
     }
     let prefix = format!(
-        "{{\"kind\":\"{kind}\",\"apiVersion\":\"v1\",\"metadata\":{},\"items\":[",
+        "{{\"kind\":\"{kind}\",\"apiVersion\":\"{api_version}\",\"metadata\":{},\"items\":[",
         serde_json::Value::Object(meta)
     );
     let chunks = count.div_ceil(ITEMS_PER_CHUNK);
@@ -428,7 +456,7 @@ async fn pods(State(state): State<ApiState>, list: ListRequest) -> Result<Respon
         (true, Some(last)) => Some(encode_continue(rv, format!("{}/{}", last.namespace, last.name))),
         _ => None,
     };
-    Ok(list_response("PodList", rv, token, items.len(), move |i, buf| {
+    Ok(list_response("PodList", "v1", rv, token, items.len(), move |i, buf| {
         if let Some(pod) = items.get(i) {
             write_json(buf, &objects::pod(pod, cluster.node_of(pod)));
         }
@@ -502,7 +530,7 @@ async fn list_nodes(State(state): State<ApiState>, list: ListRequest) -> Result<
         _ => None,
     };
     let port = cluster.kubelet_port;
-    Ok(list_response("NodeList", rv, token, items.len(), move |i, buf| {
+    Ok(list_response("NodeList", "v1", rv, token, items.len(), move |i, buf| {
         if let Some(node) = items.get(i) {
             write_json(buf, &objects::node(node, port));
         }
@@ -512,9 +540,9 @@ async fn list_nodes(State(state): State<ApiState>, list: ListRequest) -> Result<
 /// Lists or watches the config maps of one namespace or of all.
 async fn config_maps(State(state): State<ApiState>, list: ListRequest) -> Result<Response, ApiError> {
     let ListRequest { namespace, query: q } = list;
-    let fields = q.fields(CONFIG_MAP_FIELDS)?;
+    let fields = q.fields(META_FIELDS)?;
     let cluster = Arc::clone(&state.cluster);
-    let filter = ConfigMapFilter { namespace, labels: q.labels, fields };
+    let filter = MetaFilter { namespace, labels: q.labels, fields };
     if q.watch {
         cluster.stats.api("watch configmaps");
         return Ok(watch(
@@ -531,7 +559,7 @@ async fn config_maps(State(state): State<ApiState>, list: ListRequest) -> Result
         None => None,
     };
     let (mut items, rv) = cluster.list_config_maps(filter.namespace.as_deref(), |cm| {
-        filter.matches(cm) && after.as_ref().is_none_or(|(_, start)| config_map_key(cm) > *start)
+        filter.matches(&cm.metadata) && after.as_ref().is_none_or(|(_, start)| config_map_key(cm) > *start)
     });
     // Config maps are few: a continue token resumes after a key, at the current revision.
     let rv = after.as_ref().map_or(rv, |(rv, _)| *rv);
@@ -542,7 +570,7 @@ async fn config_maps(State(state): State<ApiState>, list: ListRequest) -> Result
     } else {
         None
     };
-    Ok(list_response("ConfigMapList", rv, token, items.len(), move |i, buf| {
+    Ok(list_response("ConfigMapList", "v1", rv, token, items.len(), move |i, buf| {
         if let Some(cm) = items.get(i) {
             // k8s-openapi adds `kind` and `apiVersion`.
             write_json(buf, cm.as_ref());
@@ -567,15 +595,16 @@ async fn get_config_map(
     get_response(&state, "configmaps", &name, cm.as_deref())
 }
 
-struct ConfigMapFilter {
+/// A filter on metadata only (config maps, workload objects): namespace, labels, and the
+/// `metadata.name` and `metadata.namespace` fields.
+struct MetaFilter {
     namespace: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
 }
 
-impl ConfigMapFilter {
-    fn matches(&self, cm: &ConfigMap) -> bool {
-        let meta = &cm.metadata;
+impl MetaFilter {
+    fn matches(&self, meta: &ObjectMeta) -> bool {
         self.namespace.as_deref().is_none_or(|ns| meta.namespace.as_deref() == Some(ns))
             && self.labels.matches(|k| meta.labels.as_ref().and_then(|l| l.get(k)).map(String::as_str))
             && self.fields.matches(|f| match f {
@@ -584,6 +613,110 @@ impl ConfigMapFilter {
                 _ => None,
             })
     }
+}
+
+/// Lists or watches the workload objects of `resource`, in one namespace or in all.
+fn controllers(
+    state: &ApiState,
+    resource: Resource,
+    namespace: Option<String>,
+    raw_query: Option<&str>,
+) -> Result<Response, ApiError> {
+    let q = parse_query(raw_query)?;
+    let fields = q.fields(META_FIELDS)?;
+    let cluster = Arc::clone(&state.cluster);
+    let filter = MetaFilter { namespace, labels: q.labels, fields };
+    if q.watch {
+        cluster.stats.api(&format!("watch {}", resource.plural()));
+        let kind = WatchKind::Controllers(resource, filter);
+        return Ok(watch(cluster, kind, &q.resource_version, q.timeout, q.bookmarks));
+    }
+    cluster.stats.api(&format!("list {}", resource.plural()));
+    let after = match &q.continue_token {
+        Some(token) => {
+            let (rv, start) = decode_continue(&cluster, token)?;
+            let (ns, name) =
+                start.split_once('/').ok_or_else(|| bad_request("invalid value for continue"))?;
+            Some((rv, (ns.to_owned(), name.to_owned())))
+        }
+        None => None,
+    };
+    let key = |c: &Controller| format!("{}/{}", c.namespace, c.name);
+    // In key order: `(namespace, name)`, as the objects are stored.
+    let (mut items, rv) = cluster.list_controllers(resource, filter.namespace.as_deref(), |c| {
+        filter.matches(c.metadata())
+            && after.as_ref().is_none_or(|(_, (ns, name))| (&c.namespace, &c.name) > (ns, name))
+    });
+    // Workload objects are few: a continue token resumes after a key, at the current revision.
+    let rv = after.as_ref().map_or(rv, |(rv, _)| *rv);
+    let limit = q.limit.unwrap_or(usize::MAX);
+    let token = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|last| encode_continue(rv, key(last)))
+    } else {
+        None
+    };
+    Ok(list_response(resource.list_kind(), resource.api_version(), rv, token, items.len(), move |i, buf| {
+        if let Some(c) = items.get(i) {
+            // k8s-openapi adds `kind` and `apiVersion`.
+            write_json(buf, &c.object);
+        }
+    }))
+}
+
+/// Gets workload object `ns/name` of `resource`, or a 404 naming it (`deployments.apps "x"
+/// not found`).
+fn get_controller(state: &ApiState, resource: Resource, ns: &str, name: &str) -> Result<Response, ApiError> {
+    state.cluster.stats.api(&format!("get {}", resource.plural()));
+    let object = state
+        .cluster
+        .controller(resource, ns, name)
+        .ok_or_else(|| err(Status::not_found_in(resource.group(), resource.plural(), name)))?;
+    Ok(Json(&object.object).into_response())
+}
+
+/// An `apps/v1` resource of the path, or the 404 of an unknown path.
+fn apps_resource(plural: &str) -> Result<Resource, ApiError> {
+    Resource::find("apps", plural).ok_or_else(|| err(not_found_status()))
+}
+
+async fn apps_list(
+    State(state): State<ApiState>,
+    Path(resource): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    controllers(&state, apps_resource(&resource)?, None, query.as_deref())
+}
+
+async fn apps_list_namespaced(
+    State(state): State<ApiState>,
+    Path((ns, resource)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    controllers(&state, apps_resource(&resource)?, Some(ns), query.as_deref())
+}
+
+async fn apps_get(
+    State(state): State<ApiState>,
+    Path((ns, resource, name)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    get_controller(&state, apps_resource(&resource)?, &ns, &name)
+}
+
+/// Lists or watches the services of one namespace or of all.
+async fn services(
+    State(state): State<ApiState>,
+    namespace: Option<Path<String>>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    controllers(&state, Resource::Services, namespace.map(|Path(ns)| ns), query.as_deref())
+}
+
+async fn get_service(
+    State(state): State<ApiState>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    get_controller(&state, Resource::Services, &ns, &name)
 }
 
 struct PodFilter {
@@ -615,7 +748,8 @@ impl NodeFilter {
 enum WatchKind {
     Pods(PodFilter),
     Nodes(NodeFilter),
-    ConfigMaps(ConfigMapFilter),
+    ConfigMaps(MetaFilter),
+    Controllers(Resource, MetaFilter),
 }
 
 fn typed_line<T: Serialize>(kind: EventType, object: T) -> Vec<u8> {
@@ -632,6 +766,14 @@ impl WatchKind {
             WatchKind::Pods(_) => "Pod",
             WatchKind::Nodes(_) => "Node",
             WatchKind::ConfigMaps(_) => "ConfigMap",
+            WatchKind::Controllers(resource, _) => resource.kind(),
+        }
+    }
+
+    fn api_version(&self) -> &'static str {
+        match self {
+            WatchKind::Controllers(resource, _) => resource.api_version(),
+            _ => "v1",
         }
     }
 
@@ -640,6 +782,7 @@ impl WatchKind {
             WatchKind::Pods(_) => Watched::Pods,
             WatchKind::Nodes(_) => Watched::Other,
             WatchKind::ConfigMaps(_) => Watched::ConfigMaps,
+            WatchKind::Controllers(resource, _) => Watched::Controllers(*resource),
         }
     }
 
@@ -650,7 +793,10 @@ impl WatchKind {
                 .matches(cluster, pod)
                 .then(|| typed_line(kind, objects::pod(pod, cluster.node_of(pod)))),
             (WatchKind::ConfigMaps(filter), Object::ConfigMap(cm)) => {
-                filter.matches(cm).then(|| typed_line(kind, cm.as_ref()))
+                filter.matches(&cm.metadata).then(|| typed_line(kind, cm.as_ref()))
+            }
+            (WatchKind::Controllers(resource, filter), Object::Controller(c)) => {
+                (c.resource == *resource && filter.matches(c.metadata())).then(|| typed_line(kind, &c.object))
             }
             _ => None,
         }
@@ -735,7 +881,7 @@ async fn run_watch(
     let mut last_rv = subscription.rv;
     match subscription.start {
         WatchStart::Snapshot(snapshot) => match kind {
-            WatchKind::Pods(_) | WatchKind::ConfigMaps(_) => {
+            WatchKind::Pods(_) | WatchKind::ConfigMaps(_) | WatchKind::Controllers(..) => {
                 for object in &snapshot {
                     if let Some(line) = kind.line(cluster, EventType::Added, object) {
                         send(line).await?;
@@ -773,7 +919,7 @@ async fn run_watch(
                 return tx.send(Chunk::Abort).await.map_err(|_| Gone);
             }
             _ = ticker.tick(), if bookmarks => {
-                send(bookmark_line(kind.kind(), last_rv)).await?;
+                send(bookmark_line(kind.kind(), kind.api_version(), last_rv)).await?;
             }
             received = live.recv() => match received {
                 Ok(event) => {
@@ -893,6 +1039,262 @@ mod tests {
         let counts = api_counts(&state.cluster);
         assert!(counts["list pods"] >= 3);
         assert_eq!(counts["list nodes"], 1);
+    }
+
+    #[tokio::test]
+    async fn workload_discovery() {
+        let state = api_state();
+        let token = state.cluster.token.clone();
+        let (status, body) = call(&state, "/apis", Some(&token)).await;
+        assert_eq!(status, StatusCode::OK);
+        let groups: Vec<&str> =
+            body["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert_eq!(groups, ["apps", "authentication.k8s.io", "authorization.k8s.io"]);
+        assert_eq!(body["groups"][0]["preferredVersion"]["groupVersion"], "apps/v1");
+        let (_, body) = call(&state, "/apis/apps", Some(&token)).await;
+        assert_eq!((body["kind"].as_str(), body["name"].as_str()), (Some("APIGroup"), Some("apps")));
+        let (status, body) = call(&state, "/apis/apps/v1", Some(&token)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["kind"], "APIResourceList");
+        assert_eq!(body["groupVersion"], "apps/v1");
+        let resources = body["resources"].as_array().unwrap();
+        let names: Vec<(&str, &str)> =
+            resources.iter().map(|r| (r["name"].as_str().unwrap(), r["kind"].as_str().unwrap())).collect();
+        assert_eq!(
+            names,
+            [
+                ("deployments", "Deployment"),
+                ("replicasets", "ReplicaSet"),
+                ("statefulsets", "StatefulSet"),
+                ("daemonsets", "DaemonSet")
+            ]
+        );
+        for r in resources {
+            assert_eq!(r["verbs"], serde_json::json!(["get", "list", "watch"]));
+            assert_eq!(r["namespaced"], true);
+        }
+        let (_, body) = call(&state, "/apis/authentication.k8s.io/v1", Some(&token)).await;
+        assert_eq!(body["resources"][0]["name"], "tokenreviews");
+        assert_eq!(body["resources"][0]["verbs"], serde_json::json!(["create"]));
+        let (_, body) = call(&state, "/api/v1", Some(&token)).await;
+        let services =
+            body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "services").unwrap();
+        assert_eq!(services["kind"], "Service");
+        assert_eq!(services["shortNames"], serde_json::json!(["svc"]));
+        let (status, _) = call(&state, "/apis/apps/v2", Some(&token)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn workload_objects_are_served() {
+        let state = api_state();
+        let token = state.cluster.token.clone();
+        let get = |uri: String| {
+            let state = state.clone();
+            let token = token.clone();
+            async move { call(&state, &uri, Some(&token)).await }
+        };
+        let pods = state.cluster.all_pods();
+        let web = pods.iter().find(|p| p.app.as_str() == "web").unwrap();
+        let ns = web.namespace.as_str();
+        let app_pods =
+            |app: &str| pods.iter().filter(|p| p.namespace == ns && p.label("app") == Some(app)).count();
+
+        let (status, d) = get(format!("/apis/apps/v1/namespaces/{ns}/deployments/web")).await;
+        assert_eq!(status, StatusCode::OK, "{d}");
+        assert_eq!((d["apiVersion"].as_str(), d["kind"].as_str()), (Some("apps/v1"), Some("Deployment")));
+        assert_eq!(d["metadata"]["name"], "web");
+        assert_eq!(d["metadata"]["namespace"], ns);
+        assert_eq!(d["metadata"]["uid"].as_str().unwrap().len(), 36);
+        assert!(d["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().is_ok());
+        assert!(d["metadata"]["creationTimestamp"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(d["metadata"]["labels"], serde_json::json!({"app": "web"}));
+        assert_eq!(d["spec"]["selector"], serde_json::json!({"matchLabels": {"app": "web"}}));
+        assert_eq!(d["spec"]["replicas"], app_pods("web"));
+        assert_eq!(d["spec"]["template"]["metadata"]["labels"], serde_json::json!({"app": "web"}));
+
+        let rs_name = web.replica_set();
+        let (status, rs) = get(format!("/apis/apps/v1/namespaces/{ns}/replicasets/{rs_name}")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!((rs["apiVersion"].as_str(), rs["kind"].as_str()), (Some("apps/v1"), Some("ReplicaSet")));
+        assert_eq!(
+            rs["spec"]["selector"],
+            serde_json::json!({"matchLabels": {"app": "web", "pod-template-hash": web.template_hash}})
+        );
+        let owner = &rs["metadata"]["ownerReferences"][0];
+        assert_eq!((owner["kind"].as_str(), owner["name"].as_str()), (Some("Deployment"), Some("web")));
+        assert_eq!(owner["uid"], d["metadata"]["uid"]);
+        // The pods' ownerReference points at this ReplicaSet.
+        let (_, pod) = get(format!("/api/v1/namespaces/{ns}/pods/{}", web.name)).await;
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], rs["metadata"]["uid"]);
+
+        let (status, sts) = get(format!("/apis/apps/v1/namespaces/{ns}/statefulsets/tiered")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (sts["apiVersion"].as_str(), sts["kind"].as_str()),
+            (Some("apps/v1"), Some("StatefulSet"))
+        );
+        assert_eq!(
+            sts["spec"]["selector"],
+            serde_json::json!({"matchExpressions": [
+                {"key": "tier", "operator": "Exists"},
+                {"key": "app", "operator": "In", "values": ["web", "api"]}
+            ]})
+        );
+        let (status, ds) = get(format!("/apis/apps/v1/namespaces/{ns}/daemonsets/node-agent")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!((ds["apiVersion"].as_str(), ds["kind"].as_str()), (Some("apps/v1"), Some("DaemonSet")));
+        assert_eq!(ds["spec"]["selector"], serde_json::json!({"matchLabels": {"app": "node-agent"}}));
+        assert_eq!(ds["status"]["numberReady"], 0);
+
+        let (status, svc) = get(format!("/api/v1/namespaces/{ns}/services/web")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!((svc["apiVersion"].as_str(), svc["kind"].as_str()), (Some("v1"), Some("Service")));
+        assert_eq!(svc["spec"]["selector"], serde_json::json!({"app": "web"}));
+        assert_eq!(svc["spec"]["type"], "ClusterIP");
+        assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+        let (status, headless) = get(format!("/api/v1/namespaces/{ns}/services/headless-external")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(headless["spec"].get("selector").is_none(), "{headless}");
+        assert_eq!(headless["spec"]["clusterIP"], "None");
+
+        let cafe = state.cluster.cafes.first().unwrap();
+        let (status, cd) =
+            get(format!("/apis/apps/v1/namespaces/{}/deployments/{}", cafe.namespace, cafe.name)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            cd["spec"]["selector"],
+            serde_json::json!({"matchLabels": {"app": "cafe", "une-tasse-de.cafe/cafe": cafe.name}})
+        );
+        assert_eq!(cd["spec"]["replicas"], cafe.pods);
+
+        // Unknown names: kube-apiserver's 404 Status.
+        let (status, body) = get(format!("/apis/apps/v1/namespaces/{ns}/deployments/nope")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "deployments.apps \"nope\" not found", "reason": "NotFound",
+                "details": {"name": "nope", "group": "apps", "kind": "deployments"}, "code": 404})
+        );
+        let (status, body) = get(format!("/api/v1/namespaces/{ns}/services/nope")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["message"], "services \"nope\" not found");
+        assert_eq!(body["details"], serde_json::json!({"name": "nope", "kind": "services"}));
+        let (status, body) = get("/apis/apps/v1/namespaces/shop/statefulsets/web".to_owned()).await;
+        assert_eq!(
+            (status, body["message"].as_str()),
+            (StatusCode::NOT_FOUND, Some("statefulsets.apps \"web\" not found"))
+        );
+        // Unknown resources: the generic 404.
+        for uri in [
+            "/apis/apps/v1/widgets",
+            "/apis/apps/v1/namespaces/shop/widgets",
+            "/apis/apps/v1/namespaces/shop/widgets/x",
+        ] {
+            let (status, body) = get(uri.to_owned()).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{uri}");
+            assert_eq!(body["message"], "the server could not find the requested resource", "{uri}");
+        }
+
+        // Lists: cluster-wide, per namespace, by label, paginated.
+        let (status, list) = get("/apis/apps/v1/deployments".to_owned()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (list["apiVersion"].as_str(), list["kind"].as_str()),
+            (Some("apps/v1"), Some("DeploymentList"))
+        );
+        let deployments = list["items"].as_array().unwrap();
+        let mut expected: Vec<(String, String)> = pods
+            .iter()
+            .map(|p| {
+                (p.namespace.clone(), p.cafe.as_ref().map_or(p.app.as_str().to_owned(), |c| c.name.clone()))
+            })
+            .collect();
+        expected.sort();
+        expected.dedup();
+        let listed: Vec<(String, String)> = deployments
+            .iter()
+            .map(|d| {
+                (
+                    d["metadata"]["namespace"].as_str().unwrap().to_owned(),
+                    d["metadata"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(listed, expected);
+        let (_, list) = get("/apis/apps/v1/namespaces/api/statefulsets".to_owned()).await;
+        assert_eq!(list["kind"], "StatefulSetList");
+        assert_eq!(list["items"].as_array().unwrap().len(), 1);
+        assert_eq!(list["items"][0]["metadata"]["namespace"], "api");
+        let (_, list) = get("/api/v1/services?labelSelector=app%3Dweb".to_owned()).await;
+        assert_eq!((list["apiVersion"].as_str(), list["kind"].as_str()), (Some("v1"), Some("ServiceList")));
+        assert!(!list["items"].as_array().unwrap().is_empty());
+        assert!(list["items"].as_array().unwrap().iter().all(|s| s["metadata"]["name"] == "web"));
+        let (_, list) =
+            get(format!("/api/v1/namespaces/{ns}/services?fieldSelector=metadata.name%3Dheadless-external"))
+                .await;
+        assert_eq!(list["items"].as_array().unwrap().len(), 1);
+        let (_, all) = get("/apis/apps/v1/replicasets".to_owned()).await;
+        let mut paged = Vec::new();
+        let mut uri = "/apis/apps/v1/replicasets?limit=4".to_owned();
+        loop {
+            let (status, page) = get(uri.clone()).await;
+            assert_eq!(status, StatusCode::OK);
+            paged.extend(page["items"].as_array().unwrap().iter().cloned());
+            match page["metadata"]["continue"].as_str() {
+                Some(c) => uri = format!("/apis/apps/v1/replicasets?limit=4&continue={c}"),
+                None => break,
+            }
+        }
+        assert_eq!(&paged, all["items"].as_array().unwrap());
+
+        let counts = api_counts(&state.cluster);
+        for (what, n) in [
+            ("get deployments", 3),
+            ("get replicasets", 1),
+            ("get statefulsets", 2),
+            ("get daemonsets", 1),
+            ("get services", 3),
+            ("list deployments", 1),
+            ("list statefulsets", 1),
+            ("list services", 2),
+        ] {
+            assert_eq!(counts.get(what), Some(&n), "{what}: {counts:?}");
+        }
+        assert!(counts["list replicasets"] >= 3);
+    }
+
+    #[tokio::test]
+    async fn workload_watch_starts_with_every_object() {
+        let state = api_state();
+        let token = state.cluster.token.clone();
+        let response = router(state.clone())
+            .oneshot(
+                http::Request::get("/apis/apps/v1/namespaces/shop/deployments?watch=1&timeoutSeconds=0")
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let names: Vec<String> = body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let line: serde_json::Value = serde_json::from_slice(l).unwrap();
+                assert_eq!(line["type"], "ADDED");
+                assert_eq!(line["object"]["apiVersion"], "apps/v1");
+                assert_eq!(line["object"]["kind"], "Deployment");
+                line["object"]["metadata"]["name"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        let (listed, _) = state.cluster.list_controllers(Resource::Deployments, Some("shop"), |_| true);
+        assert!(!names.is_empty());
+        assert_eq!(names, listed.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
+        assert_eq!(api_counts(&state.cluster)["watch deployments"], 1);
     }
 
     #[tokio::test]

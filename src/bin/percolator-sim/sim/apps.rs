@@ -4,7 +4,8 @@
 //! - `GET /metrics`: every [`Exporter`]'s series at request time (text format 0.0.4);
 //! - `GET /sim/history?start=&end=&step=&job=&instance=`: the same series as OpenMetrics
 //!   samples over a range, for `promtool tsdb create-blocks-from openmetrics`;
-//! - `GET /sim/truth`: the ground truth (pods, usage, rates) as JSON;
+//! - `GET /sim/truth`: the ground truth (pods, usage, rates, cafes, and the Running pods each
+//!   workload object selects) as JSON;
 //! - `GET /sim/stats`: kubelet fetches per node and API requests per kind;
 //! - `POST /sim/churn`: delete one running pod and create its replacement now.
 //!
@@ -29,6 +30,7 @@ use serde::Serialize;
 
 use super::cafe::{self, Cafe, StepCurve, TEMPERATURE_STEP_SECONDS};
 use super::cluster::{Cluster, now};
+use super::controllers;
 use super::objects::rfc3339;
 use super::text::{push_go_float, push_label_value};
 use super::workload::{SimPod, counter_origin, linear};
@@ -434,6 +436,18 @@ struct TruthCafe<'a> {
     memory_bytes: f64,
 }
 
+/// A workload object and the Running pods its selector selects.
+#[derive(Serialize)]
+struct TruthWorkload<'a> {
+    /// `deployments.apps`, `replicasets.apps`, `statefulsets.apps`, `daemonsets.apps`,
+    /// `services`.
+    resource: String,
+    namespace: &'a str,
+    name: &'a str,
+    /// Names, sorted.
+    pods: Vec<&'a str>,
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Truth<'a> {
@@ -443,6 +457,7 @@ struct Truth<'a> {
     nodes: Vec<TruthNode<'a>>,
     pods: Vec<TruthPod<'a>>,
     cafes: Vec<TruthCafe<'a>>,
+    workloads: Vec<TruthWorkload<'a>>,
 }
 
 /// The truth of `cafe` at `t`, served by the running pods among `pods`.
@@ -489,7 +504,7 @@ fn truth_cafe<'a>(cafe: &'a Cafe, pods: &[&'a SimPod], origin: f64, t: f64) -> T
 
 /// The ground truth document at time `t`.
 pub(crate) fn truth_json(cluster: &Cluster, t: f64) -> Vec<u8> {
-    let pods = cluster.all_pods();
+    let (pods, workloads) = cluster.pods_and_controllers();
     let mut by_cafe: BTreeMap<(&str, &str), Vec<&SimPod>> = BTreeMap::new();
     for pod in &pods {
         if let Some(cafe) = &pod.cafe {
@@ -540,6 +555,22 @@ pub(crate) fn truth_json(cluster: &Cluster, t: f64) -> Vec<u8> {
                 truth_cafe(c, serving.map_or(&[][..], Vec::as_slice), cluster.origin, t)
             })
             .collect(),
+        workloads: controllers::selections(
+            &workloads,
+            pods.iter().map(|p| p.as_ref()).filter(|p| p.is_running()),
+        )
+        .into_iter()
+        .map(|(c, selected)| {
+            let mut names: Vec<&str> = selected.iter().map(|p| p.name.as_str()).collect();
+            names.sort_unstable();
+            TruthWorkload {
+                resource: c.resource.qualified(),
+                namespace: &c.namespace,
+                name: &c.name,
+                pods: names,
+            }
+        })
+        .collect(),
     };
     serde_json::to_vec(&truth).unwrap_or_default()
 }
@@ -608,6 +639,157 @@ mod tests {
     /// `GET /sim/truth`, parsed.
     async fn get_truth(state: &AppState) -> serde_json::Value {
         serde_json::from_str(&get_text(state, "/sim/truth").await.1).unwrap()
+    }
+
+    /// Whether a served `selector` (a `metav1.LabelSelector`, or a Service's map when
+    /// `service`) selects a pod with `labels`: Kubernetes' rules, written out independently.
+    fn selects(selector: &serde_json::Value, service: bool, labels: &serde_json::Value) -> bool {
+        let has = |key: &str, value: &serde_json::Value| labels.get(key) == Some(value);
+        if service {
+            let map = selector.as_object();
+            return map.is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| has(k, v)));
+        }
+        let match_labels = selector["matchLabels"].as_object().into_iter().flatten().all(|(k, v)| has(k, v));
+        let expressions = selector["matchExpressions"].as_array().into_iter().flatten().all(|e| {
+            let value = labels.get(e["key"].as_str().unwrap());
+            let listed = || e["values"].as_array().unwrap().iter().any(|v| Some(v) == value);
+            match e["operator"].as_str().unwrap() {
+                "In" => listed(),
+                "NotIn" => !listed(),
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                other => panic!("operator {other}"),
+            }
+        });
+        match_labels && expressions
+    }
+
+    /// The truth's workloads by `(resource, namespace, name)`, each with its pods.
+    fn truth_workloads(truth: &serde_json::Value) -> BTreeMap<(String, String, String), Vec<String>> {
+        truth["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                let key = |k: &str| w[k].as_str().unwrap().to_owned();
+                let pods =
+                    w["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_owned()).collect();
+                ((key("resource"), key("namespace"), key("name")), pods)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn truth_lists_what_each_workload_selects() {
+        let state = app_state();
+        let truth = get_truth(&state).await;
+        let pods = truth["pods"].as_array().unwrap();
+        let workloads = truth_workloads(&truth);
+        let (_, objects) = state.cluster.pods_and_controllers();
+        assert_eq!(workloads.len(), objects.len());
+        let resources: std::collections::BTreeSet<&str> =
+            workloads.keys().map(|(r, _, _)| r.as_str()).collect();
+        assert_eq!(
+            resources.into_iter().collect::<Vec<_>>(),
+            ["daemonsets.apps", "deployments.apps", "replicasets.apps", "services", "statefulsets.apps"]
+        );
+        for object in &objects {
+            let json = serde_json::to_value(&object.object).unwrap();
+            let service = json["kind"] == "Service";
+            let resource = match json["kind"].as_str().unwrap() {
+                "Service" => "services".to_owned(),
+                kind => format!("{}s.apps", kind.to_lowercase()),
+            };
+            let ns = json["metadata"]["namespace"].as_str().unwrap();
+            let name = json["metadata"]["name"].as_str().unwrap();
+            let mut expected: Vec<String> = pods
+                .iter()
+                .filter(|p| p["namespace"] == ns && p["phase"] == "Running")
+                .filter(|p| selects(&json["spec"]["selector"], service, &p["labels"]))
+                .map(|p| p["name"].as_str().unwrap().to_owned())
+                .collect();
+            expected.sort();
+            let key = (resource, ns.to_owned(), name.to_owned());
+            assert_eq!(workloads.get(&key), Some(&expected), "{key:?}");
+            if matches!(name, "node-agent" | "headless-external") {
+                assert!(expected.is_empty(), "{key:?}");
+            }
+        }
+        // The StatefulSet: exactly the Running web and api pods with a tier.
+        let mut tiered_total = 0;
+        for ns in ["shop", "api", "default"] {
+            let mut expected: Vec<&str> = pods
+                .iter()
+                .filter(|p| p["namespace"] == ns && p["phase"] == "Running")
+                .filter(|p| {
+                    p["labels"].get("tier").is_some()
+                        && ["web", "api"].contains(&p["labels"]["app"].as_str().unwrap())
+                })
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            expected.sort_unstable();
+            tiered_total += expected.len();
+            let key = ("statefulsets.apps".to_owned(), ns.to_owned(), "tiered".to_owned());
+            assert_eq!(workloads[&key], expected);
+        }
+        assert!(tiered_total > 0);
+        // Every Running pod: its Deployment, ReplicaSet and Service select it.
+        for pod in pods.iter().filter(|p| p["phase"] == "Running") {
+            let (ns, name) = (pod["namespace"].as_str().unwrap(), pod["name"].as_str().unwrap());
+            let labels = &pod["labels"];
+            let deployment = labels.get("une-tasse-de.cafe/cafe").unwrap_or(&labels["app"]).as_str().unwrap();
+            let replica_set = format!("{deployment}-{}", labels["pod-template-hash"].as_str().unwrap());
+            for (resource, object) in [
+                ("deployments.apps", deployment),
+                ("services", deployment),
+                ("replicasets.apps", replica_set.as_str()),
+            ] {
+                let key = (resource.to_owned(), ns.to_owned(), object.to_owned());
+                assert!(workloads[&key].iter().any(|p| p == name), "{key:?} misses {name}");
+            }
+        }
+        // Pods that are not Running are in no workload.
+        for pod in pods.iter().filter(|p| p["phase"] != "Running") {
+            let name = pod["name"].as_str().unwrap();
+            assert!(workloads.values().all(|selected| !selected.iter().any(|p| p == name)), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn churn_keeps_workloads_consistent() {
+        let state = app_state();
+        let before_truth = truth_workloads(&get_truth(&state).await);
+        let (_, before) = state.cluster.pods_and_controllers();
+        for k in 0..10 {
+            let (gone, fresh) = state.cluster.churn(1_764_000_100.0 + f64::from(k)).unwrap();
+            let truth = truth_workloads(&get_truth(&state).await);
+            assert_eq!(truth.keys().collect::<Vec<_>>(), before_truth.keys().collect::<Vec<_>>());
+            let deployment = gone.app.as_str();
+            for (resource, name) in [
+                ("deployments.apps", deployment.to_owned()),
+                ("services", deployment.to_owned()),
+                ("replicasets.apps", gone.replica_set()),
+            ] {
+                let selected = &truth[&(resource.to_owned(), gone.namespace.clone(), name.clone())];
+                assert!(
+                    !selected.contains(&gone.name) && selected.contains(&fresh.name),
+                    "{resource} {name}"
+                );
+            }
+            assert!(truth.values().all(|selected| !selected.contains(&gone.name)));
+        }
+        // The objects are the same (same resourceVersions): a churn keeps the counts.
+        let (pods, after) = state.cluster.pods_and_controllers();
+        assert_eq!(after.len(), before.len());
+        for (a, b) in after.iter().zip(&before) {
+            assert_eq!(a.object, b.object, "{:?}", a.key());
+        }
+        for c in &after {
+            if let controllers::Manifest::Deployment(d) = &c.object {
+                let selected = pods.iter().filter(|p| c.selects(p)).count() as i32;
+                assert_eq!(d.spec.as_ref().unwrap().replicas, Some(selected));
+            }
+        }
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
-//! The simulated cluster's mutable state: pods, nodes and config maps with resourceVersions,
-//! the bounded watch-event history and its broadcast, churn, and the call counters behind
-//! `/sim/stats`.
+//! The simulated cluster's mutable state: pods, nodes, config maps and the workload objects
+//! derived from the pods ([`controllers`]) with resourceVersions, the bounded watch-event
+//! history and its broadcast, churn, and the call counters behind `/sim/stats`.
 //!
 //! One `RwLock` guards the state; it is never held across an `.await`. Writers append to the
 //! history and broadcast while holding it, and a watcher subscribes while holding it, so a
@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::broadcast;
 
 use super::cafe::Cafe;
+use super::controllers::{self, Controller, Resource};
 use super::faults::Faults;
 use super::rng::SplitMix64;
 use super::workload::{self, SimNode, SimPod, Workload};
@@ -54,6 +55,8 @@ pub(crate) enum Object {
     Pod(Arc<SimPod>),
     /// A config map (its `metadata.resourceVersion` is set).
     ConfigMap(Arc<ConfigMap>),
+    /// A workload object (its `metadata.resourceVersion` is set).
+    Controller(Arc<Controller>),
 }
 
 /// A change of one object, at resourceVersion `rv`.
@@ -75,6 +78,8 @@ pub(crate) enum Watched {
     Pods,
     /// Config maps: the snapshot is every config map.
     ConfigMaps,
+    /// Workload objects of one resource: the snapshot is every one of them.
+    Controllers(Resource),
     /// Anything else (nodes never change): an empty snapshot.
     Other,
 }
@@ -84,6 +89,8 @@ struct Inner {
     pods: BTreeMap<PodKey, Arc<SimPod>>,
     by_node: Vec<Vec<Arc<SimPod>>>,
     config_maps: BTreeMap<PodKey, Arc<ConfigMap>>,
+    /// Derived from `pods` (after every change of them).
+    controllers: BTreeMap<controllers::Key, Arc<Controller>>,
     history: VecDeque<Arc<Event>>,
     /// Watches from a resourceVersion `>= floor` can be served from `history`.
     floor: u64,
@@ -187,6 +194,13 @@ impl Cluster {
             }
             pods.insert((p.namespace.clone(), p.name.clone()), p);
         }
+        // The workload objects, each with its own resourceVersion after the pods'.
+        let mut workload_objects = BTreeMap::new();
+        let derived = controllers::derive(pods.values().map(|p| p.as_ref()), seed);
+        controllers::reconcile(&mut workload_objects, derived, 0, || {
+            rv += 1;
+            rv
+        });
         let kubelet_fetches = nodes.iter().map(|_| AtomicU64::new(0)).collect();
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let faults = Faults::new(nodes.len());
@@ -205,6 +219,7 @@ impl Cluster {
                 pods,
                 by_node,
                 config_maps: BTreeMap::new(),
+                controllers: workload_objects,
                 history: VecDeque::new(),
                 floor: rv,
                 churns: 0,
@@ -304,6 +319,13 @@ impl Cluster {
             None => WatchStart::Snapshot(match watched {
                 Watched::Pods => inner.pods.values().cloned().map(Object::Pod).collect(),
                 Watched::ConfigMaps => inner.config_maps.values().cloned().map(Object::ConfigMap).collect(),
+                Watched::Controllers(resource) => inner
+                    .controllers
+                    .values()
+                    .filter(|c| c.resource == resource)
+                    .cloned()
+                    .map(Object::Controller)
+                    .collect(),
                 Watched::Other => Vec::new(),
             }),
             Some(rv) if rv < inner.floor => {
@@ -376,7 +398,66 @@ impl Cluster {
             list.push(Arc::clone(&fresh));
         }
         self.push_event(inner, EventType::Added, fresh.resource_version, Object::Pod(Arc::clone(&fresh)));
+        // A replacement like its predecessor changes no workload object: no need to scan
+        // every pod again.
+        if !controllers::same_footprint(&old, &fresh) {
+            self.rederive(inner, now_s);
+        }
         Some((gone, fresh))
+    }
+
+    /// Derives the workload objects from the pods again; the objects that changed get new
+    /// resourceVersions and watch events.
+    fn rederive(&self, inner: &mut Inner, now: i64) {
+        let derived = controllers::derive(inner.pods.values().map(|p| p.as_ref()), self.seed);
+        let rv = &mut inner.rv;
+        let changes = controllers::reconcile(&mut inner.controllers, derived, now, || {
+            *rv += 1;
+            *rv
+        });
+        for (change, controller) in changes {
+            let kind = match change {
+                controllers::Change::Added => EventType::Added,
+                controllers::Change::Modified => EventType::Modified,
+                controllers::Change::Deleted => EventType::Deleted,
+            };
+            let rv = controller.metadata().resource_version.as_deref().and_then(|v| v.parse().ok());
+            self.push_event(inner, kind, rv.unwrap_or(inner.rv), Object::Controller(controller));
+        }
+    }
+
+    /// Workload object `namespace/name` of `resource`.
+    pub(crate) fn controller(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Controller>> {
+        self.read().controllers.get(&(resource, namespace.to_owned(), name.to_owned())).cloned()
+    }
+
+    /// The workload objects of `resource` (in key order, optionally in one namespace)
+    /// accepted by `keep`, and the current resourceVersion.
+    pub(crate) fn list_controllers(
+        &self,
+        resource: Resource,
+        namespace: Option<&str>,
+        keep: impl Fn(&Controller) -> bool,
+    ) -> (Vec<Arc<Controller>>, u64) {
+        let inner = self.read();
+        let items = inner
+            .controllers
+            .values()
+            .filter(|c| c.resource == resource && namespace.is_none_or(|ns| ns == c.namespace) && keep(c))
+            .cloned()
+            .collect();
+        (items, inner.rv)
+    }
+
+    /// Every pod and every workload object (both in key order), as of one moment.
+    pub(crate) fn pods_and_controllers(&self) -> (Vec<Arc<SimPod>>, Vec<Arc<Controller>>) {
+        let inner = self.read();
+        (inner.pods.values().cloned().collect(), inner.controllers.values().cloned().collect())
     }
 
     /// Config map `namespace/name`.

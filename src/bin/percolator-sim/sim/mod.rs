@@ -2,7 +2,9 @@
 //! for the demo, the tests and the benchmarks (DESIGN.md §5).
 //!
 //! It serves, from one deterministic workload ([`workload`]):
-//! - a Kubernetes API subset over HTTPS (`api`): nodes and pods, get/list/watch;
+//! - a Kubernetes API subset over HTTPS (`api`): nodes, pods and the workload objects
+//!   derived from the pods (Deployments, ReplicaSets, StatefulSets, DaemonSets, Services;
+//!   `controllers`), get/list/watch;
 //! - one kubelet per node over HTTPS (`kubelet`): `GET /metrics/resource`;
 //! - the apps' and cafes' ([`cafe`]) metrics and the control endpoints over HTTP (`apps`): `/metrics`,
 //!   `/sim/history`, `/sim/truth`, `/sim/stats`, `POST /sim/churn`,
@@ -21,6 +23,7 @@ mod api;
 pub mod apps;
 pub mod cafe;
 mod cluster;
+mod controllers;
 pub mod faults;
 mod kubelet;
 mod objects;

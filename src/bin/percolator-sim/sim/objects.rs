@@ -103,7 +103,7 @@ pub(crate) fn pod(pod: &SimPod, node: Option<&SimNode>) -> Pod {
                 api_version: "apps/v1".to_owned(),
                 kind: "ReplicaSet".to_owned(),
                 name: pod.replica_set(),
-                uid: replica_set_uid(pod),
+                uid: replica_set_uid(&pod.template_hash),
                 controller: Some(true),
                 block_owner_deletion: Some(true),
             }]),
@@ -111,18 +111,7 @@ pub(crate) fn pod(pod: &SimPod, node: Option<&SimNode>) -> Pod {
         },
         spec: Some(PodSpec {
             node_name: node.map(|n| n.name.clone()),
-            containers: pod
-                .containers
-                .iter()
-                .map(|c| Container {
-                    name: c.name.to_owned(),
-                    image: Some(c.image.to_owned()),
-                    image_pull_policy: Some("IfNotPresent".to_owned()),
-                    termination_message_path: Some("/dev/termination-log".to_owned()),
-                    termination_message_policy: Some("File".to_owned()),
-                    ..Default::default()
-                })
-                .collect(),
+            containers: pod.containers.iter().map(|c| container(c.name, c.image)).collect(),
             restart_policy: Some("Always".to_owned()),
             dns_policy: Some("ClusterFirst".to_owned()),
             scheduler_name: Some("default-scheduler".to_owned()),
@@ -153,14 +142,28 @@ pub(crate) fn pod(pod: &SimPod, node: Option<&SimNode>) -> Pod {
     }
 }
 
+/// The `Container` `name` running `image` of a pod spec (or of a workload's pod template).
+pub(crate) fn container(name: &str, image: &str) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        termination_message_path: Some("/dev/termination-log".to_owned()),
+        termination_message_policy: Some("File".to_owned()),
+        ..Default::default()
+    }
+}
+
 fn container_id(pod: &SimPod, k: usize) -> String {
     let hex: String = pod.uid.chars().filter(|c| *c != '-').collect();
     format!("containerd://{hex}{hex}{k:02x}")
 }
 
-fn replica_set_uid(pod: &SimPod) -> String {
+/// The uid of the ReplicaSet whose pods have `pod-template-hash` `template_hash` (the pods'
+/// ownerReference and the ReplicaSet object agree on it).
+pub(crate) fn replica_set_uid(template_hash: &str) -> String {
     // Stable per ReplicaSet: derived from the template hash.
-    let hash = u64::from_str_radix(&pod.template_hash, 16).unwrap_or(0);
+    let hash = u64::from_str_radix(template_hash, 16).unwrap_or(0);
     uuid(&mut SplitMix64::stream(hash, 6, 0))
 }
 
@@ -247,10 +250,12 @@ pub(crate) struct Status {
     code: u16,
 }
 
-/// `metav1.StatusDetails` (name and kind of the object concerned).
+/// `metav1.StatusDetails` (name, API group and kind of the object concerned).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct StatusDetails {
     name: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    group: &'static str,
     kind: &'static str,
 }
 
@@ -269,10 +274,17 @@ impl Status {
         }
     }
 
-    /// A 404 for object `name` of resource `kind` (plural, e.g. `pods`).
+    /// A 404 for object `name` of core resource `kind` (plural, e.g. `pods`).
     pub(crate) fn not_found(kind: &'static str, name: &str) -> Self {
-        let mut s = Self::failure(404, "NotFound", format!("{kind} \"{name}\" not found"));
-        s.details = Some(StatusDetails { name: name.to_owned(), kind });
+        Self::not_found_in("", kind, name)
+    }
+
+    /// A 404 for object `name` of resource `kind` (plural) of API group `group` (`""`: core):
+    /// `deployments.apps "x" not found`, as kube-apiserver words it.
+    pub(crate) fn not_found_in(group: &'static str, kind: &'static str, name: &str) -> Self {
+        let resource = if group.is_empty() { kind.to_owned() } else { format!("{kind}.{group}") };
+        let mut s = Self::failure(404, "NotFound", format!("{resource} \"{name}\" not found"));
+        s.details = Some(StatusDetails { name: name.to_owned(), group, kind });
         s
     }
 
@@ -292,7 +304,7 @@ struct BookmarkMeta {
 struct BookmarkObject<'a> {
     kind: &'a str,
     #[serde(rename = "apiVersion")]
-    api_version: &'static str,
+    api_version: &'a str,
     metadata: BookmarkMeta,
 }
 
@@ -316,14 +328,14 @@ pub(crate) fn event_line<T: Serialize>(event: &WatchEvent<T>) -> Vec<u8> {
     finish_line(serde_json::to_vec(event))
 }
 
-/// A BOOKMARK line for `kind` at resourceVersion `rv`, with `kind` and `apiVersion` as
-/// kube-apiserver sends them (kube-rs requires both).
-pub(crate) fn bookmark_line(kind: &str, rv: u64) -> Vec<u8> {
+/// A BOOKMARK line for `kind` of `api_version` (`v1`, `apps/v1`) at resourceVersion `rv`,
+/// with `kind` and `apiVersion` as kube-apiserver sends them (kube-rs requires both).
+pub(crate) fn bookmark_line(kind: &str, api_version: &str, rv: u64) -> Vec<u8> {
     finish_line(serde_json::to_vec(&Line {
         type_: "BOOKMARK",
         object: &BookmarkObject {
             kind,
-            api_version: "v1",
+            api_version,
             metadata: BookmarkMeta { resource_version: rv.to_string() },
         },
     }))
@@ -349,6 +361,17 @@ mod tests {
     }
 
     #[test]
+    fn not_found_names_the_group() {
+        assert_eq!(
+            serde_json::to_string(&Status::not_found_in("apps", "deployments", "x")).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"deployments.apps \"x\" not found","reason":"NotFound","details":{"name":"x","group":"apps","kind":"deployments"},"code":404}"#
+        );
+        let core = serde_json::to_value(Status::not_found("pods", "p")).unwrap();
+        assert_eq!(core["message"], "pods \"p\" not found");
+        assert_eq!(core["details"], serde_json::json!({"name": "p", "kind": "pods"}));
+    }
+
+    #[test]
     fn objects_round_trip() {
         let w = Workload::generate(
             &WorkloadParams {
@@ -371,7 +394,7 @@ mod tests {
         let n = serde_json::to_value(node(&w.nodes[1], 4242)).unwrap();
         assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], 4242);
         assert_eq!(n["status"]["addresses"][0]["address"], "127.1.0.2");
-        let line = bookmark_line("Pod", 12);
+        let line = bookmark_line("Pod", "v1", 12);
         assert_eq!(
             String::from_utf8(line).unwrap(),
             "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"12\"}}}\n"

@@ -42,7 +42,10 @@
 //! Whatever the policy, [`SERVICE_ACCOUNT_RULES`] are appended: the service account whose
 //! token the simulator hands out, `system:serviceaccount:kube-system:percolator`, has the
 //! rights of `system:auth-delegator`, of `extension-apiserver-authentication-reader` and to
-//! read pods and nodes. Its token also authenticates in a TokenReview.
+//! read pods, nodes, services and the `apps` workloads (deployments, replicasets,
+//! statefulsets, daemonsets: the objects of custom metrics). Its token also authenticates in
+//! a TokenReview. (The simulated API itself only checks that token; these rules answer
+//! SubjectAccessReviews.)
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -113,7 +116,12 @@ pub const SERVICE_ACCOUNT_RULES: &str = r#"rules:
   serviceAccounts: [kube-system/percolator]
   verbs: [get, list, watch]
   apiGroups: [""]
-  resources: [pods, nodes, nodes/metrics, nodes/stats]
+  resources: [pods, nodes, nodes/metrics, nodes/stats, services]
+- name: percolator-workloads
+  serviceAccounts: [kube-system/percolator]
+  verbs: [get, list, watch]
+  apiGroups: [apps]
+  resources: [deployments, replicasets, statefulsets, daemonsets]
 "#;
 
 /// Namespace of the simulator's service account.
@@ -552,6 +560,15 @@ mod tests {
             (SA, vec![], res("", "create", "authentication.k8s.io", "tokenreviews"), Some(String::new())),
             (SA, vec![], res("", "list", "", "pods"), Some(String::new())),
             (SA, vec![], res("kube-system", "watch", "", "configmaps"), None),
+            (SA, vec![], res("shop", "get", "", "services"), Some(String::new())),
+            (SA, vec![], res("shop", "get", "apps", "deployments"),
+             Some("RBAC: allowed by ClusterRoleBinding \"percolator-workloads\" of ClusterRole \"percolator-workloads\" to ServiceAccount \"percolator/kube-system\"".into())),
+            (SA, vec![], res("", "watch", "apps", "statefulsets"), Some(String::new())),
+            (SA, vec![], res("api", "list", "apps", "daemonsets"), Some(String::new())),
+            (SA, vec![], res("api", "list", "apps", "replicasets"), Some(String::new())),
+            (SA, vec![], res("api", "update", "apps", "deployments"), None),
+            (SA, vec![], res("api", "get", "apps", "pods"), None),
+            (SA, vec![], res("api", "get", "apps", "deployments/scale"), None),
         ];
         for (i, (user, groups, request, want)) in cases.iter().enumerate() {
             let got = p.authorize(user, groups, request);

@@ -4,6 +4,14 @@
 //! `k in (a,b)`, `k notin (a,b)`). Field selectors support `metadata.name`,
 //! `metadata.namespace`, `spec.nodeName` and `status.phase` with `=`, `==`, `!=`; other
 //! fields are ignored.
+//!
+//! The same [`LabelSelector`] evaluates the selectors of objects: a `metav1.LabelSelector`
+//! (`matchLabels` and `matchExpressions`, [`LabelSelector::from_k8s`]) and a Service's
+//! `spec.selector` map ([`LabelSelector::from_map`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 
 /// An invalid selector, with a message for the 400 Status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,6 +118,52 @@ impl LabelSelector {
         Ok(Self(reqs))
     }
 
+    /// The selector of a `metav1.LabelSelector`: every `matchLabels` pair and every
+    /// `matchExpressions` requirement (`In`, `NotIn`, `Exists`, `DoesNotExist`) must hold.
+    /// The empty selector matches everything, as for a workload's `spec.selector`.
+    ///
+    /// # Errors
+    /// A [`SelectorError`] for an unknown operator, or values where the operator takes none
+    /// (or none where it needs some), as kube-apiserver's validation would reject them.
+    pub fn from_k8s(selector: &metav1::LabelSelector) -> Result<Self, SelectorError> {
+        let mut reqs: Vec<LabelReq> =
+            selector.match_labels.iter().flatten().map(|(k, v)| LabelReq::Eq(k.clone(), v.clone())).collect();
+        for e in selector.match_expressions.iter().flatten() {
+            let values = e.values.clone().unwrap_or_default();
+            let bad = |m: &str| SelectorError(format!("matchExpressions key {:?}: {m}", e.key));
+            let req = match e.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => return Err(bad("In and NotIn need values")),
+                "In" => LabelReq::In(e.key.clone(), values),
+                "NotIn" => LabelReq::NotIn(e.key.clone(), values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(bad("Exists and DoesNotExist take no values"));
+                }
+                "Exists" => LabelReq::Exists(e.key.clone()),
+                "DoesNotExist" => LabelReq::NotExists(e.key.clone()),
+                other => return Err(bad(&format!("unknown operator {other:?}"))),
+            };
+            reqs.push(req);
+        }
+        Ok(Self(reqs))
+    }
+
+    /// The selector of a Service's `spec.selector`: every pair must hold. `None` for an
+    /// absent or empty map, which selects no pod (the endpoints are managed elsewhere).
+    pub fn from_map(selector: Option<&BTreeMap<String, String>>) -> Option<Self> {
+        let map = selector.filter(|m| !m.is_empty())?;
+        Some(Self(map.iter().map(|(k, v)| LabelReq::Eq(k.clone(), v.clone())).collect()))
+    }
+
+    /// The requirements that pin a key to a few values (`k=v`, `k in (a,b)`): a matching
+    /// object has one of them, so a caller may look candidates up by them.
+    pub fn pinned(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.0.iter().filter_map(|req| match req {
+            LabelReq::Eq(k, v) => Some((k.as_str(), std::slice::from_ref(v))),
+            LabelReq::In(k, vs) => Some((k.as_str(), vs.as_slice())),
+            _ => None,
+        })
+    }
+
     /// Whether an object whose labels are looked up by `label` matches.
     pub fn matches<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|req| match req {
@@ -184,6 +238,44 @@ mod tests {
         assert!(ok("cafe notin (x)"));
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("a=b=c").is_err());
+    }
+
+    #[test]
+    fn object_selectors() {
+        use metav1::LabelSelectorRequirement as Req;
+        let expr = |key: &str, operator: &str, values: &[&str]| Req {
+            key: key.into(),
+            operator: operator.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).to_owned()).collect()),
+        };
+        let sel = |labels: &[(&str, &str)], exprs: Vec<Req>| metav1::LabelSelector {
+            match_labels: (!labels.is_empty())
+                .then(|| labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+            match_expressions: (!exprs.is_empty()).then_some(exprs),
+        };
+        let ok = |s: metav1::LabelSelector| LabelSelector::from_k8s(&s).unwrap().matches(labels);
+        assert!(ok(sel(&[], vec![])));
+        assert!(ok(sel(&[("app", "web")], vec![expr("tier", "Exists", &[])])));
+        assert!(!ok(sel(&[("app", "web")], vec![expr("tier", "DoesNotExist", &[])])));
+        assert!(ok(sel(&[], vec![expr("app", "In", &["web", "api"]), expr("cafe", "DoesNotExist", &[])])));
+        assert!(!ok(sel(&[], vec![expr("app", "NotIn", &["web"])])));
+        assert!(ok(sel(&[], vec![expr("cafe", "NotIn", &["x"])])));
+        assert!(!ok(sel(&[("app", "web"), ("tier", "backend")], vec![])));
+        for bad in [expr("app", "in", &["web"]), expr("app", "In", &[]), expr("app", "Exists", &["web"])] {
+            assert!(LabelSelector::from_k8s(&sel(&[], vec![bad])).is_err());
+        }
+        let pinned = LabelSelector::from_k8s(&sel(
+            &[("app", "web")],
+            vec![expr("tier", "Exists", &[]), expr("x", "In", &["a", "b"])],
+        ))
+        .unwrap();
+        let pins: Vec<(&str, &[String])> = pinned.pinned().collect();
+        assert_eq!(pins, [("app", &["web".to_owned()][..]), ("x", &["a".to_owned(), "b".to_owned()][..])]);
+
+        let map = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        assert!(LabelSelector::from_map(Some(&map)).unwrap().matches(labels));
+        assert!(LabelSelector::from_map(Some(&BTreeMap::new())).is_none());
+        assert!(LabelSelector::from_map(None).is_none());
     }
 
     #[test]

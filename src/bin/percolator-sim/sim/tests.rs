@@ -343,6 +343,97 @@ async fn trust_config_map_watch_sees_rotation_and_reviews_work() {
     stop(sim, dir).await;
 }
 
+/// The metadata of `ns/name`, read with kube-rs's typed client for `K`.
+async fn get_meta<K>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object = Api::<K>::namespaced(client.clone(), ns).get(name).await.unwrap();
+    object.meta().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_reads_workload_objects() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+    use k8s_openapi::api::core::v1::Service;
+    use kube::ResourceExt as _;
+
+    let (sim, dir) = start_default().await;
+    let client = mk_kube_client(&sim).await;
+    let http = mk_http_client(&sim);
+    let truth = control_json(http.get(format!("{}/sim/truth", sim.ready.metrics))).await;
+    let workloads = truth["workloads"].as_array().unwrap();
+    // Every object of the truth, through its typed client (k8s-openapi checks kind and
+    // apiVersion).
+    for w in workloads {
+        let (ns, name) = (w["namespace"].as_str().unwrap(), w["name"].as_str().unwrap());
+        let meta = match w["resource"].as_str().unwrap() {
+            "deployments.apps" => get_meta::<Deployment>(&client, ns, name).await,
+            "replicasets.apps" => get_meta::<ReplicaSet>(&client, ns, name).await,
+            "statefulsets.apps" => get_meta::<StatefulSet>(&client, ns, name).await,
+            "daemonsets.apps" => get_meta::<DaemonSet>(&client, ns, name).await,
+            "services" => get_meta::<Service>(&client, ns, name).await,
+            other => panic!("resource {other}"),
+        };
+        assert_eq!((meta.namespace.as_deref(), meta.name.as_deref()), (Some(ns), Some(name)));
+    }
+    let count = |resource: &str| workloads.iter().filter(|w| w["resource"] == resource).count();
+
+    let webs =
+        Api::<Deployment>::all(client.clone()).list(&ListParams::default().labels("app=web")).await.unwrap();
+    assert!(!webs.items.is_empty());
+    assert!(webs.items.iter().all(|d| d.metadata.name.as_deref() == Some("web")));
+    let tiered = Api::<StatefulSet>::namespaced(client.clone(), "shop").get("tiered").await.unwrap();
+    let expressions = tiered.spec.unwrap().selector.match_expressions.unwrap();
+    assert_eq!(expressions.len(), 2);
+    let services = Api::<Service>::all(client.clone()).list(&ListParams::default()).await.unwrap();
+    assert_eq!(services.items.len(), count("services"));
+
+    let err = Api::<Deployment>::namespaced(client.clone(), "shop").get("nope").await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+            assert_eq!(s.message, "deployments.apps \"nope\" not found");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A watcher lists, then watches.
+    let mut stream =
+        watcher::watcher(Api::<ReplicaSet>::all(client.clone()), watcher::Config::default()).boxed();
+    let mut initial = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await.unwrap().unwrap().unwrap()
+        {
+            Event::Init => {}
+            Event::InitApply(rs) => {
+                assert_eq!(rs.owner_references().len(), 1);
+                initial += 1;
+            }
+            Event::InitDone => break,
+            other => panic!("unexpected event before InitDone: {other:?}"),
+        }
+    }
+    assert_eq!(initial, count("replicasets.apps"));
+
+    let stats = control_json(http.get(format!("{}/sim/stats", sim.ready.metrics))).await;
+    let api = &stats["apiRequests"];
+    assert_eq!(api["get deployments"], count("deployments.apps") + 1);
+    assert_eq!(api["get statefulsets"], count("statefulsets.apps") + 1);
+    assert_eq!(api["get services"], count("services"));
+    assert_eq!(api["list deployments"], 1);
+    assert_eq!(api["list services"], 1);
+    assert!(api["list replicasets"].as_u64().unwrap() >= 1);
+    stop(sim, dir).await;
+}
+
 #[tokio::test]
 async fn invalid_policy_file_is_an_error() {
     let dir = mk_state_dir();
