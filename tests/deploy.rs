@@ -1,7 +1,8 @@
 //! The deploy manifests: every kustomization renders, every object validates against the
 //! Kubernetes schemas (kubernetes-validate, PyPI), the ClusterRole grants exactly the API calls
 //! percolator makes (observed against the simulated cluster), and the pod spec meets the
-//! `restricted` Pod Security Standard.
+//! `restricted` Pod Security Standard. Also the example HPAs, and the custom metrics
+//! configurations the README and the prometheus-adapter migration guide show.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -18,7 +19,12 @@ const KUSTOMIZATIONS: &[&str] = &[
     "deploy/overlays/cert-manager",
     "deploy/overlays/dev",
     "deploy/overlays/external-metrics",
+    "deploy/overlays/custom-metrics",
+    "deploy/overlays/custom-metrics/with-external",
 ];
+
+/// The APIServices of the custom metrics API.
+const CUSTOM_APISERVICES: [&str; 2] = ["v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io"];
 
 fn render(dir: &str) -> Vec<Value> {
     let out = std::process::Command::new(common::kubectl_bin())
@@ -31,6 +37,20 @@ fn render(dir: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(&text)
         .map(|doc| serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap())
         .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn read_yaml(path: &str) -> Value {
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap()).unwrap()
+}
+
+fn args_of(objects: &[Value]) -> Vec<String> {
+    find(objects, "Deployment", "percolator")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
         .collect()
 }
 
@@ -84,23 +104,52 @@ fn every_kustomization_renders_and_validates() {
 
 #[test]
 fn examples_validate_and_the_shipped_configuration_is_the_default() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/hpa-cafe.yaml");
-    let out = std::process::Command::new("kubernetes-validate")
-        .args(["--strict", "-k", "1.33.0", example])
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success()
-            && report.contains("passed for resource horizontalpodautoscaler/espresso-du-matin"),
-        "{report}"
-    );
-    let hpa: Value = serde_json::to_value(
-        serde_yaml::from_str::<serde_yaml::Value>(&std::fs::read_to_string(example).unwrap()).unwrap(),
-    )
-    .unwrap();
+    for (example, name) in
+        [("deploy/examples/hpa-cafe.yaml", "espresso-du-matin"), ("deploy/examples/hpa-web-pods.yaml", "web")]
+    {
+        let out = std::process::Command::new("kubernetes-validate")
+            .args(["--strict", "-k", "1.33.0", example])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success()
+                && report.contains(&format!("passed for resource horizontalpodautoscaler/{name}")),
+            "{example}: {report}"
+        );
+    }
+    let hpa = read_yaml("deploy/examples/hpa-cafe.yaml");
     assert_eq!(hpa["spec"]["metrics"][0]["external"]["metric"]["name"], "cafe_brews_per_minute");
     assert_eq!(hpa["spec"]["metrics"][0]["external"]["target"]["type"], "AverageValue");
+
+    // The custom metrics example: a Pods and an Object metric on a metric the defaults serve.
+    let hpa = read_yaml("deploy/examples/hpa-web-pods.yaml");
+    assert_eq!(hpa["metadata"], serde_json::json!({"name": "web", "namespace": "shop"}));
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"],
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"})
+    );
+    assert_eq!(
+        hpa["spec"]["metrics"],
+        serde_json::json!([
+            {"type": "Pods", "pods": {
+                "metric": {"name": "http_requests_per_second"},
+                "target": {"type": "AverageValue", "averageValue": "50"}}},
+            {"type": "Object", "object": {
+                "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "web"},
+                "metric": {"name": "http_requests_per_second"},
+                "target": {"type": "Value", "value": "500"}}},
+        ])
+    );
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/hpa-web-pods.yaml"))
+            .unwrap();
+    assert!(text.contains("# each pod serves 50 requests/s"), "the target says what it means");
+    assert!(
+        percolator::custom::default_metrics().iter().any(|m| m.name == "http_requests_per_second"),
+        "the example's metric is served by default"
+    );
 
     // The ConfigMap ships exactly the compiled-in defaults, and they validate.
     let objects = render("deploy/base");
@@ -115,6 +164,7 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
         }
     }
     assert_eq!(shipped.external_metrics, Some(percolator::external::default_metrics()));
+    assert_eq!(shipped.custom_metrics, Some(percolator::custom::default_metrics()));
 
     // It declares no kind, and its commented example of one is valid once uncommented.
     assert!(shipped.kinds.is_empty());
@@ -175,7 +225,13 @@ fn overlays_wire_trust_as_documented() {
     .unwrap();
     assert!(text.contains("only ONE server per cluster can own external.metrics.k8s.io"));
     // No other kustomization registers the external group.
-    for dir in ["deploy", "deploy/base", "deploy/overlays/dev", "deploy/overlays/cert-manager"] {
+    for dir in [
+        "deploy",
+        "deploy/base",
+        "deploy/overlays/dev",
+        "deploy/overlays/cert-manager",
+        "deploy/overlays/custom-metrics",
+    ] {
         assert!(
             !render(dir).iter().any(|o| o["metadata"]["name"] == "v1beta1.external.metrics.k8s.io"),
             "{dir}"
@@ -202,6 +258,132 @@ fn overlays_wire_trust_as_documented() {
     let reader_binding = find(&prod, "RoleBinding", "percolator-auth-reader");
     assert_eq!(reader_binding["metadata"]["namespace"], "kube-system");
     assert_eq!(reader_binding["roleRef"]["name"], "extension-apiserver-authentication-reader");
+}
+
+#[test]
+fn the_custom_metrics_overlay_registers_both_versions() {
+    let prod = render("deploy");
+    let stats = find(&prod, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
+    for (dir, external) in
+        [("deploy/overlays/custom-metrics", false), ("deploy/overlays/custom-metrics/with-external", true)]
+    {
+        let objects = render(dir);
+        // Same Service, CA injection and group priority as percolator's own APIService;
+        // v1beta2 preferred (versionPriority 200), as prometheus-adapter ships them.
+        for (name, version, version_priority) in
+            [(CUSTOM_APISERVICES[0], "v1beta2", 200), (CUSTOM_APISERVICES[1], "v1beta1", 100)]
+        {
+            let api = find(&objects, "APIService", name);
+            assert_eq!(
+                api["spec"],
+                serde_json::json!({
+                    "group": "custom.metrics.k8s.io",
+                    "version": version,
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": version_priority,
+                    "service": stats["spec"]["service"],
+                }),
+                "{dir} {name}"
+            );
+            assert_eq!(
+                api["metadata"]["annotations"],
+                serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"}),
+                "{dir} {name}"
+            );
+        }
+        let mut expected = args_of(&prod);
+        if external {
+            expected.push("--enable-external-metrics".into());
+            assert_eq!(
+                find(&objects, "APIService", "v1beta1.external.metrics.k8s.io")["spec"]["service"]["name"],
+                "percolator"
+            );
+        }
+        expected.push("--enable-custom-metrics".into());
+        assert_eq!(args_of(&objects), expected, "{dir}: the production flags plus the APIs' own");
+        // The HPA controller's explicit grant, as for external metrics.
+        assert_eq!(
+            find(&objects, "ClusterRole", "system:percolator-custom-metrics-reader")["rules"],
+            serde_json::json!([{"apiGroups": ["custom.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list"]}])
+        );
+        let binding = find(&objects, "ClusterRoleBinding", "percolator:hpa-controller-custom-metrics");
+        assert_eq!(binding["roleRef"]["name"], "system:percolator-custom-metrics-reader");
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": "horizontal-pod-autoscaler", "namespace": "kube-system"}])
+        );
+        // Everything of the production install is there too.
+        let names = |objects: &[Value]| -> BTreeSet<(String, String)> {
+            objects
+                .iter()
+                .map(|o| (o["kind"].as_str().unwrap().to_owned(), o["metadata"]["name"].to_string()))
+                .collect()
+        };
+        assert!(names(&objects).is_superset(&names(&prod)), "{dir}");
+    }
+    for file in [
+        "deploy/overlays/custom-metrics/kustomization.yaml",
+        "deploy/overlays/custom-metrics/with-external/kustomization.yaml",
+    ] {
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        assert!(text.contains("only ONE server per cluster can own custom.metrics.k8s.io"), "{file}");
+    }
+    // No other kustomization registers the custom group.
+    for dir in KUSTOMIZATIONS.iter().filter(|d| !d.starts_with("deploy/overlays/custom-metrics")) {
+        let objects = render(dir);
+        for name in CUSTOM_APISERVICES {
+            assert!(!objects.iter().any(|o| o["metadata"]["name"] == name), "{dir} registers {name}");
+        }
+        assert!(!args_of(&objects).iter().any(|a| a == "--enable-custom-metrics"), "{dir}");
+    }
+}
+
+/// The `customMetrics:` configurations the README and the migration guide show load as they
+/// are written (percolator's own check of the file), and the README's table of defaults is the
+/// compiled-in list.
+#[test]
+fn documented_custom_metrics_configurations_load() {
+    let check = percolator::server::config_check();
+    for doc in ["README.md", "docs/migrating-from-prometheus-adapter.md"] {
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
+        let mut blocks = Vec::new();
+        let mut block: Option<String> = None;
+        for line in text.lines() {
+            match (&mut block, line) {
+                (None, "```yaml") => block = Some(String::new()),
+                (Some(yaml), "```") => {
+                    blocks.push(std::mem::take(yaml));
+                    block = None;
+                }
+                (Some(yaml), line) => {
+                    yaml.push_str(line);
+                    yaml.push('\n');
+                }
+                (None, _) => {}
+            }
+        }
+        let custom: Vec<&String> = blocks.iter().filter(|b| b.starts_with("customMetrics:")).collect();
+        assert!(!custom.is_empty(), "{doc} shows a customMetrics: configuration");
+        for yaml in custom {
+            let file = percolator::config::QueryFile::from_yaml(yaml, doc, &check)
+                .unwrap_or_else(|e| panic!("{doc}: {e}\n{yaml}"));
+            let metrics = file.custom_metrics.unwrap();
+            assert_eq!(metrics[0].name, "http_requests_per_second", "{doc}");
+        }
+    }
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for metric in percolator::custom::default_metrics() {
+        let labels = if metric.labels.is_empty() {
+            "none".to_owned()
+        } else {
+            metric.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
+        };
+        let row = format!("| `{}` | {labels} | `{}` |", metric.name, metric.query);
+        assert!(readme.contains(&row), "README lists the default {row}");
+        assert_eq!(metric.aggregate, percolator::config::Aggregate::Sum);
+    }
 }
 
 #[test]
@@ -284,32 +466,140 @@ fn pod_spec_meets_the_restricted_pod_security_standard() {
     }
 }
 
+/// The API group of a resource the simulator counts calls on (its counters name the plural
+/// alone: `get deployments`).
+fn group_of(resource: &str) -> &'static str {
+    match resource {
+        "deployments" | "statefulsets" | "replicasets" | "daemonsets" => "apps",
+        "tokenreviews" => "authentication.k8s.io",
+        "subjectaccessreviews" => "authorization.k8s.io",
+        _ => "",
+    }
+}
+
+/// `(kind, apiVersion)` of `describedObject` for an object resource of the custom metrics API.
+fn described_kind(resource: &str) -> (&'static str, &'static str) {
+    match resource {
+        "deployments.apps" => ("Deployment", "apps/v1"),
+        "statefulsets.apps" => ("StatefulSet", "apps/v1"),
+        "replicasets.apps" => ("ReplicaSet", "apps/v1"),
+        "daemonsets.apps" => ("DaemonSet", "apps/v1"),
+        "services" => ("Service", "/v1"),
+        other => panic!("not an object resource of custom metrics: {other}"),
+    }
+}
+
 /// The reads percolator's own identity makes, observed: every Kubernetes API call the
 /// simulated kube-apiserver and kubelets saw from it while it started, authenticated and
-/// authorized requests, and served lists.
+/// authorized requests, served lists and, with the custom metrics API on, answered every form
+/// of custom metric (an `Object` metric of each resource GETs its object).
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_role_grants_exactly_the_calls_the_code_makes() {
-    let env = Env::start("rbac", Options { scrape_percolator: false, ..Options::default() }).await;
+    let env = Env::start(
+        "rbac",
+        Options {
+            scrape_percolator: false,
+            extra_args: vec!["--enable-custom-metrics".into()],
+            ..Options::default()
+        },
+    )
+    .await;
     // Exercise every path: token and certificate authentication, authorization, both kinds.
     env.wait_for_cpu(Some("shop")).await;
     env.get_json("/apis/stats.une-tasse-de.cafe/v1alpha1/cafebrewstats").await;
+
+    // Custom metrics, as the HPA controller asks (system:masters here: the simulated policy
+    // gives viewers the stats and external groups only). The Pods and namespace forms read
+    // the inventory: no LIST of pods per request.
+    const METRIC: &str = "http_requests_per_second";
+    let v2 = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop";
+    let admin = env.client_as(Some("admin-token"));
+    let get = |path: String| {
+        let admin = admin.clone();
+        let url = format!("{}{path}", env.url);
+        async move {
+            let response = admin.get(url).send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap();
+            (status, body)
+        }
+    };
+    let pod_lists = |stats: &Value| stats["apiRequests"]["list pods"].as_u64().unwrap();
+    let lists_before = pod_lists(&env.sim_stats().await);
+    let (status, body) = get(format!("{v2}/pods/*/{METRIC}?labelSelector=app%3Dweb")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body["items"].as_array().unwrap().is_empty(), "{body}");
+    let (status, body) = get(format!("{v2}/metrics/{METRIC}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["items"][0]["describedObject"],
+        serde_json::json!({"kind": "Namespace", "name": "shop", "apiVersion": "/v1"})
+    );
+
+    // One object of each resource (the simulator's truth says which pods it selects): its
+    // value when one of them has requests, else the adapter library's 404.
+    let truth = env.truth().await;
+    let with_requests: BTreeSet<&str> = truth["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == "shop" && p["requestsPerSecond"].is_number())
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    for resource in
+        ["deployments.apps", "statefulsets.apps", "replicasets.apps", "daemonsets.apps", "services"]
+    {
+        let workloads: Vec<&Value> = truth["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["resource"] == resource && w["namespace"] == "shop")
+            .collect();
+        let serves = |w: &Value| {
+            w["pods"].as_array().unwrap().iter().any(|p| with_requests.contains(p.as_str().unwrap()))
+        };
+        let workload = *workloads
+            .iter()
+            .find(|w| serves(w))
+            .or(workloads.first())
+            .unwrap_or_else(|| panic!("no {resource} in shop"));
+        let name = workload["name"].as_str().unwrap();
+        let (status, body) = get(format!("{v2}/{resource}/{name}/{METRIC}")).await;
+        if serves(workload) {
+            let (kind, api_version) = described_kind(resource);
+            assert_eq!(status, 200, "{resource}/{name}: {body}");
+            assert_eq!(
+                body["items"][0]["describedObject"],
+                serde_json::json!({"kind": kind, "namespace": "shop", "name": name, "apiVersion": api_version}),
+                "{resource}/{name}"
+            );
+        } else {
+            assert_eq!(status, 404, "{resource}/{name}: {body}");
+            assert_eq!(
+                body["message"],
+                format!("the server could not find the metric {METRIC} for {resource} {name}")
+            );
+        }
+    }
+
     let stats = env.sim_stats().await;
-    let mut observed: BTreeSet<(String, String)> = stats["apiRequests"]
+    assert_eq!(pod_lists(&stats), lists_before, "custom metrics list no pods");
+    let mut observed: BTreeSet<(String, String, String)> = stats["apiRequests"]
         .as_object()
         .unwrap()
         .iter()
         .filter(|(call, n)| *call != "unauthorized" && n.as_u64().unwrap() > 0)
         .map(|(call, _)| {
             let (verb, resource) = call.split_once(' ').unwrap();
-            (resource.to_string(), verb.to_string())
+            (group_of(resource).to_string(), resource.to_string(), verb.to_string())
         })
         .collect();
     if stats["kubeletFetches"].as_object().unwrap().values().any(|n| n.as_u64().unwrap() > 0) {
-        observed.insert(("nodes/metrics".into(), "get".into()));
+        observed.insert((String::new(), "nodes/metrics".into(), "get".into()));
     }
 
     // What the delegated-auth roles (bootstrapped by kube-apiserver) cover.
-    let delegated: BTreeSet<(String, String)> = [
+    let delegated: BTreeSet<(String, String, String)> = [
         ("tokenreviews", "create"),
         ("subjectaccessreviews", "create"),
         ("configmaps", "get"),
@@ -317,7 +607,7 @@ async fn cluster_role_grants_exactly_the_calls_the_code_makes() {
         ("configmaps", "watch"),
     ]
     .iter()
-    .map(|(r, v)| (r.to_string(), v.to_string()))
+    .map(|(r, v)| (group_of(r).to_string(), r.to_string(), v.to_string()))
     .collect();
     let needed: BTreeSet<_> = observed.difference(&delegated).cloned().collect();
 
@@ -325,13 +615,22 @@ async fn cluster_role_grants_exactly_the_calls_the_code_makes() {
     let role = find(&objects, "ClusterRole", "system:percolator");
     let mut granted = BTreeSet::new();
     for rule in role["rules"].as_array().unwrap() {
-        assert_eq!(rule["apiGroups"], serde_json::json!([""]), "core group only");
-        for resource in rule["resources"].as_array().unwrap() {
-            for verb in rule["verbs"].as_array().unwrap() {
-                granted.insert((resource.as_str().unwrap().to_string(), verb.as_str().unwrap().to_string()));
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    granted.insert((
+                        group.as_str().unwrap().to_string(),
+                        resource.as_str().unwrap().to_string(),
+                        verb.as_str().unwrap().to_string(),
+                    ));
+                }
             }
         }
     }
     assert_eq!(granted, needed, "ClusterRole system:percolator vs the calls observed ({observed:?})");
-    assert!(observed.contains(&("pods".to_string(), "watch".to_string())), "{observed:?}");
+    for (group, resource, verb) in
+        [("", "pods", "watch"), ("apps", "deployments", "get"), ("", "services", "get")]
+    {
+        assert!(observed.contains(&(group.into(), resource.into(), verb.into())), "{observed:?}");
+    }
 }
