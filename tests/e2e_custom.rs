@@ -17,8 +17,8 @@ const GROUP: &str = "/apis/custom.metrics.k8s.io";
 const RPS: &str = "http_requests_per_second";
 const ERRORS: &str = "http_errors_per_second";
 const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
-/// The simulated policy gives `viewers` (the tester) the stats and external groups only; the
-/// HPA controller's rights are cluster-wide, as `system:masters` has them.
+/// The HPA controller reads custom metrics with cluster-wide rights, as `system:masters` has
+/// them here.
 const ADMIN_TOKEN: &str = "admin-token";
 /// Relative tolerance of rates against the truth (as in e2e_external).
 const TOLERANCE: f64 = 0.05;
