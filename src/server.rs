@@ -27,11 +27,11 @@ use crate::cache::CacheSettings;
 use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile};
 use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
-use crate::sources::workloads::KubeWorkloads;
 use crate::kinds::{Sources, registry};
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
+use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver};
 use crate::telemetry::Metrics;
 
