@@ -13,6 +13,7 @@ pub mod registry;
 
 pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
+pub mod resource_metrics;
 
 #[cfg(test)]
 pub(crate) mod testkit;

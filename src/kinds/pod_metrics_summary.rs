@@ -653,7 +653,8 @@ mod tests {
     #[tokio::test]
     async fn inventory_not_synced_is_not_ready_and_asks_no_upstream() {
         let (_, kubelet, prom) = mk_shop();
-        let inventory = Arc::new(FakeInventory { pods: vec![], synced: false, version: String::new() });
+        let inventory =
+            Arc::new(FakeInventory { pods: vec![], synced: false, version: String::new(), nodes: vec![] });
         let result = mk_kind(inventory, kubelet.clone(), prom.clone()).list(Some("ns")).await;
         assert!(matches!(result, Err(ComputeError::NotReady)), "{result:?}");
         assert_eq!(kubelet.called(), Vec::<String>::new());

@@ -133,6 +133,18 @@ impl LiveKinds {
         live
     }
 
+    /// Also serves `metrics.k8s.io` (`PodMetrics`, `NodeMetrics`) from the same sources, each
+    /// behind its cache.
+    pub fn with_resource_metrics(mut self, sources: &Sources, cache: &CacheSettings) -> Self {
+        for kind in super::resource_metrics::kinds(sources) {
+            let cached = CachedKind::new(kind, cache, sources.config.clone());
+            self.builtin.push(Arc::new(cached));
+        }
+        let previous = self.built();
+        self.rebuild(&previous);
+        self
+    }
+
     /// A fixed set of kinds that no configuration changes (tests, embedders): see the
     /// `From<Kinds>` conversion.
     pub fn fixed(kinds: Kinds) -> Self {
