@@ -508,8 +508,8 @@ async fn cluster_role_grants_exactly_the_calls_the_code_makes() {
     env.wait_for_cpu(Some("shop")).await;
     env.get_json("/apis/stats.une-tasse-de.cafe/v1alpha1/cafebrewstats").await;
 
-    // Custom metrics, as the HPA controller asks (system:masters here: the simulated policy
-    // gives viewers the stats and external groups only). The Pods and namespace forms read
+    // Custom metrics, as the HPA controller asks (with cluster-wide rights: system:masters
+    // here). The Pods and namespace forms read
     // the inventory: no LIST of pods per request.
     const METRIC: &str = "http_requests_per_second";
     let v2 = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop";

@@ -82,7 +82,7 @@ rules:
 - name: viewers
   groups: [viewers]
   verbs: [get, list, watch]
-  apiGroups: [stats.une-tasse-de.cafe, external.metrics.k8s.io]
+  apiGroups: [stats.une-tasse-de.cafe, external.metrics.k8s.io, custom.metrics.k8s.io, metrics.k8s.io]
   resources: ["*"]
 - name: viewers-metrics
   groups: [viewers]
@@ -547,7 +547,7 @@ mod tests {
             ("carol", authd(&["viewers"]), res("default", "get", EXT, "cafe_orders"), Some(String::new())),
             ("carol", authd(&["viewers"]), res("shop", "get", STATS, "podmetricssummaries/status"), Some(String::new())),
             ("carol", authd(&["viewers"]), res("shop", "create", STATS, PMS), None),
-            ("carol", authd(&["viewers"]), res("shop", "list", "metrics.k8s.io", "pods"), None),
+            ("carol", authd(&["viewers"]), res("shop", "list", "apps", "deployments"), None),
             ("carol", authd(&["viewers"]), path("get", "/metrics"), Some(crb("viewers-metrics", "Group \"viewers\""))),
             ("tester", authd(&["viewers"]), res("shop", "list", STATS, PMS), Some(String::new())),
             // masters: everything.
