@@ -60,6 +60,8 @@ pub const LIST_KIND: &str = "MetricValueList";
 
 /// Name of the cache in `percolator_cache_requests_total`.
 const CACHE_NAME: &str = "custom.metrics.k8s.io";
+/// Name of the rendered answers' cache in `percolator_cache_requests_total`.
+const RESPONSES_CACHE_NAME: &str = "custom.metrics.k8s.io responses";
 /// Entries kept at most: one per (metric, namespace, metric selector) asked for within a TTL.
 const MAX_ENTRIES: u64 = 10_000;
 /// Seconds a client is asked to wait while the inventory is not synced.
@@ -118,6 +120,9 @@ pub struct CustomMetrics {
     workloads: Arc<dyn WorkloadSource>,
     config: Arc<LiveConfig>,
     cache: TtlCache<CacheKey, Arc<PodValues>>,
+    /// Rendered answers, by request (version, path, both selectors), each kept until the
+    /// values it was built from expire: a warm request is a lookup.
+    responses: TtlCache<(u64, String), Bytes>,
 }
 
 impl std::fmt::Debug for CustomMetrics {
@@ -135,8 +140,9 @@ impl CustomMetrics {
         config: Arc<LiveConfig>,
         cache: &CacheSettings,
     ) -> Self {
+        let responses = TtlCache::new(RESPONSES_CACHE_NAME, cache, MAX_ENTRIES);
         let cache = TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES);
-        Self { prometheus, inventory, workloads, config, cache }
+        Self { prometheus, inventory, workloads, config, cache, responses }
     }
 
     /// The discovery entries of `definitions`, one per version: per metric, `pods/M`, each
@@ -250,7 +256,22 @@ impl CustomMetrics {
             .into());
         }
 
-        let values = self.values(&snapshot, definition, namespace, matchers).await?;
+        // The answer to this exact request, while the values it was built from are fresh.
+        let response_key = (
+            snapshot.generation,
+            format!(
+                "{}?{}&{}",
+                request.segs().join("/"),
+                request.query.get("labelSelector").unwrap_or_default(),
+                request.query.get("metricLabelSelector").unwrap_or_default()
+            ),
+        );
+        if let Some((body, _)) = self.responses.peek(&response_key).await {
+            self.responses.count(true);
+            return Ok(json_response(body));
+        }
+        self.responses.count(false);
+        let (values, expires_at) = self.values(&snapshot, definition, namespace, matchers).await?;
         let window = definition.window.unwrap_or(snapshot.window).as_secs();
         let pods = self.inventory.running_pods(Some(namespace));
         let items = match target {
@@ -306,9 +327,9 @@ impl CustomMetrics {
                 vec![Item { object, value, window }]
             }
         };
-        let body = value_list(version, metric, &metric_selector, &items);
-        Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(body))
-            .into_response())
+        let body = Bytes::from(value_list(version, metric, &metric_selector, &items));
+        self.responses.insert_until(response_key, body.clone(), expires_at).await;
+        Ok(json_response(body))
     }
 
     /// The values of `definition` in `namespace` under `matchers`: cached, one query for every
@@ -319,7 +340,7 @@ impl CustomMetrics {
         definition: &CustomMetricConfig,
         namespace: &str,
         matchers: Vec<Matcher>,
-    ) -> Result<Arc<PodValues>> {
+    ) -> Result<(Arc<PodValues>, std::time::Instant)> {
         let metric = &definition.name;
         let mut canonical: Vec<String> = matchers.iter().map(ToString::to_string).collect();
         canonical.sort();
@@ -367,12 +388,12 @@ impl CustomMetrics {
                 }
             }
         };
-        let (values, _, _) = self
+        let (values, expires_at, _) = self
             .cache
             .get_or_try_compute(key, fetch)
             .await
             .map_err(|error| prometheus_unavailable(&format!("the custom metric {metric}"), &error))?;
-        Ok(values)
+        Ok((values, expires_at))
     }
 }
 
@@ -423,6 +444,10 @@ impl DynamicGroupVersions for CustomMetrics {
         let snapshot = self.config.current();
         (snapshot.generation, Self::group_version_resources(metrics_of(&snapshot)))
     }
+}
+
+fn json_response(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 /// 400 for a namespace or name that is not a valid Kubernetes name.
@@ -539,43 +564,105 @@ fn metric_selector_json(selector: &LabelSelector) -> Value {
     Value::Object(out)
 }
 
+/// `MetricValueList`'s `metadata`: always `{}`.
+#[derive(Serialize)]
+struct ListMeta {}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MetricValueList<'a, T> {
+    kind: &'static str,
+    api_version: &'a str,
+    metadata: ListMeta,
+    items: Vec<T>,
+}
+
+/// v1beta2 `MetricValue`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ValueV2<'a> {
+    described_object: Described<'a>,
+    metric: MetricIdentifier<'a>,
+    timestamp: &'a str,
+    window_seconds: u64,
+    value: String,
+}
+
+/// v1beta2 `MetricIdentifier`.
+#[derive(Serialize)]
+struct MetricIdentifier<'a> {
+    name: &'a str,
+    selector: &'a Value,
+}
+
+/// v1beta1 `MetricValue`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ValueV1<'a> {
+    described_object: Described<'a>,
+    metric_name: &'a str,
+    timestamp: &'a str,
+    window: u64,
+    value: String,
+    selector: &'a Value,
+}
+
 /// The `MetricValueList` JSON of `items` in `version`: `v1beta2` has `metric: {name, selector}`
 /// and `windowSeconds`; `v1beta1` has `metricName`, `selector` and `window` (both seconds).
 /// `selector` is never omitted (`null` when empty), as the Go types serialize it.
 fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[Item<'_>]) -> Vec<u8> {
     let selector = metric_selector_json(selector);
-    let items: Vec<Value> = items
-        .iter()
-        .map(|item| {
-            let timestamp = crate::kinds::rfc3339(item.value.timestamp);
-            let value = metric_quantity(item.value.value);
-            if version == "v1beta1" {
-                json!({
-                    "describedObject": item.object,
-                    "metricName": metric,
-                    "timestamp": timestamp,
-                    "window": item.window,
-                    "value": value,
-                    "selector": selector,
-                })
-            } else {
-                json!({
-                    "describedObject": item.object,
-                    "metric": {"name": metric, "selector": selector},
-                    "timestamp": timestamp,
-                    "windowSeconds": item.window,
-                    "value": value,
-                })
-            }
+    let api_version = format!("{GROUP}/{version}");
+    // The values of one query share their sample time: format each distinct time once.
+    let mut times: Vec<(Timestamp, String)> = Vec::new();
+    for item in items {
+        if !times.iter().any(|(t, _)| *t == item.value.timestamp) {
+            times.push((item.value.timestamp, crate::kinds::rfc3339(item.value.timestamp)));
+        }
+    }
+    let time = |t: Timestamp| times.iter().find(|(at, _)| *at == t).map_or("", |(_, s)| s.as_str());
+    let written = if version == "v1beta1" {
+        let items = items
+            .iter()
+            .map(|item| ValueV1 {
+                described_object: item.object,
+                metric_name: metric,
+                timestamp: time(item.value.timestamp),
+                window: item.window,
+                value: metric_quantity(item.value.value),
+                selector: &selector,
+            })
+            .collect();
+        serde_json::to_vec(&MetricValueList {
+            kind: LIST_KIND,
+            api_version: &api_version,
+            metadata: ListMeta {},
+            items,
         })
-        .collect();
-    let list = json!({
-        "kind": LIST_KIND,
-        "apiVersion": format!("{GROUP}/{version}"),
-        "metadata": {},
-        "items": items,
-    });
-    list.to_string().into_bytes()
+    } else {
+        let items = items
+            .iter()
+            .map(|item| ValueV2 {
+                described_object: item.object,
+                metric: MetricIdentifier { name: metric, selector: &selector },
+                timestamp: time(item.value.timestamp),
+                window_seconds: item.window,
+                value: metric_quantity(item.value.value),
+            })
+            .collect();
+        serde_json::to_vec(&MetricValueList {
+            kind: LIST_KIND,
+            api_version: &api_version,
+            metadata: ListMeta {},
+            items,
+        })
+    };
+    written.unwrap_or_else(|error| {
+        // Only maps with non-string keys fail, which these types do not have.
+        tracing::error!(%error, "serializing a MetricValueList");
+        format!(r#"{{"kind":"{LIST_KIND}","apiVersion":"{api_version}","metadata":{{}},"items":[]}}"#)
+            .into_bytes()
+    })
 }
 
 /// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
