@@ -666,10 +666,14 @@ fn the_resource_metrics_overlay_takes_over_metrics_server_s_apiservice() {
         serde_json::json!([{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list"]}])
     );
     for role in ["view", "edit", "admin"] {
-        assert_eq!(reader["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")], "true");
+        assert_eq!(
+            reader["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")],
+            "true"
+        );
     }
     let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/overlays/resource-metrics/kustomization.yaml"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("deploy/overlays/resource-metrics/kustomization.yaml"),
     )
     .unwrap();
     assert!(text.contains("only ONE server per cluster can own metrics.k8s.io"));
