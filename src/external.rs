@@ -318,7 +318,11 @@ pub fn selector_matchers(
 
 /// The matchers of `selector` on a metric that accepts `labels` (`what` names it in errors:
 /// `the external metric x`), as [`selector_matchers`] describes.
-pub fn label_matchers(what: &str, labels: &[String], selector: &LabelSelector) -> Result<Vec<Matcher>, ApiError> {
+pub fn label_matchers(
+    what: &str,
+    labels: &[String],
+    selector: &LabelSelector,
+) -> Result<Vec<Matcher>, ApiError> {
     selector
         .requirements()
         .iter()

@@ -27,11 +27,11 @@ use crate::cache::CacheSettings;
 use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile};
 use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
-use crate::sources::workloads::KubeWorkloads;
 use crate::kinds::{Sources, registry};
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
+use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver};
 use crate::telemetry::Metrics;
 
@@ -160,7 +160,11 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         prometheus: prometheus.clone(),
         config: config.clone(),
     };
-    let kinds = registry::LiveKinds::new(&sources, &cache);
+    let mut kinds = registry::LiveKinds::new(&sources, &cache);
+    if args.metric_apis.enable_resource_metrics {
+        tracing::info!("serving metrics.k8s.io/v1beta1 (PodMetrics, NodeMetrics)");
+        kinds = kinds.with_resource_metrics(&sources, &cache);
+    }
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
 

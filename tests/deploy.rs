@@ -21,6 +21,7 @@ const KUSTOMIZATIONS: &[&str] = &[
     "deploy/overlays/external-metrics",
     "deploy/overlays/custom-metrics",
     "deploy/overlays/custom-metrics/with-external",
+    "deploy/overlays/resource-metrics",
 ];
 
 /// The APIServices of the custom metrics API.
@@ -632,5 +633,54 @@ async fn cluster_role_grants_exactly_the_calls_the_code_makes() {
         [("", "pods", "watch"), ("apps", "deployments", "get"), ("", "services", "get")]
     {
         assert!(observed.contains(&(group.into(), resource.into(), verb.into())), "{observed:?}");
+    }
+}
+
+#[test]
+fn the_resource_metrics_overlay_takes_over_metrics_server_s_apiservice() {
+    let prod = render("deploy");
+    let stats = find(&prod, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
+    let objects = render("deploy/overlays/resource-metrics");
+    let api = find(&objects, "APIService", "v1beta1.metrics.k8s.io");
+    assert_eq!(
+        api["spec"],
+        serde_json::json!({
+            "group": "metrics.k8s.io",
+            "version": "v1beta1",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+            "service": stats["spec"]["service"],
+        })
+    );
+    assert_eq!(
+        api["metadata"]["annotations"],
+        serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"})
+    );
+    let mut expected = args_of(&prod);
+    expected.push("--enable-resource-metrics".into());
+    assert_eq!(args_of(&objects), expected);
+    // metrics-server's aggregated reader, so `kubectl top` works for view/edit/admin.
+    let reader = find(&objects, "ClusterRole", "system:aggregated-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list"]}])
+    );
+    for role in ["view", "edit", "admin"] {
+        assert_eq!(
+            reader["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{role}")],
+            "true"
+        );
+    }
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("deploy/overlays/resource-metrics/kustomization.yaml"),
+    )
+    .unwrap();
+    assert!(text.contains("only ONE server per cluster can own metrics.k8s.io"));
+    assert!(text.contains("Switch back"));
+    for dir in KUSTOMIZATIONS.iter().filter(|d| **d != "deploy/overlays/resource-metrics") {
+        let objects = render(dir);
+        assert!(!objects.iter().any(|o| o["metadata"]["name"] == "v1beta1.metrics.k8s.io"), "{dir}");
+        assert!(!args_of(&objects).iter().any(|a| a == "--enable-resource-metrics"), "{dir}");
     }
 }

@@ -342,6 +342,7 @@ mod panicking {
     use percolator::kinds::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
 
     pub static INFO: KindInfo = KindInfo {
+        gv: percolator::kinds::STATS,
         plural: Text::Borrowed("bombs"),
         singular: Text::Borrowed("bomb"),
         kind: Text::Borrowed("Bomb"),

@@ -26,13 +26,26 @@ use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersio
 use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
 use crate::k8s::status::ApiError;
 use crate::kinds::registry::LiveKinds;
-use crate::kinds::{GROUP, ServedKind, VERSION};
+use crate::kinds::{GroupVersion, STATS, ServedKind};
 
-/// `stats.une-tasse-de.cafe/v1alpha1` with one read-only (`get`, `list`) resource per served
-/// kind.
-pub fn kinds_group_version(kinds: &[Arc<dyn ServedKind>]) -> GroupVersionResources {
+/// The group-versions of the served kinds (`stats.une-tasse-de.cafe/v1alpha1` first, then
+/// any other the kinds name, in the order they first appear), each with one read-only (`get`,
+/// `list`) resource per kind.
+pub fn kinds_group_versions(kinds: &[Arc<dyn ServedKind>]) -> Vec<GroupVersionResources> {
+    let mut gvs = vec![STATS];
+    for kind in kinds {
+        if !gvs.contains(&kind.info().gv) {
+            gvs.push(kind.info().gv);
+        }
+    }
+    gvs.into_iter().map(|gv| kinds_group_version(gv, kinds)).collect()
+}
+
+/// `gv` with one read-only (`get`, `list`) resource per served kind of it.
+fn kinds_group_version(gv: GroupVersion, kinds: &[Arc<dyn ServedKind>]) -> GroupVersionResources {
     let resources = kinds
         .iter()
+        .filter(|k| k.info().gv == gv)
         .map(|k| {
             let info = k.info();
             DiscoveryResource {
@@ -46,7 +59,7 @@ pub fn kinds_group_version(kinds: &[Arc<dyn ServedKind>]) -> GroupVersionResourc
             }
         })
         .collect();
-    GroupVersionResources { group: GROUP.to_owned(), version: VERSION.to_owned(), resources }
+    GroupVersionResources { group: gv.group.to_owned(), version: gv.version.to_owned(), resources }
 }
 
 /// A body with its precomputed `ETag`.
@@ -93,7 +106,7 @@ impl Discovery {
     /// Serializes every document for the served kinds' group-version followed by `extra`
     /// group-versions (in preference order within a group).
     pub fn new(kinds: &[Arc<dyn ServedKind>], extra: &[GroupVersionResources]) -> Self {
-        let mut gvs = vec![kinds_group_version(kinds)];
+        let mut gvs = kinds_group_versions(kinds);
         gvs.extend(extra.iter().cloned());
         for gv in &mut gvs {
             for r in &mut gv.resources {

@@ -48,7 +48,7 @@ use crate::k8s::status;
 use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
 use crate::k8s::{ApiError, GroupResource};
 use crate::kinds::registry::{KindSet, LiveKinds};
-use crate::kinds::{ComputeError, GROUP, Item, Listing, ServedKind, VERSION};
+use crate::kinds::{ComputeError, Item, Listing, ServedKind};
 use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, LiveDiscovery};
 use fairness::ConnectionSlots;
@@ -264,9 +264,9 @@ fn metric_labels(
         })
         .unwrap_or("other");
     let resource = info.filter(|i| i.is_resource_request).and_then(|i| {
-        if i.api_group == GROUP && i.api_version == VERSION {
-            let kinds = state.kinds.current();
-            Some(kinds.find(&i.resource)?.info().plural.clone())
+        let kinds = state.kinds.current();
+        if let Some(kind) = kinds.find(&i.api_group, &i.api_version, &i.resource) {
+            Some(kind.info().plural.clone())
         } else {
             state.groups.iter().find(|g| g.group() == i.api_group)?.metric_resource(i).map(Cow::Owned)
         }
@@ -483,15 +483,15 @@ fn valid(what: &str, value: &str, errs: Vec<String>) -> Result<(), ApiError> {
 
 /// Maps the path to a served kind and checks the scope; anything else is a 404.
 fn resolve(state: &ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Target, ApiError> {
-    if !info.is_resource_request
-        || info.api_prefix != "apis"
-        || info.api_group != GROUP
-        || info.api_version != VERSION
-        || !info.subresource.is_empty()
-    {
+    if !info.is_resource_request || info.api_prefix != "apis" || !info.subresource.is_empty() {
         return Err(ApiError::PathNotFound);
     }
-    let kind = state.kinds.current().find(&info.resource).ok_or(ApiError::PathNotFound)?.clone();
+    let kind = state
+        .kinds
+        .current()
+        .find(&info.api_group, &info.api_version, &info.resource)
+        .ok_or(ApiError::PathNotFound)?
+        .clone();
     let kind_info = kind.info();
 
     // Segments after /apis/<g>/<v>, without a `watch`/`proxy` prefix.
@@ -505,7 +505,7 @@ fn resolve(state: &ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Ta
         // without its namespace: kube registers neither route.
         return Err(ApiError::PathNotFound);
     }
-    let resource = GroupResource::new(GROUP, kind_info.plural.as_ref());
+    let resource = GroupResource::new(kind_info.gv.group, kind_info.plural.as_ref());
     let namespace = namespaced_path.then(|| info.namespace.clone());
     Ok(Target { kind, resource, namespace, name: info.parts.get(1).cloned() })
 }

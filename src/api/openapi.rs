@@ -27,7 +27,7 @@ use super::discovery::{if_none_match, sha512_hex};
 use crate::k8s::negotiate::{accepts_json, not_acceptable};
 use crate::k8s::request_info::QueryParams;
 use crate::kinds::registry::LiveKinds;
-use crate::kinds::{GROUP, KindInfo, OBJECT_META_SCHEMA, ServedKind, VERSION};
+use crate::kinds::{GroupVersion, KindInfo, OBJECT_META_SCHEMA, STATS, ServedKind};
 
 /// Name of the shared ListMeta schema.
 pub const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -82,21 +82,36 @@ impl OpenApi {
             tracing::warn!(property = %path, "OpenAPI property without a description");
         }
 
-        let gv_key = format!("apis/{GROUP}/{VERSION}");
-        let v3 = json!({
-            "openapi": "3.0.0",
-            "info": {"title": "percolator", "version": VERSION},
-            "paths": paths(kinds, Flavor::V3),
-            "components": {"schemas": Value::Object(schemas.clone())},
-        });
-        let v3_doc = Doc::new(&v3);
-        let v3_root = json!({
-            "paths": {
-                gv_key.clone(): {
-                    "serverRelativeURL": format!("/openapi/v3/{gv_key}?hash={}", v3_doc.hash),
-                }
+        // One v3 document per group-version, as kube-apiserver serves them.
+        let mut gvs: Vec<GroupVersion> = Vec::new();
+        for kind in kinds {
+            if !gvs.contains(&kind.info().gv) {
+                gvs.push(kind.info().gv);
             }
-        });
+        }
+        if gvs.is_empty() {
+            gvs.push(STATS);
+        }
+        let mut v3_docs = HashMap::new();
+        let mut v3_paths = Map::new();
+        for gv in gvs {
+            let of_gv: Vec<Arc<dyn ServedKind>> =
+                kinds.iter().filter(|k| k.info().gv == gv).cloned().collect();
+            let gv_key = format!("apis/{}/{}", gv.group, gv.version);
+            let v3 = json!({
+                "openapi": "3.0.0",
+                "info": {"title": "percolator", "version": gv.version},
+                "paths": paths(&of_gv, Flavor::V3),
+                "components": {"schemas": Value::Object(component_schemas(&of_gv))},
+            });
+            let v3_doc = Doc::new(&v3);
+            v3_paths.insert(
+                gv_key.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{gv_key}?hash={}", v3_doc.hash)}),
+            );
+            v3_docs.insert(gv_key, v3_doc);
+        }
+        let v3_root = json!({ "paths": Value::Object(v3_paths) });
 
         let definitions: Map<String, Value> =
             schemas.into_iter().map(|(name, schema)| (name, to_v2_schema(schema))).collect();
@@ -110,7 +125,7 @@ impl OpenApi {
         Self {
             v2: Doc::new(&v2),
             v3_root: Bytes::from(v3_root.to_string().into_bytes()),
-            v3_docs: HashMap::from([(gv_key, v3_doc)]),
+            v3_docs,
             undocumented,
         }
     }
@@ -261,8 +276,8 @@ fn component_schemas(kinds: &[Arc<dyn ServedKind>]) -> Map<String, Value> {
     out
 }
 
-fn gvk(kind: &str) -> Value {
-    json!({"group": GROUP, "version": VERSION, "kind": kind})
+fn gvk(gv: GroupVersion, kind: &str) -> Value {
+    json!({"group": gv.group, "version": gv.version, "kind": kind})
 }
 
 fn v3_ref(name: &str) -> Value {
@@ -306,7 +321,7 @@ fn normalize_object_schema(info: &KindInfo, schema: Value) -> Value {
             }
         }
     }
-    schema.insert("x-kubernetes-group-version-kind".into(), json!([gvk(&info.kind)]));
+    schema.insert("x-kubernetes-group-version-kind".into(), json!([gvk(info.gv, &info.kind)]));
     Value::Object(schema)
 }
 
@@ -325,7 +340,7 @@ fn list_schema(info: &KindInfo, object_name: &str) -> Value {
             "kind": {"type": "string", "description": KIND_DESCRIPTION},
             "metadata": {"allOf": [v3_ref(LIST_META_SCHEMA)], "description": LIST_METADATA_DESCRIPTION},
         },
-        "x-kubernetes-group-version-kind": [gvk(&info.list_kind)],
+        "x-kubernetes-group-version-kind": [gvk(info.gv, &info.list_kind)],
     })
 }
 
@@ -337,10 +352,10 @@ enum Flavor {
 
 /// `stats.une-tasse-de.cafe` + `v1alpha1` → `StatsUneTasseDeCafeV1alpha1` (how kube names
 /// operations: `readExampleComV1alpha1NamespacedWidget`).
-fn operation_prefix() -> String {
-    let group = GROUP.strip_suffix(".k8s.io").unwrap_or(GROUP);
+fn operation_prefix(gv: GroupVersion) -> String {
+    let group = gv.group.strip_suffix(".k8s.io").unwrap_or(gv.group);
     let mut out: String = group.split(['.', '-']).map(capitalize).collect();
-    out.push_str(&capitalize(VERSION));
+    out.push_str(&capitalize(gv.version));
     out
 }
 
@@ -352,15 +367,15 @@ fn capitalize(s: &str) -> String {
     }
 }
 
-fn tag() -> String {
-    let prefix = operation_prefix();
-    let group_part = prefix.strip_suffix(&capitalize(VERSION)).unwrap_or(&prefix).to_owned();
+fn tag(gv: GroupVersion) -> String {
+    let prefix = operation_prefix(gv);
+    let group_part = prefix.strip_suffix(&capitalize(gv.version)).unwrap_or(&prefix).to_owned();
     let mut chars = group_part.chars();
     let lower: String = match chars.next() {
         Some(c) => c.to_lowercase().chain(chars).collect(),
         None => String::new(),
     };
-    format!("{lower}_{VERSION}")
+    format!("{lower}_{}", gv.version)
 }
 
 fn parameter(flavor: Flavor, name: &str, location: &str, description: &str) -> Value {
@@ -394,7 +409,7 @@ fn operation(
     let mut op = Map::new();
     op.insert("description".into(), description.into());
     op.insert("operationId".into(), operation_id.into());
-    op.insert("tags".into(), json!([tag()]));
+    op.insert("tags".into(), json!([tag(info.gv)]));
     if list {
         op.insert(
             "parameters".into(),
@@ -421,16 +436,16 @@ fn operation(
     };
     op.insert("responses".into(), responses);
     op.insert("x-kubernetes-action".into(), action.into());
-    op.insert("x-kubernetes-group-version-kind".into(), gvk(&info.kind));
+    op.insert("x-kubernetes-group-version-kind".into(), gvk(info.gv, &info.kind));
     Value::Object(op)
 }
 
 fn paths(kinds: &[Arc<dyn ServedKind>], flavor: Flavor) -> Value {
-    let prefix = operation_prefix();
-    let base = format!("/apis/{GROUP}/{VERSION}");
     let mut paths = Map::new();
     for kind in kinds {
         let info = kind.info();
+        let prefix = operation_prefix(info.gv);
+        let base = format!("/apis/{}/{}", info.gv.group, info.gv.version);
         let Some((object_name, _)) = kind.schemas().into_iter().next() else {
             continue;
         };
@@ -630,8 +645,8 @@ mod tests {
 
     #[test]
     fn operation_names() {
-        assert_eq!(operation_prefix(), "StatsUneTasseDeCafeV1alpha1");
-        assert_eq!(tag(), "statsUneTasseDeCafe_v1alpha1");
+        assert_eq!(operation_prefix(STATS), "StatsUneTasseDeCafeV1alpha1");
+        assert_eq!(tag(STATS), "statsUneTasseDeCafe_v1alpha1");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 
 use crate::k8s::negotiate::{MetaVersion, Representation, not_acceptable};
 use crate::k8s::status::ApiError;
-use crate::kinds::{API_VERSION, Cell, Column, Item, KindInfo, Meta};
+use crate::kinds::{Cell, Column, Item, KindInfo, Meta};
 
 /// `includeObject` of a Table request: what each row's `object` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -111,7 +111,7 @@ pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
     out.extend_from_slice(b"{\"kind\":");
     push_json_str(&mut out, &ctx.info.list_kind);
     out.extend_from_slice(b",\"apiVersion\":");
-    push_json_str(&mut out, API_VERSION);
+    push_json_str(&mut out, ctx.info.gv.api_version);
     out.extend_from_slice(b",\"metadata\":{");
     if !ctx.resource_version.is_empty() {
         out.extend_from_slice(b"\"resourceVersion\":");
@@ -379,6 +379,7 @@ pub fn meta_json(meta: &Meta) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::API_VERSION;
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
 

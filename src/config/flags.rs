@@ -205,6 +205,11 @@ pub struct MetricApisArgs {
     /// group (prometheus-adapter claims it too), so it is off by default.
     #[arg(long, env = "PERCOLATOR_ENABLE_CUSTOM_METRICS")]
     pub enable_custom_metrics: bool,
+    /// Serve and advertise metrics.k8s.io/v1beta1 (PodMetrics, NodeMetrics: `kubectl top`, the
+    /// HPA's Resource metrics) from the kubelet samples the other kinds use, in place of
+    /// metrics-server. Only one server per cluster may own that group, so it is off by default.
+    #[arg(long, env = "PERCOLATOR_ENABLE_RESOURCE_METRICS")]
+    pub enable_resource_metrics: bool,
 }
 
 /// Flags of delegated authentication (TokenReview, client certificates, the front proxy) and

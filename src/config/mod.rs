@@ -6,8 +6,8 @@ pub mod file;
 pub mod flags;
 
 pub use file::{
-    Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig, DeclaredKindConfig, ExternalMetricConfig,
-    Invalid, LiveConfig, PodsJoinConfig, QueryFile, Snapshot,
+    Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig,
+    DeclaredKindConfig, ExternalMetricConfig, Invalid, LiveConfig, PodsJoinConfig, QueryFile, Snapshot,
 };
 pub use flags::{
     Args, AuthArgs, CacheArgs, ClusterArgs, KubeletArgs, MetricApisArgs, PrometheusArgs, QueryArgs,

@@ -30,6 +30,7 @@ pub const TYPE_LABEL: &str = "une-tasse-de.cafe/type";
 pub const READY_BAND: (f64, f64) = (60.0, 95.0);
 
 static INFO: KindInfo = KindInfo {
+    gv: super::STATS,
     plural: Text::Borrowed("cafebrewstats"),
     singular: Text::Borrowed("cafebrewstats"),
     kind: Text::Borrowed("CafeBrewStats"),
@@ -287,7 +288,7 @@ impl ServedKind for CafeBrewStatsKind {
                 "brewsPerMinute": string("Completed brews per minute over the window, a Quantity (8400m for 8.4/min)."),
                 "failures": integer("Failed brews in the window (increase of cafe_brew_failures_total)."),
                 "failureRatio": string("failures / (brews + failures) over the window, a Quantity (23m for 2.3%). Omitted when nothing was brewed."),
-                "brewDuration": {"$ref": format!("#/components/schemas/{}", schema_name("CafeBrewDuration")), "description": "Brew time percentiles over the window."},
+                "brewDuration": {"$ref": format!("#/components/schemas/{}", schema_name(super::STATS, "CafeBrewDuration")), "description": "Brew time percentiles over the window."},
                 "temperature": string("Current temperature of the cafe's machine in °C, a Quantity (the latest cafe_temperature_celsius sample)."),
                 "lastBrewed": {"type": "string", "format": "date-time", "description": "When the cafe last completed a brew (cafe_last_brew_timestamp_seconds), RFC 3339."},
                 "ready": {"type": "boolean", "description": "True when the temperature is within 60–95 °C and at least one serving pod is running."},
@@ -296,7 +297,10 @@ impl ServedKind for CafeBrewStatsKind {
                 "memory": string("Memory working set of the serving pods, summed (a Quantity), from the kubelets."),
             }),
         );
-        vec![(schema_name(&INFO.kind), object), (schema_name("CafeBrewDuration"), durations)]
+        vec![
+            (schema_name(super::STATS, &INFO.kind), object),
+            (schema_name(super::STATS, "CafeBrewDuration"), durations),
+        ]
     }
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {

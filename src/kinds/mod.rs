@@ -13,6 +13,7 @@ pub mod registry;
 
 pub mod cafe_brew_stats;
 pub mod pod_metrics_summary;
+pub mod resource_metrics;
 
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -32,12 +33,26 @@ pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
 use crate::config::Snapshot;
 use crate::sources::{Labels, PodInfo, PodKey};
 
-/// API group served by percolator.
+/// API group of percolator's own kinds.
 pub const GROUP: &str = "stats.une-tasse-de.cafe";
-/// API version served by percolator.
+/// API version of percolator's own kinds.
 pub const VERSION: &str = "v1alpha1";
-/// `apiVersion` of the served objects.
+/// `apiVersion` of percolator's own kinds.
 pub const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
+
+/// The API group and version a kind is served under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupVersion {
+    /// API group (`stats.une-tasse-de.cafe`, `metrics.k8s.io`).
+    pub group: &'static str,
+    /// API version (`v1alpha1`).
+    pub version: &'static str,
+    /// `<group>/<version>`, the `apiVersion` of its objects.
+    pub api_version: &'static str,
+}
+
+/// percolator's own group-version, of the built-in and declared kinds.
+pub const STATS: GroupVersion = GroupVersion { group: GROUP, version: VERSION, api_version: API_VERSION };
 
 /// Text of a kind's description: borrowed for the built-in kinds, owned for declared ones.
 pub type Text = Cow<'static, str>;
@@ -47,6 +62,8 @@ pub type Texts = Cow<'static, [Text]>;
 /// Description of a served kind: what discovery and OpenAPI publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KindInfo {
+    /// The group-version it is served under.
+    pub gv: GroupVersion,
     /// Plural resource name (`podmetricssummaries`).
     pub plural: Text,
     /// Singular resource name (`podmetricssummary`).
@@ -71,6 +88,7 @@ impl KindInfo {
     pub fn new(kind: &str, namespaced: bool, description: &str) -> Self {
         let lower = kind.to_ascii_lowercase();
         Self {
+            gv: STATS,
             plural: Text::Owned(format!("{lower}s")),
             singular: Text::Owned(lower),
             kind: Text::Owned(kind.to_owned()),
@@ -94,7 +112,7 @@ impl KindInfo {
 
     /// `<plural>.<group>`, as Kubernetes error messages name a resource.
     pub fn qualified(&self) -> String {
-        format!("{}.{GROUP}", self.plural)
+        format!("{}.{}", self.plural, self.gv.group)
     }
 }
 
@@ -363,10 +381,13 @@ pub const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Objec
 /// The kinds served, shared by the router, discovery and OpenAPI.
 pub type Kinds = Vec<Arc<dyn ServedKind>>;
 
-/// Name of a component schema of ours in OpenAPI documents (reverse-domain, as Kubernetes
-/// names its own: `cafe.une-tasse-de.stats.v1alpha1.PodMetricsSummary`).
-pub fn schema_name(kind: &str) -> String {
-    format!("cafe.une-tasse-de.stats.{VERSION}.{kind}")
+/// Name of a component schema in OpenAPI documents: the group reversed, as Kubernetes names
+/// its own (`cafe.une-tasse-de.stats.v1alpha1.PodMetricsSummary`,
+/// `io.k8s.metrics.v1beta1.PodMetrics`).
+pub fn schema_name(gv: GroupVersion, kind: &str) -> String {
+    let mut reversed: Vec<&str> = gv.group.split('.').collect();
+    reversed.reverse();
+    format!("{}.{}.{kind}", reversed.join("."), gv.version)
 }
 
 /// The OpenAPI v3 schema of a kind: `properties` plus the `apiVersion`, `kind` and `metadata`
@@ -377,7 +398,7 @@ pub fn kind_schema(
     properties: serde_json::Value,
 ) -> serde_json::Value {
     let mut all = serde_json::json!({
-        "apiVersion": {"type": "string", "description": format!("APIVersion defines the versioned schema of this representation of an object: {API_VERSION}.")},
+        "apiVersion": {"type": "string", "description": format!("APIVersion defines the versioned schema of this representation of an object: {}.", info.gv.api_version)},
         "kind": {"type": "string", "description": format!("Kind is a string value representing the REST resource this object represents: {}.", info.kind)},
         "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": metadata_description},
     });
@@ -388,7 +409,7 @@ pub fn kind_schema(
         "type": "object",
         "description": info.description,
         "properties": all,
-        "x-kubernetes-group-version-kind": [{"group": GROUP, "version": VERSION, "kind": info.kind}],
+        "x-kubernetes-group-version-kind": [{"group": info.gv.group, "version": info.gv.version, "kind": info.kind}],
     })
 }
 

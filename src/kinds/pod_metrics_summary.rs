@@ -20,6 +20,7 @@ use crate::k8s::{duration, quantity};
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 
 static INFO: KindInfo = KindInfo {
+    gv: super::STATS,
     plural: Text::Borrowed("podmetricssummaries"),
     singular: Text::Borrowed("podmetricssummary"),
     kind: Text::Borrowed("PodMetricsSummary"),
@@ -209,10 +210,13 @@ impl ServedKind for PodMetricsSummaries {
                 "requests": quantity("HTTP requests per second served by the pod over the window (a Quantity such as 12500m for 12.5/s), from Prometheus. Omitted when Prometheus has no series for the pod."),
                 "errors": quantity("HTTP 5xx responses per second over the window (a Quantity), from Prometheus. Omitted when Prometheus has no error series for the pod."),
                 "errorRatio": quantity("errors divided by requests (a Quantity such as 20m for 2%). Omitted when requests is absent or 0, or errors is absent."),
-                "containers": {"type": "array", "description": "Usage of each container, from the kubelet; their sum is the pod's cpu and memory.", "items": {"$ref": format!("#/components/schemas/{}", schema_name("PodMetricsSummaryContainer"))}},
+                "containers": {"type": "array", "description": "Usage of each container, from the kubelet; their sum is the pod's cpu and memory.", "items": {"$ref": format!("#/components/schemas/{}", schema_name(super::STATS, "PodMetricsSummaryContainer"))}},
             }),
         );
-        vec![(schema_name(&INFO.kind), object), (schema_name("PodMetricsSummaryContainer"), container)]
+        vec![
+            (schema_name(super::STATS, &INFO.kind), object),
+            (schema_name(super::STATS, "PodMetricsSummaryContainer"), container),
+        ]
     }
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
@@ -649,7 +653,8 @@ mod tests {
     #[tokio::test]
     async fn inventory_not_synced_is_not_ready_and_asks_no_upstream() {
         let (_, kubelet, prom) = mk_shop();
-        let inventory = Arc::new(FakeInventory { pods: vec![], synced: false, version: String::new() });
+        let inventory =
+            Arc::new(FakeInventory { pods: vec![], synced: false, version: String::new(), nodes: vec![] });
         let result = mk_kind(inventory, kubelet.clone(), prom.clone()).list(Some("ns")).await;
         assert!(matches!(result, Err(ComputeError::NotReady)), "{result:?}");
         assert_eq!(kubelet.called(), Vec::<String>::new());

@@ -79,9 +79,12 @@ impl KindSet {
         &self.kinds
     }
 
-    /// The kind whose plural is `plural`.
-    pub fn find(&self, plural: &str) -> Option<&Arc<dyn ServedKind>> {
-        self.kinds.iter().find(|k| k.info().plural == plural)
+    /// The kind served as `plural` under `group`/`version`.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<dyn ServedKind>> {
+        self.kinds.iter().find(|k| {
+            let info = k.info();
+            info.plural == plural && info.gv.group == group && info.gv.version == version
+        })
     }
 }
 
@@ -128,6 +131,18 @@ impl LiveKinds {
         let live = Self { builtin, declared: Some(declared), built: RwLock::default() };
         live.rebuild(&KindSet::default());
         live
+    }
+
+    /// Also serves `metrics.k8s.io` (`PodMetrics`, `NodeMetrics`) from the same sources, each
+    /// behind its cache.
+    pub fn with_resource_metrics(mut self, sources: &Sources, cache: &CacheSettings) -> Self {
+        for kind in super::resource_metrics::kinds(sources) {
+            let cached = CachedKind::new(kind, cache, sources.config.clone());
+            self.builtin.push(Arc::new(cached));
+        }
+        let previous = self.built();
+        self.rebuild(&previous);
+        self
     }
 
     /// A fixed set of kinds that no configuration changes (tests, embedders): see the
@@ -191,6 +206,7 @@ impl LiveKinds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::{GROUP, VERSION};
 
     fn check(yaml: &str) -> Result<(), String> {
         let check: crate::config::Check = Arc::new(|file: &mut QueryFile| check_queries(file));
@@ -233,7 +249,7 @@ mod tests {
         let first = live.current();
         assert_eq!(plurals(&first), ["podmetricssummaries", "cafebrewstats", "apptraffics"]);
         assert!(Arc::ptr_eq(&first, &live.current()), "no reload, no rebuild");
-        let app = Arc::downgrade(first.find("apptraffics").unwrap());
+        let app = Arc::downgrade(first.find(GROUP, VERSION, "apptraffics").unwrap());
 
         // Another kind added: the unchanged one is the same object (its cache survives).
         let two = format!("{}{}", declared("AppTraffic", "RPS"), &declared("Queue", "DEPTH")[7..]);
@@ -242,10 +258,10 @@ mod tests {
         let second = live.current();
         assert_eq!(second.generation, 1);
         assert_eq!(plurals(&second), ["podmetricssummaries", "cafebrewstats", "apptraffics", "queues"]);
-        assert!(Arc::ptr_eq(&app.upgrade().unwrap(), second.find("apptraffics").unwrap()));
+        assert!(Arc::ptr_eq(&app.upgrade().unwrap(), second.find(GROUP, VERSION, "apptraffics").unwrap()));
         assert!(Arc::ptr_eq(
-            first.find("podmetricssummaries").unwrap(),
-            second.find("podmetricssummaries").unwrap()
+            first.find(GROUP, VERSION, "podmetricssummaries").unwrap(),
+            second.find(GROUP, VERSION, "podmetricssummaries").unwrap()
         ));
 
         // Changed: a new kind object; removed: gone, and dropped once nobody holds it.
@@ -253,12 +269,12 @@ mod tests {
         assert!(config.reload().unwrap());
         let third = live.current();
         assert_eq!(plurals(&third), ["podmetricssummaries", "cafebrewstats", "apptraffics"]);
-        assert_eq!(third.find("apptraffics").unwrap().columns()[1].name, "REQ/S");
-        let queue = Arc::downgrade(second.find("queues").unwrap());
+        assert_eq!(third.find(GROUP, VERSION, "apptraffics").unwrap().columns()[1].name, "REQ/S");
+        let queue = Arc::downgrade(second.find(GROUP, VERSION, "queues").unwrap());
         drop((first, second));
         assert!(app.upgrade().is_none(), "the changed kind's old object is dropped");
         assert!(queue.upgrade().is_none(), "the removed kind is dropped with its cache");
-        assert!(third.find("queues").is_none());
+        assert!(third.find(GROUP, VERSION, "queues").is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

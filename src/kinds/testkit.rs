@@ -101,12 +101,14 @@ pub(crate) struct FakeInventory {
     pub(crate) synced: bool,
     /// What `resource_version` answers.
     pub(crate) version: String,
+    /// Every node.
+    pub(crate) nodes: Vec<Arc<NodeInfo>>,
 }
 
 impl FakeInventory {
     /// A synced inventory of `pods` at resource version `42`.
     pub(crate) fn with(pods: Vec<Arc<PodInfo>>) -> Arc<Self> {
-        Arc::new(Self { pods, synced: true, version: "42".to_owned() })
+        Arc::new(Self { pods, synced: true, version: "42".to_owned(), nodes: Vec::new() })
     }
 }
 
@@ -118,8 +120,14 @@ impl Inventory for FakeInventory {
         pods
     }
 
-    fn node(&self, _name: &str) -> Option<Arc<NodeInfo>> {
-        None
+    fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
+        self.nodes.iter().find(|n| n.name == name).cloned()
+    }
+
+    fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+        let mut nodes = self.nodes.clone();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        nodes
     }
 
     fn is_synced(&self) -> bool {
@@ -148,7 +156,15 @@ impl FakeKubelet {
                 (PodKey { namespace: namespace.into(), name: name.into() }, containers)
             })
             .collect();
-        self.nodes.insert(node.to_owned(), Ok(Arc::new(NodeUsage { pods })));
+        self.nodes.insert(node.to_owned(), Ok(Arc::new(NodeUsage { pods, node: None })));
+        self
+    }
+
+    /// `node` also reports its own usage (`node_*` series).
+    pub(crate) fn node_total(mut self, node: &str, total: ContainerUsage) -> Self {
+        if let Some(Ok(usage)) = self.nodes.get_mut(node) {
+            Arc::make_mut(usage).node = Some(total);
+        }
         self
     }
 

@@ -244,6 +244,10 @@ impl Inventory for KubeInventory {
         self.nodes.live.read().ok()?.get(name).cloned()
     }
 
+    fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+        self.nodes.live.read().map(|nodes| nodes.values().cloned().collect()).unwrap_or_default()
+    }
+
     fn is_synced(&self) -> bool {
         self.pods.is_synced() && self.nodes.is_synced()
     }
@@ -293,6 +297,7 @@ fn node_info(node: &Node) -> NodeInfo {
             .and_then(|s| s.daemon_endpoints.as_ref())
             .and_then(|d| d.kubelet_endpoint.as_ref())
             .and_then(|e| u16::try_from(e.port).ok()),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
     }
 }
 

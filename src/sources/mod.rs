@@ -49,6 +49,8 @@ pub struct NodeInfo {
     pub addresses: Vec<(String, String)>,
     /// `status.daemonEndpoints.kubeletEndpoint.port`, when set.
     pub kubelet_port: Option<u16>,
+    /// Labels of the node (label selectors of `metrics.k8s.io` filter on them).
+    pub labels: Labels,
 }
 
 /// Read access to the cluster's pods and nodes.
@@ -57,6 +59,8 @@ pub trait Inventory: Send + Sync {
     fn running_pods(&self, namespace: Option<&str>) -> Vec<Arc<PodInfo>>;
     /// A node by name.
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>>;
+    /// Every node, sorted by name.
+    fn nodes(&self) -> Vec<Arc<NodeInfo>>;
     /// Whether the initial list of pods and nodes has completed.
     fn is_synced(&self) -> bool;
     /// An opaque version that changes whenever the inventory changes.
@@ -93,6 +97,10 @@ pub struct ContainerUsage {
 pub struct NodeUsage {
     /// Per pod, its containers' usage.
     pub pods: HashMap<PodKey, Vec<ContainerUsage>>,
+    /// The node's own usage (`node_cpu_usage_seconds_total`, `node_memory_working_set_bytes`),
+    /// with the same rate rules as a container's (`name` is empty); `None` when the kubelet
+    /// does not publish both.
+    pub node: Option<ContainerUsage>,
 }
 
 /// Errors from a kubelet.

@@ -91,7 +91,7 @@ impl ServedKind for DeclaredKind {
             );
         }
         let object = kind_schema(&spec.info, &metadata_description(spec), properties.into());
-        vec![(schema_name(&spec.info.kind), object)]
+        vec![(schema_name(crate::kinds::STATS, &spec.info.kind), object)]
     }
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {

@@ -442,6 +442,7 @@ impl DeclaredSpec {
             None => Cow::Owned(DEFAULT_CATEGORIES.iter().map(|c| Text::Borrowed(*c)).collect()),
         };
         let info = KindInfo {
+            gv: crate::kinds::STATS,
             plural: Text::Owned(config.plural.clone().unwrap_or_else(|| default_plural(&kind))),
             singular: Text::Owned(config.singular.clone().unwrap_or_else(|| default_singular(&kind))),
             list_kind: Text::Owned(format!("{kind}List")),
@@ -936,6 +937,7 @@ kinds:
             DeclaredSpec::from_config(&file.kinds[0]),
             DeclaredSpec {
                 info: KindInfo {
+                    gv: crate::kinds::STATS,
                     plural: Text::Owned("apptraffics".into()),
                     singular: Text::Owned("apptraffic".into()),
                     kind: Text::Owned("AppTraffic".into()),

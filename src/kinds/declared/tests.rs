@@ -18,6 +18,7 @@ const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
 
 fn mk_info(kind: &str, plural: &str, namespaced: bool, description: &str) -> KindInfo {
     KindInfo {
+        gv: crate::kinds::STATS,
         plural: plural.to_owned().into(),
         singular: kind.to_lowercase().into(),
         kind: kind.to_owned().into(),

@@ -526,6 +526,7 @@ pub(super) mod tests {
             name: "node-a".to_owned(),
             addresses: addresses.iter().map(|(t, a)| ((*t).to_owned(), (*a).to_owned())).collect(),
             kubelet_port,
+            labels: Default::default(),
         }
     }
 
@@ -582,6 +583,9 @@ pub(super) mod tests {
         }
         fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
             self.nodes.get(name).cloned()
+        }
+        fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+            self.nodes.values().cloned().collect()
         }
         fn is_synced(&self) -> bool {
             true

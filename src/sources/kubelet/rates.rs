@@ -94,6 +94,8 @@ impl History {
 #[derive(Debug, Default)]
 pub struct NodeSamples {
     containers: HashMap<ContainerKey, History>,
+    /// The node's own series, as one more history.
+    node: Option<History>,
 }
 
 impl NodeSamples {
@@ -139,6 +141,17 @@ impl NodeSamples {
             containers.sort_by(|a, b| a.name.cmp(&b.name));
         }
         self.containers = next;
+        self.node = match (batch.node_cpu, batch.node_memory) {
+            (Some(cpu), Some(memory)) => {
+                let point = Point { cpu, memory, start_time: None, cpu_stamped: true };
+                Some(match self.node.take() {
+                    Some(old) => old.advance(point),
+                    None => History { last: point, prev: None },
+                })
+            }
+            _ => None,
+        };
+        usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from("")));
         usage
     }
 }
@@ -184,6 +197,25 @@ mod tests {
         assert!(Arc::ptr_eq(&containers[0].name, &first.name), "the held key's name is reused");
         let (held, _) = state.containers.iter().next().unwrap();
         assert!(Arc::ptr_eq(&pod.namespace, &held.namespace) && Arc::ptr_eq(&pod.name, &held.pod));
+    }
+
+    #[test]
+    fn the_node_series_follow_the_container_rules() {
+        let mut state = NodeSamples::new();
+        let node = |cpu: f64, ms: i64, memory: f64| {
+            let mut batch = mk_batch(&[]);
+            batch.node_cpu = Some(Sample { value: cpu, timestamp: ts(ms) });
+            batch.node_memory = Some(Sample { value: memory, timestamp: ts(ms) });
+            batch
+        };
+        let first = state.update(node(100.0, T0, 4e9)).node.unwrap();
+        assert_eq!((first.cpu_cores, first.memory_bytes), (None, Some(4e9)), "one sample is no rate");
+        let second = state.update(node(105.0, T0 + 10_000, 5e9)).node.unwrap();
+        assert_eq!(second.cpu_cores, Some(0.5));
+        assert_eq!(second.window_seconds, Some(10.0));
+        assert_eq!(second.memory_bytes, Some(5e9));
+        assert_eq!(second.timestamp, Some(ts(T0 + 10_000)));
+        assert_eq!(state.update(mk_batch(&[])).node, None, "a kubelet without node series");
     }
 
     #[test]

@@ -1,0 +1,427 @@
+//! `metrics.k8s.io/v1beta1` `PodMetrics` and `NodeMetrics` (DESIGN §6.3), served as
+//! metrics-server serves them (`pkg/api`, `pkg/storage`), from the kubelet samples every other
+//! kind already takes: one scrape of each kubelet serves PodMetricsSummary, CafeBrewStats and
+//! `kubectl top` alike.
+//!
+//! Semantics, as metrics-server's:
+//! - a pod is listed only when every container of its kubelet sample has a CPU rate (two
+//!   distinct samples); its `timestamp` and `window` are those of its container with the
+//!   earliest sample; containers' `usage.cpu` in nanocores (`2051777n`, truncated as
+//!   metrics-server's `uint64` conversion does), `usage.memory` the working set in BinarySI;
+//! - a node is listed when its `node_cpu_usage_seconds_total` has two samples and
+//!   `node_memory_working_set_bytes` one;
+//! - `metadata` carries the pod's (node's) name, namespace and labels (label selectors filter
+//!   on them) and `creationTimestamp` the time of the computation;
+//! - Table columns `Name`, `cpu`, `memory`, `Window`, singular name empty, no short names.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{
+    Cell, Column, Computation, ComputeError, GroupVersion, Item, KindInfo, Listing, Meta, ObjectMeta,
+    Sources, Text, Texts, kind_schema, rfc3339, schema_name, to_raw,
+};
+use crate::k8s::{duration, quantity};
+use crate::sources::{ContainerUsage, NodeInfo, PodKey};
+
+/// `metrics.k8s.io/v1beta1`.
+pub const METRICS: GroupVersion =
+    GroupVersion { group: "metrics.k8s.io", version: "v1beta1", api_version: "metrics.k8s.io/v1beta1" };
+
+static POD_INFO: KindInfo = KindInfo {
+    gv: METRICS,
+    plural: Text::Borrowed("pods"),
+    singular: Text::Borrowed(""),
+    kind: Text::Borrowed("PodMetrics"),
+    list_kind: Text::Borrowed("PodMetricsList"),
+    short_names: Texts::Borrowed(&[]),
+    categories: Texts::Borrowed(&[]),
+    namespaced: true,
+    description: Text::Borrowed(
+        "PodMetrics sets resource usage metrics of a pod: the CPU rate and memory working set of each \
+         of its containers, from the kubelet.",
+    ),
+};
+
+static NODE_INFO: KindInfo = KindInfo {
+    gv: METRICS,
+    plural: Text::Borrowed("nodes"),
+    singular: Text::Borrowed(""),
+    kind: Text::Borrowed("NodeMetrics"),
+    list_kind: Text::Borrowed("NodeMetricsList"),
+    short_names: Texts::Borrowed(&[]),
+    categories: Texts::Borrowed(&[]),
+    namespaced: false,
+    description: Text::Borrowed(
+        "NodeMetrics sets resource usage metrics of a node: its CPU rate and memory working set, \
+         from the kubelet.",
+    ),
+};
+
+/// metrics-server's table columns.
+static COLUMNS: &[Column] = &[
+    Column::object_name("Name of the resource"),
+    Column::quantity("cpu", "CPU usage (cores)."),
+    Column::quantity("memory", "Memory working set (bytes)."),
+    Column::duration("Window", "Interval between the two samples the CPU rate comes from."),
+];
+
+/// The two kinds, uncached (the registry puts them behind their caches).
+pub fn kinds(sources: &Sources) -> [Arc<dyn super::ServedKind>; 2] {
+    [
+        Arc::new(PodMetricsKind { sources: sources.clone() }),
+        Arc::new(NodeMetricsKind { sources: sources.clone() }),
+    ]
+}
+
+/// CPU as metrics-server publishes it: whole nanocores, truncated.
+fn cpu_quantity(cores: f64) -> String {
+    quantity::decimal_si((cores * 1e9).floor() / 1e9)
+}
+
+/// Memory as metrics-server publishes it: whole bytes, BinarySI.
+fn memory_quantity(bytes: f64) -> String {
+    quantity::binary_si(bytes.floor())
+}
+
+/// `usage` of a container or node.
+#[derive(Serialize)]
+struct Usage {
+    cpu: String,
+    memory: String,
+}
+
+/// The usage of `sample`, its timestamp and window, when it has both resources.
+fn usage_of(sample: &ContainerUsage) -> Option<(Usage, Timestamp, f64)> {
+    let (cpu, memory) = (sample.cpu_cores?, sample.memory_bytes?);
+    Some((
+        Usage { cpu: cpu_quantity(cpu), memory: memory_quantity(memory) },
+        sample.timestamp?,
+        sample.window_seconds?,
+    ))
+}
+
+fn cells(name: &Arc<str>, cpu: &str, memory: &str, window: &str) -> Vec<Cell> {
+    vec![Cell::Text(name.clone()), Cell::text(cpu), Cell::text(memory), Cell::text(window)]
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PodMetrics<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: ObjectMeta<'a>,
+    timestamp: String,
+    window: String,
+    containers: Vec<ContainerMetrics<'a>>,
+}
+
+#[derive(Serialize)]
+struct ContainerMetrics<'a> {
+    name: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeMetrics<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: ObjectMeta<'a>,
+    timestamp: String,
+    window: String,
+    usage: Usage,
+}
+
+/// `PodMetrics`, namespaced.
+#[derive(Debug)]
+struct PodMetricsKind {
+    sources: Sources,
+}
+
+impl PodMetricsKind {
+    async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
+        let Computation { pods, resource_version, .. } = self.sources.begin(namespace)?;
+        let (usage, warning) = self.sources.pod_usage(&pods).await;
+        let now = Timestamp::now();
+        let items = pods
+            .iter()
+            .filter_map(|pod| {
+                let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
+                let containers = usage.get(&key).filter(|c| !c.is_empty())?;
+                // Every container needs its rate, or the pod is absent (metrics-server).
+                let usages: Vec<(Usage, Timestamp, f64)> =
+                    containers.iter().map(usage_of).collect::<Option<_>>()?;
+                let (_, timestamp, window) = usages.iter().min_by_key(|(_, at, _)| *at)?;
+                let (timestamp, window) = (*timestamp, duration::seconds_string(*window));
+                let (cpu, memory) = containers.iter().fold((0.0, 0.0), |(cpu, memory), c| {
+                    (cpu + c.cpu_cores.unwrap_or_default(), memory + c.memory_bytes.unwrap_or_default())
+                });
+                let mut meta = Meta::of_pod(pod);
+                meta.uid = None;
+                meta.creation_timestamp = Some(now);
+                let object = PodMetrics {
+                    kind: "PodMetrics",
+                    api_version: METRICS.api_version,
+                    metadata: ObjectMeta::from(&meta),
+                    timestamp: rfc3339(timestamp),
+                    window: window.clone(),
+                    containers: containers
+                        .iter()
+                        .zip(usages)
+                        .map(|(c, (usage, _, _))| ContainerMetrics { name: &c.name, usage })
+                        .collect(),
+                };
+                let object = to_raw(&object);
+                let cells = cells(&meta.name, &cpu_quantity(cpu), &memory_quantity(memory), &window);
+                Some(Arc::new(Item { meta, object, cells }))
+            })
+            .collect();
+        Ok(Arc::new(Listing {
+            items,
+            warnings: warning.into_iter().collect(),
+            resource_version,
+            ..Listing::default()
+        }))
+    }
+}
+
+impl super::ServedKind for PodMetricsKind {
+    fn info(&self) -> &KindInfo {
+        &POD_INFO
+    }
+
+    fn columns(&self) -> &[Column] {
+        COLUMNS
+    }
+
+    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+        let container = json!({
+            "type": "object",
+            "description": "ContainerMetrics sets resource usage metrics of a container.",
+            "required": ["name", "usage"],
+            "properties": {
+                "name": {"type": "string", "description": "Container name corresponding to the one from pod.spec.containers."},
+                "usage": usage_schema("The memory and CPU usage of the container."),
+            },
+        });
+        let object = kind_schema(
+            &POD_INFO,
+            "Standard object's metadata: the pod's name, namespace and labels.",
+            json!({
+                "timestamp": {"type": "string", "format": "date-time", "description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."},
+                "window": {"type": "string", "description": "Interval between the two samples the CPU rates come from (a Go duration)."},
+                "containers": {"type": "array", "description": "Metrics for all containers are collected within the same time window.", "items": {"$ref": format!("#/components/schemas/{}", schema_name(METRICS, "ContainerMetrics"))}},
+            }),
+        );
+        vec![
+            (schema_name(METRICS, "PodMetrics"), object),
+            (schema_name(METRICS, "ContainerMetrics"), container),
+        ]
+    }
+
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        Box::pin(self.compute(namespace))
+    }
+}
+
+/// `NodeMetrics`, cluster-scoped.
+#[derive(Debug)]
+struct NodeMetricsKind {
+    sources: Sources,
+}
+
+impl NodeMetricsKind {
+    async fn compute(&self) -> Result<Arc<Listing>, ComputeError> {
+        if !self.sources.inventory.is_synced() {
+            return Err(ComputeError::NotReady);
+        }
+        let resource_version = self.sources.inventory.resource_version();
+        let nodes: Vec<Arc<NodeInfo>> = self.sources.inventory.nodes();
+        let fetches =
+            futures::future::join_all(nodes.iter().map(|n| self.sources.kubelet.node_usage(&n.name))).await;
+        let now = Timestamp::now();
+        let mut failed = BTreeSet::new();
+        let mut items = Vec::new();
+        for (node, fetched) in nodes.iter().zip(fetches) {
+            let usage = match fetched {
+                Ok(usage) => usage,
+                Err(error) => {
+                    failed.insert(error.to_string());
+                    continue;
+                }
+            };
+            let Some((usage, timestamp, window)) = usage.node.as_ref().and_then(usage_of) else { continue };
+            let window = duration::seconds_string(window);
+            let meta = Meta {
+                name: node.name.as_str().into(),
+                namespace: "".into(),
+                uid: None,
+                creation_timestamp: Some(now),
+                labels: Arc::new(node.labels.clone()),
+            };
+            let cells = cells(&meta.name, &usage.cpu, &usage.memory, &window);
+            let object = to_raw(&NodeMetrics {
+                kind: "NodeMetrics",
+                api_version: METRICS.api_version,
+                metadata: ObjectMeta::from(&meta),
+                timestamp: rfc3339(timestamp),
+                window,
+                usage,
+            });
+            items.push(Arc::new(Item { meta, object, cells }));
+        }
+        let warnings = match failed.len() {
+            0 => Vec::new(),
+            n => vec![format!(
+                "{n} node(s) omitted, their kubelets failed: {}",
+                failed.into_iter().take(5).collect::<Vec<_>>().join("; ")
+            )],
+        };
+        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
+    }
+}
+
+impl super::ServedKind for NodeMetricsKind {
+    fn info(&self) -> &KindInfo {
+        &NODE_INFO
+    }
+
+    fn columns(&self) -> &[Column] {
+        COLUMNS
+    }
+
+    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+        let object = kind_schema(
+            &NODE_INFO,
+            "Standard object's metadata: the node's name and labels.",
+            json!({
+                "timestamp": {"type": "string", "format": "date-time", "description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."},
+                "window": {"type": "string", "description": "Interval between the two samples the CPU rate comes from (a Go duration)."},
+                "usage": usage_schema("The memory and CPU usage of the node."),
+            }),
+        );
+        vec![(schema_name(METRICS, "NodeMetrics"), object)]
+    }
+
+    fn list<'a>(&'a self, _namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        Box::pin(self.compute())
+    }
+}
+
+fn usage_schema(description: &str) -> serde_json::Value {
+    json!({
+        "type": "object",
+        "description": description,
+        "properties": {
+            "cpu": {"type": "string", "description": "CPU usage in cores (a Quantity, nanocores)."},
+            "memory": {"type": "string", "description": "Memory working set in bytes (a Quantity)."},
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::kinds::ServedKind;
+    use crate::kinds::testkit::{
+        AT, FakeInventory, FakeKubelet, FakeProm, MI, mk_container, mk_json, mk_pod, mk_sources,
+    };
+    use crate::sources::KubeletError;
+
+    const EARLIER: &str = "2026-07-01T09:59:50Z";
+
+    fn mk_node(name: &str, labels: &[(&str, &str)]) -> Arc<NodeInfo> {
+        Arc::new(NodeInfo {
+            name: name.to_owned(),
+            addresses: Vec::new(),
+            kubelet_port: None,
+            labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        })
+    }
+
+    /// web-1 (two containers with rates), web-2 (one container without a rate yet), db-1 on
+    /// node-b; node-a publishes its own usage, node-b none, node-c is down.
+    fn mk_kinds() -> [Arc<dyn ServedKind>; 2] {
+        let pods = vec![
+            mk_pod("shop", "web-1", "node-a", &[("app", "web")], &["app", "sidecar"], AT),
+            mk_pod("shop", "web-2", "node-a", &[("app", "web")], &["app"], AT),
+            mk_pod("shop", "db-1", "node-b", &[("app", "db")], &["db"], AT),
+        ];
+        let mut inventory = FakeInventory::with(pods);
+        Arc::get_mut(&mut inventory).unwrap().nodes =
+            vec![mk_node("node-b", &[]), mk_node("node-a", &[("zone", "a")]), mk_node("node-c", &[])];
+        let mut sidecar = mk_container("sidecar", Some(0.000_5), Some(10.0 * MI + 3.0), EARLIER);
+        sidecar.window_seconds = Some(10.405);
+        let kubelet = FakeKubelet::default()
+            .node(
+                "node-a",
+                vec![
+                    (
+                        "shop",
+                        "web-1",
+                        vec![mk_container("app", Some(0.250_000_000_9), Some(128.0 * MI), AT), sidecar],
+                    ),
+                    ("shop", "web-2", vec![mk_container("app", None, Some(MI), AT)]),
+                ],
+            )
+            .node_total("node-a", mk_container("", Some(1.5), Some(4096.0 * MI), AT))
+            .node("node-b", vec![("shop", "db-1", vec![mk_container("db", Some(2.0), Some(1e9), AT)])])
+            .down("node-c", KubeletError::Request { node: "node-c".into(), reason: "refused".into() });
+        kinds(&mk_sources(inventory, Arc::new(kubelet), Arc::new(FakeProm::default())))
+    }
+
+    #[tokio::test]
+    async fn pods_as_metrics_server_serves_them() {
+        let [pods, _] = mk_kinds();
+        let listing = pods.list(Some("shop")).await.unwrap();
+        let names: Vec<&str> = listing.items.iter().map(|i| &*i.meta.name).collect();
+        assert_eq!(names, ["db-1", "web-1"], "web-2 has a container without two samples: absent");
+        let web = mk_json(&listing.items[1]);
+        let created = web["metadata"]["creationTimestamp"].as_str().unwrap().to_owned();
+        assert_eq!(
+            web,
+            json!({
+                "kind": "PodMetrics",
+                "apiVersion": "metrics.k8s.io/v1beta1",
+                "metadata": {"name": "web-1", "namespace": "shop", "creationTimestamp": created, "labels": {"app": "web"}},
+                // The container sampled earliest gives timestamp and window.
+                "timestamp": "2026-07-01T09:59:50Z",
+                "window": "10.405s",
+                "containers": [
+                    {"name": "app", "usage": {"cpu": "250m", "memory": "128Mi"}},
+                    {"name": "sidecar", "usage": {"cpu": "500u", "memory": "10485763"}},
+                ],
+            })
+        );
+        let cells: Vec<String> = crate::kinds::testkit::mk_cells(&listing.items[1]);
+        assert_eq!(cells, ["web-1", "250500u", "144703491", "10.405s"]);
+        let columns: Vec<&str> = pods.columns().iter().map(|c| c.name.as_ref()).collect();
+        assert_eq!(columns, ["Name", "cpu", "memory", "Window"]);
+        assert_eq!(pods.info().gv, METRICS);
+        assert_eq!((pods.info().plural.as_ref(), pods.info().singular.as_ref()), ("pods", ""));
+    }
+
+    #[tokio::test]
+    async fn nodes_come_from_the_node_series_and_a_failed_kubelet_is_a_warning() {
+        let [_, nodes] = mk_kinds();
+        let listing = nodes.list(None).await.unwrap();
+        assert_eq!(listing.items.len(), 1, "node-b publishes no node series, node-c is down");
+        let node: Value = mk_json(&listing.items[0]);
+        assert_eq!(node["metadata"]["name"], "node-a");
+        assert_eq!(node["metadata"]["labels"], json!({"zone": "a"}));
+        assert!(node["metadata"].get("namespace").is_none());
+        assert_eq!(node["usage"], json!({"cpu": "1500m", "memory": "4Gi"}));
+        assert_eq!(node["window"], "15s");
+        assert_eq!(listing.warnings.len(), 1, "{:?}", listing.warnings);
+        assert!(listing.warnings[0].contains("node-c"), "{:?}", listing.warnings);
+        assert!(!nodes.info().namespaced);
+    }
+}
