@@ -116,16 +116,16 @@ impl Prometheus {
     }
 
     async fn spawn_on_free_port(&mut self) -> Result<()> {
-        // Prometheus cannot bind port 0 and report it, so try ports until one is free; a port
-        // taken in between makes Prometheus exit, and we try the next one.
-        let seed = u64::from(std::process::id()) ^ Instant::now().elapsed().as_nanos() as u64;
-        let mut port = 20_000 + (seed.wrapping_mul(2_654_435_761) % 30_000) as u16;
+        // Prometheus cannot bind port 0 and report it: the kernel picks a free port for a
+        // listener we drop at once, and Prometheus binds it. A port taken in between makes
+        // Prometheus exit (or, if another Prometheus answers there, fail the identity check in
+        // `spawn`), and we try another one.
         for _ in 0..20 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
             match self.spawn(port).await {
                 Ok(()) => return Ok(()),
                 Err(error) => {
                     tracing::debug!(port, %error, "prometheus did not start; trying another port");
-                    port = 20_000 + (port.wrapping_mul(7).wrapping_add(13) % 30_000);
                 }
             }
         }
@@ -159,6 +159,24 @@ impl Prometheus {
             if let Ok(response) = client.get(&ready_url).send().await
                 && response.status().is_success()
             {
+                // Ready, but is it ours? Another test's Prometheus may hold the port while ours
+                // exits with "address already in use": its data directory says.
+                let flags: Option<serde_json::Value> =
+                    match client.get(format!("http://127.0.0.1:{port}/api/v1/status/flags")).send().await {
+                        Ok(response) => response.json().await.ok(),
+                        Err(_) => None,
+                    };
+                let theirs = flags
+                    .as_ref()
+                    .and_then(|f| f["data"]["storage.tsdb.path"].as_str())
+                    .is_some_and(|path| std::path::Path::new(path) != dir.join("data"));
+                if theirs {
+                    let _ = child.kill().await;
+                    return Err(DevEnvError::Program {
+                        program: prometheus_bin(),
+                        message: format!("port {port} is another Prometheus's"),
+                    });
+                }
                 break;
             }
             if Instant::now() > deadline {
