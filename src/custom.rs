@@ -589,7 +589,7 @@ struct ValueV2<'a> {
 }
 
 /// v1beta2 `MetricIdentifier`.
-#[derive(Serialize)]
+#[derive(Serialize, Clone, Copy)]
 struct MetricIdentifier<'a> {
     name: &'a str,
     selector: &'a Value,
@@ -621,16 +621,14 @@ fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[It
         }
     }
     let time = |t: Timestamp| times.iter().find(|(at, _)| *at == t).map_or("", |(_, s)| s.as_str());
+    let rows = items.iter().map(|item| {
+        (item.object, time(item.value.timestamp), item.window, metric_quantity(item.value.value))
+    });
     let written = if version == "v1beta1" {
-        let items = items
-            .iter()
-            .map(|item| ValueV1 {
-                described_object: item.object,
-                metric_name: metric,
-                timestamp: time(item.value.timestamp),
-                window: item.window,
-                value: metric_quantity(item.value.value),
-                selector: &selector,
+        let items = rows
+            .map(|(described_object, timestamp, window, value)| {
+                let selector = &selector;
+                ValueV1 { described_object, metric_name: metric, timestamp, window, value, selector }
             })
             .collect();
         serde_json::to_vec(&MetricValueList {
@@ -640,22 +638,19 @@ fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[It
             items,
         })
     } else {
-        let items = items
-            .iter()
-            .map(|item| ValueV2 {
-                described_object: item.object,
-                metric: MetricIdentifier { name: metric, selector: &selector },
-                timestamp: time(item.value.timestamp),
-                window_seconds: item.window,
-                value: metric_quantity(item.value.value),
+        let metric = MetricIdentifier { name: metric, selector: &selector };
+        let items: Vec<ValueV2<'_>> = rows
+            .map(|(described_object, timestamp, window_seconds, value)| ValueV2 {
+                described_object,
+                metric,
+                timestamp,
+                window_seconds,
+                value,
             })
             .collect();
-        serde_json::to_vec(&MetricValueList {
-            kind: LIST_KIND,
-            api_version: &api_version,
-            metadata: ListMeta {},
-            items,
-        })
+        let list =
+            MetricValueList { kind: LIST_KIND, api_version: &api_version, metadata: ListMeta {}, items };
+        serde_json::to_vec(&list)
     };
     written.unwrap_or_else(|error| {
         // Only maps with non-string keys fail, which these types do not have.

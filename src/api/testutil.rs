@@ -22,7 +22,7 @@ use crate::config::{Check, QueryFile};
 use crate::kinds::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
 };
-use crate::sources::workloads::{PodSelection, Workload, WorkloadError, WorkloadSource};
+use crate::sources::workloads::{PodSelection, Selection, Workload, WorkloadError, WorkloadSource};
 use crate::sources::{PromError, PromSample, PromSource};
 
 // ---- fake kinds ----
@@ -264,26 +264,21 @@ pub(crate) struct FakeWorkloads {
 }
 
 impl WorkloadSource for FakeWorkloads {
-    fn selection<'a>(
-        &'a self,
-        workload: Workload,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>> {
+    /// The object, or `None`; every read counted; `down` fails them all.
+    fn selection<'a>(&'a self, workload: Workload, namespace: &'a str, name: &'a str) -> Selection<'a> {
         self.reads.fetch_add(1, Ordering::SeqCst);
-        let down = *self.down.lock().unwrap();
         let found = self.objects.get(&(workload, namespace.to_owned(), name.to_owned())).cloned();
-        Box::pin(async move {
-            if down {
-                return Err(WorkloadError::Unavailable {
-                    resource: workload.resource(),
-                    namespace: namespace.to_owned(),
-                    name: name.to_owned(),
-                    reason: "connection refused".to_owned(),
-                });
-            }
+        let answer = if *self.down.lock().unwrap() {
+            Err(WorkloadError::Unavailable {
+                resource: workload.resource(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: "connection refused".to_owned(),
+            })
+        } else {
             Ok(found.map(Arc::new))
-        })
+        };
+        Box::pin(std::future::ready(answer))
     }
 }
 

@@ -33,35 +33,45 @@ use crate::sources::{ContainerUsage, NodeInfo, PodKey};
 pub const METRICS: GroupVersion =
     GroupVersion { group: "metrics.k8s.io", version: "v1beta1", api_version: "metrics.k8s.io/v1beta1" };
 
-static POD_INFO: KindInfo = KindInfo {
-    gv: METRICS,
-    plural: Text::Borrowed("pods"),
-    singular: Text::Borrowed(""),
-    kind: Text::Borrowed("PodMetrics"),
-    list_kind: Text::Borrowed("PodMetricsList"),
-    short_names: Texts::Borrowed(&[]),
-    categories: Texts::Borrowed(&[]),
-    namespaced: true,
-    description: Text::Borrowed(
-        "PodMetrics sets resource usage metrics of a pod: the CPU rate and memory working set of each \
-         of its containers, from the kubelet.",
-    ),
-};
+/// A kind of `metrics.k8s.io`: singular name empty, no short names, no categories, as
+/// metrics-server lists them.
+const fn metrics_kind(
+    plural: &'static str,
+    kind: &'static str,
+    list_kind: &'static str,
+    namespaced: bool,
+    description: &'static str,
+) -> KindInfo {
+    KindInfo {
+        gv: METRICS,
+        plural: Text::Borrowed(plural),
+        singular: Text::Borrowed(""),
+        kind: Text::Borrowed(kind),
+        list_kind: Text::Borrowed(list_kind),
+        short_names: Texts::Borrowed(&[]),
+        categories: Texts::Borrowed(&[]),
+        namespaced,
+        description: Text::Borrowed(description),
+    }
+}
 
-static NODE_INFO: KindInfo = KindInfo {
-    gv: METRICS,
-    plural: Text::Borrowed("nodes"),
-    singular: Text::Borrowed(""),
-    kind: Text::Borrowed("NodeMetrics"),
-    list_kind: Text::Borrowed("NodeMetricsList"),
-    short_names: Texts::Borrowed(&[]),
-    categories: Texts::Borrowed(&[]),
-    namespaced: false,
-    description: Text::Borrowed(
-        "NodeMetrics sets resource usage metrics of a node: its CPU rate and memory working set, \
-         from the kubelet.",
-    ),
-};
+static POD_INFO: KindInfo = metrics_kind(
+    "pods",
+    "PodMetrics",
+    "PodMetricsList",
+    true,
+    "PodMetrics sets resource usage metrics of a pod: the CPU rate and memory working set of each of \
+     its containers, from the kubelet.",
+);
+
+static NODE_INFO: KindInfo = metrics_kind(
+    "nodes",
+    "NodeMetrics",
+    "NodeMetricsList",
+    false,
+    "NodeMetrics sets resource usage metrics of a node: its CPU rate and memory working set, from the \
+     kubelet.",
+);
 
 /// metrics-server's table columns.
 static COLUMNS: &[Column] = &[
@@ -73,10 +83,9 @@ static COLUMNS: &[Column] = &[
 
 /// The two kinds, uncached (the registry puts them behind their caches).
 pub fn kinds(sources: &Sources) -> [Arc<dyn super::ServedKind>; 2] {
-    [
-        Arc::new(PodMetricsKind { sources: sources.clone() }),
-        Arc::new(NodeMetricsKind { sources: sources.clone() }),
-    ]
+    [Resource::Pods, Resource::Nodes].map(|resource| {
+        Arc::new(ResourceMetrics { resource, sources: sources.clone() }) as Arc<dyn super::ServedKind>
+    })
 }
 
 /// CPU as metrics-server publishes it: whole nanocores, truncated.
@@ -138,14 +147,24 @@ struct NodeMetrics<'a> {
     usage: Usage,
 }
 
-/// `PodMetrics`, namespaced.
+/// Which of the two kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    /// `PodMetrics`, namespaced.
+    Pods,
+    /// `NodeMetrics`, cluster-scoped.
+    Nodes,
+}
+
+/// `PodMetrics` or `NodeMetrics`, from the same sources.
 #[derive(Debug)]
-struct PodMetricsKind {
+struct ResourceMetrics {
+    resource: Resource,
     sources: Sources,
 }
 
-impl PodMetricsKind {
-    async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
+impl ResourceMetrics {
+    async fn pods(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
         let Computation { pods, resource_version, .. } = self.sources.begin(namespace)?;
         let (usage, warning) = self.sources.pod_usage(&pods).await;
         let now = Timestamp::now();
@@ -191,16 +210,8 @@ impl PodMetricsKind {
     }
 }
 
-impl super::ServedKind for PodMetricsKind {
-    fn info(&self) -> &KindInfo {
-        &POD_INFO
-    }
-
-    fn columns(&self) -> &[Column] {
-        COLUMNS
-    }
-
-    fn schemas(&self) -> Vec<(String, serde_json::Value)> {
+impl ResourceMetrics {
+    fn pod_schemas() -> Vec<(String, serde_json::Value)> {
         let container = json!({
             "type": "object",
             "description": "ContainerMetrics sets resource usage metrics of a container.",
@@ -210,34 +221,18 @@ impl super::ServedKind for PodMetricsKind {
                 "usage": usage_schema("The memory and CPU usage of the container."),
             },
         });
-        let object = kind_schema(
-            &POD_INFO,
-            "Standard object's metadata: the pod's name, namespace and labels.",
-            json!({
-                "timestamp": {"type": "string", "format": "date-time", "description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."},
-                "window": {"type": "string", "description": "Interval between the two samples the CPU rates come from (a Go duration)."},
-                "containers": {"type": "array", "description": "Metrics for all containers are collected within the same time window.", "items": {"$ref": format!("#/components/schemas/{}", schema_name(METRICS, "ContainerMetrics"))}},
-            }),
-        );
+        let containers = json!({"type": "array", "description": "Metrics for all containers are collected within the same time window.", "items": {"$ref": format!("#/components/schemas/{}", schema_name(METRICS, "ContainerMetrics"))}});
+        let object =
+            metrics_schema(&POD_INFO, "the pod's name, namespace and labels", ("containers", containers));
         vec![
             (schema_name(METRICS, "PodMetrics"), object),
             (schema_name(METRICS, "ContainerMetrics"), container),
         ]
     }
-
-    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-        Box::pin(self.compute(namespace))
-    }
 }
 
-/// `NodeMetrics`, cluster-scoped.
-#[derive(Debug)]
-struct NodeMetricsKind {
-    sources: Sources,
-}
-
-impl NodeMetricsKind {
-    async fn compute(&self) -> Result<Arc<Listing>, ComputeError> {
+impl ResourceMetrics {
+    async fn nodes(&self) -> Result<Arc<Listing>, ComputeError> {
         if !self.sources.inventory.is_synced() {
             return Err(ComputeError::NotReady);
         }
@@ -287,9 +282,20 @@ impl NodeMetricsKind {
     }
 }
 
-impl super::ServedKind for NodeMetricsKind {
+impl ResourceMetrics {
+    fn node_schemas() -> Vec<(String, serde_json::Value)> {
+        let usage = usage_schema("The memory and CPU usage of the node.");
+        let object = metrics_schema(&NODE_INFO, "the node's name and labels", ("usage", usage));
+        vec![(schema_name(METRICS, "NodeMetrics"), object)]
+    }
+}
+
+impl super::ServedKind for ResourceMetrics {
     fn info(&self) -> &KindInfo {
-        &NODE_INFO
+        match self.resource {
+            Resource::Pods => &POD_INFO,
+            Resource::Nodes => &NODE_INFO,
+        }
     }
 
     fn columns(&self) -> &[Column] {
@@ -297,21 +303,30 @@ impl super::ServedKind for NodeMetricsKind {
     }
 
     fn schemas(&self) -> Vec<(String, serde_json::Value)> {
-        let object = kind_schema(
-            &NODE_INFO,
-            "Standard object's metadata: the node's name and labels.",
-            json!({
-                "timestamp": {"type": "string", "format": "date-time", "description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."},
-                "window": {"type": "string", "description": "Interval between the two samples the CPU rate comes from (a Go duration)."},
-                "usage": usage_schema("The memory and CPU usage of the node."),
-            }),
-        );
-        vec![(schema_name(METRICS, "NodeMetrics"), object)]
+        match self.resource {
+            Resource::Pods => Self::pod_schemas(),
+            Resource::Nodes => Self::node_schemas(),
+        }
     }
 
-    fn list<'a>(&'a self, _namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-        Box::pin(self.compute())
+    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
+        match self.resource {
+            Resource::Pods => Box::pin(self.pods(namespace)),
+            Resource::Nodes => Box::pin(self.nodes()),
+        }
     }
+}
+
+/// The schema of a `metrics.k8s.io` object: `timestamp`, `window` and its own `field`.
+fn metrics_schema(info: &KindInfo, metadata: &str, field: (&str, serde_json::Value)) -> serde_json::Value {
+    let mut properties = json!({
+        "timestamp": {"type": "string", "format": "date-time", "description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."},
+        "window": {"type": "string", "description": "Interval between the two samples the CPU rates come from (a Go duration)."},
+    });
+    if let Some(map) = properties.as_object_mut() {
+        map.insert(field.0.to_owned(), field.1);
+    }
+    kind_schema(info, &format!("Standard object's metadata: {metadata}."), properties)
 }
 
 fn usage_schema(description: &str) -> serde_json::Value {

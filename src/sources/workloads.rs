@@ -138,16 +138,14 @@ pub enum WorkloadError {
     },
 }
 
+/// What [`WorkloadSource::selection`] answers.
+pub type Selection<'a> = BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>>;
+
 /// Reads workload objects' pod selections.
 pub trait WorkloadSource: Send + Sync {
     /// The pods the object `namespace/name` of `workload` selects; `None` when there is no such
     /// object. Implementations cache and make concurrent reads of one object share one call.
-    fn selection<'a>(
-        &'a self,
-        workload: Workload,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>>;
+    fn selection<'a>(&'a self, workload: Workload, namespace: &'a str, name: &'a str) -> Selection<'a>;
 }
 
 /// Name of the cache in `percolator_cache_requests_total`.
@@ -193,28 +191,23 @@ impl KubeWorkloads {
             Workload::Service => Api::<Service>::namespaced(client, namespace)
                 .get_opt(name)
                 .await
-                .map_err(unavailable)?
-                .map(|s| Ok(PodSelection::of_map(s.spec.and_then(|spec| spec.selector)))),
-            Workload::Deployment => Api::<Deployment>::namespaced(client, namespace)
-                .get_opt(name)
-                .await
-                .map_err(unavailable)?
-                .map(|d| PodSelection::of_label_selector(d.spec.unwrap_or_default().selector)),
-            Workload::StatefulSet => Api::<StatefulSet>::namespaced(client, namespace)
-                .get_opt(name)
-                .await
-                .map_err(unavailable)?
-                .map(|s| PodSelection::of_label_selector(s.spec.unwrap_or_default().selector)),
-            Workload::ReplicaSet => Api::<ReplicaSet>::namespaced(client, namespace)
-                .get_opt(name)
-                .await
-                .map_err(unavailable)?
-                .map(|r| PodSelection::of_label_selector(r.spec.unwrap_or_default().selector)),
-            Workload::DaemonSet => Api::<DaemonSet>::namespaced(client, namespace)
-                .get_opt(name)
-                .await
-                .map_err(unavailable)?
-                .map(|d| PodSelection::of_label_selector(d.spec.unwrap_or_default().selector)),
+                .map(|found| found.map(|s| Ok(PodSelection::of_map(s.spec.and_then(|spec| spec.selector))))),
+            Workload::Deployment => {
+                selector_of::<Deployment>(client, namespace, name, |d| d.spec.map(|s| s.selector)).await
+            }
+            Workload::StatefulSet => {
+                selector_of::<StatefulSet>(client, namespace, name, |s| s.spec.map(|s| s.selector)).await
+            }
+            Workload::ReplicaSet => {
+                selector_of::<ReplicaSet>(client, namespace, name, |r| r.spec.map(|s| s.selector)).await
+            }
+            Workload::DaemonSet => {
+                selector_of::<DaemonSet>(client, namespace, name, |d| d.spec.map(|s| s.selector)).await
+            }
+        };
+        let selection = match selection {
+            Ok(selection) => selection,
+            Err(e) => return Err(unavailable(e)),
         };
         match selection {
             None => Ok(None),
@@ -229,13 +222,27 @@ impl KubeWorkloads {
     }
 }
 
+/// The pod selection of the apps object `namespace/name` (its `spec.selector`), `None` when it
+/// does not exist.
+async fn selector_of<K>(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    selector: fn(K) -> Option<LabelSelector>,
+) -> Result<Option<Result<PodSelection, String>>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object = Api::<K>::namespaced(client, namespace).get_opt(name).await?;
+    Ok(object.map(|o| PodSelection::of_label_selector(selector(o).unwrap_or_default())))
+}
+
 impl WorkloadSource for KubeWorkloads {
-    fn selection<'a>(
-        &'a self,
-        workload: Workload,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>> {
+    fn selection<'a>(&'a self, workload: Workload, namespace: &'a str, name: &'a str) -> Selection<'a> {
         Box::pin(async move {
             let key = (workload, namespace.to_owned(), name.to_owned());
             self.cache

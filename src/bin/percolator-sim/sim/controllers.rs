@@ -256,9 +256,8 @@ impl Manifest {
                 });
             }
             Manifest::StatefulSet(o) => {
-                if let Some(spec) = o.spec.as_mut() {
-                    spec.replicas = Some(total);
-                }
+                let spec = o.spec.get_or_insert_with(Default::default);
+                spec.replicas = Some(total);
                 o.status = Some(StatefulSetStatus {
                     observed_generation: Some(1),
                     replicas: total,
