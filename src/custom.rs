@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
 use crate::external::{
-    MetricsError, Result, check_metric_labels, check_metric_name, label_matchers, metric_quantity,
+    MetricsError, Result, answer, check_metric_labels, check_metric_name, label_matchers, metric_quantity,
     prometheus_unavailable,
 };
 use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
@@ -426,12 +426,7 @@ impl GroupService for CustomMetrics {
         method: &'a Method,
         headers: &'a HeaderMap,
     ) -> BoxFuture<'a, Response> {
-        Box::pin(async move {
-            match self.handle(request, method, headers).await {
-                Ok(response) => response,
-                Err(error) => error.into_response(),
-            }
-        })
+        answer(self.handle(request, method, headers))
     }
 }
 

@@ -273,12 +273,7 @@ impl GroupService for ExternalMetrics {
         method: &'a Method,
         headers: &'a HeaderMap,
     ) -> BoxFuture<'a, Response> {
-        Box::pin(async move {
-            match self.handle(request, method, headers).await {
-                Ok(response) => response,
-                Err(error) => error.into_response(),
-            }
-        })
+        answer(self.handle(request, method, headers))
     }
 }
 
@@ -291,6 +286,11 @@ impl DynamicGroupVersions for ExternalMetrics {
         let snapshot = self.config.current();
         (snapshot.generation, vec![Self::group_version_resources(metrics_of(&snapshot))])
     }
+}
+
+/// The response of a metric API's handler: its answer, or its error as a `metav1.Status`.
+pub fn answer<'a>(handled: impl Future<Output = Result<Response>> + Send + 'a) -> BoxFuture<'a, Response> {
+    Box::pin(async move { handled.await.unwrap_or_else(IntoResponse::into_response) })
 }
 
 /// The 503 (with `Retry-After`) of a failed Prometheus query for `what` (`the external metric x`).

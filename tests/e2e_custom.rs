@@ -826,16 +826,7 @@ async fn reload_adds_an_avg_metric_and_keeps_the_last_good_configuration() {
 
     // An invalid file is rejected: the last good configuration stays, a metric says so.
     configmap_write(&dir, 3, "window: 1m\ncustomMetrics: []\n");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, _, metrics) = env.get("/metrics", None).await;
-        if metrics.contains("percolator_config_reloads_total{result=\"failure\"} 1") {
-            assert!(metrics.contains("percolator_config_last_reload_successful 0"), "{metrics}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the rejected file was not counted");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    env.wait_for_rejected_reload().await;
     assert!(names(&env.get_json(&discovery).await).contains(&"pods/web_rps_avg".to_string()));
     check("after the rejected file").await;
     let log = std::fs::read_to_string(&env.stderr_log).unwrap();

@@ -239,16 +239,7 @@ async fn configuration_reloads_without_restart_and_rejects_bad_files() {
 
     // An invalid file is rejected: the last good configuration stays, a metric says so.
     configmap_write(&dir, 3, "window: 1m\nexternalMetrics: []\n");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, _, metrics) = env.get("/metrics", None).await;
-        if metrics.contains("percolator_config_reloads_total{result=\"failure\"} 1") {
-            assert!(metrics.contains("percolator_config_last_reload_successful 0"), "{metrics}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the rejected file was not counted");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    env.wait_for_rejected_reload().await;
     assert_eq!(names(&env.get_json(EM).await), ["cafe_failures_per_minute"]);
     assert_eq!(metric(&env, "shop", "cafe_failures_per_minute", None).await.0, 200);
     let log = std::fs::read_to_string(&env.stderr_log).unwrap();

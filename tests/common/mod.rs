@@ -312,6 +312,21 @@ impl Env {
             .expect("kubectl runs")
     }
 
+    /// Waits (15 s at most) until percolator has counted one rejected configuration reload
+    /// and reports its last reload as failed.
+    pub async fn wait_for_rejected_reload(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (_, _, metrics) = self.get("/metrics", None).await;
+            if metrics.contains("percolator_config_reloads_total{result=\"failure\"} 1") {
+                assert!(metrics.contains("percolator_config_last_reload_successful 0"), "{metrics}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the rejected file was not counted");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     /// kubectl that must succeed; returns stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
