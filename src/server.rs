@@ -24,15 +24,16 @@ use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
 use crate::cache::CacheSettings;
-use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile};
+use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile, ResourceSource};
 use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
 use crate::kinds::{Sources, registry};
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
+use crate::sources::resources::{KubeletUsage, PromUsage};
 use crate::sources::workloads::KubeWorkloads;
-use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver};
+use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
 use crate::telemetry::Metrics;
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
@@ -129,34 +130,45 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
     let inventory: Arc<dyn Inventory> = KubeInventory::start(client.clone());
 
-    let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("--kubelet-certificate-authority {}", path.display()))?,
-        ),
-        None => None,
-    };
-    let kubelet: Arc<dyn KubeletSource> = Arc::new(
-        KubeletClient::new(
-            kubelet_config(&args.kubelet, &kube_config, kubelet_ca, &cache),
-            inventory.clone(),
-            observer.clone(),
-        )
-        .context("building the kubelet client")?,
-    );
     let prometheus: Arc<dyn PromSource> = Arc::new(
         PromClient::new(
             args.prometheus.prometheus_url.as_str(),
             args.prometheus.prometheus_timeout,
-            observer,
+            observer.clone(),
         )
         .context("--prometheus-url")?,
     );
-    tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
+    let usage: Arc<dyn UsageSource> = match args.kubelet.resource_source {
+        ResourceSource::Kubelet => {
+            let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
+                Some(path) => Some(
+                    std::fs::read(path)
+                        .with_context(|| format!("--kubelet-certificate-authority {}", path.display()))?,
+                ),
+                None => None,
+            };
+            let kubelet: Arc<dyn KubeletSource> = Arc::new(
+                KubeletClient::new(
+                    kubelet_config(&args.kubelet, &kube_config, kubelet_ca, &cache),
+                    inventory.clone(),
+                    observer,
+                )
+                .context("building the kubelet client")?,
+            );
+            tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
+            Arc::new(KubeletUsage::new(kubelet))
+        }
+        ResourceSource::Prometheus => {
+            tracing::info!(
+                "cpu and memory from Prometheus (resourceQueries of --config); no kubelet connection"
+            );
+            Arc::new(PromUsage::new(prometheus.clone(), config.clone(), &cache))
+        }
+    };
 
     let sources = Sources {
         inventory: inventory.clone(),
-        kubelet,
+        usage,
         prometheus: prometheus.clone(),
         config: config.clone(),
     };
@@ -243,6 +255,7 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
 pub fn config_check() -> Check {
     Arc::new(|file: &mut QueryFile| {
         registry::check_kinds(file)?;
+        crate::sources::resources::check_resource_queries(file)?;
         crate::external::check_metrics(file)?;
         crate::custom::check_metrics(file)
     })

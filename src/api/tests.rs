@@ -1021,7 +1021,7 @@ fn mk_live_app(dir: &std::path::Path, yaml: &str) -> (Router, Arc<crate::config:
     let sample = mk_sample(&[("namespace", "shop"), ("pod", "web-1")], 2.5, AT);
     let sources = crate::kinds::Sources {
         inventory: FakeInventory::with(Vec::new()),
-        kubelet: Arc::new(FakeKubelet::default()),
+        usage: Arc::new(crate::sources::resources::KubeletUsage::new(Arc::new(FakeKubelet::default()))),
         prometheus: Arc::new(FakeProm::default().answer("x{", vec![sample])),
         config: config.clone(),
     };

@@ -87,6 +87,9 @@ pub struct QueryFile {
     pub custom_metrics: Option<Vec<CustomMetricConfig>>,
     /// Kinds declared in the file (`kinds:`), served beside the built-in ones.
     pub kinds: Vec<DeclaredKindConfig>,
+    /// The queries of `--resource-source=prometheus` (`resourceQueries:`); the resource source
+    /// fills in the fields left out.
+    pub resource_queries: ResourceQueriesConfig,
 }
 
 impl QueryFile {
@@ -133,6 +136,29 @@ pub struct CustomMetricConfig {
     #[serde(default)]
     pub aggregate: Aggregate,
     /// Range of this metric's rates (Go duration); the configuration's window when unset.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub window: Option<Duration>,
+}
+
+/// `resourceQueries:`: where `--resource-source=prometheus` reads CPU and memory. Every query
+/// is a PromQL template (`SCOPE`, `WINDOW`); fields left out take the defaults on cAdvisor's
+/// and the kubelet's series.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceQueriesConfig {
+    /// CPU cores per container: the result keeps `namespace`, `pod` and `container`.
+    #[serde(rename = "containerCPU")]
+    pub container_cpu: Option<String>,
+    /// Memory working set bytes per container, with the same labels.
+    #[serde(rename = "containerMemory")]
+    pub container_memory: Option<String>,
+    /// CPU cores per node: the result keeps `node`.
+    #[serde(rename = "nodeCPU")]
+    pub node_cpu: Option<String>,
+    /// Memory working set bytes per node: the result keeps `node`.
+    #[serde(rename = "nodeMemory")]
+    pub node_memory: Option<String>,
+    /// Range of the CPU rates (`WINDOW`), reported as the `window` of the metrics.
     #[serde(default, deserialize_with = "de_duration")]
     pub window: Option<Duration>,
 }
@@ -223,6 +249,8 @@ struct RawFile {
     custom_metrics: Option<Vec<CustomMetricConfig>>,
     #[serde(default)]
     kinds: Vec<DeclaredKindConfig>,
+    #[serde(default)]
+    resource_queries: ResourceQueriesConfig,
     #[serde(flatten)]
     sections: BTreeMap<String, serde_yaml::Value>,
 }
@@ -283,6 +311,7 @@ impl QueryFile {
                 external_metrics: raw.external_metrics,
                 custom_metrics: raw.custom_metrics,
                 kinds: raw.kinds,
+                resource_queries: raw.resource_queries,
             }
         };
         let invalid = |invalid: Invalid| ConfigError::Invalid { path: path.to_owned(), invalid };

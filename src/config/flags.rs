@@ -130,9 +130,25 @@ pub struct ClusterArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
+/// Where pod, container and node CPU and memory come from (`--resource-source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ResourceSource {
+    /// Each node's kubelet `/metrics/resource`, as metrics-server reads it.
+    #[default]
+    Kubelet,
+    /// PromQL over the series Prometheus already has (cAdvisor's `container_*`, the kubelet's
+    /// `node_*`): the `resourceQueries` of --config; no kubelet connection at all.
+    Prometheus,
+}
+
 /// Flags of kubelet scraping.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct KubeletArgs {
+    /// Where pod, container and node CPU and memory come from: `kubelet` (each node's
+    /// /metrics/resource) or `prometheus` (the resourceQueries of --config; the --kubelet-*
+    /// flags are then unused).
+    #[arg(long, value_enum, default_value_t = ResourceSource::Kubelet, env = "PERCOLATOR_RESOURCE_SOURCE")]
+    pub resource_source: ResourceSource,
     /// Port of the kubelets' HTTPS endpoint.
     #[arg(long, default_value_t = 10250, env = "PERCOLATOR_KUBELET_PORT")]
     pub kubelet_port: u16,
@@ -348,6 +364,14 @@ mod tests {
         assert!(!parse(&["--authentication-skip-lookup=false"]).auth.authentication_skip_lookup);
         // Every boolean flag reads so, as in Go.
         assert!(parse(&["--kubelet-insecure-tls"]).kubelet.kubelet_insecure_tls);
+        assert_eq!(parse(&[]).kubelet.resource_source, ResourceSource::Kubelet);
+        assert_eq!(
+            parse(&["--resource-source", "prometheus"]).kubelet.resource_source,
+            ResourceSource::Prometheus
+        );
+        let error =
+            Args::try_parse_from(["percolator", "--resource-source=cadvisor"]).unwrap_err().to_string();
+        assert!(error.contains("--resource-source") && error.contains("kubelet, prometheus"), "{error}");
         assert!(!parse(&["--kubelet-insecure-tls=false"]).kubelet.kubelet_insecure_tls);
         assert!(!parse(&[]).kubelet.kubelet_insecure_tls);
         assert!(parse(&["--enable-external-metrics=true"]).metric_apis.enable_external_metrics);

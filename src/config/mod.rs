@@ -7,9 +7,10 @@ pub mod flags;
 
 pub use file::{
     Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig,
-    DeclaredKindConfig, ExternalMetricConfig, Invalid, LiveConfig, PodsJoinConfig, QueryFile, Snapshot,
+    DeclaredKindConfig, ExternalMetricConfig, Invalid, LiveConfig, PodsJoinConfig, QueryFile,
+    ResourceQueriesConfig, Snapshot,
 };
 pub use flags::{
     Args, AuthArgs, CacheArgs, ClusterArgs, KubeletArgs, MetricApisArgs, PrometheusArgs, QueryArgs,
-    ServingArgs,
+    ResourceSource, ServingArgs,
 };

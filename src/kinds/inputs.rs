@@ -1,9 +1,9 @@
-//! What every kind computes from ([`Sources`]: the inventory, the kubelets, Prometheus and the
+//! What every kind computes from ([`Sources`]: the inventory, the resource usage, Prometheus and the
 //! configuration in force) and the steps the kinds share: the start of a computation, the
-//! kubelet usage of a set of pods (and its sum over the pods an object joins), a templated
+//! CPU and memory of a set of pods (and its sum over the pods an object joins), a templated
 //! PromQL query scoped to a namespace, and the indexing of query results by object.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use jiff::Timestamp;
 use crate::config::{LiveConfig, Snapshot};
 use crate::sources::prometheus::{self, Matcher, render};
 use crate::sources::{
-    ContainerUsage, Inventory, KubeletSource, PodInfo, PodKey, PromError, PromSample, PromSource,
+    ContainerUsage, Inventory, PodInfo, PodKey, PromError, PromSample, PromSource, UsageSource,
 };
 
 use super::ComputeError;
@@ -39,8 +39,8 @@ pub enum QueryError {
 pub struct Sources {
     /// Pods and nodes.
     pub inventory: Arc<dyn Inventory>,
-    /// Kubelet usage per node.
-    pub kubelet: Arc<dyn KubeletSource>,
+    /// CPU and memory of pods and nodes (kubelets or Prometheus, `--resource-source`).
+    pub usage: Arc<dyn UsageSource>,
     /// PromQL.
     pub prometheus: Arc<dyn PromSource>,
     /// The query configuration in force (reloadable): kinds take one snapshot per computation.
@@ -78,36 +78,14 @@ impl Sources {
         })
     }
 
-    /// Container usage of `pods`, fetching only the nodes that run them, in parallel (each
-    /// node is cached and single-flight in the kubelet source). Failed nodes remove the
-    /// usage of their pods and yield one warning.
+    /// Container usage of `pods` from the resource source in force (each source caches and
+    /// shares fetches); what failed becomes one warning.
     pub async fn pod_usage(
         &self,
         pods: &[Arc<PodInfo>],
     ) -> (HashMap<PodKey, Vec<ContainerUsage>>, Option<String>) {
-        let nodes: BTreeSet<&str> = pods.iter().filter_map(|p| p.node_name.as_deref()).collect();
-        let results = futures::future::join_all(nodes.iter().map(|node| self.kubelet.node_usage(node))).await;
-        let mut usage = HashMap::new();
-        let mut failed = Vec::new();
-        for result in results {
-            match result {
-                Ok(node) => usage.extend(node.pods.iter().map(|(k, v)| (k.clone(), v.clone()))),
-                Err(error) => failed.push(error.to_string()),
-            }
-        }
-        // Name every failed node (errors name their node), up to a bound that keeps the
-        // header readable.
-        const LISTED: usize = 5;
-        let warning = match failed.len() {
-            0 => None,
-            1 => Some(format!("cpu and memory omitted for pods on 1 node: {}", failed[0])),
-            n => {
-                let listed = failed.iter().take(LISTED).cloned().collect::<Vec<_>>().join("; ");
-                let more = if n > LISTED { format!("; and {} more", n - LISTED) } else { String::new() };
-                Some(format!("cpu and memory omitted for pods on {n} nodes: {listed}{more}"))
-            }
-        };
-        (usage, warning)
+        let usage = self.usage.pod_usage(pods).await;
+        (usage.pods, usage.warning)
     }
 
     /// Renders `template` for `namespace` (all namespaces when `None`) and runs it. The

@@ -216,6 +216,7 @@ mod tests {
     /// Live kinds over a configuration file `dir/config.yaml` holding `yaml`.
     fn mk_live(dir: &std::path::Path, yaml: &str) -> (LiveKinds, Arc<crate::config::LiveConfig>) {
         use crate::kinds::testkit::{FakeInventory, FakeKubelet, FakeProm};
+        use crate::sources::resources::KubeletUsage;
         std::fs::create_dir_all(dir).unwrap();
         let path = dir.join("config.yaml");
         std::fs::write(&path, yaml).unwrap();
@@ -223,7 +224,7 @@ mod tests {
         let config = crate::config::LiveConfig::load(Some(&path), None, check).unwrap();
         let sources = Sources {
             inventory: FakeInventory::with(Vec::new()),
-            kubelet: Arc::new(FakeKubelet::default()),
+            usage: Arc::new(KubeletUsage::new(Arc::new(FakeKubelet::default()))),
             prometheus: Arc::new(FakeProm::default()),
             config: config.clone(),
         };

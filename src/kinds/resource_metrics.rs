@@ -14,7 +14,6 @@
 //!   on them) and `creationTimestamp` the time of the computation;
 //! - Table columns `Name`, `cpu`, `memory`, `Window`, singular name empty, no short names.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -238,20 +237,13 @@ impl ResourceMetrics {
         }
         let resource_version = self.sources.inventory.resource_version();
         let nodes: Vec<Arc<NodeInfo>> = self.sources.inventory.nodes();
-        let fetches =
-            futures::future::join_all(nodes.iter().map(|n| self.sources.kubelet.node_usage(&n.name))).await;
+        let mut usage = self.sources.usage.node_usage(&nodes).await;
         let now = Timestamp::now();
-        let mut failed = BTreeSet::new();
         let mut items = Vec::new();
-        for (node, fetched) in nodes.iter().zip(fetches) {
-            let usage = match fetched {
-                Ok(usage) => usage,
-                Err(error) => {
-                    failed.insert(error.to_string());
-                    continue;
-                }
+        for node in &nodes {
+            let Some((usage, timestamp, window)) = usage.nodes.get(&node.name).and_then(usage_of) else {
+                continue;
             };
-            let Some((usage, timestamp, window)) = usage.node.as_ref().and_then(usage_of) else { continue };
             let window = duration::seconds_string(window);
             let meta = Meta {
                 name: node.name.as_str().into(),
@@ -271,13 +263,7 @@ impl ResourceMetrics {
             });
             items.push(Arc::new(Item { meta, object, cells }));
         }
-        let warnings = match failed.len() {
-            0 => Vec::new(),
-            n => vec![format!(
-                "{n} node(s) omitted, their kubelets failed: {}",
-                failed.into_iter().take(5).collect::<Vec<_>>().join("; ")
-            )],
-        };
+        let warnings = usage.warning.take().into_iter().collect();
         Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
     }
 }

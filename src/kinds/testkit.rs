@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use super::cafe_brew_stats::CAFE_LABEL;
 use super::{Cell, Item, Sources};
 use crate::config::{Check, LiveConfig, QueryFile};
+use crate::sources::resources::KubeletUsage;
 use crate::sources::{
     ContainerUsage, Inventory, KubeletError, KubeletSource, NodeInfo, NodeUsage, PodInfo, PodKey, PromError,
     PromSample, PromSource,
@@ -271,7 +272,7 @@ pub(crate) fn mk_sources(
     let file = QueryFile::from_yaml("", "defaults", &check).unwrap_or_else(|e| panic!("defaults: {e}"));
     Sources {
         inventory,
-        kubelet,
+        usage: Arc::new(KubeletUsage::new(kubelet)),
         prometheus: prom,
         config: LiveConfig::fixed(file, Some(Duration::from_secs(300))),
     }

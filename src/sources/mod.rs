@@ -3,6 +3,9 @@
 //!
 //! - [`Inventory`]: pods and nodes known to the cluster (watch-backed, local reads);
 //! - [`KubeletSource`]: per-node container CPU and memory from kubelet `/metrics/resource`;
+//! - [`UsageSource`]: the CPU and memory of sets of pods and nodes, whichever upstream has them
+//!   (`--resource-source`: the kubelets through a [`KubeletSource`], or Prometheus' cAdvisor
+//!   series through [`resources::PromUsage`]);
 //! - [`PromSource`]: PromQL vector queries against Prometheus;
 //! - [`workloads::WorkloadSource`]: the pod selection of Deployments, StatefulSets, ReplicaSets,
 //!   DaemonSets and Services (read one by one, cached).
@@ -10,6 +13,7 @@
 pub mod inventory;
 pub mod kubelet;
 pub mod prometheus;
+pub mod resources;
 pub mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
@@ -135,6 +139,36 @@ pub trait KubeletSource: Send + Sync {
     /// Container usage of every pod on `node`. Implementations cache per node and make
     /// concurrent calls for the same node share one fetch.
     fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>>;
+}
+
+/// The usage of a set of pods: per pod, its containers' usage (a pod without usage is absent),
+/// and one warning naming what failed, if anything did.
+#[derive(Debug, Clone, Default)]
+pub struct PodsUsage {
+    /// Per pod, its containers' usage.
+    pub pods: HashMap<PodKey, Vec<ContainerUsage>>,
+    /// Why some pods have no usage (failed nodes, a failed query), ready for a `Warning` header.
+    pub warning: Option<String>,
+}
+
+/// The usage of a set of nodes: per node name, its own usage (`name` empty), and one warning
+/// naming what failed, if anything did.
+#[derive(Debug, Clone, Default)]
+pub struct NodesUsage {
+    /// Per node, its usage; a node without both CPU and memory data is absent.
+    pub nodes: HashMap<String, ContainerUsage>,
+    /// Why some nodes have no usage, ready for a `Warning` header.
+    pub warning: Option<String>,
+}
+
+/// CPU and memory of pods and nodes: what PodMetricsSummary, CafeBrewStats and
+/// `metrics.k8s.io` compute from, whatever the upstream (`--resource-source`).
+pub trait UsageSource: Send + Sync {
+    /// Usage of `pods` (one namespace or several). Implementations cache and make concurrent
+    /// calls share one fetch; failures become the warning, never an error.
+    fn pod_usage<'a>(&'a self, pods: &'a [Arc<PodInfo>]) -> BoxFuture<'a, PodsUsage>;
+    /// Usage of `nodes`, with the same rules.
+    fn node_usage<'a>(&'a self, nodes: &'a [Arc<NodeInfo>]) -> BoxFuture<'a, NodesUsage>;
 }
 
 /// One sample of a PromQL instant vector.
