@@ -118,11 +118,31 @@ pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
         push_json_str(&mut out, ctx.resource_version);
     }
     out.extend_from_slice(b"},\"items\":[");
+    // Kinds whose list items are untyped drop the `kind` and `apiVersion` their objects start
+    // with (in either order).
+    let type_meta: Vec<Vec<u8>> = if ctx.info.typed_list_items {
+        Vec::new()
+    } else {
+        let (mut kind, mut api_version) = (b"\"kind\":".to_vec(), b"\"apiVersion\":".to_vec());
+        push_json_str(&mut kind, &ctx.info.kind);
+        push_json_str(&mut api_version, ctx.info.gv.api_version);
+        [(&kind, &api_version), (&api_version, &kind)]
+            .into_iter()
+            .map(|(first, second)| [b"{".as_slice(), first, b",", second, b","].concat())
+            .collect()
+    };
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(item.object.get().as_bytes());
+        let object = item.object.get().as_bytes();
+        match type_meta.iter().find_map(|prefix| object.strip_prefix(prefix.as_slice())) {
+            Some(rest) => {
+                out.push(b'{');
+                out.extend_from_slice(rest);
+            }
+            None => out.extend_from_slice(object),
+        }
     }
     out.extend_from_slice(b"]}");
     out
@@ -502,6 +522,31 @@ mod tests {
         );
         let no_rv = RenderContext { resource_version: "", ..ctx(IncludeObject::Metadata) };
         assert_eq!(parse(render_list(&no_rv, &[], Representation::Json).unwrap())["metadata"], json!({}));
+    }
+
+    #[test]
+    fn untyped_list_items_lose_kind_and_api_version_and_single_objects_keep_them() {
+        let info = crate::kinds::KindInfo { typed_list_items: false, ..crate::api::testutil::WIDGET.clone() };
+        let untyped = RenderContext { info: &info, ..ctx(IncludeObject::Metadata) };
+        let kind_first = r#"{"kind":"Widget","apiVersion":"stats.une-tasse-de.cafe/v1alpha1","size":4}"#;
+        let c = item("c", false);
+        let c = Arc::new(Item {
+            meta: c.meta.clone(),
+            object: RawValue::from_string(kind_first.to_owned()).unwrap(),
+            cells: c.cells.clone(),
+        });
+        let items = vec![item("a", true), item("b", false), c];
+        let list = render_list(&untyped, &items, Representation::Json).unwrap();
+        assert_eq!(
+            parse(list),
+            json!({"kind": "WidgetList", "apiVersion": API_VERSION, "metadata": {"resourceVersion": "17"}, "items": [
+                {"metadata": {"name": "a", "namespace": "ns1", "resourceVersion": "7"}, "size": 3},
+                {"size": 3},
+                {"size": 4},
+            ]})
+        );
+        let one = parse(render_object(&untyped, &items[0], Representation::Json).unwrap());
+        assert_eq!((one["kind"].as_str(), one["apiVersion"].as_str()), (Some("Widget"), Some(API_VERSION)));
     }
 
     #[test]

@@ -43,6 +43,7 @@ static INFO: KindInfo = KindInfo {
                   and exports the cafe metrics), computed at request time from its Prometheus metrics and \
                   its serving pods' kubelet usage. Fields whose source has no data are omitted.",
     ),
+    typed_list_items: true,
 };
 
 /// The brew-duration quantile `q` of each cafe over the window.

@@ -80,6 +80,9 @@ pub struct KindInfo {
     pub namespaced: bool,
     /// One-paragraph description of the kind, used in OpenAPI.
     pub description: Text,
+    /// Whether the items of a list carry `kind` and `apiVersion`, as custom resources' do;
+    /// compiled-in API types' lists (metrics-server's `PodMetricsList`) leave them out.
+    pub typed_list_items: bool,
 }
 
 impl KindInfo {
@@ -97,6 +100,7 @@ impl KindInfo {
             categories: Texts::Owned(Vec::new()),
             namespaced,
             description: Text::Owned(description.to_owned()),
+            typed_list_items: true,
         }
     }
 

@@ -33,6 +33,7 @@ static INFO: KindInfo = KindInfo {
                   request time: CPU and memory from the kubelet, request and error rates from Prometheus. \
                   Fields whose source has no data are omitted.",
     ),
+    typed_list_items: true,
 };
 
 /// The kind in the registry.

@@ -51,6 +51,7 @@ const fn metrics_kind(
         categories: Texts::Borrowed(&[]),
         namespaced,
         description: Text::Borrowed(description),
+        typed_list_items: false,
     }
 }
 
@@ -60,7 +61,7 @@ static POD_INFO: KindInfo = metrics_kind(
     "PodMetricsList",
     true,
     "PodMetrics sets resource usage metrics of a pod: the CPU rate and memory working set of each of \
-     its containers, from the kubelet.",
+     its containers, from the kubelet (or Prometheus' cAdvisor series).",
 );
 
 static NODE_INFO: KindInfo = metrics_kind(
@@ -69,7 +70,7 @@ static NODE_INFO: KindInfo = metrics_kind(
     "NodeMetricsList",
     false,
     "NodeMetrics sets resource usage metrics of a node: its CPU rate and memory working set, from the \
-     kubelet.",
+     kubelet (or Prometheus' node series).",
 );
 
 /// metrics-server's table columns.
@@ -164,7 +165,8 @@ struct ResourceMetrics {
 
 impl ResourceMetrics {
     async fn pods(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
-        let Computation { pods, resource_version, .. } = self.sources.begin(namespace)?;
+        // metrics-server's lists carry no resourceVersion (`"metadata":{}`): neither do these.
+        let Computation { pods, .. } = self.sources.begin(namespace)?;
         let (usage, warning) = self.sources.pod_usage(&pods).await;
         let now = Timestamp::now();
         let items = pods
@@ -200,12 +202,7 @@ impl ResourceMetrics {
                 Some(Arc::new(Item { meta, object, cells }))
             })
             .collect();
-        Ok(Arc::new(Listing {
-            items,
-            warnings: warning.into_iter().collect(),
-            resource_version,
-            ..Listing::default()
-        }))
+        Ok(Arc::new(Listing { items, warnings: warning.into_iter().collect(), ..Listing::default() }))
     }
 }
 
@@ -235,7 +232,6 @@ impl ResourceMetrics {
         if !self.sources.inventory.is_synced() {
             return Err(ComputeError::NotReady);
         }
-        let resource_version = self.sources.inventory.resource_version();
         let nodes: Vec<Arc<NodeInfo>> = self.sources.inventory.nodes();
         let mut usage = self.sources.usage.node_usage(&nodes).await;
         let now = Timestamp::now();
@@ -264,7 +260,7 @@ impl ResourceMetrics {
             items.push(Arc::new(Item { meta, object, cells }));
         }
         let warnings = usage.warning.take().into_iter().collect();
-        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
+        Ok(Arc::new(Listing { items, warnings, ..Listing::default() }))
     }
 }
 

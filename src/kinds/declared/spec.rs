@@ -452,6 +452,7 @@ impl DeclaredSpec {
             description: Text::Owned(
                 config.description.clone().unwrap_or_else(|| default_description(&kind)),
             ),
+            typed_list_items: true,
             kind: Text::Owned(kind.clone()),
         };
         let fields: Vec<FieldSpec> = config
@@ -946,6 +947,7 @@ kinds:
                     categories: owned(&["percolator"]),
                     namespaced: true,
                     description: Text::Owned("HTTP traffic per pod, from Prometheus.".into()),
+                    typed_list_items: true,
                 },
                 name_label: "pod".into(),
                 labels: vec!["tier".into()],

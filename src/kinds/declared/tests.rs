@@ -27,6 +27,7 @@ fn mk_info(kind: &str, plural: &str, namespaced: bool, description: &str) -> Kin
         categories: Cow::Owned(vec!["percolator".into()]),
         namespaced,
         description: description.to_owned().into(),
+        typed_list_items: true,
     }
 }
 
