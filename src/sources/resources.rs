@@ -120,6 +120,11 @@ pub const DEFAULT_NODE_MEMORY: &str = "sum by (node) (node_memory_working_set_by
 /// Default of `resourceQueries.window`: four scrapes at Prometheus' usual 15s interval.
 pub const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
 
+/// CPU rates are rounded to the micro-core: `rate()` over float counters leaves noise in the
+/// last digits (`0.0090000012`), which would put a value on the wrong side of a millicore when
+/// `kubectl top` rounds it up.
+const RATE_PRECISION: f64 = 1e-6;
+
 /// Labels a container query's result keeps.
 const CONTAINER_LABELS: [&str; 3] = ["namespace", "pod", "container"];
 /// The label a node query's result keeps.
@@ -216,7 +221,7 @@ impl PromUsage {
         for sample in cpu.iter().filter(|s| s.value.is_finite() && s.value >= 0.0) {
             if let Some((key, name)) = key(sample) {
                 if let Some(usage) = container(table.entry(key).or_default(), name, sample) {
-                    usage.cpu_cores = Some(sample.value);
+                    usage.cpu_cores = Some((sample.value / RATE_PRECISION).round() * RATE_PRECISION);
                     usage.window_seconds = Some(window_seconds);
                 }
             }
@@ -438,7 +443,7 @@ mod tests {
                     Ok(vec![
                         sample(&[("namespace", "shop"), ("pod", "web-1"), ("container", "sidecar")], 0.01),
                         sample(&[("namespace", "shop"), ("pod", "web-1"), ("container", "app")], 0.25),
-                        sample(&[("namespace", "shop"), ("pod", "web-2"), ("container", "app")], 0.5),
+                        sample(&[("namespace", "shop"), ("pod", "web-2"), ("container", "app")], 0.500_000_001_2),
                         // Without the labels that place it: ignored.
                         sample(&[("namespace", "shop"), ("container", "app")], 9.0),
                         sample(&[("namespace", "shop"), ("pod", "web-2"), ("container", "nan")], f64::NAN),
