@@ -351,6 +351,7 @@ mod panicking {
         categories: Texts::Borrowed(&[]),
         namespaced: true,
         description: Text::Borrowed("Bomb panics while its list is rendered."),
+        typed_list_items: true,
     };
 
     /// Computes fine; panics when the handler asks for its columns to render the answer, i.e.

@@ -1,7 +1,9 @@
-//! metrics.k8s.io (`--enable-resource-metrics`) in kubelet mode against the simulator: real
-//! `kubectl top pods|nodes` prints the numbers `kubectl get pms` prints for the same pods, the
-//! raw objects have metrics-server's fields and values (against the simulator's truth), and
-//! enabling the API adds no kubelet fetch.
+//! metrics.k8s.io (`--enable-resource-metrics`) against the simulator, in both resource source
+//! modes (the kubelets, and Prometheus' cAdvisor series with `--resource-source=prometheus`):
+//! real `kubectl top pods` prints the numbers `kubectl get pms` prints for the same pods, the raw
+//! objects have exactly metrics-server's fields and values (against the simulator's truth), and
+//! one set of samples serves every kind (no extra kubelet fetch; in Prometheus mode, none at all).
+//! With Prometheus down in Prometheus mode, lists stay up with a Warning.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -9,11 +11,35 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::devenv::ProxyFault;
 use common::{Env, Options, assert_close, q, table};
 use serde_json::Value;
 
 const MGV: &str = "/apis/metrics.k8s.io/v1beta1";
+const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 
+/// Where CPU and memory come from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Kubelet,
+    Prometheus,
+}
+
+fn options(mode: Mode) -> Options {
+    let mut extra_args = vec!["--enable-resource-metrics".to_owned()];
+    if mode == Mode::Prometheus {
+        extra_args.push("--resource-source=prometheus".to_owned());
+    }
+    Options { extra_args, cadvisor: mode == Mode::Prometheus, ..Options::default() }
+}
+
+/// The sorted keys of a JSON object.
+fn keys(v: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> =
+        v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys
+}
 /// `kubectl top pods` rows by pod name: (CPU, MEMORY) as printed.
 fn top_rows(out: &str) -> BTreeMap<String, (String, String)> {
     let (header, rows) = table(out);
@@ -37,13 +63,8 @@ async fn wait_for_pod_metrics(env: &Env, namespace: &str, running: usize) -> Val
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn kubectl_top_prints_what_get_pms_prints_and_the_truth() {
-    let env = Env::start(
-        "resource",
-        Options { extra_args: vec!["--enable-resource-metrics".into()], ..Options::default() },
-    )
-    .await;
+async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
+    let env = Env::start(&format!("resource-{mode:?}").to_lowercase(), options(mode)).await;
     env.wait_for_cpu(Some("shop")).await;
     let truth = env.truth().await;
     let running: Vec<&Value> = truth["pods"]
@@ -54,23 +75,39 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth() {
         .collect();
     let list = wait_for_pod_metrics(&env, "shop", running.len()).await;
 
-    // The raw list: metrics-server's kinds and fields, values against the truth.
+    // The raw list, field by field as metrics-server writes it (k8s.io/metrics v1beta1 types
+    // through the generic API server: list items without kind and apiVersion, list metadata
+    // empty, object metadata with name, namespace, creationTimestamp and labels only), with
+    // values against the truth.
+    assert_eq!(keys(&list), ["apiVersion", "items", "kind", "metadata"]);
     assert_eq!(list["kind"], "PodMetricsList");
     assert_eq!(list["apiVersion"], "metrics.k8s.io/v1beta1");
+    assert_eq!(list["metadata"], serde_json::json!({}));
+    let expected_window = match mode {
+        // Two kubelet samples one housekeeping period apart.
+        Mode::Kubelet => "2s",
+        // The rate range of the default resourceQueries.
+        Mode::Prometheus => "1m0s",
+    };
     for item in list["items"].as_array().unwrap() {
+        assert_eq!(keys(item), ["containers", "metadata", "timestamp", "window"], "{item}");
         let name = item["metadata"]["name"].as_str().unwrap();
         let pod =
             running.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} is not running"));
+        assert_eq!(keys(&item["metadata"]), ["creationTimestamp", "labels", "name", "namespace"], "{name}");
         assert_eq!(item["metadata"]["namespace"], "shop");
         assert_eq!(item["metadata"]["labels"], pod["labels"], "{name}");
-        assert!(item["metadata"].get("uid").is_none(), "metrics-server sets no uid");
-        assert!(item["timestamp"].as_str().unwrap().ends_with('Z'));
-        let window = item["window"].as_str().unwrap();
-        assert!(window.ends_with('s') && percolator::k8s::duration::parse(window).is_ok(), "{window}");
+        item["metadata"]["creationTimestamp"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+        let timestamp: jiff::Timestamp = item["timestamp"].as_str().unwrap().parse().unwrap();
+        let age = jiff::Timestamp::now().duration_since(timestamp).as_secs_f64();
+        assert!((-1.0..30.0).contains(&age), "{name}: sample taken {age}s ago");
+        assert_eq!(item["window"], expected_window, "{name}");
         let containers = item["containers"].as_array().unwrap();
         let expected = pod["containers"].as_array().unwrap();
         assert_eq!(containers.len(), expected.len(), "{name}");
         for c in containers {
+            assert_eq!(keys(c), ["name", "usage"]);
+            assert_eq!(keys(&c["usage"]), ["cpu", "memory"]);
             let truth = expected.iter().find(|t| t["name"] == c["name"]).unwrap();
             assert_close(q(&c["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "container cpu");
             assert_close(
@@ -79,10 +116,21 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth() {
                 0.001,
                 "container memory",
             );
+            // metrics-server's units: CPU from nanocores (canonical: n, u or m), memory BinarySI.
+            let cpu = c["usage"]["cpu"].as_str().unwrap();
+            assert!(cpu.ends_with(['n', 'u', 'm']) || cpu.bytes().all(|b| b.is_ascii_digit()), "{cpu}");
+            let memory = c["usage"]["memory"].as_str().unwrap();
+            assert!(
+                memory.ends_with("Ki")
+                    || memory.ends_with("Mi")
+                    || memory.bytes().all(|b| b.is_ascii_digit()),
+                "{memory}"
+            );
         }
     }
     let first = list["items"][0]["metadata"]["name"].as_str().unwrap().to_owned();
     let one = env.get_json(&format!("{MGV}/namespaces/shop/pods/{first}")).await;
+    assert_eq!(keys(&one), ["apiVersion", "containers", "kind", "metadata", "timestamp", "window"]);
     assert_eq!(
         (one["kind"].as_str(), one["metadata"]["name"].as_str()),
         (Some("PodMetrics"), Some(first.as_str()))
@@ -91,7 +139,7 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth() {
     assert_eq!(code, 404);
 
     // kubectl top pods prints the numbers kubectl get pms prints, for the same pods. The two
-    // reads may straddle a kubelet sample; the simulator's rates are constant, so they agree.
+    // reads may straddle a sample; the simulator's rates are constant, so they agree.
     let top = top_rows(&env.kubectl_ok(&["top", "pods", "-n", "shop"]));
     let (header, rows) = table(&env.kubectl_ok(&["get", "pms", "-n", "shop"]));
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
@@ -107,37 +155,47 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth() {
     let containers = env.kubectl_ok(&["top", "pods", "-n", "shop", "--containers"]);
     let total_containers: usize = running.iter().map(|p| p["containers"].as_array().unwrap().len()).sum();
     assert_eq!(table(&containers).1.len(), total_containers, "{containers}");
-    let sorted = env.kubectl_ok(&["top", "pods", "-n", "shop", "--sort-by=cpu", "--no-headers"]);
-    let millis: Vec<u64> = sorted
-        .lines()
-        .map(|l| l.split_whitespace().nth(1).unwrap().trim_end_matches('m').parse().unwrap())
-        .collect();
-    assert!(millis.windows(2).all(|w| w[0] >= w[1]), "sorted by cpu: {sorted}");
+    for (sort, column) in [("cpu", 1), ("memory", 2)] {
+        let sorted =
+            env.kubectl_ok(&["top", "pods", "-n", "shop", &format!("--sort-by={sort}"), "--no-headers"]);
+        let values: Vec<f64> = sorted
+            .lines()
+            .map(|l| {
+                let cell = l.split_whitespace().nth(column).unwrap();
+                percolator::k8s::quantity::parse(cell).unwrap_or_else(|e| panic!("{cell}: {e}"))
+            })
+            .collect();
+        assert!(values.windows(2).all(|w| w[0] >= w[1]), "sorted by {sort}: {sorted}");
+    }
     let all = env.kubectl_ok(&["top", "pods", "-A", "--no-headers"]);
-    assert!(all.lines().count() > running.len(), "{all}");
+    let all_running = truth["pods"].as_array().unwrap().iter().filter(|p| p["phase"] == "Running").count();
+    assert_eq!(all.lines().count(), all_running, "{all}");
 
-    // Nodes: every node with its own series, with its labels; kubectl top nodes lists them.
+    // Nodes: every node, its own usage against the truth, metrics-server's fields.
     let nodes = env.get_json(&format!("{MGV}/nodes")).await;
+    assert_eq!(nodes["metadata"], serde_json::json!({}));
     let names: Vec<&str> =
         nodes["items"].as_array().unwrap().iter().map(|n| n["metadata"]["name"].as_str().unwrap()).collect();
     let truth_nodes: Vec<&str> =
         truth["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
     assert_eq!(names, truth_nodes);
     for node in nodes["items"].as_array().unwrap() {
+        assert_eq!(keys(node), ["metadata", "timestamp", "usage", "window"], "{node}");
+        assert_eq!(keys(&node["metadata"]), ["creationTimestamp", "labels", "name"], "{node}");
+        assert_eq!(node["window"], expected_window);
         let name = node["metadata"]["name"].as_str().unwrap();
-        let pods_cpu: f64 = truth["pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["node"] == name && p["phase"] == "Running")
-            .flat_map(|p| p["containers"].as_array().unwrap().iter().map(|c| c["cpuCores"].as_f64().unwrap()))
-            .sum();
-        assert!(
-            q(&node["usage"]["cpu"]) >= pods_cpu * 0.98,
-            "{name}: the node uses at least what its pods use"
+        let truth = truth["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
+        assert_close(q(&node["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "node cpu");
+        // Pods started or stopped since the truth was read change it: within 5%.
+        assert_close(
+            q(&node["usage"]["memory"]),
+            truth["memoryBytes"].as_f64().unwrap(),
+            0.05,
+            "node memory",
         );
-        assert_eq!(node["kind"], "NodeMetrics");
     }
+    let one = env.get_json(&format!("{MGV}/nodes/{}", truth_nodes[0])).await;
+    assert_eq!(one["kind"], "NodeMetrics");
     // `kubectl top nodes` also lists the core nodes (for their allocatable), which this
     // harness's kubeconfig (percolator itself, no kube-apiserver in front) does not serve; the
     // Table of the same objects is what it would print beside them.
@@ -145,20 +203,141 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth() {
     assert_eq!(header, ["NAME", "CPU", "MEMORY", "WINDOW"]);
     assert_eq!(rows.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(), truth_nodes);
 
-    // One scrape serves all: the kubelet fetches of PodMetricsSummary and PodMetrics are the
-    // same ones (within one cache TTL, a second kind adds no fetch).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // CafeBrewStats read the same source: their pods' usage against the truth.
+    let cafes = env.get_json(&format!("{GV}/cafebrewstats")).await;
+    for item in cafes["items"].as_array().unwrap() {
+        let (ns, name) = (&item["metadata"]["namespace"], &item["metadata"]["name"]);
+        let cafe = truth["cafes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| &c["namespace"] == ns && &c["name"] == name)
+            .unwrap();
+        if cafe["pods"].as_array().unwrap().is_empty() {
+            continue;
+        }
+        assert_close(q(&item["cpu"]), cafe["cpuCores"].as_f64().unwrap(), 0.05, "cafe cpu");
+        assert_close(q(&item["memory"]), cafe["memoryBytes"].as_f64().unwrap(), 0.05, "cafe memory");
+    }
+
     let fetches = |stats: &Value| {
         stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>()
     };
-    let before = fetches(&env.sim_stats().await);
-    env.get_json("/apis/stats.une-tasse-de.cafe/v1alpha1/podmetricssummaries").await;
-    let after_pms = fetches(&env.sim_stats().await);
-    env.get_json(&format!("{MGV}/pods")).await;
-    env.get_json(&format!("{MGV}/nodes")).await;
-    let after_all = fetches(&env.sim_stats().await);
-    assert!(after_pms > before, "the cold list fetched the kubelets");
-    assert_eq!(after_all, after_pms, "metrics.k8s.io reused the samples PodMetricsSummary took");
+    match mode {
+        Mode::Kubelet => {
+            // One scrape serves all: the kubelet fetches of PodMetricsSummary and PodMetrics are
+            // the same ones (within one cache TTL, a second kind adds no fetch).
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let before = fetches(&env.sim_stats().await);
+            env.get_json(&format!("{GV}/podmetricssummaries")).await;
+            let after_pms = fetches(&env.sim_stats().await);
+            env.get_json(&format!("{MGV}/pods")).await;
+            env.get_json(&format!("{MGV}/nodes")).await;
+            let after_all = fetches(&env.sim_stats().await);
+            assert!(after_pms > before, "the cold list fetched the kubelets");
+            assert_eq!(after_all, after_pms, "metrics.k8s.io reused the samples PodMetricsSummary took");
+        }
+        Mode::Prometheus => {
+            // No kubelet connection at all, and the namespaced reads ran the default queries
+            // scoped to their namespace.
+            assert_eq!(fetches(&env.sim_stats().await), 0, "{}", env.sim_stats().await);
+            let queries = env.prometheus.queries();
+            let scoped = r#"sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{container!="",container!="POD",namespace="shop"}[1m]))"#;
+            assert!(queries.iter().any(|q| q == scoped), "{queries:#?}");
+            assert!(
+                queries.iter().any(|q| q == "sum by (node) (rate(node_cpu_usage_seconds_total[1m]))"),
+                "{queries:#?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_mode_kubectl_top_prints_what_get_pms_prints_and_the_truth() {
+    kubectl_top_prints_what_get_pms_prints_and_the_truth(Mode::Kubelet).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_mode_kubectl_top_prints_what_get_pms_prints_and_the_truth() {
+    kubectl_top_prints_what_get_pms_prints_and_the_truth(Mode::Prometheus).await;
+}
+
+/// In Prometheus mode with Prometheus down, every list still answers (the objects from the
+/// inventory, their usage omitted) with a Warning naming Prometheus; discovery is untouched;
+/// usage returns when Prometheus does.
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_mode_with_prometheus_down_gives_partial_data_with_a_warning() {
+    let env = Env::start(
+        "resource-prom-down",
+        Options { prometheus_proxy: true, cache_ttl: "1s", ..options(Mode::Prometheus) },
+    )
+    .await;
+    env.wait_for_cpu(Some("shop")).await;
+    let running = env.truth().await["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == "shop" && p["phase"] == "Running")
+        .count();
+    wait_for_pod_metrics(&env, "shop", running).await;
+
+    env.proxy().set(ProxyFault::Down);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let warning = |headers: &reqwest::header::HeaderMap| -> String {
+        headers
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let (code, headers, body) = env.get(&format!("{GV}/namespaces/shop/podmetricssummaries"), None).await;
+    assert_eq!(code, 200, "{body}");
+    let pms: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pms["items"].as_array().unwrap().len(), running, "objects kept: {body}");
+    assert!(
+        pms["items"].as_array().unwrap().iter().all(|i| i.get("cpu").is_none() && i.get("memory").is_none())
+    );
+    let text = warning(&headers);
+    assert!(text.contains("cpu and memory omitted: resource usage from Prometheus: prometheus"), "{text}");
+
+    let (code, headers, body) = env.get(&format!("{MGV}/namespaces/shop/pods"), None).await;
+    assert_eq!(code, 200, "{body}");
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["items"], serde_json::json!([]), "no usage, no PodMetrics (as metrics-server)");
+    assert!(warning(&headers).contains("resource usage from Prometheus"), "{}", warning(&headers));
+    let (code, headers, _) = env.get(&format!("{MGV}/nodes"), None).await;
+    assert_eq!(code, 200);
+    assert!(
+        warning(&headers).contains("nodes omitted: resource usage from Prometheus"),
+        "{}",
+        warning(&headers)
+    );
+
+    // Discovery never depends on Prometheus.
+    for path in ["/apis", MGV, "/apis/metrics.k8s.io"] {
+        let (code, _, body) = env.get(path, None).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    let (code, _, body) =
+        env.get("/apis", Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"metrics.k8s.io\""), "{body}");
+    let out = env.kubectl(&["top", "pods", "-n", "shop"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("Metrics API not available"), "{out:?}");
+
+    // Back: usage returns.
+    env.proxy().set(ProxyFault::Pass);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, headers, body) = env.get(&format!("{MGV}/namespaces/shop/pods"), None).await;
+        let list: Value = serde_json::from_str(&body).unwrap();
+        if list["items"].as_array().unwrap().len() == running && warning(&headers).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "usage never returned: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

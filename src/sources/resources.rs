@@ -219,18 +219,18 @@ impl PromUsage {
         let window_seconds = window.as_secs_f64();
         let mut table: HashMap<K, Vec<ContainerUsage>> = HashMap::new();
         for sample in cpu.iter().filter(|s| s.value.is_finite() && s.value >= 0.0) {
-            if let Some((key, name)) = key(sample) {
-                if let Some(usage) = container(table.entry(key).or_default(), name, sample) {
-                    usage.cpu_cores = Some((sample.value / RATE_PRECISION).round() * RATE_PRECISION);
-                    usage.window_seconds = Some(window_seconds);
-                }
+            if let Some((key, name)) = key(sample)
+                && let Some(usage) = container(table.entry(key).or_default(), name, sample)
+            {
+                usage.cpu_cores = Some((sample.value / RATE_PRECISION).round() * RATE_PRECISION);
+                usage.window_seconds = Some(window_seconds);
             }
         }
         for sample in memory.iter().filter(|s| s.value.is_finite() && s.value >= 0.0) {
-            if let Some((key, name)) = key(sample) {
-                if let Some(usage) = container(table.entry(key).or_default(), name, sample) {
-                    usage.memory_bytes = Some(sample.value);
-                }
+            if let Some((key, name)) = key(sample)
+                && let Some(usage) = container(table.entry(key).or_default(), name, sample)
+            {
+                usage.memory_bytes = Some(sample.value);
             }
         }
         for containers in table.values_mut() {
@@ -443,7 +443,10 @@ mod tests {
                     Ok(vec![
                         sample(&[("namespace", "shop"), ("pod", "web-1"), ("container", "sidecar")], 0.01),
                         sample(&[("namespace", "shop"), ("pod", "web-1"), ("container", "app")], 0.25),
-                        sample(&[("namespace", "shop"), ("pod", "web-2"), ("container", "app")], 0.500_000_001_2),
+                        sample(
+                            &[("namespace", "shop"), ("pod", "web-2"), ("container", "app")],
+                            0.500_000_001_2,
+                        ),
                         // Without the labels that place it: ignored.
                         sample(&[("namespace", "shop"), ("container", "app")], 9.0),
                         sample(&[("namespace", "shop"), ("pod", "web-2"), ("container", "nan")], f64::NAN),

@@ -42,6 +42,9 @@ pub struct Options {
     pub prometheus_proxy: bool,
     /// Faults (`POST /sim/faults` JSON) set in the simulator before percolator starts.
     pub sim_faults: Option<&'static str>,
+    /// The simulator also exports the cAdvisor and node series a cluster's Prometheus has
+    /// (`--cadvisor`), with history, for `--resource-source=prometheus`.
+    pub cadvisor: bool,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             scrape_percolator: true,
             prometheus_proxy: false,
             sim_faults: None,
+            cadvisor: false,
         }
     }
 }
@@ -151,6 +155,7 @@ impl Env {
             .args(["--pods-per-node", &options.pods_per_node.to_string()])
             .args(["--namespaces", options.namespaces])
             .args(["--housekeeping", HOUSEKEEPING])
+            .args(options.cadvisor.then_some("--cadvisor"))
             .arg("--state-dir")
             .arg(&state)
             .stdout(Stdio::piped())

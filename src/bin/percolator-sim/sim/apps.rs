@@ -4,14 +4,23 @@
 //! - `GET /metrics`: every [`Exporter`]'s series at request time (text format 0.0.4);
 //! - `GET /sim/history?start=&end=&step=&job=&instance=`: the same series as OpenMetrics
 //!   samples over a range, for `promtool tsdb create-blocks-from openmetrics`;
-//! - `GET /sim/truth`: the ground truth (pods, usage, rates, cafes, and the Running pods each
-//!   workload object selects) as JSON;
+//! - `GET /sim/truth`: the ground truth (pods with their node and usage, nodes with their
+//!   usage as their kubelets report it, rates, cafes, and the Running pods each workload
+//!   object selects) as JSON;
 //! - `GET /sim/stats`: kubelet fetches per node and API requests per kind;
 //! - `POST /sim/churn`: delete one running pod and create its replacement now.
 //!
 //! Exporters are pluggable: [`HTTP_REQUESTS`] (`http_requests_total`) and
 //! [`cafe::EXPORTER`] (the cafe metric contract); more are added by writing an [`Exporter`]
-//! and listing it in [`EXPORTERS`].
+//! and listing it in [`EXPORTERS`]. With `--cadvisor`, [`cadvisor::EXPORTER`] comes on top
+//! ([`exporters`]): the series a real cluster's Prometheus has from the kubelets' cAdvisor and
+//! `/metrics/resource` jobs (`container_cpu_usage_seconds_total`,
+//! `container_memory_working_set_bytes`, `node_cpu_usage_seconds_total`,
+//! `node_memory_working_set_bytes`), equal to what the kubelets serve, history included.
+//!
+//! An exporter writes series per Running pod and, optionally, per node: in each family's
+//! section the pods' series come first, then the nodes' (one family's samples stay
+//! contiguous, as OpenMetrics requires).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,15 +37,17 @@ use futures::StreamExt as _;
 use http::{StatusCode, header};
 use serde::Serialize;
 
+use super::cadvisor;
 use super::cafe::{self, Cafe, StepCurve, TEMPERATURE_STEP_SECONDS};
 use super::cluster::{Cluster, now};
 use super::controllers;
+use super::kubelet::{self, cpu_seconds, working_set_bytes};
 use super::objects::rfc3339;
 use super::text::{push_go_float, push_label_value};
-use super::workload::{SimPod, counter_origin, linear};
+use super::workload::{SimNode, SimPod, counter_origin, linear};
 
 /// How a simulated series' value depends on time.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SeriesValue {
     /// `rate × (t − start)`, 0 before `start`.
     Linear {
@@ -55,18 +66,38 @@ pub enum SeriesValue {
     },
     /// A curve constant within steps of wall time.
     Steps(StepCurve),
+    /// CPU seconds as a kubelet reports a sum of linear counters `(cores, start)`, in whole
+    /// nanoseconds ([`kubelet::cpu_seconds`]). No sample before the first `start`.
+    CpuSeconds(Arc<[(f64, f64)]>),
+    /// A working set: the sum of the `(bytes, start)` started by `t`
+    /// ([`kubelet::working_set_bytes`]). No sample before the first `start`.
+    WorkingSet(Arc<[(f64, f64)]>),
 }
 
 impl SeriesValue {
     /// The value at unix time `t`.
-    pub fn at(self, t: f64) -> f64 {
+    pub fn at(&self, t: f64) -> f64 {
         match self {
-            SeriesValue::Linear { rate, start } => linear(rate, start, t),
-            SeriesValue::LastEvent { rate, start } if rate > 0.0 => {
-                start + linear(rate, start, t).floor() / rate
+            SeriesValue::Linear { rate, start } => linear(*rate, *start, t),
+            SeriesValue::LastEvent { rate, start } if *rate > 0.0 => {
+                start + linear(*rate, *start, t).floor() / rate
             }
-            SeriesValue::LastEvent { start, .. } => start,
+            SeriesValue::LastEvent { start, .. } => *start,
             SeriesValue::Steps(curve) => curve.at(t),
+            SeriesValue::CpuSeconds(terms) => cpu_seconds(terms.iter().copied(), t),
+            SeriesValue::WorkingSet(terms) => working_set_bytes(terms.iter().copied(), t),
+        }
+    }
+
+    /// Whether the series has a sample at `t`: a sum of usage terms once its first term has
+    /// started (a container's series appear when it starts, as on a kubelet); the others
+    /// always.
+    pub fn exists_at(&self, t: f64) -> bool {
+        match self {
+            SeriesValue::CpuSeconds(terms) | SeriesValue::WorkingSet(terms) => {
+                terms.iter().any(|(_, start)| *start <= t)
+            }
+            SeriesValue::Linear { .. } | SeriesValue::LastEvent { .. } | SeriesValue::Steps(_) => true,
         }
     }
 }
@@ -110,23 +141,32 @@ impl Family {
     }
 }
 
-/// Receives the series of one pod, one call per series: the suffix appended to the family's
-/// sample name (`""`, or `_bucket`, `_sum`, `_count` for a histogram), its labels (sorted by
-/// name) and its value function. The series of one histogram come in exposition order: the
-/// buckets by increasing `le` (`+Inf` last), then `_sum` and `_count`.
+/// Receives the series of one pod (or node), one call per series: the suffix appended to the
+/// family's sample name (`""`, or `_bucket`, `_sum`, `_count` for a histogram), its labels
+/// (sorted by name) and its value function. The series of one histogram come in exposition
+/// order: the buckets by increasing `le` (`+Inf` last), then `_sum` and `_count`.
 pub type SeriesSink<'a> = dyn FnMut(&'static str, &[(&str, &str)], SeriesValue) + 'a;
 
 /// Emits the series of family number `family` (an index into [`Exporter::families`]) for
 /// `pod`, a Running pod whose counters start at unix time `start` ([`counter_origin`]).
 pub type PodSeries = fn(family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>);
 
-/// A simulated application exporter: metric families with per-pod series.
+/// Emits the series of family number `family` for `node`, which hosts `pods` (every pod
+/// scheduled on it, in the order its kubelet lists them; Running or not), with counters from
+/// the cluster's `origin`.
+pub type NodeSeries =
+    fn(family: usize, node: &SimNode, pods: &[Arc<SimPod>], origin: f64, sink: &mut SeriesSink<'_>);
+
+/// A simulated exporter: metric families with per-pod series and, optionally, per-node
+/// series (written after the pods' in each family).
 #[derive(Clone, Copy)]
 pub struct Exporter {
     /// The families it exports, in output order.
     pub families: &'static [Family],
     /// Its series of one pod.
     pub pod_series: PodSeries,
+    /// Its series of one node, if it has any.
+    pub node_series: Option<NodeSeries>,
 }
 
 /// `http_requests_total{code,namespace,pod}` of the pods with HTTP series.
@@ -137,6 +177,7 @@ pub const HTTP_REQUESTS: Exporter = Exporter {
         kind: FamilyType::Counter,
     }],
     pod_series: http_requests_series,
+    node_series: None,
 };
 
 fn http_requests_series(_family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>) {
@@ -152,6 +193,15 @@ fn http_requests_series(_family: usize, pod: &SimPod, start: f64, sink: &mut Ser
 
 /// The exporters `/metrics` and `/sim/history` serve, in output order.
 pub(crate) const EXPORTERS: &[Exporter] = &[HTTP_REQUESTS, cafe::EXPORTER];
+
+/// [`EXPORTERS`] and the cAdvisor series ([`cadvisor::EXPORTER`]).
+pub(crate) const EXPORTERS_WITH_CADVISOR: &[Exporter] = &[HTTP_REQUESTS, cafe::EXPORTER, cadvisor::EXPORTER];
+
+/// The exporters to serve: [`EXPORTERS`], with the cAdvisor series when `cadvisor`
+/// (`--cadvisor`).
+pub(crate) fn exporters(cadvisor: bool) -> &'static [Exporter] {
+    if cadvisor { EXPORTERS_WITH_CADVISOR } else { EXPORTERS }
+}
 
 /// State of the metrics/control router.
 #[derive(Clone)]
@@ -177,16 +227,29 @@ pub(crate) fn router(state: AppState) -> axum::Router {
 /// Pods rendered per body chunk: bounds memory per step of a streamed body.
 const PODS_PER_CHUNK: usize = 1024;
 
+/// Nodes rendered per body chunk (a node's series sum its pods').
+const NODES_PER_CHUNK: usize = 64;
+
 enum Step {
     Header(usize, usize),
     Pods(usize, usize, usize),
+    Nodes(usize, usize, usize),
     Eof,
 }
 
-/// What one pod contributes: its samples of one family, at one time or over a range.
+/// What one series contributes: its samples, at one time or over a range.
 enum Mode {
     Now(f64),
     History { start: f64, end: f64, step: f64, job: String, instance: String },
+}
+
+/// What a body is rendered from.
+struct Snapshot {
+    /// The Running pods whose series are written.
+    pods: Vec<Arc<SimPod>>,
+    /// Every node with the pods scheduled on it, when an exporter writes node series (empty
+    /// otherwise).
+    nodes: Vec<(Arc<SimNode>, Vec<Arc<SimPod>>)>,
 }
 
 /// Appends `<suffix>{labels}` (the caller has written the family's sample name).
@@ -205,7 +268,58 @@ fn push_series_name(out: &mut String, suffix: &str, labels: &[(&str, &str)]) {
     out.push('}');
 }
 
-fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step) -> String {
+/// Appends the samples in `mode` of the series `emit` writes into its sink, whose sample name
+/// is `name`.
+fn push_series(out: &mut String, name: &str, mode: &Mode, emit: impl FnOnce(&mut SeriesSink<'_>)) {
+    match mode {
+        Mode::Now(t) => emit(&mut |suffix, labels, value| {
+            if !value.exists_at(*t) {
+                return;
+            }
+            out.push_str(name);
+            push_series_name(out, suffix, labels);
+            out.push(' ');
+            push_go_float(out, value.at(*t));
+            out.push('\n');
+        }),
+        Mode::History { start: from, end, step, job, instance } => {
+            // OpenMetrics: the points of one metric (a label set, `le` aside) are consecutive
+            // and in time order, each point with all its samples.
+            let mut samples: Vec<(String, String, SeriesValue)> = Vec::new();
+            emit(&mut |suffix, labels, value| {
+                let mut all: Vec<(&str, &str)> = labels.to_vec();
+                all.push(("instance", instance));
+                all.push(("job", job));
+                all.sort_by(|a, b| a.0.cmp(b.0));
+                let mut head = name.to_owned();
+                push_series_name(&mut head, suffix, &all);
+                let mut metric = String::new();
+                for (k, v) in all.iter().filter(|(k, _)| *k != "le") {
+                    let _ = write!(metric, "{k}={v:?},");
+                }
+                samples.push((metric, head, value));
+            });
+            for group in samples.chunk_by(|a, b| a.0 == b.0) {
+                let mut k = 0u64;
+                loop {
+                    let t = from + k as f64 * step;
+                    if t > *end {
+                        break;
+                    }
+                    for (_, head, value) in group.iter().filter(|(_, _, v)| v.exists_at(t)) {
+                        out.push_str(head);
+                        out.push(' ');
+                        push_go_float(out, value.at(t));
+                        let _ = writeln!(out, " {t}");
+                    }
+                    k += 1;
+                }
+            }
+        }
+    }
+}
+
+fn render_step(state: &AppState, snapshot: &Snapshot, mode: &Mode, step: &Step) -> String {
     let mut out = String::new();
     match step {
         Step::Header(e, f) => {
@@ -240,52 +354,25 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
             let name = family.sample_name();
             let origin = state.cluster.origin;
             let lo = chunk * PODS_PER_CHUNK;
-            let hi = (lo + PODS_PER_CHUNK).min(pods.len());
-            for pod in pods.get(lo..hi).unwrap_or_default() {
+            let hi = (lo + PODS_PER_CHUNK).min(snapshot.pods.len());
+            for pod in snapshot.pods.get(lo..hi).unwrap_or_default() {
                 let start = counter_origin(origin, pod.started());
-                match mode {
-                    Mode::Now(t) => (exporter.pod_series)(*f, pod, start, &mut |suffix, labels, value| {
-                        out.push_str(&name);
-                        push_series_name(&mut out, suffix, labels);
-                        out.push(' ');
-                        push_go_float(&mut out, value.at(*t));
-                        out.push('\n');
-                    }),
-                    Mode::History { start: from, end, step, job, instance } => {
-                        // OpenMetrics: the points of one metric (a label set, `le` aside) are
-                        // consecutive and in time order, each point with all its samples.
-                        let mut samples: Vec<(String, String, SeriesValue)> = Vec::new();
-                        (exporter.pod_series)(*f, pod, start, &mut |suffix, labels, value| {
-                            let mut all: Vec<(&str, &str)> = labels.to_vec();
-                            all.push(("instance", instance));
-                            all.push(("job", job));
-                            all.sort_by(|a, b| a.0.cmp(b.0));
-                            let mut head = name.clone();
-                            push_series_name(&mut head, suffix, &all);
-                            let mut metric = String::new();
-                            for (k, v) in all.iter().filter(|(k, _)| *k != "le") {
-                                let _ = write!(metric, "{k}={v:?},");
-                            }
-                            samples.push((metric, head, value));
-                        });
-                        for group in samples.chunk_by(|a, b| a.0 == b.0) {
-                            let mut k = 0u64;
-                            loop {
-                                let t = from + k as f64 * step;
-                                if t > *end {
-                                    break;
-                                }
-                                for (_, head, value) in group {
-                                    out.push_str(head);
-                                    out.push(' ');
-                                    push_go_float(&mut out, value.at(t));
-                                    let _ = writeln!(out, " {t}");
-                                }
-                                k += 1;
-                            }
-                        }
-                    }
-                }
+                push_series(&mut out, &name, mode, |sink| (exporter.pod_series)(*f, pod, start, sink));
+            }
+        }
+        Step::Nodes(e, f, chunk) => {
+            let Some(exporter) = state.exporters.get(*e) else {
+                return out;
+            };
+            let (Some(family), Some(node_series)) = (exporter.families.get(*f), exporter.node_series) else {
+                return out;
+            };
+            let name = family.sample_name();
+            let origin = state.cluster.origin;
+            let lo = chunk * NODES_PER_CHUNK;
+            let hi = (lo + NODES_PER_CHUNK).min(snapshot.nodes.len());
+            for (node, pods) in snapshot.nodes.get(lo..hi).unwrap_or_default() {
+                push_series(&mut out, &name, mode, |sink| node_series(*f, node, pods, origin, sink));
             }
         }
         Step::Eof => out.push_str("# EOF\n"),
@@ -293,20 +380,35 @@ fn render_step(state: &AppState, pods: &[Arc<SimPod>], mode: &Mode, step: &Step)
     out
 }
 
+/// Streams the series of `state`'s exporters for `pods` (and, for the exporters with node
+/// series, of every node) in `mode`: each family's header, then its pods' series chunk by
+/// chunk, then its nodes'.
 fn streamed(state: AppState, pods: Vec<Arc<SimPod>>, mode: Mode, content_type: &'static str) -> Response {
-    let chunks = pods.len().div_ceil(PODS_PER_CHUNK);
+    let with_nodes = state.exporters.iter().any(|x| x.node_series.is_some());
+    let nodes = if with_nodes {
+        let cluster = &state.cluster;
+        cluster.nodes.iter().map(|n| (Arc::clone(n), cluster.pods_on(n.index))).collect()
+    } else {
+        Vec::new()
+    };
+    let pod_chunks = pods.len().div_ceil(PODS_PER_CHUNK);
+    let node_chunks = nodes.len().div_ceil(NODES_PER_CHUNK);
     let mut steps = Vec::new();
     for (e, exporter) in state.exporters.iter().enumerate() {
         for f in 0..exporter.families.len() {
             steps.push(Step::Header(e, f));
-            steps.extend((0..chunks).map(|c| Step::Pods(e, f, c)));
+            steps.extend((0..pod_chunks).map(|c| Step::Pods(e, f, c)));
+            if exporter.node_series.is_some() {
+                steps.extend((0..node_chunks).map(|c| Step::Nodes(e, f, c)));
+            }
         }
     }
     if matches!(mode, Mode::History { .. }) {
         steps.push(Step::Eof);
     }
+    let snapshot = Snapshot { pods, nodes };
     let stream = futures::stream::iter(steps).map(move |step| {
-        Ok::<_, std::convert::Infallible>(Bytes::from(render_step(&state, &pods, &mode, &step)))
+        Ok::<_, std::convert::Infallible>(Bytes::from(render_step(&state, &snapshot, &mode, &step)))
     });
     ([(header::CONTENT_TYPE, content_type)], Body::from_stream(stream)).into_response()
 }
@@ -318,9 +420,13 @@ fn running_pods(cluster: &Cluster) -> Vec<Arc<SimPod>> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    metrics_at(state, now())
+}
+
+/// The `/metrics` response with the values at unix time `t`.
+pub(crate) fn metrics_at(state: AppState, t: f64) -> Response {
     let pods = running_pods(&state.cluster);
-    let t = now();
-    streamed(state, pods, Mode::Now(t), super::kubelet::TEXT_FORMAT)
+    streamed(state, pods, Mode::Now(t), kubelet::TEXT_FORMAT)
 }
 
 fn bad_request(message: String) -> Response {
@@ -357,7 +463,9 @@ async fn history(State(state): State<AppState>, RawQuery(query): RawQuery) -> Re
     let instance = params.get("instance").cloned().unwrap_or_else(|| state.instance.clone());
     let origin = state.cluster.origin;
     let mut pods = running_pods(&state.cluster);
-    // Only pods that were running over the whole range.
+    // Only pods that were running over the whole range. Node series (`--cadvisor`) sum every
+    // pod running now, each from its start: at any time of the range, what its kubelet
+    // reports then (if no pod was deleted since).
     pods.retain(|p| counter_origin(origin, p.started()) <= start);
     let mode = Mode::History { start, end, step, job, instance };
     streamed(state, pods, mode, "application/openmetrics-text; version=1.0.0; charset=utf-8")
@@ -368,6 +476,31 @@ async fn history(State(state): State<AppState>, RawQuery(query): RawQuery) -> Re
 struct TruthNode<'a> {
     name: &'a str,
     address: String,
+    /// Its CPU usage, as its kubelet's `node_cpu_usage_seconds_total` grows: its Running pods'
+    /// started containers and the system's.
+    cpu_cores: f64,
+    /// Its working set, as its kubelet's `node_memory_working_set_bytes`: its Running pods'
+    /// started containers and the system's.
+    memory_bytes: f64,
+    /// The part of `cpuCores` outside pods.
+    system_cpu_cores: f64,
+    /// The part of `memoryBytes` outside pods.
+    system_memory_bytes: f64,
+}
+
+/// The truth of `node`, which hosts `pods`, at `t`.
+fn truth_node<'a>(node: &'a SimNode, pods: &[Arc<SimPod>], origin: f64, t: f64) -> TruthNode<'a> {
+    TruthNode {
+        name: &node.name,
+        address: node.ip.to_string(),
+        cpu_cores: kubelet::node_cpu_terms(node, pods, origin)
+            .filter(|(_, start)| *start <= t)
+            .map(|(cores, _)| cores)
+            .sum(),
+        memory_bytes: working_set_bytes(kubelet::node_memory_terms(node, pods, origin), t),
+        system_cpu_cores: node.system_cpu_cores,
+        system_memory_bytes: node.system_memory_bytes,
+    }
 }
 
 #[derive(Serialize)]
@@ -515,7 +648,11 @@ pub(crate) fn truth_json(cluster: &Cluster, t: f64) -> Vec<u8> {
         time: t,
         origin: cluster.origin,
         housekeeping_seconds: cluster.housekeeping_ms as f64 / 1000.0,
-        nodes: cluster.nodes.iter().map(|n| TruthNode { name: &n.name, address: n.ip.to_string() }).collect(),
+        nodes: cluster
+            .nodes
+            .iter()
+            .map(|n| truth_node(n, &cluster.pods_on(n.index), cluster.origin, t))
+            .collect(),
         pods: pods
             .iter()
             .map(|p| {
@@ -622,19 +759,7 @@ async fn churn(State(state): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::testutil::app_state;
-    use axum::body::to_bytes;
-    use tower::ServiceExt as _;
-
-    async fn get_text(state: &AppState, uri: &str) -> (StatusCode, String) {
-        let response = router(state.clone())
-            .oneshot(http::Request::get(uri).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, String::from_utf8(body.to_vec()).unwrap())
-    }
+    use crate::sim::testutil::{app_state, get_text, promtool_dump};
 
     /// `GET /sim/truth`, parsed.
     async fn get_truth(state: &AppState) -> serde_json::Value {
@@ -848,57 +973,27 @@ mod tests {
         assert_eq!(status, StatusCode::BAD_REQUEST);
     }
 
+    /// The families of the default exporters, as `promtool tsdb dump` names their series.
+    const DEFAULT_SERIES: [&str; 8] = [
+        "http_requests_total",
+        "cafe_brews_total",
+        "cafe_brew_failures_total",
+        "cafe_brew_duration_seconds_bucket",
+        "cafe_brew_duration_seconds_sum",
+        "cafe_brew_duration_seconds_count",
+        "cafe_temperature_celsius",
+        "cafe_last_brew_timestamp_seconds",
+    ];
+
     #[tokio::test]
     async fn promtool_accepts_history() {
-        let promtool = std::path::Path::new("/usr/bin/promtool");
-        if !promtool.exists() {
-            eprintln!("skipped: no {}", promtool.display());
-            return;
-        }
-        let state = app_state();
-        let origin = state.cluster.origin;
-        let (status, body) = get_text(
-            &state,
-            &format!("/sim/history?start={}&end={}&step=15", origin + 60.0, origin + 3600.0),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK);
-        let dir = std::env::temp_dir().join(format!("percolator-sim-promtool-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("history.om");
-        std::fs::write(&file, body).unwrap();
-        let out = std::process::Command::new(promtool)
-            .args(["tsdb", "create-blocks-from", "openmetrics"])
-            .arg(&file)
-            .arg(dir.join("tsdb"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        // Every family made it into the blocks, the histogram's samples included (`dump` opens
-        // the directory as a TSDB, which needs a WAL directory).
-        std::fs::create_dir_all(dir.join("tsdb").join("wal")).unwrap();
-        let dump = std::process::Command::new(promtool)
-            .args(["tsdb", "dump"])
-            .arg(dir.join("tsdb"))
-            .output()
-            .unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
-        let dump = String::from_utf8_lossy(&dump.stdout);
-        for name in [
-            "http_requests_total",
-            "cafe_brews_total",
-            "cafe_brew_failures_total",
-            "cafe_brew_duration_seconds_bucket",
-            "cafe_brew_duration_seconds_sum",
-            "cafe_brew_duration_seconds_count",
-            "cafe_temperature_celsius",
-            "cafe_last_brew_timestamp_seconds",
-        ] {
+        let Some(dump) = promtool_dump(&app_state(), "default").await else { return };
+        // Every family made it into the blocks, the histogram's samples included.
+        for name in DEFAULT_SERIES {
             assert!(dump.contains(&format!("{{__name__=\"{name}\"")), "{name} missing from the blocks");
         }
         assert!(dump.contains("le=\"+Inf\""));
+        assert!(!dump.contains("{__name__=\"container_") && !dump.contains("{__name__=\"node_"));
     }
 
     #[tokio::test]
@@ -1125,6 +1220,53 @@ mod tests {
         for (l, values) in per_series {
             assert_eq!(values.len(), 30);
             assert!(values.iter().all(|v| *v == values[0]), "{l:?}: {values:?}");
+        }
+    }
+
+    #[test]
+    fn truth_nodes_carry_the_kubelets_usage() {
+        let state = app_state();
+        let cluster = &state.cluster;
+        let ts = (crate::sim::testutil::START as u64 + 60) * 1000;
+        let t = ts as f64 / 1000.0;
+        let truth: serde_json::Value = serde_json::from_slice(&truth_json(cluster, t)).unwrap();
+        let nodes = truth["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), cluster.nodes.len());
+        for (node, json) in cluster.nodes.iter().zip(nodes) {
+            assert_eq!(json["name"], node.name.as_str());
+            // The kubelet's node series at two times: their rate and the working set.
+            let kubelet_value = |ts: u64, name: &str| -> f64 {
+                let body = kubelet::render(node, &cluster.pods_on(node.index), cluster.origin, ts);
+                let line = body.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap();
+                line.split(' ').nth(1).unwrap().parse().unwrap()
+            };
+            let rate = (kubelet_value(ts + 60_000, "node_cpu_usage_seconds_total")
+                - kubelet_value(ts, "node_cpu_usage_seconds_total"))
+                / 60.0;
+            let cores = json["cpuCores"].as_f64().unwrap();
+            assert!((rate - cores).abs() < 1e-9, "{}: {rate} vs {cores}", node.name);
+            assert_eq!(
+                json["memoryBytes"].as_f64().unwrap(),
+                kubelet_value(ts, "node_memory_working_set_bytes")
+            );
+            // The pods' part is what the truth's pods on the node use.
+            let on_node =
+                truth["pods"].as_array().unwrap().iter().filter(|p| p["node"] == node.name.as_str());
+            let (mut cpu, mut memory) = (json["systemCpuCores"].as_f64().unwrap(), 0.0);
+            for pod in on_node {
+                for c in pod["containers"].as_array().unwrap() {
+                    cpu += c["cpuCores"].as_f64().unwrap();
+                    memory += c["memoryBytes"].as_f64().unwrap();
+                }
+            }
+            assert!((cpu - cores).abs() < 1e-9, "{}", node.name);
+            assert_eq!(
+                memory + json["systemMemoryBytes"].as_f64().unwrap(),
+                json["memoryBytes"].as_f64().unwrap()
+            );
+        }
+        for pod in truth["pods"].as_array().unwrap() {
+            assert!(nodes.iter().any(|n| n["name"] == pod["node"]), "{pod}");
         }
     }
 

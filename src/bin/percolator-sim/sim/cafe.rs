@@ -275,7 +275,7 @@ fn unique_name(seed: u64, c: u64, kind: CafeType, taken: &[String]) -> String {
 
 /// The cafe metric contract, one series set per serving pod (labels `cafe`, `namespace`,
 /// `pod`, `type`; `reason` on failures, `le` on buckets).
-pub const EXPORTER: Exporter = Exporter { families: FAMILIES, pod_series };
+pub const EXPORTER: Exporter = Exporter { families: FAMILIES, pod_series, node_series: None };
 
 const FAMILIES: &[Family] = &[
     Family { name: "cafe_brews", help: "Completed brews.", kind: FamilyType::Counter },

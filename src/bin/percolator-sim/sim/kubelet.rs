@@ -42,6 +42,53 @@ fn nanos(seconds: f64) -> f64 {
     (seconds * 1e9).round() / 1e9
 }
 
+/// The CPU seconds at `t` of a sum of counters `(cores, start)` (each `cores × (t − start)`,
+/// 0 before `start`), as a kubelet reports it: each counter rounded to whole nanoseconds,
+/// then their sum. Every CPU value the simulator reports (the kubelets' and the cAdvisor
+/// series', see `cadvisor`) is computed here, so the same counters give the same bits.
+pub(crate) fn cpu_seconds(terms: impl IntoIterator<Item = (f64, f64)>, t: f64) -> f64 {
+    nanos(terms.into_iter().map(|(cores, start)| nanos(linear(cores, start, t))).sum())
+}
+
+/// The working set at `t` of a sum of `(bytes, start)` terms: those started by `t`.
+pub(crate) fn working_set_bytes(terms: impl IntoIterator<Item = (f64, f64)>, t: f64) -> f64 {
+    terms.into_iter().filter(|(_, start)| *start <= t).map(|(bytes, _)| bytes).sum()
+}
+
+/// The CPU counters a kubelet sums into `node_cpu_usage_seconds_total` (see [`cpu_seconds`]):
+/// every container of the node's Running `pods`, in order, then the system's (from the
+/// node's creation). Each counts from its counter start (`max(origin, start)`), so at any
+/// `t` after the origin the sum is what the kubelet reports at `t`, whichever containers
+/// have started by then.
+pub(crate) fn node_cpu_terms<'a>(
+    node: &SimNode,
+    pods: &'a [Arc<SimPod>],
+    origin: f64,
+) -> impl Iterator<Item = (f64, f64)> + 'a {
+    let system = (node.system_cpu_cores, counter_origin(origin, node.created));
+    pods.iter()
+        .filter(|p| p.is_running())
+        .flat_map(move |p| p.containers.iter().map(move |c| (c.cpu_cores, counter_origin(origin, c.started))))
+        .chain(std::iter::once(system))
+}
+
+/// The working sets a kubelet sums into `node_memory_working_set_bytes` (see
+/// [`working_set_bytes`]): every container of the node's Running `pods` from its counter
+/// start, then the system's (from the node's creation, like its CPU counter).
+pub(crate) fn node_memory_terms<'a>(
+    node: &SimNode,
+    pods: &'a [Arc<SimPod>],
+    origin: f64,
+) -> impl Iterator<Item = (f64, f64)> + 'a {
+    let system = (node.system_memory_bytes, counter_origin(origin, node.created));
+    pods.iter()
+        .filter(|p| p.is_running())
+        .flat_map(move |p| {
+            p.containers.iter().map(move |c| (c.memory_bytes, counter_origin(origin, c.started)))
+        })
+        .chain(std::iter::once(system))
+}
+
 struct ContainerSample<'a> {
     pod: &'a SimPod,
     container: &'static str,
@@ -114,7 +161,7 @@ pub(crate) fn render_as(
             containers.push(ContainerSample {
                 pod,
                 container: c.name,
-                cpu: nanos(linear(c.cpu_cores, counter_origin(origin, c.started), t)),
+                cpu: cpu_seconds([(c.cpu_cores, counter_origin(origin, c.started))], t),
                 memory: c.memory_bytes,
                 started: c.started,
             });
@@ -134,11 +181,8 @@ pub(crate) fn render_as(
     for total in &mut pod_totals {
         total.1 = nanos(total.1);
     }
-    let node_cpu = nanos(
-        pod_totals.iter().map(|(_, c, _)| c).sum::<f64>()
-            + linear(node.system_cpu_cores, counter_origin(origin, node.created), t),
-    );
-    let node_mem = pod_totals.iter().map(|(_, _, m)| m).sum::<f64>() + node.system_memory_bytes;
+    let node_cpu = cpu_seconds(node_cpu_terms(node, pods, origin), t);
+    let node_mem = working_set_bytes(node_memory_terms(node, pods, origin), t);
 
     let mut out = String::with_capacity(1024 + containers.len() * 4 * 140 + pod_totals.len() * 3 * 120);
     let container_family = |out: &mut String,

@@ -92,6 +92,9 @@ fn flags_are_consistent() {
     assert_eq!(cli.sim.housekeeping, Duration::from_secs(10));
     assert_eq!(cli.sim.nodes, 3);
     assert_eq!(cli.sim.cafes_per_namespace, 2);
+    assert!(!cli.sim.cadvisor);
+    let cli = Cli::try_parse_from(["percolator-sim", "--state-dir", "/tmp/x", "--cadvisor"]).unwrap();
+    assert!(cli.sim.cadvisor);
     let cli = Cli::try_parse_from(["percolator-sim", "--state-dir", "/tmp/x", "--cafes-per-namespace", "0"])
         .unwrap();
     assert_eq!(cli.sim.cafes_per_namespace, 0);
@@ -621,5 +624,53 @@ async fn watch_drop_and_gone_make_kube_rs_rewatch_and_relist() {
     assert_eq!(state["watchExpired"], 1);
 
     pump.abort();
+    stop(sim, dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cadvisor_flag_serves_the_kubelets_usage() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = mk_state_dir();
+    let (sim, off) = {
+        let off = start(mk_config(dir.join("off"))).await.unwrap();
+        let mut config = mk_config(dir.join("on"));
+        config.cadvisor = true;
+        (start(config).await.unwrap(), off)
+    };
+    let http = mk_http_client(&sim);
+    let get = |url: String| {
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let without = get(format!("{}/metrics", off.ready.metrics)).await;
+    assert!(!without.contains("node_memory_working_set_bytes") && !without.contains("container_"));
+    let with = get(format!("{}/metrics", sim.ready.metrics)).await;
+    // Memory does not change with time: the node-0 kubelet's value, as its own and its root
+    // cgroup's series.
+    let kubelet = http
+        .get(format!("https://127.1.0.1:{}/metrics/resource", sim.ready.kubelet_port))
+        .bearer_auth(&sim.cluster.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let memory = kubelet
+        .lines()
+        .find_map(|l| l.strip_prefix("node_memory_working_set_bytes "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    assert!(
+        with.contains(&format!("\nnode_memory_working_set_bytes{{node=\"node-0\"}} {memory}\n")),
+        "{with}"
+    );
+    assert!(
+        with.contains(&format!(
+            "\ncontainer_memory_working_set_bytes{{id=\"/\",node=\"node-0\"}} {memory}\n"
+        ))
+    );
+    assert!(with.contains("container=\"POD\",id=\"/kubepods/burstable/pod"));
+    stop(off, dir.join("off")).await;
     stop(sim, dir).await;
 }

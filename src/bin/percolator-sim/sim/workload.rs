@@ -304,6 +304,11 @@ pub struct Workload {
     pub token: String,
 }
 
+/// The name of node `index`: `node-i`.
+pub fn node_name(index: u32) -> String {
+    format!("node-{index}")
+}
+
 /// The InternalIP of node `index`: `127.1.(i/250).(i%250+1)`.
 pub fn node_ip(index: u32) -> Ipv4Addr {
     Ipv4Addr::new(127, 1, (index / 250) as u8, (index % 250 + 1) as u8)
@@ -445,7 +450,7 @@ impl Workload {
                 let mut rng = SplitMix64::stream(seed, DOMAIN_NODE, u64::from(i));
                 SimNode {
                     index: i,
-                    name: format!("node-{i}"),
+                    name: node_name(i),
                     uid: uuid(&mut rng),
                     ip: node_ip(i),
                     created: start - rng.range(10 * 86400, 40 * 86400) as i64,
