@@ -15,6 +15,9 @@
 //! - B8 a declared kind's cold list of every namespace vs its PromQL queries done directly.
 //!
 //! `cargo bench --bench cluster -- 1000 10000 150000` (sizes in pods; default 1000 10000).
+//! `--memory-only` measures B3 alone; `--resource-source=prometheus` measures, in that mode
+//! (the simulator with `--cadvisor`, no kubelet connection), B1 against the raw PromQL of the
+//! same list and B3.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -76,12 +79,33 @@ fn namespaces() -> String {
     (0..NAMESPACES).map(|i| format!("ns-{i}")).collect::<Vec<_>>().join(",")
 }
 
-async fn start_sim(dir: &Path, pods: u32) -> Sim {
+/// Where percolator reads CPU and memory in a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Kubelet,
+    Prometheus,
+}
+
+/// The default `resourceQueries` container queries for `namespace` (all when `None`).
+fn resource_queries(namespace: Option<&str>) -> [String; 2] {
+    let scope = namespace.map(|ns| format!(",namespace=\"{ns}\"")).unwrap_or_default();
+    [
+        format!(
+            "sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{{container!=\"\",container!=\"POD\"{scope}}}[1m]))"
+        ),
+        format!(
+            "sum by (namespace, pod, container) (container_memory_working_set_bytes{{container!=\"\",container!=\"POD\"{scope}}})"
+        ),
+    ]
+}
+
+async fn start_sim(dir: &Path, pods: u32, mode: Mode) -> Sim {
     let nodes = pods.div_ceil(PODS_PER_NODE);
     let state = dir.join("sim");
     let mut child = Command::new(env!("CARGO_BIN_EXE_percolator-sim"))
         .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
         .args(["--namespaces", &namespaces(), "--cafes-per-namespace", "2", "--housekeeping", "10s"])
+        .args((mode == Mode::Prometheus).then_some("--cadvisor"))
         .arg("--state-dir")
         .arg(&state)
         .stdout(Stdio::piped())
@@ -237,6 +261,7 @@ async fn direct_upstream(
     kubelets: &[String],
     token: &str,
     ca: &[u8],
+    extra_queries: &[String],
 ) -> Duration {
     let prom = reqwest::Client::new();
     let kubelet = reqwest::Client::builder()
@@ -244,10 +269,11 @@ async fn direct_upstream(
         .build()
         .unwrap();
     let scope = namespace.map(|ns| format!("namespace=\"{ns}\"")).unwrap_or_default();
-    let queries = [
+    let mut queries = vec![
         format!("sum by (namespace, pod) (rate(http_requests_total{{{scope}}}[5m]))"),
         format!("sum by (namespace, pod) (rate(http_requests_total{{code=~\"5..\",{scope}}}[5m]))"),
     ];
+    queries.extend(extra_queries.iter().cloned());
     let started = Instant::now();
     let semaphore = Arc::new(tokio::sync::Semaphore::new(64));
     let fetches = kubelets.iter().map(|url| {
@@ -372,14 +398,18 @@ async fn kubelet_fetches(sim: &Sim) -> u64 {
     stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
 }
 
-async fn run_size(pods: u32, report: &mut Vec<String>) {
+async fn run_size(pods: u32, memory_only: bool, report: &mut Vec<String>) {
     let dir = std::env::temp_dir().join(format!("percolator-bench-{pods}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let started = Instant::now();
-    let sim = start_sim(&dir, pods).await;
+    let sim = start_sim(&dir, pods, Mode::Kubelet).await;
     let prometheus = start_prometheus(&dir, &sim, pods).await;
     eprintln!("[{pods}] simulator + prometheus ready in {:.0?}", started.elapsed());
+    if memory_only {
+        memory(&dir, &sim, &prometheus, pods, Mode::Kubelet, report).await;
+        return;
+    }
     let token = std::fs::read_to_string(sim.state.join("token")).unwrap();
     let sim_ca = std::fs::read(sim.state.join("ca.crt")).unwrap();
     let kubelets = kubelet_urls(&sim).await;
@@ -423,7 +453,7 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
         tokio::time::sleep(ttl + Duration::from_millis(300)).await;
         cold_ns.push(timed_get(&client, &ns_url).await.0.as_secs_f64() * 1000.0);
         direct_ns.push(
-            direct_upstream(&prometheus.url(), Some(ns), &ns_kubelets, token.trim(), &sim_ca)
+            direct_upstream(&prometheus.url(), Some(ns), &ns_kubelets, token.trim(), &sim_ca, &[])
                 .await
                 .as_secs_f64()
                 * 1000.0,
@@ -435,7 +465,9 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
         all_bytes = bytes;
         cold_all.push(elapsed.as_secs_f64() * 1000.0);
         direct_all.push(
-            direct_upstream(&prometheus.url(), None, &kubelets, token.trim(), &sim_ca).await.as_secs_f64()
+            direct_upstream(&prometheus.url(), None, &kubelets, token.trim(), &sim_ca, &[])
+                .await
+                .as_secs_f64()
                 * 1000.0,
         );
     }
@@ -458,7 +490,8 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
         declared_bytes = bytes;
         cold_declared.push(elapsed.as_secs_f64() * 1000.0);
         direct_queries.push(
-            direct_upstream(&prometheus.url(), None, &[], token.trim(), &sim_ca).await.as_secs_f64() * 1000.0,
+            direct_upstream(&prometheus.url(), None, &[], token.trim(), &sim_ca, &[]).await.as_secs_f64()
+                * 1000.0,
         );
     }
     let (cd, dq) = (median(cold_declared), median(direct_queries));
@@ -562,48 +595,8 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     ));
     drop(server);
 
-    // B3 on a fresh server with a long TTL (nothing expires while it is measured): resident
-    // memory with the inventory synced and every node's kubelet state warm, then with every
-    // namespace's cache full, then with the all-namespaces cache too.
-    let server =
-        start_percolator(&dir, &sim, &prometheus, "10m", "warm", &["--enable-custom-metrics".to_owned()])
-            .await;
+    let server = memory(&dir, &sim, &prometheus, pods, Mode::Kubelet, report).await;
     let client = mk_client(&dir);
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    timed_get(&client, &format!("{}/readyz", server.url)).await;
-    // Read after a pause: the allocator returns freed pages to the system lazily.
-    let rss_kib = || async {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        proc_status_kb(server.pid, "VmRSS:") as f64
-    };
-    let base = rss_kib().await;
-    for i in 0..NAMESPACES {
-        timed_get(&client, &format!("{}{GV}/namespaces/ns-{i}/podmetricssummaries", server.url)).await;
-        timed_get(&client, &format!("{}{GV}/namespaces/ns-{i}/cafebrewstats", server.url)).await;
-    }
-    let namespaces_full = rss_kib().await;
-    timed_get(&client, &format!("{}{GV}/podmetricssummaries", server.url)).await;
-    timed_get(&client, &format!("{}{GV}/cafebrewstats", server.url)).await;
-    let all_full = rss_kib().await;
-    let hwm = proc_status_kb(server.pid, "VmHWM:") as f64;
-    let per_pod = |kib: f64| kib / f64::from(pods);
-    report.push(format!(
-        "| B3 | {pods} | resident memory, inventory + kubelet state | {:.1} MiB | {:.2} KiB per pod | |",
-        base / 1024.0,
-        per_pod(base)
-    ));
-    report.push(format!(
-        "| B3 | {pods} | + every namespace's lists cached | {:.1} MiB | +{:.2} KiB per pod | |",
-        namespaces_full / 1024.0,
-        per_pod(namespaces_full - base)
-    ));
-    report.push(format!(
-        "| B3 | {pods} | + all-namespaces lists cached (peak {:.1} MiB) | {:.1} MiB | {:.2} KiB per pod in all, +{:.2} KiB | |",
-        hwm / 1024.0,
-        all_full / 1024.0,
-        per_pod(all_full),
-        per_pod(all_full - namespaces_full)
-    ));
 
     // B2 on the same server: warm get and namespaced list, HTTP/1.1 and HTTP/2, vs a bare
     // server.
@@ -640,6 +633,133 @@ async fn run_size(pods: u32, report: &mut Vec<String>) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// B3 on a fresh server with a long TTL (nothing expires while it is measured), every API on:
+/// resident memory with the inventory synced (and, with kubelets, every node's sample state
+/// warm), then with every namespace's lists cached (PodMetricsSummary, CafeBrewStats,
+/// PodMetrics), then with the all-namespaces lists too (and NodeMetrics). Returns the server.
+async fn memory(
+    dir: &Path,
+    sim: &Sim,
+    prometheus: &Prometheus,
+    pods: u32,
+    mode: Mode,
+    report: &mut Vec<String>,
+) -> Server {
+    let mut args = vec!["--enable-custom-metrics".to_owned(), "--enable-resource-metrics".to_owned()];
+    if mode == Mode::Prometheus {
+        args.push("--resource-source=prometheus".to_owned());
+    }
+    let server = start_percolator(dir, sim, prometheus, "10m", "warm", &args).await;
+    let client = mk_client(dir);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    timed_get(&client, &format!("{}/readyz", server.url)).await;
+    // Read after a pause: the allocator returns freed pages to the system lazily.
+    let rss_kib = || async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        proc_status_kb(server.pid, "VmRSS:") as f64
+    };
+    let base = rss_kib().await;
+    for i in 0..NAMESPACES {
+        for path in [
+            format!("{GV}/namespaces/ns-{i}/podmetricssummaries"),
+            format!("{GV}/namespaces/ns-{i}/cafebrewstats"),
+            format!("/apis/metrics.k8s.io/v1beta1/namespaces/ns-{i}/pods"),
+        ] {
+            timed_get(&client, &format!("{}{path}", server.url)).await;
+        }
+    }
+    let namespaces_full = rss_kib().await;
+    for path in [
+        format!("{GV}/podmetricssummaries"),
+        format!("{GV}/cafebrewstats"),
+        "/apis/metrics.k8s.io/v1beta1/pods".to_owned(),
+        "/apis/metrics.k8s.io/v1beta1/nodes".to_owned(),
+    ] {
+        timed_get(&client, &format!("{}{path}", server.url)).await;
+    }
+    let all_full = rss_kib().await;
+    let hwm = proc_status_kb(server.pid, "VmHWM:") as f64;
+    let per_pod = |kib: f64| kib / f64::from(pods);
+    let (measure, state) = match mode {
+        Mode::Kubelet => ("B3", "inventory + kubelet state"),
+        Mode::Prometheus => ("B3 (prometheus)", "inventory, no kubelet state"),
+    };
+    report.push(format!(
+        "| {measure} | {pods} | resident memory, {state} | {:.1} MiB | {:.2} KiB per pod | |",
+        base / 1024.0,
+        per_pod(base)
+    ));
+    report.push(format!(
+        "| {measure} | {pods} | + every namespace's lists cached (pms, cafes, PodMetrics) | {:.1} MiB | +{:.2} KiB per pod | |",
+        namespaces_full / 1024.0,
+        per_pod(namespaces_full - base)
+    ));
+    report.push(format!(
+        "| {measure} | {pods} | + all-namespaces lists cached (peak {:.1} MiB) | {:.1} MiB | {:.2} KiB per pod in all, +{:.2} KiB | |",
+        hwm / 1024.0,
+        all_full / 1024.0,
+        per_pod(all_full),
+        per_pod(all_full - namespaces_full)
+    ));
+    server
+}
+
+/// `--resource-source=prometheus`: B1 (cold lists of PodMetricsSummary and PodMetrics against
+/// the raw PromQL of the same list) and B3.
+async fn run_size_prometheus(pods: u32, report: &mut Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("percolator-bench-prom-{pods}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let sim = start_sim(&dir, pods, Mode::Prometheus).await;
+    let prometheus = start_prometheus(&dir, &sim, pods).await;
+    eprintln!("[{pods}, prometheus] simulator + prometheus ready in {:.0?}", started.elapsed());
+    let token = std::fs::read_to_string(sim.state.join("token")).unwrap();
+    let sim_ca = std::fs::read(sim.state.join("ca.crt")).unwrap();
+    let ns = "ns-3";
+    let ttl = Duration::from_secs(2);
+    let args = ["--enable-resource-metrics".to_owned(), "--resource-source=prometheus".to_owned()];
+    let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold-prom", &args).await;
+    let client = mk_client(&dir);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pms = |scope: &str| format!("{}{GV}/{scope}podmetricssummaries", server.url);
+    let pod_metrics = |scope: &str| format!("{}/apis/metrics.k8s.io/v1beta1/{scope}pods", server.url);
+    let ns_scope = format!("namespaces/{ns}/");
+    let rows = [
+        ("PodMetricsSummary", "1 namespace", pms(&ns_scope), Some(ns), true),
+        ("PodMetricsSummary", "all namespaces", pms(""), None, true),
+        ("PodMetrics", "1 namespace", pod_metrics(&ns_scope), Some(ns), false),
+        ("PodMetrics", "all namespaces", pod_metrics(""), None, false),
+    ];
+    for (kind, scope, url, namespace, with_rates) in rows {
+        let (mut cold, mut direct) = (vec![], vec![]);
+        let mut bytes = 0;
+        for _ in 0..5 {
+            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+            let (elapsed, size) = timed_get(&client, &url).await;
+            bytes = size;
+            cold.push(elapsed.as_secs_f64() * 1000.0);
+            let queries = resource_queries(namespace);
+            let took = if with_rates {
+                direct_upstream(&prometheus.url(), namespace, &[], token.trim(), &sim_ca, &queries).await
+            } else {
+                let (url, started) = (prometheus.url(), Instant::now());
+                futures::join!(direct_promql(&url, &queries[0]), direct_promql(&url, &queries[1]));
+                started.elapsed()
+            };
+            direct.push(took.as_secs_f64() * 1000.0);
+        }
+        let (c, d) = (median(cold), median(direct));
+        report.push(format!("| B1 (prometheus) | {pods} | {kind}, cold list, {scope} ({bytes} B) | {c:.1} ms | direct PromQL {d:.1} ms | **{:.2}** |", c / d));
+    }
+    assert_eq!(kubelet_fetches(&sim).await, 0, "no kubelet connection in prometheus mode");
+    drop(server);
+    drop(memory(&dir, &sim, &prometheus, pods, Mode::Prometheus, report).await);
+    drop(prometheus);
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::main]
 async fn main() {
     percolator::install_crypto_provider();
@@ -649,8 +769,15 @@ async fn main() {
         "| | pods | measure | percolator | baseline (same run) | ratio |".to_string(),
         "| --- | --- | --- | --- | --- | --- |".to_string(),
     ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let memory_only = args.iter().any(|a| a == "--memory-only");
+    let prometheus_mode = args.iter().any(|a| a == "--resource-source=prometheus");
     for pods in sizes {
-        run_size(pods, &mut report).await;
+        if prometheus_mode {
+            run_size_prometheus(pods, &mut report).await;
+        } else {
+            run_size(pods, memory_only, &mut report).await;
+        }
         for line in &report {
             println!("{line}");
         }
