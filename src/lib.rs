@@ -11,6 +11,8 @@
 //! - [`external`] and [`custom`]: the opt-in `external.metrics.k8s.io` and
 //!   `custom.metrics.k8s.io` APIs for the HPA;
 //! - [`kinds`]: the served kinds, one unit each, and their registry;
+//! - [`adapter`]: prometheus-adapter configuration files: format, checks, discovery, naming and
+//!   query building (pure);
 //! - [`cache`]: TTL + single flight, generic over what it caches;
 //! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
 //! - [`config`] (flags and the query file), [`tls`] (serving certificates), [`telemetry`]
@@ -21,6 +23,7 @@
 //! The simulated cluster, the demo and the local Prometheus helper live with the
 //! `percolator-sim` binary (`src/bin/percolator-sim/`), not here.
 
+pub mod adapter;
 pub mod api;
 pub mod auth;
 pub mod cache;

@@ -26,6 +26,8 @@ const LAYERS: &[&[&str]] = &[
     &["external", "custom"],
     // The served kinds, one unit each, and their registry.
     &["kinds"],
+    // prometheus-adapter configuration: format, discovery, naming, query building (pure).
+    &["adapter"],
     // The upstreams (inventory, kubelets, Prometheus) behind narrow traits.
     &["sources"],
     // TTL + single flight, generic over what it caches (the kubelet source caches too).
