@@ -4,9 +4,10 @@
 //!   node serves every pod of the node and the node itself);
 //! - [`PromUsage`]: PromQL over the series Prometheus already holds, the `resourceQueries:` of
 //!   the configuration, with defaults on cAdvisor's `container_cpu_usage_seconds_total` and
-//!   `container_memory_working_set_bytes` and the kubelet's `node_*` series. A namespaced
-//!   request reads its namespace only (`SCOPE`); answers are cached per scope and
-//!   configuration generation, with concurrent requests sharing one query.
+//!   `container_memory_working_set_bytes` and the kubelet's `node_*` series. Pods are read per
+//!   namespace (`SCOPE`), a list of several namespaces a few namespaces at a time; answers are
+//!   cached per namespace and configuration generation, with concurrent requests sharing one
+//!   query.
 //!
 //! [`check_resource_queries`] owns the `resourceQueries:` section: it fills in the defaults
 //! and rejects a query that could read every namespace or whose result loses the labels that
@@ -16,6 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
 
 use super::prometheus::{Matcher, keeps_label, render, validate_template, validate_unscoped_template};
@@ -165,21 +167,27 @@ pub fn check_resource_queries(file: &mut QueryFile) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// Namespaces queried at once for a list of several.
+const NAMESPACE_QUERIES_AT_ONCE: usize = 8;
+
 /// Names of the caches in `percolator_cache_requests_total`.
 const POD_CACHE: &str = "resource-usage-pods";
 const NODE_CACHE: &str = "resource-usage-nodes";
-/// Scopes cached at once: every namespace, and all of them.
+/// Namespaces cached at once.
 const MAX_CACHED_SCOPES: u64 = 100_000;
 
 /// Containers' usage per pod, from one scope's queries.
 type PodTable = HashMap<PodKey, Vec<ContainerUsage>>;
 
+/// One namespace's usage, or why it is missing.
+type ScopeResult = Result<Arc<PodTable>, Arc<PromError>>;
+
 /// CPU and memory from Prometheus (`--resource-source=prometheus`).
 pub struct PromUsage {
     prometheus: Arc<dyn PromSource>,
     config: Arc<LiveConfig>,
-    /// Per (configuration generation, namespace or all), the usage of its pods.
-    pods: TtlCache<(u64, Option<Arc<str>>), Arc<PodTable>>,
+    /// Per (configuration generation, namespace), the usage of its pods.
+    pods: TtlCache<(u64, Arc<str>), Arc<PodTable>>,
     /// Per configuration generation, the usage of every node.
     nodes: TtlCache<u64, Arc<HashMap<String, ContainerUsage>>>,
 }
@@ -240,14 +248,12 @@ impl PromUsage {
         Ok(table)
     }
 
-    /// The usage of every pod of `namespace` (all namespaces when `None`).
-    async fn scope(&self, namespace: Option<Arc<str>>) -> Result<Arc<PodTable>, Arc<PromError>> {
+    /// The usage of every pod of `namespace`.
+    async fn scope(&self, namespace: Arc<str>) -> ScopeResult {
         let (generation, queries) = self.queries();
         let compute = async {
-            let scope = match &namespace {
-                Some(ns) => vec![Matcher::eq("namespace", ns).map_err(|e| PromError::Query(e.to_string()))?],
-                None => Vec::new(),
-            };
+            let scope =
+                vec![Matcher::eq("namespace", &namespace).map_err(|e| PromError::Query(e.to_string()))?];
             let key = |s: &PromSample| {
                 let pod = PodKey {
                     namespace: s.labels.get("namespace")?.as_str().into(),
@@ -313,26 +319,51 @@ fn container<'a>(
 impl UsageSource for PromUsage {
     fn pod_usage<'a>(&'a self, pods: &'a [Arc<PodInfo>]) -> BoxFuture<'a, PodsUsage> {
         Box::pin(async move {
-            let Some(first) = pods.first() else { return PodsUsage::default() };
-            // One namespace's pods read that namespace only; several read all of them.
-            let scope = pods.iter().all(|p| p.namespace == first.namespace).then(|| first.namespace.clone());
-            match self.scope(scope).await {
-                Ok(table) => PodsUsage {
-                    pods: pods
-                        .iter()
-                        .filter_map(|p| {
-                            let key = PodKey { namespace: p.namespace.clone(), name: p.name.clone() };
-                            let containers = table.get(&key)?.clone();
-                            Some((key, containers))
-                        })
-                        .collect(),
-                    warning: None,
-                },
-                Err(error) => PodsUsage {
-                    pods: HashMap::new(),
-                    warning: Some(format!("cpu and memory omitted: resource usage from Prometheus: {error}")),
-                },
+            // One query pair per namespace, each cached on its own: an all-namespaces list
+            // reuses what namespaced requests fetched, and no single query has to cover the
+            // whole cluster (at 150,000 pods a cluster-wide cAdvisor query outlasts a 10s
+            // Prometheus timeout where ten namespaced ones do not).
+            let mut namespaces: Vec<Arc<str>> = pods.iter().map(|p| p.namespace.clone()).collect();
+            namespaces.sort_unstable();
+            namespaces.dedup();
+            let tables: Vec<(Arc<str>, ScopeResult)> = futures::stream::iter(namespaces)
+                .map(|ns| {
+                    let table = self.scope(ns.clone());
+                    async move { (ns, table.await) }
+                })
+                .buffer_unordered(NAMESPACE_QUERIES_AT_ONCE)
+                .collect()
+                .await;
+            let mut found: HashMap<&str, Arc<PodTable>> = HashMap::new();
+            let mut failed: BTreeSet<String> = BTreeSet::new();
+            let mut first_error = None;
+            for (namespace, table) in &tables {
+                match table {
+                    Ok(table) => {
+                        found.insert(namespace, table.clone());
+                    }
+                    Err(error) => {
+                        failed.insert(namespace.to_string());
+                        first_error.get_or_insert_with(|| error.to_string());
+                    }
+                }
             }
+            let usage = pods
+                .iter()
+                .filter_map(|p| {
+                    let key = PodKey { namespace: p.namespace.clone(), name: p.name.clone() };
+                    let containers = found.get(&*p.namespace)?.get(&key)?.clone();
+                    Some((key, containers))
+                })
+                .collect();
+            let warning = first_error.map(|error| {
+                let scope = match failed.len() {
+                    1 => String::new(),
+                    n => format!(" (pods of {n} namespaces: {})", listed(&failed)),
+                };
+                format!("cpu and memory omitted: resource usage from Prometheus: {error}{scope}")
+            });
+            PodsUsage { pods: usage, warning }
         })
     }
 
@@ -511,7 +542,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pods_of_several_namespaces_read_all_and_concurrent_calls_share_one_query() {
+    async fn pods_of_several_namespaces_are_read_per_namespace_and_concurrent_calls_share_queries() {
         let (prom, source) = usage_of(shop_answers(), "");
         let source = Arc::new(source);
         let pods: Arc<[Arc<PodInfo>]> = vec![pod("shop", "web-1"), pod("api", "web-1")].into();
@@ -523,10 +554,14 @@ mod tests {
         for usage in results {
             assert_eq!(usage.pods.len(), 1, "only shop/web-1 has usage");
         }
-        let queries = prom.queries.lock().unwrap().clone();
-        assert_eq!(queries.len(), 2, "{queries:?}");
-        assert!(queries.iter().all(|q| !q.contains("namespace=")), "{queries:?}");
-        // A namespaced call is its own scope.
+        let mut queries = prom.queries.lock().unwrap().clone();
+        queries.sort();
+        assert_eq!(queries.len(), 4, "one pair per namespace, shared by the 8 calls: {queries:?}");
+        assert!(
+            queries[0].contains(r#"namespace="api""#) && queries[1].contains(r#"namespace="shop""#),
+            "{queries:?}"
+        );
+        // A namespaced call reuses its namespace's entry.
         source.pod_usage(&[pod("shop", "web-1")]).await;
         assert_eq!(prom.queries.lock().unwrap().len(), 4);
         assert!(source.pod_usage(&[]).await.pods.is_empty());
