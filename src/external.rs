@@ -30,6 +30,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use kube::core::Expression;
 use serde::Serialize;
 
+use crate::adapter::{LiveAdapter, QueryError};
 use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Invalid, QueryFile, Snapshot};
 
@@ -123,6 +124,8 @@ impl IntoResponse for MetricsError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct CacheKey {
     generation: u64,
+    /// The adapter configuration's generation (0 without one).
+    adapter_generation: u64,
     metric: String,
     namespace: String,
     /// The selector's matchers, rendered, sorted and deduplicated: selectors that differ only
@@ -136,6 +139,8 @@ pub struct ExternalMetrics {
     prometheus: Arc<dyn PromSource>,
     config: Arc<LiveConfig>,
     cache: TtlCache<CacheKey, Bytes>,
+    /// The `externalRules` of an adapter configuration, served beside the own metrics.
+    adapter: Option<Arc<LiveAdapter>>,
 }
 
 impl std::fmt::Debug for ExternalMetrics {
@@ -149,16 +154,38 @@ impl ExternalMetrics {
     /// `prometheus`, with a cache built from `cache`.
     pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
         let cache = TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES);
-        Self { prometheus, config, cache }
+        Self { prometheus, config, cache, adapter: None }
+    }
+
+    /// Also serves the `externalRules` of `adapter` (after the own metrics: a name both
+    /// declare is the own metric's).
+    #[must_use]
+    pub fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
+        self.adapter = Some(adapter);
+        self
+    }
+
+    /// The names served: the own metrics', then the adapter rules' others.
+    fn names(&self, snapshot: &Snapshot) -> Vec<String> {
+        let mut names: Vec<String> = metrics_of(snapshot).iter().map(|m| m.name.clone()).collect();
+        if let Some(adapter) = &self.adapter {
+            let own = names.len();
+            for metric in &adapter.current().external {
+                if !names[..own].contains(&metric.name) {
+                    names.push(metric.name.clone());
+                }
+            }
+        }
+        names
     }
 
     /// The discovery entry of `definitions`: one namespaced, get-only resource per metric,
     /// as the adapter library lists them.
-    pub fn group_version_resources(definitions: &[ExternalMetricConfig]) -> GroupVersionResources {
-        let resources = definitions
+    pub fn group_version_resources<S: AsRef<str>>(names: &[S]) -> GroupVersionResources {
+        let resources = names
             .iter()
-            .map(|d| DiscoveryResource {
-                name: d.name.clone(),
+            .map(|name| DiscoveryResource {
+                name: name.as_ref().to_owned(),
                 singular_name: String::new(),
                 namespaced: true,
                 kind: LIST_KIND.to_owned(),
@@ -208,32 +235,45 @@ impl ExternalMetrics {
 
         // One snapshot for the whole request: a reload mid-request changes nothing here.
         let snapshot = self.config.current();
-        let definition = metrics_of(&snapshot)
-            .iter()
-            .find(|m| m.name == metric)
-            .ok_or_else(|| MetricsError::not_found(metric, &format!("namespaces/{namespace}")))?;
         let selector = LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
             .map_err(ApiError::from)?;
-        let matchers = selector_matchers(definition, &selector)?;
+        let adapter = self.adapter.as_ref().map(|a| a.current());
+        let (promql, window, canonical) = match metrics_of(&snapshot).iter().find(|m| m.name == metric) {
+            Some(definition) => {
+                let matchers = selector_matchers(definition, &selector)?;
+                let mut canonical: Vec<String> = matchers.iter().map(ToString::to_string).collect();
+                canonical.sort();
+                canonical.dedup();
+                let mut scope = vec![
+                    Matcher::eq("namespace", namespace)
+                        .map_err(|e| ApiError::Internal(format!("external metric {metric}: {e}")))?,
+                ];
+                scope.extend(matchers);
+                let window = definition.window.unwrap_or(snapshot.window);
+                let promql = render(&definition.query, &scope, window)
+                    .map_err(|e| ApiError::Internal(format!("external metric {metric}: {e}")))?;
+                (promql, Some(window), canonical.join(","))
+            }
+            None => {
+                let (found, rule) = adapter
+                    .as_deref()
+                    .and_then(|d| d.external_metric(metric))
+                    .ok_or_else(|| MetricsError::not_found(metric, &format!("namespaces/{namespace}")))?;
+                let promql = rule
+                    .external_query(&found.series_name, namespace, &selector)
+                    .map_err(|e| adapter_query_error(metric, &rule.field(), e))?;
+                // The adapter's query is the whole key: selectors that render alike share it.
+                (promql.clone(), None, promql)
+            }
+        };
         negotiate_headers(headers, Endpoint::Plain)?;
-
-        let mut canonical: Vec<String> = matchers.iter().map(ToString::to_string).collect();
-        canonical.sort();
-        canonical.dedup();
-        let mut scope = vec![
-            Matcher::eq("namespace", namespace)
-                .map_err(|e| ApiError::Internal(format!("external metric {metric}: {e}")))?,
-        ];
-        scope.extend(matchers);
-        let window = definition.window.unwrap_or(snapshot.window);
-        let promql = render(&definition.query, &scope, window)
-            .map_err(|e| ApiError::Internal(format!("external metric {metric}: {e}")))?;
 
         let key = CacheKey {
             generation: snapshot.generation,
+            adapter_generation: adapter.as_ref().map_or(0, |d| d.generation),
             metric: metric.to_owned(),
             namespace: namespace.to_owned(),
-            selector: canonical.join(","),
+            selector: canonical,
         };
         let fetch = async {
             match self.prometheus.query(promql).await {
@@ -263,7 +303,11 @@ impl GroupService for ExternalMetrics {
     fn metric_resource(&self, info: &RequestInfo) -> Option<String> {
         let known = info.api_group == GROUP
             && info.api_version == VERSION
-            && metrics_of(&self.config.current()).iter().any(|m| m.name == info.resource);
+            && (metrics_of(&self.config.current()).iter().any(|m| m.name == info.resource)
+                || self
+                    .adapter
+                    .as_ref()
+                    .is_some_and(|a| a.current().external_metric(&info.resource).is_some()));
         known.then(|| info.resource.clone())
     }
 
@@ -278,13 +322,28 @@ impl GroupService for ExternalMetrics {
 }
 
 impl DynamicGroupVersions for ExternalMetrics {
+    /// Both generations only grow, so their sum changes whenever either does.
     fn generation(&self) -> u64 {
-        self.config.current().generation
+        self.config.current().generation + self.adapter.as_ref().map_or(0, |a| a.generation())
     }
 
     fn group_versions(&self) -> (u64, Vec<GroupVersionResources>) {
+        let generation = self.generation();
         let snapshot = self.config.current();
-        (snapshot.generation, vec![Self::group_version_resources(metrics_of(&snapshot))])
+        (generation, vec![Self::group_version_resources(&self.names(&snapshot))])
+    }
+}
+
+/// The Status of an adapter rule's query that could not be built for a request: the request's
+/// fault (a selector Prometheus cannot express) is a 400, the rule's a 500 naming it.
+pub fn adapter_query_error(metric: &str, rule: &str, error: QueryError) -> ApiError {
+    match error {
+        QueryError::UnsupportedOperator(_) | QueryError::Matcher(_) | QueryError::UnsafeRawValue { .. } => {
+            ApiError::BadRequest(format!("metric {metric}: {error}"))
+        }
+        QueryError::NoLabel(_) | QueryError::NoNamespace | QueryError::NoNames | QueryError::Empty => {
+            ApiError::Internal(format!("metric {metric} ({rule} of --adapter-config): {error}"))
+        }
     }
 }
 
@@ -378,14 +437,16 @@ struct ExternalMetricValueList<'a> {
 }
 
 /// `ExternalMetricValue`: `metricLabels` is never omitted (`{}` rather than `null`), `window`
-/// is whole seconds, `value` a Quantity string.
+/// is whole seconds (omitted for the adapter's rules, as the adapter omits it), `value` a
+/// Quantity string.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ExternalMetricValue<'a> {
     metric_name: &'a str,
     metric_labels: BTreeMap<String, String>,
     timestamp: String,
-    window: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<u64>,
     value: String,
 }
 
@@ -405,7 +466,7 @@ pub fn metric_quantity(value: f64) -> String {
 /// The `ExternalMetricValueList` JSON of a query result: one item per series with a finite
 /// value (NaN, e.g. a ratio over no requests, and infinities have no Quantity form and are
 /// left out, as no data), sorted by labels.
-pub fn value_list(metric: &str, window: Duration, samples: Vec<PromSample>) -> Vec<u8> {
+pub fn value_list(metric: &str, window: Option<Duration>, samples: Vec<PromSample>) -> Vec<u8> {
     let mut items: Vec<ExternalMetricValue<'_>> = samples
         .into_iter()
         .filter(|s| {
@@ -419,7 +480,7 @@ pub fn value_list(metric: &str, window: Duration, samples: Vec<PromSample>) -> V
             metric_name: metric,
             metric_labels: s.labels.into_iter().filter(|(k, _)| k != "__name__").collect(),
             timestamp: crate::kinds::rfc3339(s.timestamp),
-            window: window.as_secs(),
+            window: window.map(|w| w.as_secs()),
             value: metric_quantity(s.value),
         })
         .collect();

@@ -20,6 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::adapter::LiveAdapter;
 use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
@@ -109,6 +110,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Builds everything from `args` and binds the listener; logs the address it serves on.
 pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let config = LiveConfig::load(args.queries.config.as_deref(), args.queries.window, config_check())?;
+    if let Some(path) = &args.adapter.adapter_config {
+        crate::adapter::live::load(path)?;
+    }
 
     let kube_config = match &args.cluster.kubeconfig {
         Some(path) => {
@@ -194,11 +198,20 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .with_auth(auth)
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
+    let adapter = match &args.adapter.adapter_config {
+        Some(path) => Some(start_adapter(path, &args.adapter, prometheus.clone(), &config).await?),
+        None => None,
+    };
     if args.metric_apis.enable_external_metrics {
         let names: Vec<String> =
             crate::external::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
         tracing::info!(metrics = ?names, "serving external.metrics.k8s.io/v1beta1");
-        let external = ExternalMetrics::new(prometheus.clone(), config.clone(), &cache);
+        let mut external = ExternalMetrics::new(prometheus.clone(), config.clone(), &cache);
+        if let Some(adapter) = &adapter {
+            let names: Vec<String> = adapter.current().external.iter().map(|m| m.name.clone()).collect();
+            tracing::info!(metrics = ?names, "serving the externalRules of --adapter-config");
+            external = external.with_adapter(adapter.clone());
+        }
         state = state.with_group(Arc::new(external));
     }
     if args.metric_apis.enable_custom_metrics {
@@ -225,6 +238,33 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         shutting_down,
         metrics,
     })
+}
+
+/// Loads `--adapter-config`, lists its rules' series and starts its reload and relist loop.
+/// A metric name both the adapter's rules and `--config` serve stops the start, naming both.
+async fn start_adapter(
+    path: &std::path::Path,
+    args: &crate::config::AdapterArgs,
+    prometheus: Arc<dyn PromSource>,
+    config: &LiveConfig,
+) -> anyhow::Result<Arc<LiveAdapter>> {
+    let max_age =
+        args.metrics_max_age.unwrap_or(args.metrics_relist_interval).max(args.metrics_relist_interval);
+    let adapter = LiveAdapter::load(path, prometheus, max_age).await?;
+    let current = adapter.current();
+    let snapshot = config.current();
+    for metric in &current.external {
+        if crate::external::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
+            anyhow::bail!(
+                "external metric {:?} is declared twice: by --config (externalMetrics) and by --adapter-config {} ({}); rename one",
+                metric.name,
+                path.display(),
+                current.config.external_rules.get(metric.rule).map(|r| r.field()).unwrap_or_default()
+            );
+        }
+    }
+    adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval);
+    Ok(adapter)
 }
 
 /// Fetches every node's kubelet once after the inventory has synced, so that CPU rates (which

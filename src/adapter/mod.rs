@@ -1,7 +1,7 @@
 //! prometheus-adapter configuration (`--adapter-config`, DESIGN §6.4): the file format, its
 //! checks, and the pure core of its semantics (discovery, naming, association, query
-//! building), read from the adapter's documentation and sources. No I/O: the serving layers
-//! list series, run queries and answer requests with what this module computes.
+//! building), read from the adapter's documentation and sources. Only [`live`] does I/O (the
+//! file, Prometheus' series API); the API modules run the queries and answer requests.
 //!
 //! - [`file`]: the YAML format, keys and shapes (`pkg/config/config.go`), unknown keys
 //!   rejected as the adapter's strict unmarshalling rejects them;
@@ -14,7 +14,9 @@
 //!   `lbl_res.go`);
 //! - [`query`]: label-selector requirements to escaped matchers, template arguments;
 //! - [`discovery`]: the metrics the rules serve, from the series Prometheus lists
-//!   (`series_registry.go`, `external_series_registry.go`).
+//!   (`series_registry.go`, `external_series_registry.go`);
+//! - [`live`]: the configuration in force, reloaded when the file changes, and its series
+//!   listed at start, every `--metrics-relist-interval` and after a reload.
 //!
 //! # What is supported, what is rejected
 //!
@@ -66,6 +68,7 @@
 pub mod config;
 pub mod discovery;
 pub mod file;
+pub mod live;
 pub mod naming;
 pub mod query;
 pub mod resources;
@@ -73,6 +76,7 @@ pub mod template;
 
 pub use config::{AdapterConfig, AdapterError, ResourceRule, ResourceRules, Rule, RuleKind};
 pub use discovery::{CustomMetric, ExternalMetric, MissingSeries, Series, custom_metrics, external_metrics};
+pub use live::{Discovered, LiveAdapter};
 pub use query::QueryError;
 pub use template::{Args, Field, Template};
 

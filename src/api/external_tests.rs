@@ -501,3 +501,92 @@ async fn discovery_and_serving_follow_configuration_reloads() {
     assert_eq!(r.json()["message"], "the server could not find the metric queue_depth for namespaces/shop");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- an adapter configuration's externalRules ----
+
+const ADAPTER: &str = r#"
+externalRules:
+- seriesQuery: '{__name__=~"^http_requests_total$",namespace!=""}'
+  resources:
+    overrides:
+      namespace: {resource: "namespace"}
+  name:
+    matches: "^(.*)_total$"
+    as: "${1}_rate"
+  metricsQuery: 'sum by (code) (rate(<<.Series>>{<<.LabelMatchers>>}[2m]))'
+"#;
+
+/// The external API with `--config`'s defaults and the adapter configuration `yaml`, whose
+/// series list holds `http_requests_total`.
+async fn mk_adapter_app(yaml: &str) -> (Arc<MkProm>, Router) {
+    let dir =
+        std::env::temp_dir().join(format!("percolator-adapter-api-{}-{}", std::process::id(), yaml.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("adapter.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let prom = mk_prom(Ok(vec![mk_sample(&[("code", "500")], 2.5)]), Duration::ZERO);
+    *prom.series.lock().unwrap() = vec![
+        [("__name__", "http_requests_total"), ("namespace", "shop"), ("pod", "web-1"), ("code", "500")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+    ];
+    let adapter =
+        crate::adapter::LiveAdapter::load(&path, prom.clone(), Duration::from_secs(600)).await.unwrap();
+    let metrics = Metrics::new();
+    let external = ExternalMetrics::new(
+        prom.clone(),
+        LiveConfig::fixed(mk_defaults(), None),
+        &CacheSettings::new(Duration::from_secs(60), metrics.clone()),
+    )
+    .with_adapter(adapter);
+    let app = router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(external)));
+    let _ = std::fs::remove_dir_all(&dir);
+    (prom, app)
+}
+
+#[tokio::test]
+async fn adapter_external_rules_are_served_with_escaped_matchers_beside_the_own_metrics() {
+    let (prom, app) = mk_adapter_app(ADAPTER).await;
+    assert_eq!(
+        prom.queries.lock().unwrap().clone(),
+        [r#"series {__name__=~"^http_requests_total$",namespace!=""}"#],
+        "one listing of the rule's series query at load"
+    );
+    let path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/http_requests_rate";
+    let r = get(&app, &with_selector(path, "code in (500,503)")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", String::from_utf8_lossy(&r.body));
+    // The template's expansion: the selector's matchers, then the namespace's, as the adapter
+    // orders them; set values escaped as literal alternatives.
+    assert_eq!(
+        prom.last_query(),
+        r#"sum by (code) (rate(http_requests_total{code=~"500|503",namespace="shop"}[2m]))"#
+    );
+    assert_eq!(
+        r.json(),
+        json!({"kind": "ExternalMetricValueList", "apiVersion": "external.metrics.k8s.io/v1beta1", "metadata": {},
+               "items": [{"metricName": "http_requests_rate", "metricLabels": {"code": "500"},
+                          "timestamp": "2026-07-01T10:00:00Z", "value": "2500m"}]}),
+        "no window, as the adapter writes its values"
+    );
+    // A single `in` value is a literal, not the raw regex the adapter passes through.
+    assert_eq!(get(&app, &with_selector(path, "code in (5.0)")).await.status, StatusCode::OK);
+    assert_eq!(
+        prom.last_query(),
+        r#"sum by (code) (rate(http_requests_total{code=~"5\\.0",namespace="shop"}[2m]))"#
+    );
+    assert_status(
+        &get(&app, &with_selector(path, "code>5")).await,
+        400,
+        "BadRequest",
+        "metric http_requests_rate: label selector requirement on \"code\": > and < have no Prometheus equivalent",
+    );
+    // Discovery lists the own metrics and the adapter's; the own ones still answer.
+    let discovery = get(&app, "/apis/external.metrics.k8s.io/v1beta1").await.json();
+    let names: Vec<&str> =
+        discovery["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"http_requests_rate") && names.contains(&"cafe_brews_per_minute"), "{names:?}");
+    assert_eq!(get(&app, BREWS).await.status, StatusCode::OK);
+    let missing = get(&app, "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_rate").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}

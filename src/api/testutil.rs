@@ -208,6 +208,8 @@ pub(crate) struct MkProm {
     pub(crate) calls: AtomicUsize,
     reply: Mutex<Result<Vec<PromSample>, PromError>>,
     delay: Duration,
+    /// What the series API lists, for every selector.
+    pub(crate) series: Mutex<Vec<std::collections::BTreeMap<String, String>>>,
 }
 
 impl PromSource for MkProm {
@@ -219,6 +221,18 @@ impl PromSource for MkProm {
                 tokio::time::sleep(self.delay).await;
             }
             self.reply.lock().unwrap().clone()
+        })
+    }
+
+    fn series(
+        &self,
+        selector: String,
+        _start: jiff::Timestamp,
+        _end: jiff::Timestamp,
+    ) -> BoxFuture<'_, Result<Vec<std::collections::BTreeMap<String, String>>, PromError>> {
+        Box::pin(async move {
+            self.queries.lock().unwrap().push(format!("series {selector}"));
+            Ok(self.series.lock().unwrap().clone())
         })
     }
 }
@@ -239,6 +253,7 @@ pub(crate) fn mk_prom(reply: Result<Vec<PromSample>, PromError>, delay: Duration
         calls: AtomicUsize::new(0),
         reply: Mutex::new(reply),
         delay,
+        series: Mutex::new(Vec::new()),
     })
 }
 

@@ -33,6 +33,9 @@ pub struct Args {
     /// The query configuration file.
     #[command(flatten)]
     pub queries: QueryArgs,
+    /// A prometheus-adapter configuration file.
+    #[command(flatten)]
+    pub adapter: AdapterArgs,
     /// Caching.
     #[command(flatten)]
     pub cache: CacheArgs,
@@ -196,6 +199,25 @@ pub struct QueryArgs {
     /// when unset. Reloaded when it changes.
     #[arg(long, env = "PERCOLATOR_CONFIG")]
     pub config: Option<PathBuf>,
+}
+
+/// Flags of a prometheus-adapter configuration (`--adapter-config`), named as the adapter
+/// names them.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct AdapterArgs {
+    /// A prometheus-adapter configuration file (rules, externalRules, resourceRules), read as
+    /// the adapter reads it and served beside --config's metrics: externalRules with
+    /// --enable-external-metrics. Reloaded when it changes.
+    #[arg(long, env = "PERCOLATOR_ADAPTER_CONFIG")]
+    pub adapter_config: Option<PathBuf>,
+    /// How often the series of the adapter configuration's rules are listed again (the
+    /// adapter's flag and default).
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration, env = "PERCOLATOR_METRICS_RELIST_INTERVAL")]
+    pub metrics_relist_interval: Duration,
+    /// How far back series are listed (the adapter's flag; --metrics-relist-interval when
+    /// unset, and never less).
+    #[arg(long, value_parser = parse_positive_duration, env = "PERCOLATOR_METRICS_MAX_AGE")]
+    pub metrics_max_age: Option<Duration>,
 }
 
 /// Flags of caching: one TTL for every cache of computed results (served objects, external

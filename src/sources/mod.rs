@@ -198,6 +198,19 @@ pub trait PromSource: Send + Sync {
     /// Runs one instant query and returns its vector result (scalars become one unlabelled
     /// sample; other result types are an error).
     fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>>;
+
+    /// The series matching the series selector `selector` that had samples between `start`
+    /// and `end` (`/api/v1/series`), each as its label set (`__name__` included). Sources
+    /// that cannot list series answer an error.
+    fn series(
+        &self,
+        selector: String,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> BoxFuture<'_, Result<Vec<BTreeMap<String, String>>, PromError>> {
+        let _ = (selector, start, end);
+        Box::pin(async { Err(PromError::Query("this Prometheus source cannot list series".to_owned())) })
+    }
 }
 
 pub use crate::telemetry::{NoopObserver, UpstreamObserver, outcome};

@@ -56,6 +56,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Runs PromQL instant queries against one Prometheus.
 pub struct PromClient {
     client: prometheus_http_query::Client,
+    /// The same HTTP client, for the series API (which the query client only takes typed
+    /// selectors for) at `series_url`.
+    http: reqwest::Client,
+    series_url: String,
     timeout: Duration,
     observer: Arc<dyn UpstreamObserver>,
 }
@@ -72,9 +76,10 @@ impl PromClient {
             .connect_timeout(timeout)
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
-        let client = prometheus_http_query::Client::from(http, url)
+        let client = prometheus_http_query::Client::from(http.clone(), url)
             .map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
-        Ok(Self { client, timeout, observer })
+        let series_url = format!("{}/api/v1/series", url.trim_end_matches('/'));
+        Ok(Self { client, http, series_url, timeout, observer })
     }
 
     async fn run(&self, promql: &str) -> Result<Vec<PromSample>, (&'static str, PromError)> {
@@ -113,7 +118,77 @@ impl PromClient {
     }
 }
 
+/// The body of a `/api/v1/series` answer.
+#[derive(serde::Deserialize)]
+struct SeriesAnswer {
+    status: String,
+    #[serde(default)]
+    data: Vec<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    error: String,
+}
+
+impl PromClient {
+    async fn list_series(
+        &self,
+        selector: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<Vec<std::collections::BTreeMap<String, String>>, (&'static str, PromError)> {
+        let seconds = |t: Timestamp| format!("{:.3}", t.as_millisecond() as f64 / 1000.0);
+        // POST: selectors can be long.
+        let response = self
+            .http
+            .post(&self.series_url)
+            .form(&[("match[]", selector), ("start", &seconds(start)), ("end", &seconds(end))])
+            .send()
+            .await
+            .map_err(|e| {
+                let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::UNREACHABLE };
+                (outcome, PromError::Unreachable(error_chain(&e)))
+            })?;
+        let status = response.status();
+        let body =
+            response.bytes().await.map_err(|e| (outcome::ERROR, PromError::Unreachable(error_chain(&e))))?;
+        match serde_json::from_slice::<SeriesAnswer>(&body) {
+            Ok(answer) if answer.status == "success" => Ok(answer.data),
+            Ok(answer) => Err((outcome::ERROR, PromError::Query(answer.error))),
+            Err(_) => Err((
+                outcome::ERROR,
+                PromError::Unreachable(format!(
+                    "POST {}: HTTP {status}: {}",
+                    self.series_url,
+                    String::from_utf8_lossy(body.get(..200).unwrap_or(&body)).trim()
+                )),
+            )),
+        }
+    }
+}
+
 impl PromSource for PromClient {
+    fn series(
+        &self,
+        selector: String,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> BoxFuture<'_, Result<Vec<std::collections::BTreeMap<String, String>>, PromError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.list_series(&selector, start, end).await;
+            let seconds = started.elapsed().as_secs_f64();
+            match result {
+                Ok(series) => {
+                    self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
+                    Ok(series)
+                }
+                Err((outcome, error)) => {
+                    self.observer.observe(SOURCE, outcome, seconds);
+                    Err(error)
+                }
+            }
+        })
+    }
+
     fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>> {
         Box::pin(async move {
             let started = Instant::now();

@@ -1,0 +1,206 @@
+//! The adapter configuration in force and the metrics its rules serve (`--adapter-config`):
+//! loaded at start (an invalid file stops the start with the rule, field and construct named),
+//! reloaded when the file changes (an invalid edit is logged and the last good configuration
+//! stays), and its rules' series listed through Prometheus' series API as the adapter does: at
+//! start, every `--metrics-relist-interval` over the last `--metrics-max-age`, and after a
+//! reload. A failed listing keeps the metrics of the last good one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::{
+    AdapterConfig, AdapterError, CustomMetric, ExternalMetric, Series, custom_metrics, external_metrics,
+};
+use crate::sources::PromSource;
+
+/// What the adapter configuration serves right now.
+#[derive(Debug)]
+pub struct Discovered {
+    /// Increases whenever the configuration or the discovered metrics change.
+    pub generation: u64,
+    /// The configuration in force.
+    pub config: Arc<AdapterConfig>,
+    /// The custom metrics its `rules` serve, from the last good listing.
+    pub custom: Vec<CustomMetric>,
+    /// The external metrics its `externalRules` serve, from the last good listing.
+    pub external: Vec<ExternalMetric>,
+}
+
+impl Discovered {
+    /// The external metric `name`, with the rule that serves it.
+    pub fn external_metric(&self, name: &str) -> Option<(&ExternalMetric, &super::Rule)> {
+        let metric = self.external.iter().find(|m| m.name == name)?;
+        Some((metric, self.config.external_rules.get(metric.rule)?))
+    }
+}
+
+/// The live adapter configuration.
+pub struct LiveAdapter {
+    path: PathBuf,
+    prometheus: Arc<dyn PromSource>,
+    max_age: Duration,
+    current: RwLock<Arc<Discovered>>,
+    generation: AtomicU64,
+    last_text: Mutex<String>,
+    /// The configuration to serve: [`LiveAdapter::current`]'s, or a reloaded one whose series
+    /// have not been listed yet (served with them once they are).
+    desired: Mutex<Arc<AdapterConfig>>,
+}
+
+impl std::fmt::Debug for LiveAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveAdapter").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// Reads and checks `path` as an adapter configuration (at start, before anything else is
+/// built: a bad file stops the start at once).
+pub fn load(path: &Path) -> Result<(String, AdapterConfig), AdapterError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| AdapterError::Parse { path: shown.clone(), message: e.to_string() })?;
+    let config = AdapterConfig::from_yaml(&text, &shown)?;
+    Ok((text, config))
+}
+
+impl LiveAdapter {
+    /// Loads `path` and lists its rules' series once (a failed listing is logged: the rules
+    /// then serve nothing until a listing succeeds). `max_age` is how far back series count.
+    pub async fn load(
+        path: &Path,
+        prometheus: Arc<dyn PromSource>,
+        max_age: Duration,
+    ) -> Result<Arc<Self>, AdapterError> {
+        let (text, config) = load(path)?;
+        let config = Arc::new(config);
+        let live = Arc::new(Self {
+            path: path.to_path_buf(),
+            prometheus,
+            max_age,
+            current: RwLock::new(Arc::new(Discovered {
+                generation: 1,
+                config: config.clone(),
+                custom: Vec::new(),
+                external: Vec::new(),
+            })),
+            generation: AtomicU64::new(1),
+            last_text: Mutex::new(text),
+            desired: Mutex::new(config),
+        });
+        live.relist().await;
+        Ok(live)
+    }
+
+    /// What is served now.
+    pub fn current(&self) -> Arc<Discovered> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The generation of [`LiveAdapter::current`], without a lock.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Lists the series of the desired configuration's rules and, when every listing
+    /// succeeded, serves that configuration with what they name. Returns whether it did.
+    pub async fn relist(&self) -> bool {
+        let config = self.desired.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let end = Timestamp::now();
+        let start = end
+            .checked_sub(jiff::SignedDuration::try_from(self.max_age).unwrap_or(jiff::SignedDuration::MAX))
+            .unwrap_or(Timestamp::MIN);
+        let queries: Vec<String> = config.series_queries().into_iter().map(str::to_owned).collect();
+        let listings =
+            futures::future::join_all(queries.iter().map(|q| self.prometheus.series(q.clone(), start, end)))
+                .await;
+        let mut series: BTreeMap<String, Vec<Series>> = BTreeMap::new();
+        for (query, listing) in queries.into_iter().zip(listings) {
+            match listing {
+                Ok(found) => {
+                    series.insert(query, found);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, series_query = %query, "adapter rules: listing series failed; keeping the metrics listed before");
+                    return false;
+                }
+            }
+        }
+        let (custom, external) = match (
+            custom_metrics(&config.rules, &series),
+            external_metrics(&config.external_rules, &series),
+        ) {
+            (Ok(custom), Ok(external)) => (custom, external),
+            (Err(missing), _) | (_, Err(missing)) => {
+                tracing::error!(series_query = %missing.0, "adapter rules: a series query was not listed");
+                return false;
+            }
+        };
+        tracing::info!(custom = custom.len(), external = external.len(), "adapter rules: series listed");
+        self.publish(config, custom, external);
+        true
+    }
+
+    fn publish(&self, config: Arc<AdapterConfig>, custom: Vec<CustomMetric>, external: Vec<ExternalMetric>) {
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let unchanged =
+            Arc::ptr_eq(&current.config, &config) && current.custom == custom && current.external == external;
+        if unchanged {
+            return;
+        }
+        let generation = current.generation + 1;
+        *current = Arc::new(Discovered { generation, config, custom, external });
+        self.generation.store(generation, Ordering::Release);
+    }
+
+    /// Re-reads the file when its content changed: a valid new configuration is listed and
+    /// served, an invalid one is logged and the last good one stays. Returns `Some(valid)`
+    /// when the content changed.
+    pub async fn reload(&self) -> Option<bool> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        {
+            let mut last = self.last_text.lock().unwrap_or_else(PoisonError::into_inner);
+            if *last == text {
+                return None;
+            }
+            last.clone_from(&text);
+        }
+        match AdapterConfig::from_yaml(&text, &self.path.display().to_string()) {
+            Ok(config) => {
+                *self.desired.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+                // Until the new rules' series are listed, the old rules keep serving; the next
+                // relist retries.
+                let listed = self.relist().await;
+                tracing::info!(path = %self.path.display(), listed, "adapter configuration reloaded");
+                Some(true)
+            }
+            Err(error) => {
+                tracing::error!(%error, "adapter configuration rejected; the last good one stays");
+                Some(false)
+            }
+        }
+    }
+
+    /// Polls the file every `poll` and relists every `relist`, for as long as the process runs.
+    pub fn spawn(self: &Arc<Self>, poll: Duration, relist: Duration) {
+        let live = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut since_relist = Duration::ZERO;
+            loop {
+                tokio::time::sleep(poll).await;
+                let Some(live) = live.upgrade() else { return };
+                since_relist += poll;
+                if live.reload().await.is_some() {
+                    since_relist = Duration::ZERO;
+                } else if since_relist >= relist {
+                    live.relist().await;
+                    since_relist = Duration::ZERO;
+                }
+            }
+        });
+    }
+}
