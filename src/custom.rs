@@ -34,11 +34,12 @@ use kube::core::Expression;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::adapter::{LiveAdapter, resources};
 use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
 use crate::external::{
-    MetricsError, Result, answer, check_metric_labels, check_metric_name, label_matchers, metric_quantity,
-    prometheus_unavailable,
+    MetricsError, Result, adapter_query_error, answer, check_metric_labels, check_metric_name,
+    label_matchers, metric_quantity, prometheus_unavailable,
 };
 use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
 use crate::k8s::negotiate::{Endpoint, negotiate_headers};
@@ -79,15 +80,19 @@ enum Target<'a> {
     Object(Workload, &'a str),
     /// The namespace itself.
     Namespace,
+    /// Another object (`resource` as the path spells it), served only by an adapter rule
+    /// whose series carry a label for that resource; `namespaced` unless root-scoped.
+    Other { resource: &'a str, name: &'a str, namespaced: bool },
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
     /// The group-resource string of errors and discovery.
-    fn resource(&self) -> &'static str {
+    fn resource(&self) -> &'a str {
         match self {
             Self::Pods(_) => "pods",
             Self::Object(workload, _) => workload.resource(),
             Self::Namespace => "namespaces",
+            Self::Other { resource, .. } => resource,
         }
     }
 }
@@ -123,6 +128,8 @@ pub struct CustomMetrics {
     /// Rendered answers, by request (version, path, both selectors), each kept until the
     /// values it was built from expire: a warm request is a lookup.
     responses: TtlCache<(u64, String), Bytes>,
+    /// The `rules` of an adapter configuration, served beside the own metrics.
+    adapter: Option<Arc<LiveAdapter>>,
 }
 
 impl std::fmt::Debug for CustomMetrics {
@@ -142,7 +149,15 @@ impl CustomMetrics {
     ) -> Self {
         let responses = TtlCache::new(RESPONSES_CACHE_NAME, cache, MAX_ENTRIES);
         let cache = TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES);
-        Self { prometheus, inventory, workloads, config, cache, responses }
+        Self { prometheus, inventory, workloads, config, cache, responses, adapter: None }
+    }
+
+    /// Also serves the `rules` of `adapter` (after the own metrics: a name both declare is the
+    /// own metric's, for the resources the own metric serves).
+    #[must_use]
+    pub fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
+        self.adapter = Some(adapter);
+        self
     }
 
     /// The discovery entries of `definitions`, one per version: per metric, `pods/M`, each
@@ -195,14 +210,12 @@ impl CustomMetrics {
             ["namespaces", ns, "metrics", metric] | ["namespaces", ns, metric] => {
                 (*ns, Target::Namespace, *metric)
             }
-            ["namespaces", ns, resource, name, metric] => {
-                let Some(workload) = Workload::from_resource(resource) else {
-                    return Err(MetricsError::not_found(metric, resource));
-                };
-                (*ns, Target::Object(workload, name), *metric)
-            }
-            // A root-scoped object other than a namespace: none is served.
-            [resource, _, metric] => return Err(MetricsError::not_found(metric, resource)),
+            ["namespaces", ns, resource, name, metric] => match Workload::from_resource(resource) {
+                Some(workload) => (*ns, Target::Object(workload, name), *metric),
+                None => (*ns, Target::Other { resource, name, namespaced: true }, *metric),
+            },
+            // A root-scoped object other than a namespace: only an adapter rule serves one.
+            [resource, name, metric] => ("", Target::Other { resource, name, namespaced: false }, *metric),
             _ => return Err(ApiError::PathNotFound.into()),
         };
         if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
@@ -214,16 +227,18 @@ impl CustomMetrics {
             }
             .into());
         }
-        check_name("namespace", namespace, is_dns1123_label)?;
+        if !matches!(target, Target::Other { namespaced: false, .. }) {
+            check_name("namespace", namespace, is_dns1123_label)?;
+        }
         match target {
-            Target::Object(_, "*") => {
+            Target::Object(_, "*") | Target::Other { name: "*", .. } => {
                 return Err(ApiError::BadRequest(format!(
                     "{} are only served by name; a label selector is accepted for pods/*",
                     target.resource()
                 ))
                 .into());
             }
-            Target::Pods(Some(name)) | Target::Object(_, name) => {
+            Target::Pods(Some(name)) | Target::Object(_, name) | Target::Other { name, .. } => {
                 check_name("name", name, is_dns1123_subdomain)?
             }
             Target::Pods(None) | Target::Namespace => {}
@@ -231,10 +246,17 @@ impl CustomMetrics {
 
         // One snapshot for the whole request: a reload mid-request changes nothing here.
         let snapshot = self.config.current();
-        let definition = metrics_of(&snapshot)
-            .iter()
-            .find(|m| m.name == metric)
-            .ok_or_else(|| MetricsError::not_found(metric, target.resource()))?;
+        // A default metric yields its name to an adapter rule; a declared one keeps it.
+        let yields = !snapshot.file.declares.custom_metrics
+            && self.adapter.as_ref().is_some_and(|a| a.current().custom.iter().any(|m| m.name == metric));
+        let own = match target {
+            Target::Other { .. } => None,
+            _ if yields => None,
+            _ => metrics_of(&snapshot).iter().find(|m| m.name == metric),
+        };
+        let Some(definition) = own else {
+            return self.handle_adapter(request, headers, version, namespace, target, metric).await;
+        };
         let pod_selector = match target {
             Target::Pods(None) => {
                 LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
@@ -272,7 +294,7 @@ impl CustomMetrics {
         }
         self.responses.count(false);
         let (values, expires_at) = self.values(&snapshot, definition, namespace, matchers).await?;
-        let window = definition.window.unwrap_or(snapshot.window).as_secs();
+        let window = Some(definition.window.unwrap_or(snapshot.window).as_secs());
         let pods = self.inventory.running_pods(Some(namespace));
         let items = match target {
             Target::Pods(None) => pods
@@ -326,10 +348,139 @@ impl CustomMetrics {
                     Described { kind: "Namespace", api_version: "/v1", namespace: None, name: namespace };
                 vec![Item { object, value, window }]
             }
+            // Own metrics serve pods, workloads and namespaces only (`own` is `None` here).
+            Target::Other { resource, .. } => return Err(MetricsError::not_found(metric, resource)),
         };
         let body = Bytes::from(value_list(version, metric, &metric_selector, &items));
         self.responses.insert_until(response_key, body.clone(), expires_at).await;
         Ok(json_response(body))
+    }
+
+    /// A metric of the adapter configuration's `rules` (`--adapter-config`), served with the
+    /// adapter's semantics: pods selected locally from the inventory (`.LabelMatchers` holds
+    /// the namespace and the metric selector, no regex of pod names), other objects and
+    /// namespaces by their label in the series.
+    async fn handle_adapter(
+        &self,
+        request: &ParsedRequest,
+        headers: &HeaderMap,
+        version: &str,
+        namespace: &str,
+        target: Target<'_>,
+        metric: &str,
+    ) -> Result<Response> {
+        let not_found = || MetricsError::not_found(metric, target.resource());
+        let discovered = self.adapter.as_ref().map(|a| a.current()).ok_or_else(not_found)?;
+        let (resource, names): (GroupResource, Option<Vec<&str>>) = match target {
+            Target::Pods(_) => (GroupResource::new("", "pods"), None),
+            Target::Namespace => (resources::namespaces(), Some(vec![namespace])),
+            Target::Object(_, name) | Target::Other { name, .. } => {
+                let (plural, group) = target.resource().split_once('.').unwrap_or((target.resource(), ""));
+                (resources::normalize(group, plural).ok_or_else(not_found)?, Some(vec![name]))
+            }
+        };
+        let (found, rule) = discovered.custom_metric(metric, &resource).ok_or_else(not_found)?;
+        if found.namespaced != !matches!(target, Target::Namespace | Target::Other { namespaced: false, .. })
+        {
+            return Err(not_found());
+        }
+        let pod_selector = match target {
+            Target::Pods(None) => {
+                LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
+                    .map_err(ApiError::from)?
+            }
+            _ => LabelSelector::everything(),
+        };
+        let metric_selector =
+            LabelSelector::parse(request.query.get("metricLabelSelector").unwrap_or_default())
+                .map_err(ApiError::from)?;
+        negotiate_headers(headers, Endpoint::Plain)?;
+        // Namespaces are root-scoped: their query names them and carries no namespace of its own.
+        let query_namespace = (found.namespaced && !namespace.is_empty()).then_some(namespace);
+        let promql = rule
+            .query(&found.series_name, &resource, query_namespace, &metric_selector, names.as_deref())
+            .map_err(|e| adapter_query_error(metric, &rule.field(), e))?;
+        let label = rule
+            .resources
+            .label_for_resource(&resource)
+            .map_err(|e| ApiError::Internal(format!("metric {metric} ({}): {e}", rule.field())))?;
+        let key = CacheKey {
+            generation: discovered.generation,
+            metric: format!("adapter:{metric}"),
+            namespace: namespace.to_owned(),
+            selector: promql.clone(),
+        };
+        let fetch = async {
+            match self.prometheus.query(promql).await {
+                Ok(samples) => {
+                    // One value per object, by its label (series of one object add up).
+                    let mut values = PodValues::new();
+                    for sample in samples.into_iter().filter(|s| s.value.is_finite()) {
+                        let Some(name) = sample.labels.get(&label) else { continue };
+                        let entry = values
+                            .entry(name.clone())
+                            .or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
+                        entry.value += sample.value;
+                        entry.timestamp = entry.timestamp.max(sample.timestamp);
+                    }
+                    Ok(Arc::new(values))
+                }
+                Err(error) => {
+                    tracing::warn!(%error, metric, namespace, "adapter rule query failed");
+                    Err(error)
+                }
+            }
+        };
+        let (values, _, _) = self
+            .cache
+            .get_or_try_compute(key, fetch)
+            .await
+            .map_err(|error| prometheus_unavailable(&format!("the custom metric {metric}"), &error))?;
+        let items = match target {
+            Target::Pods(None) => {
+                if !self.inventory.is_synced() {
+                    return Err(ApiError::ServiceUnavailable {
+                        message: "the pod inventory is not synced yet".to_owned(),
+                        retry_after: Some(NOT_SYNCED_RETRY_AFTER_SECONDS),
+                    }
+                    .into());
+                }
+                let pods = self.inventory.running_pods(Some(namespace));
+                let items: Vec<(String, PodValue)> = pods
+                    .iter()
+                    .filter(|p| pod_selector.matches(&p.labels))
+                    .filter_map(|p| Some((p.name.to_string(), *values.get(&*p.name)?)))
+                    .collect();
+                if items.is_empty() {
+                    // The adapter's answer when no series matched.
+                    return Err(not_found());
+                }
+                items
+            }
+            Target::Pods(Some(name)) | Target::Object(_, name) | Target::Other { name, .. } => {
+                let value = values
+                    .get(name)
+                    .ok_or_else(|| MetricsError::not_found_for(metric, target.resource(), name))?;
+                vec![(name.to_owned(), *value)]
+            }
+            Target::Namespace => {
+                let value = values
+                    .get(namespace)
+                    .ok_or_else(|| MetricsError::not_found_for(metric, "namespaces", namespace))?;
+                vec![(namespace.to_owned(), *value)]
+            }
+        };
+        let (kind, api_version) = resources::kind_and_api_version(&resource);
+        let described_namespace = found.namespaced.then_some(namespace);
+        let items: Vec<Item<'_>> = items
+            .iter()
+            .map(|(name, value)| Item {
+                object: Described { kind, api_version, namespace: described_namespace, name },
+                value: *value,
+                window: None,
+            })
+            .collect();
+        Ok(json_response(Bytes::from(value_list(version, metric, &metric_selector, &items))))
     }
 
     /// The values of `definition` in `namespace` under `matchers`: cached, one query for every
@@ -416,8 +567,16 @@ impl GroupService for CustomMetrics {
         };
         let served =
             resource == "pods" || Workload::from_resource(resource).is_some() || resource == "namespaces";
-        let known = served && metrics_of(&self.config.current()).iter().any(|m| m.name == metric);
-        known.then(|| format!("{resource}/{metric}"))
+        let own = served && metrics_of(&self.config.current()).iter().any(|m| m.name == metric);
+        let adapter = || {
+            self.adapter.as_ref().is_some_and(|a| {
+                a.current()
+                    .custom
+                    .iter()
+                    .any(|m| m.name == metric && resources::path_name(&m.resource) == resource)
+            })
+        };
+        (own || adapter()).then(|| format!("{resource}/{metric}"))
     }
 
     fn serve<'a>(
@@ -431,13 +590,36 @@ impl GroupService for CustomMetrics {
 }
 
 impl DynamicGroupVersions for CustomMetrics {
+    /// Both generations only grow, so their sum changes whenever either does.
     fn generation(&self) -> u64 {
-        self.config.current().generation
+        self.config.current().generation + self.adapter.as_ref().map_or(0, |a| a.generation())
     }
 
     fn group_versions(&self) -> (u64, Vec<GroupVersionResources>) {
+        let generation = self.generation();
         let snapshot = self.config.current();
-        (snapshot.generation, Self::group_version_resources(metrics_of(&snapshot)))
+        let mut versions = Self::group_version_resources(metrics_of(&snapshot));
+        if let Some(adapter) = &self.adapter {
+            let discovered = adapter.current();
+            for version in &mut versions {
+                for metric in &discovered.custom {
+                    let name = format!("{}/{}", resources::path_name(&metric.resource), metric.name);
+                    if version.resources.iter().any(|r| r.name == name) {
+                        continue;
+                    }
+                    version.resources.push(DiscoveryResource {
+                        name,
+                        singular_name: String::new(),
+                        namespaced: metric.namespaced,
+                        kind: LIST_KIND.to_owned(),
+                        verbs: vec!["get".to_owned()],
+                        short_names: Vec::new(),
+                        categories: Vec::new(),
+                    });
+                }
+            }
+        }
+        (generation, versions)
     }
 }
 
@@ -508,7 +690,8 @@ impl<'a> Described<'a> {
 struct Item<'a> {
     object: Described<'a>,
     value: PodValue,
-    window: u64,
+    /// Seconds; `None` for an adapter rule's value (the adapter writes none).
+    window: Option<u64>,
 }
 
 /// The `metav1.LabelSelector` of a metric selector, as `metav1.ParseToLabelSelector` builds it
@@ -579,7 +762,8 @@ struct ValueV2<'a> {
     described_object: Described<'a>,
     metric: MetricIdentifier<'a>,
     timestamp: &'a str,
-    window_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window_seconds: Option<u64>,
     value: String,
 }
 
@@ -597,7 +781,8 @@ struct ValueV1<'a> {
     described_object: Described<'a>,
     metric_name: &'a str,
     timestamp: &'a str,
-    window: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<u64>,
     value: String,
     selector: &'a Value,
 }

@@ -238,7 +238,11 @@ impl ExternalMetrics {
         let selector = LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
             .map_err(ApiError::from)?;
         let adapter = self.adapter.as_ref().map(|a| a.current());
-        let (promql, window, canonical) = match metrics_of(&snapshot).iter().find(|m| m.name == metric) {
+        // A default metric yields its name to an adapter rule; a declared one keeps it.
+        let yields = !snapshot.file.declares.external_metrics
+            && adapter.as_deref().is_some_and(|d| d.external_metric(metric).is_some());
+        let own = metrics_of(&snapshot).iter().find(|m| m.name == metric).filter(|_| !yields);
+        let (promql, window, canonical) = match own {
             Some(definition) => {
                 let matchers = selector_matchers(definition, &selector)?;
                 let mut canonical: Vec<String> = matchers.iter().map(ToString::to_string).collect();

@@ -219,7 +219,13 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
             crate::custom::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
         tracing::info!(metrics = ?names, "serving custom.metrics.k8s.io v1beta2 and v1beta1");
         let workloads = Arc::new(KubeWorkloads::new(client, &cache));
-        let custom = CustomMetrics::new(prometheus, inventory_for_custom, workloads, config.clone(), &cache);
+        let mut custom =
+            CustomMetrics::new(prometheus, inventory_for_custom, workloads, config.clone(), &cache);
+        if let Some(adapter) = &adapter {
+            let names: Vec<String> = adapter.current().custom.iter().map(|m| m.name.clone()).collect();
+            tracing::info!(metrics = ?names, "serving the rules of --adapter-config");
+            custom = custom.with_adapter(adapter.clone());
+        }
         state = state.with_group(Arc::new(custom));
     }
     let app = api::router(state);
@@ -253,13 +259,26 @@ async fn start_adapter(
     let adapter = LiveAdapter::load(path, prometheus, max_age).await?;
     let current = adapter.current();
     let snapshot = config.current();
+    // A name --config declares cannot be taken; a default metric's can (the adapter's wins).
     for metric in &current.external {
-        if crate::external::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
+        let declared = snapshot.file.declares.external_metrics;
+        if declared && crate::external::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
             anyhow::bail!(
                 "external metric {:?} is declared twice: by --config (externalMetrics) and by --adapter-config {} ({}); rename one",
                 metric.name,
                 path.display(),
                 current.config.external_rules.get(metric.rule).map(|r| r.field()).unwrap_or_default()
+            );
+        }
+    }
+    for metric in &current.custom {
+        let declared = snapshot.file.declares.custom_metrics;
+        if declared && crate::custom::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
+            anyhow::bail!(
+                "custom metric {:?} is declared twice: by --config (customMetrics) and by --adapter-config {} ({}); rename one",
+                metric.name,
+                path.display(),
+                current.config.rules.get(metric.rule).map(|r| r.field()).unwrap_or_default()
             );
         }
     }

@@ -32,6 +32,16 @@ pub struct Discovered {
 }
 
 impl Discovered {
+    /// The custom metric `name` on `resource`, with the rule that serves it.
+    pub fn custom_metric(
+        &self,
+        name: &str,
+        resource: &crate::k8s::GroupResource,
+    ) -> Option<(&CustomMetric, &super::Rule)> {
+        let metric = self.custom.iter().find(|m| m.name == name && &m.resource == resource)?;
+        Some((metric, self.config.rules.get(metric.rule)?))
+    }
+
     /// The external metric `name`, with the rule that serves it.
     pub fn external_metric(&self, name: &str) -> Option<(&ExternalMetric, &super::Rule)> {
         let metric = self.external.iter().find(|m| m.name == name)?;
@@ -64,8 +74,23 @@ pub fn load(path: &Path) -> Result<(String, AdapterConfig), AdapterError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| AdapterError::Parse { path: shown.clone(), message: e.to_string() })?;
-    let config = AdapterConfig::from_yaml(&text, &shown)?;
+    let config = parse(&text, &shown)?;
     Ok((text, config))
+}
+
+/// Checks a configuration's text, and that percolator serves everything it declares.
+fn parse(text: &str, path: &str) -> Result<AdapterConfig, AdapterError> {
+    let config = AdapterConfig::from_yaml(text, path)?;
+    if config.resource_rules.is_some() {
+        return Err(AdapterError::Invalid {
+            path: path.to_owned(),
+            field: "resourceRules".to_owned(),
+            message: "not served from an adapter configuration yet: declare the container and node \
+                      queries under resourceQueries in --config and run with --resource-source=prometheus"
+                .to_owned(),
+        });
+    }
+    Ok(config)
 }
 
 impl LiveAdapter {
@@ -169,7 +194,7 @@ impl LiveAdapter {
             }
             last.clone_from(&text);
         }
-        match AdapterConfig::from_yaml(&text, &self.path.display().to_string()) {
+        match parse(&text, &self.path.display().to_string()) {
             Ok(config) => {
                 *self.desired.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
                 // Until the new rules' series are listed, the old rules keep serving; the next

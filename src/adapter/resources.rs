@@ -102,6 +102,28 @@ pub fn is_root_scoped(gr: &GroupResource) -> bool {
     gr.group.is_empty() && matches!(gr.resource.as_str(), "namespaces" | "nodes" | "persistentvolumes")
 }
 
+/// How a custom metrics path names `gr`: `pods`, `deployments.apps`.
+pub fn path_name(gr: &GroupResource) -> String {
+    if gr.group.is_empty() { gr.resource.clone() } else { format!("{}.{}", gr.resource, gr.group) }
+}
+
+/// The `kind` and `apiVersion` of an object reference to `gr` (`describedObject`), as the
+/// adapter's `ReferenceFor` writes them (`/v1` for the core group); unknown resources get
+/// an empty kind and `<group>/v1`.
+pub fn kind_and_api_version(gr: &GroupResource) -> (&'static str, &'static str) {
+    let kind = lookup(&gr.group, &gr.resource).map_or("", |k| k.kind);
+    let api_version = match gr.group.as_str() {
+        "" => "/v1",
+        "apps" => "apps/v1",
+        "batch" => "batch/v1",
+        "networking.k8s.io" => "networking.k8s.io/v1",
+        "autoscaling" => "autoscaling/v2",
+        "policy" => "policy/v1",
+        _ => "v1",
+    };
+    (kind, api_version)
+}
+
 /// The namespaces group-resource.
 pub fn namespaces() -> GroupResource {
     GroupResource::new("", "namespaces")

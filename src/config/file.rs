@@ -90,6 +90,19 @@ pub struct QueryFile {
     /// The queries of `--resource-source=prometheus` (`resourceQueries:`); the resource source
     /// fills in the fields left out.
     pub resource_queries: ResourceQueriesConfig,
+    /// Whether the file declares `externalMetrics` and `customMetrics` itself (rather than
+    /// taking the defaults): an `--adapter-config` rule may take a default metric's name, not
+    /// a declared one's.
+    pub declares: Declares,
+}
+
+/// Which metric lists a file declares itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Declares {
+    /// `externalMetrics` is in the file.
+    pub external_metrics: bool,
+    /// `customMetrics` is in the file.
+    pub custom_metrics: bool,
 }
 
 impl QueryFile {
@@ -306,6 +319,10 @@ impl QueryFile {
                 kind_queries.insert(key, queries);
             }
             QueryFile {
+                declares: Declares {
+                    external_metrics: raw.external_metrics.is_some(),
+                    custom_metrics: raw.custom_metrics.is_some(),
+                },
                 window: raw.window,
                 kind_queries,
                 external_metrics: raw.external_metrics,

@@ -7,7 +7,7 @@ pub mod flags;
 
 pub use file::{
     Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig,
-    DeclaredKindConfig, ExternalMetricConfig, Invalid, LiveConfig, PodsJoinConfig, QueryFile,
+    DeclaredKindConfig, Declares, ExternalMetricConfig, Invalid, LiveConfig, PodsJoinConfig, QueryFile,
     ResourceQueriesConfig, Snapshot,
 };
 pub use flags::{

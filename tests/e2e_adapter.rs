@@ -1,0 +1,243 @@
+//! `--adapter-config`: a prometheus-adapter configuration file, written the way adapter users
+//! write it, against the simulator and a real Prometheus: its `rules` and `externalRules`
+//! discovered through Prometheus' series API and served by `custom.metrics.k8s.io` and
+//! `external.metrics.k8s.io` with values against the simulator's truth, the PromQL that ran (Prometheus' query log) being the template's
+//! expansion with escaped matchers; reload without restart; a bad file or a name declared twice
+//! stops the start with the rule, field and construct named.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{Env, Options, assert_close, configmap_write, mk_dir, q};
+use serde_json::Value;
+
+const EM: &str = "/apis/external.metrics.k8s.io/v1beta1";
+
+/// An adapter user's rules: the walkthrough's per-pod request rate (`_total` →
+/// `_per_second`, the name of one of percolator's default custom metrics, which yields it), and
+/// an external rule summing every namespaced request counter by status code.
+const ADAPTER: &str = r#"
+rules:
+- seriesQuery: 'http_requests_total{namespace!="",pod!=""}'
+  resources:
+    overrides:
+      namespace: {resource: "namespace"}
+      pod: {resource: "pod"}
+  name:
+    matches: "^(.*)_total$"
+    as: "${1}_per_second"
+  metricsQuery: 'sum(rate(<<.Series>>{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)'
+externalRules:
+- seriesQuery: '{__name__=~"^http_requests_total$",namespace!="",pod!=""}'
+  resources:
+    overrides:
+      namespace: {resource: "namespace"}
+  name:
+    matches: "^http_(.*)_total$"
+    as: "http_${1}_rate"
+  metricsQuery: 'sum by (code) (rate(<<.Series>>{<<.LabelMatchers>>}[1m]))'
+"#;
+
+fn enc(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+fn sum(list: &Value) -> f64 {
+    list["items"].as_array().unwrap().iter().map(|i| q(&i["value"])).sum()
+}
+
+/// The served external metric names.
+async fn names(env: &Env) -> Vec<String> {
+    let discovery = env.get_json(EM).await;
+    discovery["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rules_and_external_rules_serve_the_truth_through_the_templates_expansion() {
+    let config_dir = mk_dir("adapter-config");
+    configmap_write(&config_dir, 1, ADAPTER);
+    let env = Env::start(
+        "adapter",
+        Options {
+            extra_args: vec![
+                "--enable-external-metrics".into(),
+                "--enable-custom-metrics".into(),
+                "--adapter-config".into(),
+                config_dir.join("config.yaml").display().to_string(),
+                "--metrics-relist-interval".into(),
+                "2s".into(),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let served = names(&env).await;
+    assert!(served.contains(&"http_requests_rate".to_owned()), "{served:?}");
+    assert!(served.contains(&"cafe_brews_per_minute".to_owned()), "the own metrics stay: {served:?}");
+
+    let truth = env.truth().await;
+    let running = |ns: &str| -> Vec<Value> {
+        truth["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["namespace"] == ns && p["phase"] == "Running")
+            .cloned()
+            .collect()
+    };
+    for ns in ["shop", "api"] {
+        let requests: f64 = running(ns).iter().filter_map(|p| p["requestsPerSecond"].as_f64()).sum();
+        let errors: f64 = running(ns).iter().filter_map(|p| p["errorsPerSecond"].as_f64()).sum();
+        let list = env.get_json(&format!("{EM}/namespaces/{ns}/http_requests_rate")).await;
+        assert_eq!(list["kind"], "ExternalMetricValueList");
+        let item = &list["items"][0];
+        assert_eq!(item["metricName"], "http_requests_rate");
+        assert!(item.get("window").is_none(), "the adapter writes no window: {item}");
+        assert!(item["metricLabels"].get("code").is_some(), "{item}");
+        assert_close(sum(&list), requests, 0.02, &format!("{ns}: all codes"));
+        let path =
+            format!("{EM}/namespaces/{ns}/http_requests_rate?labelSelector={}", enc("code in (500,503)"));
+        let list = env.get_json(&path).await;
+        assert_close(sum(&list), errors, 0.02, &format!("{ns}: 5xx"));
+    }
+    // What ran is the template's expansion: the selector's matchers, then the namespace's.
+    let queries = env.prometheus.queries();
+    for expected in [
+        r#"sum by (code) (rate(http_requests_total{namespace="shop"}[1m]))"#,
+        r#"sum by (code) (rate(http_requests_total{code=~"500|503",namespace="api"}[1m]))"#,
+    ] {
+        assert!(queries.iter().any(|q| q == expected), "{expected} not in {queries:#?}");
+    }
+    // The rules: per pod (pods picked from the inventory, no regex of pod names in the query)
+    // and per namespace, against the truth; no window, as the adapter writes its values.
+    let cm = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop";
+    let list = env.get_json(&format!("{cm}/pods/*/http_requests_per_second")).await;
+    let with_http: Vec<Value> =
+        running("shop").into_iter().filter(|p| p["requestsPerSecond"].is_number()).collect();
+    assert_eq!(list["items"].as_array().unwrap().len(), with_http.len(), "{list}");
+    for item in list["items"].as_array().unwrap() {
+        let name = item["describedObject"]["name"].as_str().unwrap();
+        let pod = with_http.iter().find(|p| p["name"] == name).unwrap();
+        assert_eq!(item["describedObject"]["kind"], "Pod");
+        assert!(item.get("windowSeconds").is_none(), "{item}");
+        assert_close(q(&item["value"]), pod["requestsPerSecond"].as_f64().unwrap(), 0.02, name);
+    }
+    let web =
+        env.get_json(&format!("{cm}/pods/*/http_requests_per_second?labelSelector={}", enc("app=web"))).await;
+    let web_truth = with_http.iter().filter(|p| p["labels"]["app"] == "web").count();
+    assert_eq!(web["items"].as_array().unwrap().len(), web_truth, "{web}");
+    let namespace = env.get_json(&format!("{cm}/metrics/http_requests_per_second")).await;
+    let total: f64 = with_http.iter().map(|p| p["requestsPerSecond"].as_f64().unwrap()).sum();
+    assert_eq!(namespace["items"][0]["describedObject"]["kind"], "Namespace");
+    assert_close(q(&namespace["items"][0]["value"]), total, 0.02, "namespace");
+    let queries = env.prometheus.queries();
+    for expected in [
+        r#"sum(rate(http_requests_total{namespace="shop"}[1m])) by (pod)"#,
+        r#"sum(rate(http_requests_total{namespace="shop"}[1m])) by (namespace)"#,
+    ] {
+        assert!(queries.iter().any(|q| q == expected), "{expected} not in {queries:#?}");
+    }
+    let (code, _, body) = env.get(&format!("{cm}/services/web/http_requests_per_second"), None).await;
+    assert_eq!(code, 404, "the series carry no service label: {body}");
+
+    // A selector Prometheus cannot express is the client's error.
+    let (code, _, body) = env
+        .get(&format!("{EM}/namespaces/shop/http_requests_rate?labelSelector={}", enc("code>5")), None)
+        .await;
+    assert_eq!(code, 400, "{body}");
+
+    // An invalid edit is rejected and the last good rules keep serving; a valid one applies.
+    configmap_write(&config_dir, 2, &ADAPTER.replace("sum by (code)", "<<range .GroupBySlice>>x<<end>>"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(names(&env).await.contains(&"http_requests_rate".to_owned()));
+    let log = std::fs::read_to_string(&env.stderr_log).unwrap();
+    assert!(
+        log.contains("externalRules[0].metricsQuery") && log.contains("range"),
+        "the rejection names the rule, field and action"
+    );
+    configmap_write(&config_dir, 3, &ADAPTER.replace("_rate", "_per_sec"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let served = names(&env).await;
+        if served.contains(&"http_requests_per_sec".to_owned())
+            && !served.contains(&"http_requests_rate".to_owned())
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the reload never applied: {served:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (code, _, _) = env.get(&format!("{EM}/namespaces/shop/http_requests_rate"), None).await;
+    assert_eq!(code, 404);
+    let list = env.get_json(&format!("{EM}/namespaces/shop/http_requests_per_sec")).await;
+    assert!(!list["items"].as_array().unwrap().is_empty());
+}
+
+/// Starts percolator against `env`'s cluster and Prometheus with `args`, expecting it to exit
+/// at start; returns its stderr.
+async fn failed_start(env: &Env, args: &[String]) -> String {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator"))
+        .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
+        .arg("--cert-dir")
+        .arg(env.dir.join("certs-2"))
+        .arg("--kubeconfig")
+        .arg(env.dir.join("sim/kubeconfig"))
+        .args(["--prometheus-url", &env.prometheus.url()])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("percolator exits at start")
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_file_or_a_name_declared_twice_stops_the_start() {
+    let env = Env::start("adapter-bad", Options::default()).await;
+    let dir = mk_dir("adapter-bad-config");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, ADAPTER.replace("matches:", "matchs:")).unwrap();
+    let stderr = failed_start(&env, &["--adapter-config".into(), bad.display().to_string()]).await;
+    assert!(stderr.contains("bad.yaml") && stderr.contains("matchs"), "{stderr}");
+
+    // The adapter's rule names a metric --config declares (a default one it may take).
+    let twice = dir.join("twice.yaml");
+    std::fs::write(&twice, ADAPTER.replace("http_${1}_rate", "http_${1}_per_second")).unwrap();
+    let declared = dir.join("config.yaml");
+    std::fs::write(
+        &declared,
+        "externalMetrics:\n- name: http_requests_per_second\n  query: sum by (namespace) (rate(http_requests_total{SCOPE}[WINDOW]))\n",
+    )
+    .unwrap();
+    let stderr = failed_start(
+        &env,
+        &[
+            "--enable-external-metrics".into(),
+            "--config".into(),
+            declared.display().to_string(),
+            "--adapter-config".into(),
+            twice.display().to_string(),
+        ],
+    )
+    .await;
+    assert!(
+        stderr.contains("http_requests_per_second")
+            && stderr.contains("--config")
+            && stderr.contains("externalRules[0]"),
+        "{stderr}"
+    );
+}
