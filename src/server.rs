@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::adapter::LiveAdapter;
+use crate::adapter::live::AdapterResourceQueries;
 use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
@@ -32,7 +33,7 @@ use crate::kinds::{Sources, registry};
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::PromClient;
-use crate::sources::resources::{KubeletUsage, PromUsage};
+use crate::sources::resources::{ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryPlan};
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
 use crate::telemetry::Metrics;
@@ -142,6 +143,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         )
         .context("--prometheus-url")?,
     );
+    let resource_plan = Arc::new(PlanSlot::new(Arc::new(ConfigQueries(config.clone()))));
     let usage: Arc<dyn UsageSource> = match args.kubelet.resource_source {
         ResourceSource::Kubelet => {
             let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
@@ -164,9 +166,11 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         }
         ResourceSource::Prometheus => {
             tracing::info!(
-                "cpu and memory from Prometheus (resourceQueries of --config); no kubelet connection"
+                "cpu and memory from Prometheus (resourceQueries of --config, or resourceRules of --adapter-config); no kubelet connection"
             );
-            Arc::new(PromUsage::new(prometheus.clone(), config.clone(), &cache))
+            // The adapter configuration is loaded below; its resourceRules are read through a
+            // slot filled then.
+            Arc::new(PromUsage::with_plan(prometheus.clone(), resource_plan.clone(), &cache))
         }
     };
 
@@ -202,6 +206,19 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         Some(path) => Some(start_adapter(path, &args.adapter, prometheus.clone(), &config).await?),
         None => None,
     };
+    if let Some(adapter) = &adapter {
+        if adapter.current().config.resource_rules.is_some()
+            && args.kubelet.resource_source == ResourceSource::Kubelet
+        {
+            tracing::warn!(
+                "the resourceRules of --adapter-config are used with --resource-source=prometheus only; reading the kubelets"
+            );
+        }
+        resource_plan.set(Arc::new(AdapterResourceQueries {
+            adapter: adapter.clone(),
+            fallback: Arc::new(ConfigQueries(config.clone())),
+        }));
+    }
     if args.metric_apis.enable_external_metrics {
         let names: Vec<String> =
             crate::external::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
@@ -244,6 +261,38 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         shutting_down,
         metrics,
     })
+}
+
+/// A [`ResourceQueryPlan`] set once the adapter configuration is loaded (the resource source
+/// is built before it).
+struct PlanSlot(std::sync::RwLock<Arc<dyn ResourceQueryPlan>>);
+
+impl PlanSlot {
+    fn new(plan: Arc<dyn ResourceQueryPlan>) -> Self {
+        Self(std::sync::RwLock::new(plan))
+    }
+
+    fn set(&self, plan: Arc<dyn ResourceQueryPlan>) {
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = plan;
+    }
+
+    fn get(&self) -> Arc<dyn ResourceQueryPlan> {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+impl ResourceQueryPlan for PlanSlot {
+    fn generation(&self) -> u64 {
+        self.get().generation()
+    }
+
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
+        self.get().pods(namespace)
+    }
+
+    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String> {
+        self.get().nodes(nodes)
+    }
 }
 
 /// Loads `--adapter-config`, lists its rules' series and starts its reload and relist loop.

@@ -241,3 +241,110 @@ async fn a_bad_file_or_a_name_declared_twice_stops_the_start() {
         "{stderr}"
     );
 }
+
+/// kube-prometheus-style `resourceRules` over cAdvisor's and the kubelet's series.
+const RESOURCE_RULES: &str = r#"
+resourceRules:
+  cpu:
+    containerQuery: |
+      sum by (<<.GroupBy>>) (
+        rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",container!="POD",pod!=""}[1m])
+      )
+    nodeQuery: sum by (<<.GroupBy>>) (rate(node_cpu_usage_seconds_total{<<.LabelMatchers>>}[1m]))
+    resources:
+      overrides:
+        node: {resource: "node"}
+        namespace: {resource: "namespace"}
+        pod: {resource: "pod"}
+    containerLabel: container
+  memory:
+    containerQuery: sum by (<<.GroupBy>>) (container_memory_working_set_bytes{<<.LabelMatchers>>,container!="",container!="POD",pod!=""})
+    nodeQuery: sum by (<<.GroupBy>>) (node_memory_working_set_bytes{<<.LabelMatchers>>})
+    resources:
+      overrides:
+        node: {resource: "node"}
+        namespace: {resource: "namespace"}
+        pod: {resource: "pod"}
+    containerLabel: container
+  window: 1m
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
+    let config_dir = mk_dir("adapter-resource-config");
+    configmap_write(&config_dir, 1, RESOURCE_RULES);
+    let env = Env::start(
+        "adapter-resource",
+        Options {
+            cadvisor: true,
+            extra_args: vec![
+                "--enable-resource-metrics".into(),
+                "--resource-source=prometheus".into(),
+                "--adapter-config".into(),
+                config_dir.join("config.yaml").display().to_string(),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let truth = env.truth().await;
+    let running: Vec<&Value> = truth["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == "shop" && p["phase"] == "Running")
+        .collect();
+    let mgv = "/apis/metrics.k8s.io/v1beta1";
+    let list = env.get_json(&format!("{mgv}/namespaces/shop/pods")).await;
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), running.len(), "{list}");
+    for item in items {
+        let name = item["metadata"]["name"].as_str().unwrap();
+        let pod = running.iter().find(|p| p["name"] == name).unwrap();
+        assert_eq!(item["window"], "1m0s");
+        let containers = item["containers"].as_array().unwrap();
+        assert_eq!(containers.len(), pod["containers"].as_array().unwrap().len(), "{name}");
+        for c in containers {
+            let truth =
+                pod["containers"].as_array().unwrap().iter().find(|t| t["name"] == c["name"]).unwrap();
+            assert_close(q(&c["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "container cpu");
+            assert_close(
+                q(&c["usage"]["memory"]),
+                truth["memoryBytes"].as_f64().unwrap(),
+                0.001,
+                "container memory",
+            );
+        }
+    }
+    let nodes = env.get_json(&format!("{mgv}/nodes")).await;
+    for node in nodes["items"].as_array().unwrap() {
+        let name = node["metadata"]["name"].as_str().unwrap();
+        let truth = truth["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
+        assert_close(q(&node["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "node cpu");
+        assert_close(
+            q(&node["usage"]["memory"]),
+            truth["memoryBytes"].as_f64().unwrap(),
+            0.05,
+            "node memory",
+        );
+    }
+    assert_eq!(nodes["items"].as_array().unwrap().len(), truth["nodes"].as_array().unwrap().len());
+    // The templates' expansions: the namespace's matcher, grouped by the pod and container
+    // labels; the nodes by name, grouped by the node label. No kubelet connection.
+    let queries = env.prometheus.queries();
+    let expected = "sum by (pod,container) (container_memory_working_set_bytes{namespace=\"shop\",container!=\"\",container!=\"POD\",pod!=\"\"})";
+    assert!(queries.iter().any(|q| q == expected), "{expected} not in {queries:#?}");
+    assert!(
+        queries
+            .iter()
+            .any(|q| q == "sum by (node) (node_memory_working_set_bytes{node=~\"node-0|node-1|node-2\"})"),
+        "{queries:#?}"
+    );
+    let fetches: u64 = env.sim_stats().await["kubeletFetches"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(fetches, 0);
+}

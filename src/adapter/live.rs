@@ -17,6 +17,7 @@ use super::{
     AdapterConfig, AdapterError, CustomMetric, ExternalMetric, Series, custom_metrics, external_metrics,
 };
 use crate::sources::PromSource;
+use crate::sources::resources::{ResourceQuery, ResourceQueryPlan};
 
 /// What the adapter configuration serves right now.
 #[derive(Debug)]
@@ -78,19 +79,9 @@ pub fn load(path: &Path) -> Result<(String, AdapterConfig), AdapterError> {
     Ok((text, config))
 }
 
-/// Checks a configuration's text, and that percolator serves everything it declares.
+/// Checks a configuration's text.
 fn parse(text: &str, path: &str) -> Result<AdapterConfig, AdapterError> {
-    let config = AdapterConfig::from_yaml(text, path)?;
-    if config.resource_rules.is_some() {
-        return Err(AdapterError::Invalid {
-            path: path.to_owned(),
-            field: "resourceRules".to_owned(),
-            message: "not served from an adapter configuration yet: declare the container and node \
-                      queries under resourceQueries in --config and run with --resource-source=prometheus"
-                .to_owned(),
-        });
-    }
-    Ok(config)
+    AdapterConfig::from_yaml(text, path)
 }
 
 impl LiveAdapter {
@@ -227,5 +218,69 @@ impl LiveAdapter {
                 }
             }
         });
+    }
+}
+
+/// The queries of `--resource-source=prometheus` from the adapter configuration's
+/// `resourceRules` (the resource provider's: `.LabelMatchers` the namespace's matcher, or the
+/// nodes' names; `.GroupBy` the pod and container labels, or the node label), and from
+/// `fallback` (the `resourceQueries:` of `--config`) while the file has none.
+pub struct AdapterResourceQueries {
+    /// The adapter configuration.
+    pub adapter: Arc<LiveAdapter>,
+    /// The queries used while it has no `resourceRules`.
+    pub fallback: Arc<dyn ResourceQueryPlan>,
+}
+
+/// Used when `resourceRules.window` is unset.
+const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
+
+impl AdapterResourceQueries {
+    fn rules(&self) -> Option<(Arc<AdapterConfig>, Duration)> {
+        let config = self.adapter.current().config.clone();
+        let window = config.resource_rules.as_ref()?.window.unwrap_or(DEFAULT_WINDOW);
+        Some((config, window))
+    }
+}
+
+impl ResourceQueryPlan for AdapterResourceQueries {
+    fn generation(&self) -> u64 {
+        self.adapter.generation() + self.fallback.generation()
+    }
+
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
+        let Some((config, window)) = self.rules() else { return self.fallback.pods(namespace) };
+        let Some(rules) = &config.resource_rules else { return self.fallback.pods(namespace) };
+        let pods = crate::k8s::GroupResource::new("", "pods");
+        Ok(ResourceQuery {
+            cpu: rules
+                .cpu
+                .query_pods::<&str>(namespace, None)
+                .map_err(|e| format!("resourceRules.cpu: {e}"))?,
+            memory: rules
+                .memory
+                .query_pods::<&str>(namespace, None)
+                .map_err(|e| format!("resourceRules.memory: {e}"))?,
+            window,
+            // Both rules group by their own labels; CPU's name the objects of both.
+            object_label: rules.cpu.label_for(&pods)?,
+            container_label: rules.cpu.container_label.clone(),
+        })
+    }
+
+    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String> {
+        let Some((config, window)) = self.rules() else { return self.fallback.nodes(nodes) };
+        let Some(rules) = &config.resource_rules else { return self.fallback.nodes(nodes) };
+        let node = crate::k8s::GroupResource::new("", "nodes");
+        // The names, as the adapter passes them: templates such as `{<<.LabelMatchers>>,id='/'}`
+        // need a matcher.
+        let names = (!nodes.is_empty()).then_some(nodes);
+        Ok(ResourceQuery {
+            cpu: rules.cpu.query_nodes(names).map_err(|e| format!("resourceRules.cpu: {e}"))?,
+            memory: rules.memory.query_nodes(names).map_err(|e| format!("resourceRules.memory: {e}"))?,
+            window,
+            object_label: rules.cpu.label_for(&node)?,
+            container_label: String::new(),
+        })
     }
 }

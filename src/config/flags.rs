@@ -206,8 +206,9 @@ pub struct QueryArgs {
 #[derive(Debug, Clone, ClapArgs)]
 pub struct AdapterArgs {
     /// A prometheus-adapter configuration file (rules, externalRules, resourceRules), read as
-    /// the adapter reads it and served beside --config's metrics: externalRules with
-    /// --enable-external-metrics. Reloaded when it changes.
+    /// the adapter reads it and served beside --config's metrics: rules with
+    /// --enable-custom-metrics, externalRules with --enable-external-metrics, resourceRules
+    /// with --resource-source=prometheus. Reloaded when it changes.
     #[arg(long, env = "PERCOLATOR_ADAPTER_CONFIG")]
     pub adapter_config: Option<PathBuf>,
     /// How often the series of the adapter configuration's rules are listed again (the

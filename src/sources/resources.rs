@@ -26,7 +26,7 @@ use super::{
     PromSource, UsageSource,
 };
 use crate::cache::{CacheSettings, TtlCache};
-use crate::config::{Invalid, LiveConfig, QueryFile, ResourceQueriesConfig};
+use crate::config::{Invalid, LiveConfig, QueryFile};
 
 /// Failed nodes named in one warning; the rest are counted.
 const LISTED: usize = 5;
@@ -182,10 +182,79 @@ type PodTable = HashMap<PodKey, Vec<ContainerUsage>>;
 /// One namespace's usage, or why it is missing.
 type ScopeResult = Result<Arc<PodTable>, Arc<PromError>>;
 
+/// The rendered CPU and memory queries of one namespace's pods or of the nodes, and how to
+/// read their results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceQuery {
+    /// CPU cores per object (and container).
+    pub cpu: String,
+    /// Memory working set bytes per object (and container).
+    pub memory: String,
+    /// The rate range, served as `window`.
+    pub window: Duration,
+    /// The result label naming the pod or the node.
+    pub object_label: String,
+    /// The result label naming the container (pod queries).
+    pub container_label: String,
+}
+
+/// Where `--resource-source=prometheus` takes its queries from: the `resourceQueries:` of
+/// `--config` ([`ConfigQueries`]), or an adapter configuration's `resourceRules`.
+pub trait ResourceQueryPlan: Send + Sync {
+    /// Changes whenever the queries may have.
+    fn generation(&self) -> u64;
+    /// The queries of the pods of `namespace` (never reading another namespace).
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String>;
+    /// The queries of `nodes`.
+    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String>;
+}
+
+/// The `resourceQueries:` of `--config`.
+pub struct ConfigQueries(pub Arc<LiveConfig>);
+
+impl ResourceQueryPlan for ConfigQueries {
+    fn generation(&self) -> u64 {
+        self.0.current().generation
+    }
+
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
+        let snapshot = self.0.current();
+        let queries = &snapshot.file.resource_queries;
+        let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
+        let scope = [Matcher::eq("namespace", namespace).map_err(|e| e.to_string())?];
+        let render = |q: &Option<String>| {
+            render(q.as_deref().unwrap_or_default(), &scope, window).map_err(|e| e.to_string())
+        };
+        Ok(ResourceQuery {
+            cpu: render(&queries.container_cpu)?,
+            memory: render(&queries.container_memory)?,
+            window,
+            object_label: "pod".to_owned(),
+            container_label: "container".to_owned(),
+        })
+    }
+
+    fn nodes(&self, _nodes: &[&str]) -> Result<ResourceQuery, String> {
+        let snapshot = self.0.current();
+        let queries = &snapshot.file.resource_queries;
+        let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
+        let render = |q: &Option<String>| {
+            render(q.as_deref().unwrap_or_default(), &[], window).map_err(|e| e.to_string())
+        };
+        Ok(ResourceQuery {
+            cpu: render(&queries.node_cpu)?,
+            memory: render(&queries.node_memory)?,
+            window,
+            object_label: NODE_LABEL.to_owned(),
+            container_label: String::new(),
+        })
+    }
+}
+
 /// CPU and memory from Prometheus (`--resource-source=prometheus`).
 pub struct PromUsage {
     prometheus: Arc<dyn PromSource>,
-    config: Arc<LiveConfig>,
+    plan: Arc<dyn ResourceQueryPlan>,
     /// Per (configuration generation, namespace), the usage of its pods.
     pods: TtlCache<(u64, Arc<str>), Arc<PodTable>>,
     /// Per configuration generation, the usage of every node.
@@ -195,34 +264,32 @@ pub struct PromUsage {
 impl PromUsage {
     /// Reads usage through `prometheus`, with the `resourceQueries` of `config` in force.
     pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+        Self::with_plan(prometheus, Arc::new(ConfigQueries(config)), cache)
+    }
+
+    /// Reads usage through `prometheus` with the queries of `plan`.
+    pub fn with_plan(
+        prometheus: Arc<dyn PromSource>,
+        plan: Arc<dyn ResourceQueryPlan>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self {
             prometheus,
-            config,
+            plan,
             pods: TtlCache::new(POD_CACHE, cache, MAX_CACHED_SCOPES),
             nodes: TtlCache::new(NODE_CACHE, cache, 4),
         }
     }
 
-    /// The queries in force (checked, defaults filled in) and their window.
-    fn queries(&self) -> (u64, ResourceQueriesConfig) {
-        let snapshot = self.config.current();
-        (snapshot.generation, snapshot.file.resource_queries.clone())
-    }
-
     /// Runs the CPU and memory queries of one scope and joins them by `key`.
     async fn run_pair<K: std::hash::Hash + Eq>(
         &self,
-        cpu: Option<&str>,
-        memory: Option<&str>,
-        scope: &[Matcher],
-        window: Duration,
+        query: ResourceQuery,
         key: impl Fn(&PromSample) -> Option<(K, Arc<str>)>,
     ) -> Result<HashMap<K, Vec<ContainerUsage>>, PromError> {
-        let render = |template: Option<&str>| {
-            render(template.unwrap_or_default(), scope, window).map_err(|e| PromError::Query(e.to_string()))
-        };
-        let (cpu, memory) = (render(cpu)?, render(memory)?);
-        let (cpu, memory) = futures::join!(self.prometheus.query(cpu), self.prometheus.query(memory));
+        let window = query.window;
+        let (cpu, memory) =
+            futures::join!(self.prometheus.query(query.cpu), self.prometheus.query(query.memory));
         let (cpu, memory) = (cpu?, memory?);
         let window_seconds = window.as_secs_f64();
         let mut table: HashMap<K, Vec<ContainerUsage>> = HashMap::new();
@@ -250,27 +317,21 @@ impl PromUsage {
 
     /// The usage of every pod of `namespace`.
     async fn scope(&self, namespace: Arc<str>) -> ScopeResult {
-        let (generation, queries) = self.queries();
+        let generation = self.plan.generation();
         let compute = async {
-            let scope =
-                vec![Matcher::eq("namespace", &namespace).map_err(|e| PromError::Query(e.to_string()))?];
+            let query = self.plan.pods(&namespace).map_err(PromError::Query)?;
+            let (pod_label, container_label) = (query.object_label.clone(), query.container_label.clone());
+            // Scoped to the namespace: every result belongs to it, whether or not the query
+            // keeps the label (one that names another namespace is not this one's).
             let key = |s: &PromSample| {
-                let pod = PodKey {
-                    namespace: s.labels.get("namespace")?.as_str().into(),
-                    name: s.labels.get("pod")?.as_str().into(),
-                };
-                Some((pod, s.labels.get("container")?.as_str().into()))
+                if s.labels.get("namespace").is_some_and(|ns| **ns != *namespace) {
+                    return None;
+                }
+                let pod =
+                    PodKey { namespace: namespace.clone(), name: s.labels.get(&pod_label)?.as_str().into() };
+                Some((pod, s.labels.get(&container_label)?.as_str().into()))
             };
-            let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
-            let table = self
-                .run_pair(
-                    queries.container_cpu.as_deref(),
-                    queries.container_memory.as_deref(),
-                    &scope,
-                    window,
-                    key,
-                )
-                .await?;
+            let table = self.run_pair(query, key).await?;
             Ok::<_, PromError>(Arc::new(table))
         };
         self.pods
@@ -279,15 +340,18 @@ impl PromUsage {
             .map(|(table, _, _)| table)
     }
 
-    /// The usage of every node.
-    async fn all_nodes(&self) -> Result<Arc<HashMap<String, ContainerUsage>>, Arc<PromError>> {
-        let (generation, queries) = self.queries();
+    /// The usage of `nodes`.
+    async fn all_nodes(
+        &self,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Arc<HashMap<String, ContainerUsage>>, Arc<PromError>> {
+        let generation = self.plan.generation();
         let compute = async {
-            let key = |s: &PromSample| Some((s.labels.get(NODE_LABEL)?.clone(), Arc::<str>::from("")));
-            let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
-            let table = self
-                .run_pair(queries.node_cpu.as_deref(), queries.node_memory.as_deref(), &[], window, key)
-                .await?;
+            let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+            let query = self.plan.nodes(&names).map_err(PromError::Query)?;
+            let node_label = query.object_label.clone();
+            let key = |s: &PromSample| Some((s.labels.get(&node_label)?.clone(), Arc::<str>::from("")));
+            let table = self.run_pair(query, key).await?;
             let nodes =
                 table.into_iter().filter_map(|(node, mut usage)| Some((node, usage.pop()?))).collect();
             Ok::<_, PromError>(Arc::new(nodes))
@@ -372,7 +436,7 @@ impl UsageSource for PromUsage {
             if nodes.is_empty() {
                 return NodesUsage::default();
             }
-            match self.all_nodes().await {
+            match self.all_nodes(nodes).await {
                 Ok(all) => NodesUsage {
                     nodes: nodes
                         .iter()
