@@ -50,7 +50,7 @@ use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
 use crate::k8s::{ApiError, GroupResource};
 use crate::sources::prometheus::{Matcher, keeps_label, render, validate_template};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
-use crate::sources::{Inventory, PodInfo, PromSource};
+use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
 
 /// API group of custom metrics.
 pub const GROUP: &str = "custom.metrics.k8s.io";
@@ -416,12 +416,9 @@ impl CustomMetrics {
                     // One value per object, by its label (series of one object add up).
                     let mut values = PodValues::new();
                     for sample in samples.into_iter().filter(|s| s.value.is_finite()) {
-                        let Some(name) = sample.labels.get(&label) else { continue };
-                        let entry = values
-                            .entry(name.clone())
-                            .or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
-                        entry.value += sample.value;
-                        entry.timestamp = entry.timestamp.max(sample.timestamp);
+                        if let Some(name) = sample.labels.get(&label) {
+                            add_value(&mut values, name, &sample);
+                        }
                     }
                     Ok(Arc::new(values))
                 }
@@ -524,11 +521,7 @@ impl CustomMetrics {
                             continue;
                         }
                         // Series of one pod (a query that keeps more labels) add up.
-                        let entry = values
-                            .entry(pod.clone())
-                            .or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
-                        entry.value += sample.value;
-                        entry.timestamp = entry.timestamp.max(sample.timestamp);
+                        add_value(&mut values, pod, &sample);
                     }
                     Ok(Arc::new(values))
                 }
@@ -621,6 +614,13 @@ impl DynamicGroupVersions for CustomMetrics {
         }
         (generation, versions)
     }
+}
+
+/// Adds `sample` to the value of `name` (the newest sample time wins).
+fn add_value(values: &mut PodValues, name: &str, sample: &PromSample) {
+    let entry = values.entry(name.to_owned()).or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
+    entry.value += sample.value;
+    entry.timestamp = entry.timestamp.max(sample.timestamp);
 }
 
 fn json_response(body: Bytes) -> Response {

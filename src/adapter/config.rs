@@ -340,6 +340,20 @@ fn check_scoped(field: &str, template: &Template) -> Result<(), Invalid> {
     })
 }
 
+/// A rule's `resources` (`at` names a field of the rule).
+fn compile_resources(
+    raw: &file::ResourceMapping,
+    at: &dyn Fn(&str) -> String,
+) -> Result<ResourceMapping, Invalid> {
+    let overrides: BTreeMap<String, (String, String)> = raw
+        .overrides
+        .iter()
+        .map(|(label, gr)| (label.clone(), (gr.group.clone(), gr.resource.clone())))
+        .collect();
+    ResourceMapping::new(&raw.template, &overrides)
+        .map_err(|e| invalid(at(&format!("resources.{}", e.field)), e.message))
+}
+
 fn compile_rule(kind: RuleKind, index: usize, raw: &file::DiscoveryRule) -> Result<Rule, Invalid> {
     let list = match kind {
         RuleKind::Custom => "rules",
@@ -368,14 +382,7 @@ fn compile_rule(kind: RuleKind, index: usize, raw: &file::DiscoveryRule) -> Resu
         filters.push(SeriesFilter::is(&raw.name.matches).map_err(|m| invalid(at("name.matches"), m))?);
     }
 
-    let overrides: BTreeMap<String, (String, String)> = raw
-        .resources
-        .overrides
-        .iter()
-        .map(|(label, gr)| (label.clone(), (gr.group.clone(), gr.resource.clone())))
-        .collect();
-    let resources = ResourceMapping::new(&raw.resources.template, &overrides)
-        .map_err(|e| invalid(at(&format!("resources.{}", e.field)), e.message))?;
+    let resources = compile_resources(&raw.resources, &at)?;
     let namespaced = raw.resources.namespaced.unwrap_or(true);
     match kind {
         RuleKind::Custom => {
@@ -436,14 +443,7 @@ fn compile_resource_rule(field: &str, raw: &file::ResourceRule) -> Result<Resour
     let container_query = query_template(&at("containerQuery"), &raw.container_query)?;
     check_scoped(&at("containerQuery"), &container_query)?;
     let node_query = query_template(&at("nodeQuery"), &raw.node_query)?;
-    let overrides: BTreeMap<String, (String, String)> = raw
-        .resources
-        .overrides
-        .iter()
-        .map(|(label, gr)| (label.clone(), (gr.group.clone(), gr.resource.clone())))
-        .collect();
-    let resources = ResourceMapping::new(&raw.resources.template, &overrides)
-        .map_err(|e| invalid(at(&format!("resources.{}", e.field)), e.message))?;
+    let resources = compile_resources(&raw.resources, &at)?;
     if raw.resources.namespaced == Some(false) {
         return Err(invalid(
             at("resources.namespaced"),

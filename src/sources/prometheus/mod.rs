@@ -172,39 +172,33 @@ impl PromSource for PromClient {
         start: Timestamp,
         end: Timestamp,
     ) -> BoxFuture<'_, Result<Vec<std::collections::BTreeMap<String, String>>, PromError>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.list_series(&selector, start, end).await;
-            let seconds = started.elapsed().as_secs_f64();
-            match result {
-                Ok(series) => {
-                    self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
-                    Ok(series)
-                }
-                Err((outcome, error)) => {
-                    self.observer.observe(SOURCE, outcome, seconds);
-                    Err(error)
-                }
-            }
-        })
+        Box::pin(self.observed(async move { self.list_series(&selector, start, end).await }))
     }
 
     fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.run(&promql).await;
-            let seconds = started.elapsed().as_secs_f64();
-            match result {
-                Ok(samples) => {
-                    self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
-                    Ok(samples)
-                }
-                Err((outcome, error)) => {
-                    self.observer.observe(SOURCE, outcome, seconds);
-                    Err(error)
-                }
+        Box::pin(self.observed(async move { self.run(&promql).await }))
+    }
+}
+
+impl PromClient {
+    /// Runs one call and reports its outcome and duration to the observer.
+    async fn observed<T>(
+        &self,
+        call: impl Future<Output = Result<T, (&'static str, PromError)>>,
+    ) -> Result<T, PromError> {
+        let started = Instant::now();
+        let result = call.await;
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(value) => {
+                self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
+                Ok(value)
             }
-        })
+            Err((outcome, error)) => {
+                self.observer.observe(SOURCE, outcome, seconds);
+                Err(error)
+            }
+        }
     }
 }
 
