@@ -410,29 +410,12 @@ impl CustomMetrics {
             namespace: namespace.to_owned(),
             selector: promql.clone(),
         };
-        let fetch = async {
-            match self.prometheus.query(promql).await {
-                Ok(samples) => {
-                    // One value per object, by its label (series of one object add up).
-                    let mut values = PodValues::new();
-                    for sample in samples.into_iter().filter(|s| s.value.is_finite()) {
-                        if let Some(name) = sample.labels.get(&label) {
-                            add_value(&mut values, name, &sample);
-                        }
-                    }
-                    Ok(Arc::new(values))
-                }
-                Err(error) => {
-                    tracing::warn!(%error, metric, namespace, "adapter rule query failed");
-                    Err(error)
-                }
-            }
-        };
-        let (values, _, _) = self
-            .cache
-            .get_or_try_compute(key, fetch)
-            .await
-            .map_err(|error| prometheus_unavailable(&format!("the custom metric {metric}"), &error))?;
+        // One value per object, by its label.
+        let (values, _) = self
+            .cached_values(key, promql, metric, namespace, |sample| {
+                sample.labels.get(&label).map(String::as_str)
+            })
+            .await?;
         let items = match target {
             Target::Pods(None) => {
                 if !self.inventory.is_synced() {
@@ -507,21 +490,32 @@ impl CustomMetrics {
             namespace: namespace.to_owned(),
             selector: canonical.join(","),
         };
+        self.cached_values(key, promql, metric, namespace, |sample| {
+            let (ns, pod) = (sample.labels.get("namespace")?, sample.labels.get("pod")?);
+            (ns == namespace).then_some(pod.as_str())
+        })
+        .await
+    }
+
+    /// The values of `promql`, cached under `key` (one query for every concurrent miss): per
+    /// object `name_of` names (samples it names none of are left out), the series of one object
+    /// added up, non-finite values left out; with when they expire.
+    async fn cached_values(
+        &self,
+        key: CacheKey,
+        promql: String,
+        metric: &str,
+        namespace: &str,
+        name_of: impl Fn(&PromSample) -> Option<&str>,
+    ) -> Result<(Arc<PodValues>, std::time::Instant)> {
         let fetch = async {
             match self.prometheus.query(promql).await {
                 Ok(samples) => {
                     let mut values = PodValues::new();
-                    for sample in samples {
-                        let (Some(ns), Some(pod)) =
-                            (sample.labels.get("namespace"), sample.labels.get("pod"))
-                        else {
-                            continue;
-                        };
-                        if ns != namespace || !sample.value.is_finite() {
-                            continue;
+                    for sample in samples.iter().filter(|s| s.value.is_finite()) {
+                        if let Some(name) = name_of(sample) {
+                            add_value(&mut values, name, sample);
                         }
-                        // Series of one pod (a query that keeps more labels) add up.
-                        add_value(&mut values, pod, &sample);
                     }
                     Ok(Arc::new(values))
                 }

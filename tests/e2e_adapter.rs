@@ -11,7 +11,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, assert_close, configmap_write, mk_dir, q};
+use common::{Env, Options, assert_close, configmap_write, kubelet_fetches, mk_dir, q, running_pods};
 use serde_json::Value;
 
 const EM: &str = "/apis/external.metrics.k8s.io/v1beta1";
@@ -84,15 +84,7 @@ async fn rules_and_external_rules_serve_the_truth_through_the_templates_expansio
     assert!(served.contains(&"cafe_brews_per_minute".to_owned()), "the own metrics stay: {served:?}");
 
     let truth = env.truth().await;
-    let running = |ns: &str| -> Vec<Value> {
-        truth["pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["namespace"] == ns && p["phase"] == "Running")
-            .cloned()
-            .collect()
-    };
+    let running = |ns: &str| -> Vec<Value> { running_pods(&truth, ns).into_iter().cloned().collect() };
     for ns in ["shop", "api"] {
         let requests: f64 = running(ns).iter().filter_map(|p| p["requestsPerSecond"].as_f64()).sum();
         let errors: f64 = running(ns).iter().filter_map(|p| p["errorsPerSecond"].as_f64()).sum();
@@ -288,12 +280,7 @@ async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
     )
     .await;
     let truth = env.truth().await;
-    let running: Vec<&Value> = truth["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["namespace"] == "shop" && p["phase"] == "Running")
-        .collect();
+    let running = running_pods(&truth, "shop");
     let mgv = "/apis/metrics.k8s.io/v1beta1";
     let list = env.get_json(&format!("{mgv}/namespaces/shop/pods")).await;
     let items = list["items"].as_array().unwrap();
@@ -340,11 +327,6 @@ async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
             .any(|q| q == "sum by (node) (node_memory_working_set_bytes{node=~\"node-0|node-1|node-2\"})"),
         "{queries:#?}"
     );
-    let fetches: u64 = env.sim_stats().await["kubeletFetches"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
+    let fetches = kubelet_fetches(&env.sim_stats().await);
     assert_eq!(fetches, 0);
 }

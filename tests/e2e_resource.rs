@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::devenv::ProxyFault;
-use common::{Env, Options, assert_close, q, table};
+use common::{Env, Options, assert_close, kubelet_fetches, q, running_pods, table};
 use serde_json::Value;
 
 const MGV: &str = "/apis/metrics.k8s.io/v1beta1";
@@ -67,12 +67,7 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
     let env = Env::start(&format!("resource-{mode:?}").to_lowercase(), options(mode)).await;
     env.wait_for_cpu(Some("shop")).await;
     let truth = env.truth().await;
-    let running: Vec<&Value> = truth["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["namespace"] == "shop" && p["phase"] == "Running")
-        .collect();
+    let running = running_pods(&truth, "shop");
     let list = wait_for_pod_metrics(&env, "shop", running.len()).await;
 
     // The raw list, field by field as metrics-server writes it (k8s.io/metrics v1beta1 types
@@ -220,9 +215,7 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
         assert_close(q(&item["memory"]), cafe["memoryBytes"].as_f64().unwrap(), 0.05, "cafe memory");
     }
 
-    let fetches = |stats: &Value| {
-        stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>()
-    };
+    let fetches = kubelet_fetches;
     match mode {
         Mode::Kubelet => {
             // One scrape serves all: the kubelet fetches of PodMetricsSummary and PodMetrics are
@@ -273,12 +266,7 @@ async fn prometheus_mode_with_prometheus_down_gives_partial_data_with_a_warning(
     )
     .await;
     env.wait_for_cpu(Some("shop")).await;
-    let running = env.truth().await["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["namespace"] == "shop" && p["phase"] == "Running")
-        .count();
+    let running = running_pods(&env.truth().await, "shop").len();
     wait_for_pod_metrics(&env, "shop", running).await;
 
     env.proxy().set(ProxyFault::Down);

@@ -464,6 +464,21 @@ async fn post_faults(client: &reqwest::Client, sim_metrics: &str, faults: &str) 
 }
 
 /// Headers authenticating as the e2e user.
+/// The Running pods of `namespace` in the simulator's truth.
+pub fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
+    truth["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == namespace && p["phase"] == "Running")
+        .collect()
+}
+
+/// Kubelet fetches of every node so far, from the simulator's stats.
+pub fn kubelet_fetches(stats: &Value) -> u64 {
+    stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
+}
+
 pub fn auth_headers() -> reqwest::header::HeaderMap {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {TESTER_TOKEN}").parse().unwrap());
