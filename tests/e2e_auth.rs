@@ -1,7 +1,9 @@
 //! Delegated authentication and authorization against the simulator playing kube-apiserver:
 //! front-proxy certificates with X-Remote-* headers, cluster client certificates, bearer
 //! tokens through TokenReview, SubjectAccessReview decisions and their caching, CA rotation
-//! through the watched ConfigMap, and secrets kept out of the logs.
+//! through the watched ConfigMap and through the watched CA files given as flags
+//! (`--client-ca-file`, `--requestheader-client-ca-file`, `--kubelet-certificate-authority`),
+//! the selectors SubjectAccessReviews carry, and secrets kept out of the logs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -271,4 +273,270 @@ async fn decisions_are_cached_and_expire_and_rotated_cas_apply_without_restart()
         assert!(Instant::now() < deadline, "rotation not honoured: old {old_status}, new {new_status}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+// ------------------------------------------------------------------ CA files given as flags
+
+/// A CA minted by the test (the simulator's are made after percolator's flags are fixed).
+struct MkCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+fn mk_ca(cn: &str) -> MkCa {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+    let cert = params.self_signed(&key).unwrap();
+    MkCa { pem: cert.pem(), issuer: rcgen::Issuer::new(params, key) }
+}
+
+/// A client trusting percolator's serving certificate that presents a clientAuth certificate
+/// with CN `cn` and O `org` (when given) signed by `ca`.
+fn mk_client_of(env: &Env, ca: &MkCa, cn: &str, org: Option<&str>) -> reqwest::Client {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    if let Some(org) = org {
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, org);
+    }
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    let identity = format!("{}{}", cert.pem(), key.serialize_pem());
+    let serving_ca = std::fs::read(env.dir.join("certs/apiserver.crt")).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&serving_ca).unwrap())
+        .identity(reqwest::Identity::from_pem(identity.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// Replaces `path` in one step (write beside, rename), as an editor or a volume update does.
+fn replace_file(path: &std::path::Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Makes `version` (a directory holding `ca.crt` with `pem`) the `..data` of the Secret-like
+/// volume `dir`, whose `ca.crt` is the symlink `..data/ca.crt`.
+fn volume_swap(dir: &std::path::Path, version: &str, pem: &str) {
+    std::fs::create_dir_all(dir.join(version)).unwrap();
+    std::fs::write(dir.join(version).join("ca.crt"), pem).unwrap();
+    let _ = std::fs::remove_file(dir.join("..data_tmp"));
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    if std::fs::symlink_metadata(dir.join("ca.crt")).is_err() {
+        std::os::unix::fs::symlink("..data/ca.crt", dir.join("ca.crt")).unwrap();
+    }
+}
+
+/// percolator's log lines (JSON) whose message is `message`, as `fields` objects.
+fn log_lines(env: &Env, message: &str) -> Vec<Value> {
+    std::fs::read_to_string(&env.stderr_log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == message)
+        .map(|v| v["fields"].clone())
+        .collect()
+}
+
+/// Polls `check` every 300 ms until it returns true, for at most `seconds`.
+async fn eventually<F: std::future::Future<Output = bool>>(
+    seconds: u64,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ca_files_given_as_flags_are_watched() {
+    let files = common::mk_dir("ca-files");
+    let (client_1, client_2) = (mk_ca("client-ca-1"), mk_ca("client-ca-2"));
+    let (proxy_1, proxy_2) = (mk_ca("front-proxy-ca-1"), mk_ca("front-proxy-ca-2"));
+    // The client CA as a Secret volume mounts it (rotated by a `..data` symlink swap); the
+    // front proxy CA and the kubelet CA as plain files, replaced. The kubelet CA starts as
+    // one that did not sign the simulator's kubelets.
+    let volume = files.join("client-ca");
+    std::fs::create_dir_all(&volume).unwrap();
+    volume_swap(&volume, "..2026_01", &client_1.pem);
+    let proxy_file = files.join("front-proxy-ca.crt");
+    replace_file(&proxy_file, &proxy_1.pem);
+    let kubelet_file = files.join("kubelet-ca.crt");
+    replace_file(&kubelet_file, &mk_ca("not-the-kubelets-ca").pem);
+    let mut env = Env::start(
+        "ca-files",
+        Options {
+            extra_args: vec![
+                format!("--client-ca-file={}", volume.join("ca.crt").display()),
+                format!("--requestheader-client-ca-file={}", proxy_file.display()),
+                "--requestheader-allowed-names=front-proxy-client".into(),
+                format!("--kubelet-certificate-authority={}", kubelet_file.display()),
+                "--tls-reload-interval=1s".into(),
+            ],
+            scrape_percolator: false,
+            ..Options::default()
+        },
+    )
+    .await;
+    let all = format!("{}{GV}/podmetricssummaries", env.url);
+
+    // Client certificates (carol, group viewers) and the front proxy (dora, group viewers)
+    // under each CA; open connections are kept across the rotation.
+    let carol_1 = mk_client_of(&env, &client_1, "carol", Some("viewers"));
+    let carol_2 = mk_client_of(&env, &client_2, "carol", Some("viewers"));
+    let front_1 = mk_client_of(&env, &proxy_1, "front-proxy-client", None);
+    let front_2 = mk_client_of(&env, &proxy_2, "front-proxy-client", None);
+    let statuses = || async {
+        let mut codes = Vec::new();
+        for client in [&carol_1, &carol_2] {
+            codes.push(client.get(&all).send().await.unwrap().status().as_u16());
+        }
+        for client in [&front_1, &front_2] {
+            let request =
+                client.get(&all).header("X-Remote-User", "dora").header("X-Remote-Group", "viewers");
+            codes.push(request.send().await.unwrap().status().as_u16());
+        }
+        codes
+    };
+    assert_eq!(statuses().await, [200, 401, 200, 401]);
+
+    // Rotation: CA 2 only, in both files.
+    volume_swap(&volume, "..2026_02", &client_2.pem);
+    replace_file(&proxy_file, &proxy_2.pem);
+    eventually(10, "the rotated CA files were not applied", || async {
+        statuses().await == [401, 200, 401, 200]
+    })
+    .await;
+    let reloaded = log_lines(&env, "CA file reloaded");
+    for (flag, path) in
+        [("--client-ca-file", volume.join("ca.crt")), ("--requestheader-client-ca-file", proxy_file.clone())]
+    {
+        let expected = serde_json::json!({
+            "message": "CA file reloaded", "flag": flag, "path": path.display().to_string(), "certificates": 1
+        });
+        assert!(reloaded.contains(&expected), "{flag}: {reloaded:?}");
+    }
+
+    // A file that becomes unusable is logged, naming the flag and the file; the last good
+    // bundle stays in force.
+    replace_file(&proxy_file, "not a certificate\n");
+    let rejected = serde_json::json!({
+        "message": "CA file not reloaded; the previous certificates stay in force",
+        "flag": "--requestheader-client-ca-file",
+        "path": proxy_file.display().to_string(),
+        "error": format!("--requestheader-client-ca-file {}: no CERTIFICATE block found", proxy_file.display()),
+    });
+    eventually(10, "the unusable file was not reported", || {
+        let found = log_lines(&env, "CA file not reloaded; the previous certificates stay in force")
+            .contains(&rejected);
+        async move { found }
+    })
+    .await;
+    assert_eq!(statuses().await, [401, 200, 401, 200]);
+
+    // The kubelet CA: nothing reached a kubelet while the file held another CA; once it holds
+    // the simulator's, the next connections verify and the pods get their usage.
+    assert_eq!(common::kubelet_fetches(&env.sim_stats().await), 0);
+    let response =
+        env.client.get(format!("{}{GV}/namespaces/shop/podmetricssummaries", env.url)).send().await.unwrap();
+    let warnings: Vec<String> =
+        response.headers().get_all("warning").iter().map(|w| w.to_str().unwrap().to_owned()).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("cpu and memory omitted for pods on")
+                && w.contains("invalid peer certificate")),
+        "{warnings:?}"
+    );
+    replace_file(&kubelet_file, &std::fs::read_to_string(env.dir.join("sim/ca.crt")).unwrap());
+    let shop = format!("{}{GV}/namespaces/shop/podmetricssummaries", env.url);
+    eventually(15, "the rotated kubelet CA was not applied", || async {
+        // Each request needs the kubelets (the failures are not cached).
+        env.client.get(&shop).send().await.unwrap();
+        common::kubelet_fetches(&env.sim_stats().await) > 0
+    })
+    .await;
+    env.wait_for_cpu(Some("shop")).await;
+    let reloaded = log_lines(&env, "CA file reloaded");
+    let expected = serde_json::json!({
+        "message": "CA file reloaded", "flag": "--kubelet-certificate-authority",
+        "path": kubelet_file.display().to_string(), "certificates": 1
+    });
+    assert!(reloaded.contains(&expected), "{reloaded:?}");
+
+    // All of it without a restart, and without certificate material in the log.
+    assert!(env.percolator_alive());
+    assert_eq!(log_lines(&env, "serving").len(), 1);
+    let log = std::fs::read_to_string(&env.stderr_log).unwrap();
+    assert!(!log.contains("BEGIN CERTIFICATE"));
+    let _ = std::fs::remove_dir_all(&files);
+}
+
+// ------------------------------------------------------------------ selectors in reviews
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subject_access_reviews_carry_the_selectors() {
+    let env = Env::start("sar-selectors", Options { scrape_percolator: false, ..Options::default() }).await;
+    let reviews = || async { env.sim_stats().await["subjectAccessReviews"].as_array().unwrap().clone() };
+    let before = reviews().await.len();
+
+    let out = env.kubectl(&[
+        "get",
+        "pms",
+        "-n",
+        "shop",
+        "-l",
+        "app=x,tier!=y",
+        "--field-selector",
+        "metadata.name=z",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "No resources found in shop namespace.");
+    let expected = serde_json::json!({
+        "namespace": "shop", "verb": "list", "group": "stats.une-tasse-de.cafe", "version": "v1alpha1",
+        "resource": "podmetricssummaries", "name": "z",
+        "labelSelector": {"requirements": [
+            {"key": "app", "operator": "In", "values": ["x"]},
+            {"key": "tier", "operator": "NotIn", "values": ["y"]}
+        ]},
+        "fieldSelector": {"requirements": [{"key": "metadata.name", "operator": "In", "values": ["z"]}]}
+    });
+    let sent = reviews().await;
+    let lists: Vec<&Value> =
+        sent[before..].iter().filter(|spec| spec["resourceAttributes"]["verb"] == "list").collect();
+    assert_eq!(lists.len(), 1, "{sent:?}");
+    assert_eq!(lists[0]["resourceAttributes"], expected);
+    assert_eq!(lists[0]["user"], "tester");
+
+    // Another spelling of the same selectors sends the same review: the cached decision
+    // answers. Another value is another review. (The simulator's policy, like a cluster
+    // before 1.31, decides without the selectors.)
+    let list = format!("{}{GV}/namespaces/shop/podmetricssummaries", env.url);
+    let count = sent.len();
+    let query = [("labelSelector", "tier notin (y),app==x"), ("fieldSelector", "metadata.name==z")];
+    let response = env.client.get(&list).query(&query).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(reviews().await.len(), count, "the same review is not sent twice");
+    let response = env.client.get(&list).query(&[("labelSelector", "app in (x,w)")]).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = reviews().await;
+    assert_eq!(sent.len(), count + 1);
+    assert_eq!(
+        sent[count]["resourceAttributes"],
+        serde_json::json!({
+            "namespace": "shop", "verb": "list", "group": "stats.une-tasse-de.cafe", "version": "v1alpha1",
+            "resource": "podmetricssummaries",
+            "labelSelector": {"requirements": [{"key": "app", "operator": "In", "values": ["w", "x"]}]}
+        })
+    );
 }

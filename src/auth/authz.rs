@@ -3,19 +3,28 @@
 //! always-allow path are allowed without a call; everything else is a SubjectAccessReview,
 //! cached by the spec's attributes (see [`decision_key`]): allowed answers for the authorized TTL, others for the
 //! unauthorized TTL, concurrent identical misses sharing one call.
+//!
+//! A list, watch or deletecollection carries its label and field selectors as the review's
+//! `resourceAttributes.labelSelector` / `fieldSelector` requirements ([`SelectorAttributes`]),
+//! as the webhook authorizer of k8s.io/apiserver sends them from 1.31. Older clusters drop the
+//! unknown fields and decide on the rest; only the review's `status` is read.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, ResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+    FieldSelectorAttributes, LabelSelectorAttributes, NonResourceAttributes, ResourceAttributes,
+    SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldSelectorRequirement, LabelSelectorRequirement};
+use kube::core::Expression;
 use moka::Expiry;
 use moka::future::Cache;
 
 use super::UserInfo;
 use super::review::{AccessReviewer, ReviewError};
 use crate::k8s::request_info::RequestInfo;
+use crate::k8s::selectors::{FieldSelector, LabelSelector, Requirement};
 
 /// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
 const MAX_DECISIONS: u64 = 8192;
@@ -122,15 +131,16 @@ impl Authorizer {
         if !info.is_resource_request && self.paths.matches(path) {
             return Ok(Decision::Allow);
         }
+        let selectors = SelectorAttributes::of(info);
         let status = if should_cache(info, path) {
             self.cache
-                .try_get_with(decision_key(user, info, path), async {
-                    self.reviewer.review(review_spec(user, info, path)).await.map(Arc::new)
+                .try_get_with(decision_key(user, info, path, &selectors), async {
+                    self.reviewer.review(spec_with(user, info, path, selectors.clone())).await.map(Arc::new)
                 })
                 .await
                 .map_err(|e: Arc<ReviewError>| format!("SubjectAccessReview failed: {e}"))?
         } else {
-            let spec = review_spec(user, info, path);
+            let spec = spec_with(user, info, path, selectors);
             Arc::new(
                 self.reviewer.review(spec).await.map_err(|e| format!("SubjectAccessReview failed: {e}"))?,
             )
@@ -146,14 +156,113 @@ impl Authorizer {
     }
 }
 
+/// The selector attributes of a review (`resourceAttributes.labelSelector` and
+/// `fieldSelector`), as the webhook authorizer of k8s.io/apiserver derives them
+/// (`resourceAttributesFrom`): from the raw selectors [`RequestInfo`] keeps for list, watch and
+/// deletecollection, parsed with the crate's parsers (the handler's rules), as `requirements`
+/// only (never `rawSelector`). Label operators: `=`, `==`, `in` → `In`; `!=`, `notin` →
+/// `NotIn`; `key` → `Exists`; `!key` → `DoesNotExist`; `>` and `<` are dropped (requirements are
+/// ANDed, so dropping one only widens the check). Field terms: `=`, `==` → `In`, `!=` →
+/// `NotIn`, one value each. Requirements come in the parsers' order, which is Go's: labels
+/// sorted by key with their values sorted and deduplicated (`sets.String.List()`), field terms
+/// sorted as text. A selector that is empty, does not parse, or leaves no requirement gives no
+/// attribute (`null`, never `{}`); each selector on its own.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SelectorAttributes {
+    /// `resourceAttributes.labelSelector`.
+    pub label: Option<LabelSelectorAttributes>,
+    /// `resourceAttributes.fieldSelector`.
+    pub field: Option<FieldSelectorAttributes>,
+}
+
+impl SelectorAttributes {
+    /// The selector attributes of `info`'s request.
+    pub fn of(info: &RequestInfo) -> Self {
+        if !info.is_resource_request {
+            return Self::default();
+        }
+        Self { label: label_attributes(&info.label_selector), field: field_attributes(&info.field_selector) }
+    }
+}
+
+fn label_attributes(raw: &str) -> Option<LabelSelectorAttributes> {
+    if raw.is_empty() {
+        return None;
+    }
+    let selector = LabelSelector::parse(raw).ok()?;
+    let requirement = |key: &String, operator: &str, values: Vec<String>| LabelSelectorRequirement {
+        key: key.clone(),
+        operator: operator.to_owned(),
+        values: (!values.is_empty()).then_some(values),
+    };
+    let requirements: Vec<LabelSelectorRequirement> = selector
+        .requirements()
+        .iter()
+        .filter_map(|r| match r {
+            Requirement::Expr(Expression::Equal(key, value)) => {
+                Some(requirement(key, "In", vec![value.clone()]))
+            }
+            Requirement::Expr(Expression::In(key, values)) => {
+                Some(requirement(key, "In", values.iter().cloned().collect()))
+            }
+            Requirement::Expr(Expression::NotEqual(key, value)) => {
+                Some(requirement(key, "NotIn", vec![value.clone()]))
+            }
+            Requirement::Expr(Expression::NotIn(key, values)) => {
+                Some(requirement(key, "NotIn", values.iter().cloned().collect()))
+            }
+            Requirement::Expr(Expression::Exists(key)) => Some(requirement(key, "Exists", Vec::new())),
+            Requirement::Expr(Expression::DoesNotExist(key)) => {
+                Some(requirement(key, "DoesNotExist", Vec::new()))
+            }
+            Requirement::GreaterThan { .. } | Requirement::LessThan { .. } => None,
+        })
+        .collect();
+    (!requirements.is_empty())
+        .then_some(LabelSelectorAttributes { raw_selector: None, requirements: Some(requirements) })
+}
+
+fn field_attributes(raw: &str) -> Option<FieldSelectorAttributes> {
+    if raw.is_empty() {
+        return None;
+    }
+    let selector = FieldSelector::parse(raw).ok()?;
+    let requirements: Vec<FieldSelectorRequirement> = selector
+        .terms()
+        .iter()
+        .map(|term| FieldSelectorRequirement {
+            key: term.field.clone(),
+            operator: if term.equal { "In" } else { "NotIn" }.to_owned(),
+            values: Some(vec![term.value.clone()]),
+        })
+        .collect();
+    (!requirements.is_empty())
+        .then_some(FieldSelectorAttributes { raw_selector: None, requirements: Some(requirements) })
+}
+
 /// The decision cache's key: every attribute the review's spec is made of, each
 /// length-prefixed, so two requests share a key exactly when they would send the same
 /// SubjectAccessReview (k8s.io/apiserver keys by the JSON-serialized spec, which is the same
 /// equivalence at the cost of a serialization per request).
-fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str) -> Vec<u8> {
+fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str, selectors: &SelectorAttributes) -> Vec<u8> {
     fn push(key: &mut Vec<u8>, s: &str) {
         key.extend_from_slice(&s.len().to_le_bytes());
         key.extend_from_slice(s.as_bytes());
+    }
+    /// One requirement: key, operator, then the values (absent and empty told apart).
+    fn push_requirement(key: &mut Vec<u8>, name: &str, operator: &str, values: Option<&Vec<String>>) {
+        push(key, name);
+        push(key, operator);
+        match values {
+            None => key.push(0),
+            Some(values) => {
+                key.push(1);
+                key.extend_from_slice(&values.len().to_le_bytes());
+                for value in values {
+                    push(key, value);
+                }
+            }
+        }
     }
     let mut key = Vec::with_capacity(256);
     push(&mut key, &user.name);
@@ -174,6 +283,26 @@ fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str) -> Vec<u8> {
         key.push(b'r');
         for attribute in resource_attributes(info) {
             push(&mut key, attribute);
+        }
+        match selectors.label.as_ref().and_then(|l| l.requirements.as_ref()) {
+            None => key.push(0),
+            Some(requirements) => {
+                key.push(1);
+                key.extend_from_slice(&requirements.len().to_le_bytes());
+                for r in requirements {
+                    push_requirement(&mut key, &r.key, &r.operator, r.values.as_ref());
+                }
+            }
+        }
+        match selectors.field.as_ref().and_then(|f| f.requirements.as_ref()) {
+            None => key.push(0),
+            Some(requirements) => {
+                key.push(1);
+                key.extend_from_slice(&requirements.len().to_le_bytes());
+                for r in requirements {
+                    push_requirement(&mut key, &r.key, &r.operator, r.values.as_ref());
+                }
+            }
         }
     } else {
         key.push(b'n');
@@ -196,9 +325,14 @@ fn resource_attributes(info: &RequestInfo) -> [&str; 7] {
     ]
 }
 
-/// `shouldCache`: the attributes together are shorter than 10000 bytes.
+/// `shouldCache`: the attributes together are shorter than 10000 bytes. Unlike Go, the raw
+/// selectors count too: they are part of the key, and a cache of 8192 keys must stay small
+/// whatever selectors clients send.
 fn should_cache(info: &RequestInfo, path: &str) -> bool {
-    let total = resource_attributes(info).iter().map(|s| s.len()).sum::<usize>() + path.len();
+    let total = resource_attributes(info).iter().map(|s| s.len()).sum::<usize>()
+        + path.len()
+        + info.label_selector.len()
+        + info.field_selector.len();
     total < MAX_CACHEABLE_ATTRIBUTES
 }
 
@@ -206,8 +340,19 @@ fn some(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_owned())
 }
 
-/// The review's spec, with Go's `omitempty` (empty strings and lists left out).
+/// The review's spec, with Go's `omitempty` (empty strings and lists left out), and the
+/// request's [`SelectorAttributes`].
 pub fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAccessReviewSpec {
+    spec_with(user, info, path, SelectorAttributes::of(info))
+}
+
+/// [`review_spec`] with the selector attributes already derived.
+fn spec_with(
+    user: &UserInfo,
+    info: &RequestInfo,
+    path: &str,
+    selectors: SelectorAttributes,
+) -> SubjectAccessReviewSpec {
     let (resource_attributes, non_resource_attributes) = if info.is_resource_request {
         let attributes = ResourceAttributes {
             namespace: some(&info.namespace),
@@ -217,7 +362,8 @@ pub fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAc
             resource: some(&info.resource),
             subresource: some(&info.subresource),
             name: some(&info.name),
-            ..ResourceAttributes::default()
+            label_selector: selectors.label,
+            field_selector: selectors.field,
         };
         (Some(attributes), None)
     } else {
@@ -320,11 +466,21 @@ mod tests {
             groups: groups.iter().map(|g| g.to_string()).collect(),
             ..Default::default()
         };
-        let info = |path: &str| RequestInfo::new(&http::Method::GET, path, None).unwrap();
-        let key = |u: &UserInfo, path: &str| decision_key(u, &info(path), path);
-        let spec =
-            |u: &UserInfo, path: &str| serde_json::to_string(&review_spec(u, &info(path), path)).unwrap();
-        let cases = [
+        let info = |uri: &str| {
+            let (path, query) = uri.split_once('?').map_or((uri, None), |(p, q)| (p, Some(q)));
+            (RequestInfo::new(&http::Method::GET, path, query).unwrap(), path.to_owned())
+        };
+        let key = |u: &UserInfo, uri: &str| {
+            let (info, path) = info(uri);
+            decision_key(u, &info, &path, &SelectorAttributes::of(&info))
+        };
+        let spec = |u: &UserInfo, uri: &str| {
+            let (info, path) = info(uri);
+            serde_json::to_string(&review_spec(u, &info, &path)).unwrap()
+        };
+        let bob = || user("bob", &["a", "b"]);
+        let list = "/apis/g/v/namespaces/ns/widgets";
+        let mut cases = vec![
             (user("bob", &["a", "b"]), "/apis/g/v/namespaces/ns/widgets/x"),
             (user("bob", &["ab"]), "/apis/g/v/namespaces/ns/widgets/x"),
             (user("bob", &["a", "b"]), "/apis/g/v/namespaces/nsw/idgets/x"),
@@ -335,6 +491,40 @@ mod tests {
             (user("bob", &[]), "/healthz"),
             (user("bob", &[]), "/healthz/"),
         ];
+        // Selectors: spellings of one requirement share a spec; dropped or unparsable ones are
+        // the plain list's.
+        for query in [
+            "labelSelector=app%3Dx",
+            "labelSelector=app%3D%3Dx",
+            "labelSelector=app+in+(x)",
+            "labelSelector=app+in+(x,x)",
+            "labelSelector=app!%3Dx",
+            "labelSelector=app+notin+(x)",
+            "labelSelector=app",
+            "labelSelector=!app",
+            "labelSelector=app+in+(x,y)",
+            "labelSelector=app+in+(y,x)",
+            "labelSelector=app+in+(xy)",
+            "labelSelector=a%3Db,c%3Dd",
+            "labelSelector=c%3Dd,a%3Db",
+            "labelSelector=app%3E1",
+            "labelSelector=app%3D%22",
+            "labelSelector=",
+            "fieldSelector=metadata.namespace%3Dx",
+            "fieldSelector=metadata.namespace%3D%3Dx",
+            "fieldSelector=metadata.namespace!%3Dx",
+            "fieldSelector=metadata.namespace%3Dx,",
+            "fieldSelector=metadata.name%3Dw",
+            "fieldSelector=x%3D",
+            "fieldSelector=x%3D%3D",
+            "fieldSelector=%3Dx",
+            "fieldSelector=metadata.namespace%3Dx&labelSelector=app%3Dx",
+            "labelSelector=app%3Dx&fieldSelector=metadata.namespace%3Dx",
+            "labelSelector=app%3Dx&fieldSelector=metadata.namespace%3Dx&limit=500",
+        ] {
+            cases.push((bob(), &*Box::leak(format!("{list}?{query}").into_boxed_str())));
+        }
+        cases.push((bob(), list));
         for (u1, p1) in &cases {
             for (u2, p2) in &cases {
                 assert_eq!(
@@ -344,11 +534,120 @@ mod tests {
                 );
             }
         }
+        // The equivalence above is not vacuous: these share a key, those do not.
+        let same =
+            |a: &str, b: &str| key(&bob(), &format!("{list}?{a}")) == key(&bob(), &format!("{list}?{b}"));
+        assert!(same("labelSelector=app%3Dx", "labelSelector=app+in+(x,x)"));
+        assert!(same("labelSelector=app+in+(x,y)", "labelSelector=app+in+(y,x)"));
+        assert!(same("labelSelector=app%3E1", "labelSelector=app%3D%22"));
+        assert!(same("labelSelector=app%3E1", "limit=500"));
+        assert!(same(
+            "fieldSelector=metadata.namespace%3Dx&labelSelector=app%3Dx",
+            "labelSelector=app%3Dx&fieldSelector=metadata.namespace%3Dx"
+        ));
+        assert!(!same("labelSelector=app%3Dx", "labelSelector=app!%3Dx"));
+        assert!(!same("labelSelector=app", "labelSelector=!app"));
+        assert!(!same("labelSelector=app+in+(xy)", "labelSelector=app+in+(x,y)"));
+        assert!(!same("labelSelector=app%3Dx", "fieldSelector=app%3Dx"));
+        assert!(!same("labelSelector=app%3Dx", "limit=500"));
         let mut extra = user("bob", &[]);
         extra.extra.insert("k".into(), vec!["v1".into(), "v2".into()]);
         let mut other = user("bob", &[]);
         other.extra.insert("k".into(), vec!["v1v2".into()]);
         assert_ne!(key(&extra, "/apis"), key(&other, "/apis"));
+    }
+
+    fn spec_of(method: http::Method, uri: &str) -> serde_json::Value {
+        let (path, query) = uri.split_once('?').map_or((uri, None), |(p, q)| (p, Some(q)));
+        let info = RequestInfo::new(&method, path, query).unwrap();
+        let user = UserInfo { name: "bob".into(), ..Default::default() };
+        serde_json::to_value(review_spec(&user, &info, path)).unwrap()
+    }
+
+    #[test]
+    fn selectors_become_requirements_for_each_operator() {
+        // kubectl get widgets -n ns -l 'a=1,b==2,c in (z,y,y),d!=3,e notin (4),f,!g,h>5,i<6'
+        //   --field-selector 'metadata.name=n,metadata.namespace!=m,metadata.name==o'
+        let uri = "/apis/g/v/namespaces/ns/widgets?labelSelector=a%3D1,b%3D%3D2,c+in+(z,y,y),d!%3D3,e+notin+(4),f,!g,h%3E5,i%3C6&fieldSelector=metadata.name%3Dn,metadata.namespace!%3Dm,metadata.name%3D%3Do";
+        assert_eq!(
+            spec_of(http::Method::GET, uri),
+            serde_json::json!({
+                "user": "bob",
+                "resourceAttributes": {
+                    "namespace": "ns", "verb": "list", "group": "g", "version": "v", "resource": "widgets",
+                    "name": "o",
+                    "labelSelector": {"requirements": [
+                        {"key": "a", "operator": "In", "values": ["1"]},
+                        {"key": "b", "operator": "In", "values": ["2"]},
+                        {"key": "c", "operator": "In", "values": ["y", "z"]},
+                        {"key": "d", "operator": "NotIn", "values": ["3"]},
+                        {"key": "e", "operator": "NotIn", "values": ["4"]},
+                        {"key": "f", "operator": "Exists"},
+                        {"key": "g", "operator": "DoesNotExist"}
+                    ]},
+                    "fieldSelector": {"requirements": [
+                        {"key": "metadata.name", "operator": "In", "values": ["o"]},
+                        {"key": "metadata.name", "operator": "In", "values": ["n"]},
+                        {"key": "metadata.namespace", "operator": "NotIn", "values": ["m"]}
+                    ]}
+                }
+            })
+        );
+        let attributes = |method: http::Method, uri: &str| spec_of(method, uri)["resourceAttributes"].clone();
+        let list = "/apis/g/v/namespaces/ns/widgets";
+        let plain = serde_json::json!({"namespace": "ns", "verb": "list", "group": "g", "version": "v", "resource": "widgets"});
+        // Nothing left, nothing parsed, nothing given: no attribute at all (not `{}`).
+        for query in [
+            "labelSelector=h%3E5,i%3C6",
+            "labelSelector=a%3D%22",
+            "labelSelector=",
+            "fieldSelector=",
+            "fieldSelector=,",
+            "fieldSelector=a%3Db%3Dc",
+            "labelSelector=a+in+(b&fieldSelector=metadata.name%3Db%3Dc",
+        ] {
+            assert_eq!(attributes(http::Method::GET, &format!("{list}?{query}")), plain, "{query}");
+        }
+        // Each selector on its own: an unparsable label selector leaves the field selector.
+        assert_eq!(
+            attributes(
+                http::Method::GET,
+                &format!("{list}?labelSelector=a%3D%22&fieldSelector=metadata.namespace%3Dns,x%3D")
+            ),
+            serde_json::json!({
+                "namespace": "ns", "verb": "list", "group": "g", "version": "v", "resource": "widgets",
+                "fieldSelector": {"requirements": [
+                    {"key": "metadata.namespace", "operator": "In", "values": ["ns"]},
+                    {"key": "x", "operator": "In", "values": [""]}
+                ]}
+            })
+        );
+        // Empty values are values; watch and deletecollection carry them too.
+        let empty = serde_json::json!({"requirements": [{"key": "a", "operator": "In", "values": [""]}]});
+        assert_eq!(
+            attributes(http::Method::GET, &format!("{list}?labelSelector=a%3D"))["labelSelector"],
+            empty
+        );
+        assert_eq!(
+            attributes(http::Method::GET, &format!("{list}?labelSelector=a+in+()"))["labelSelector"],
+            empty
+        );
+        let watch = attributes(http::Method::GET, &format!("{list}?watch=true&labelSelector=a%3D"));
+        assert_eq!((&watch["verb"], &watch["labelSelector"]), (&serde_json::json!("watch"), &empty));
+        let delete = attributes(http::Method::DELETE, &format!("{list}?labelSelector=a%3D"));
+        assert_eq!(
+            (&delete["verb"], &delete["labelSelector"]),
+            (&serde_json::json!("deletecollection"), &empty)
+        );
+        // Not for a get, nor for a non-resource request.
+        assert_eq!(
+            attributes(http::Method::GET, &format!("{list}/w?labelSelector=a%3D1&fieldSelector=x%3D1")),
+            serde_json::json!({"namespace": "ns", "verb": "get", "group": "g", "version": "v", "resource": "widgets", "name": "w"})
+        );
+        assert_eq!(
+            spec_of(http::Method::GET, "/apis/g/v?labelSelector=a%3D1"),
+            serde_json::json!({"user": "bob", "nonResourceAttributes": {"path": "/apis/g/v", "verb": "get"}})
+        );
     }
 
     #[test]

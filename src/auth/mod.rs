@@ -25,7 +25,7 @@ pub mod x509;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -105,6 +105,9 @@ pub enum AuthError {
         /// What is wrong.
         message: String,
     },
+    /// A CA file flag names a file that cannot be read or holds no usable certificate.
+    #[error(transparent)]
+    CaFile(#[from] crate::tls::TlsError),
     /// The trust ConfigMap could not be read or is invalid (the message names it and the RBAC
     /// needed).
     #[error("{0}")]

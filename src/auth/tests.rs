@@ -600,7 +600,8 @@ async fn review_specs_carry_the_user_and_the_attributes() {
             "extra": {"acme.com/project": ["p1", "p2"], "bad%zz": ["raw"], "scopes": ["s"]},
             "resourceAttributes": {
                 "namespace": "shop", "verb": "list", "group": G, "version": "v1alpha1",
-                "resource": "podmetricssummaries", "name": "web-1"
+                "resource": "podmetricssummaries", "name": "web-1",
+                "fieldSelector": {"requirements": [{"key": "metadata.name", "operator": "In", "values": ["web-1"]}]}
             }
         })
     );
@@ -724,6 +725,53 @@ async fn decisions_are_cached_separately_by_outcome() {
     call(&auth, mk_req(PMS_SHOP, &alice, None)).await;
     call(&auth, mk_req(PMS_SHOP, &bob, None)).await;
     assert_eq!(access.calls(), 3);
+}
+
+#[tokio::test]
+async fn selector_attributes_are_sent_and_key_the_cache() {
+    let (auth, _, access) = mk_plain_auth(&[]);
+    let alice = [("Authorization", "Bearer alice-token")];
+    let get = |query: &str| mk_req(&format!("{PMS_SHOP}?{query}"), &alice, None);
+    // Three spellings of one requirement: one review.
+    for query in ["labelSelector=app%3Dx", "labelSelector=app%3D%3Dx&limit=500", "labelSelector=app+in+(x)"] {
+        assert_eq!(call(&auth, get(query)).await.0, StatusCode::OK, "{query}");
+    }
+    assert_eq!(access.calls(), 1);
+    // Another value, another operator, a field selector: other reviews.
+    for query in [
+        "labelSelector=app%3Dy",
+        "labelSelector=app!%3Dx",
+        "labelSelector=app%3Dx&fieldSelector=metadata.namespace%3Dshop",
+    ] {
+        assert_eq!(call(&auth, get(query)).await.0, StatusCode::OK, "{query}");
+    }
+    assert_eq!(access.calls(), 4);
+    // A requirement that is dropped (`>`) is the plain list's review.
+    call(&auth, mk_req(PMS_SHOP, &alice, None)).await;
+    call(&auth, get("labelSelector=replicas%3E1")).await;
+    assert_eq!(access.calls(), 5);
+    let specs = access.specs.lock().unwrap().clone();
+    let sent: Vec<Value> =
+        specs.iter().map(|s| serde_json::to_value(&s.resource_attributes).unwrap()).collect();
+    let attributes = |extra: Value| {
+        let mut a = json!({"namespace": "shop", "verb": "list", "group": G, "version": "v1alpha1", "resource": "podmetricssummaries"});
+        a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        a
+    };
+    let label = |op: &str, v: &str| json!({"labelSelector": {"requirements": [{"key": "app", "operator": op, "values": [v]}]}});
+    assert_eq!(
+        sent,
+        [
+            attributes(label("In", "x")),
+            attributes(label("In", "y")),
+            attributes(label("NotIn", "x")),
+            attributes(json!({
+                "labelSelector": {"requirements": [{"key": "app", "operator": "In", "values": ["x"]}]},
+                "fieldSelector": {"requirements": [{"key": "metadata.namespace", "operator": "In", "values": ["shop"]}]}
+            })),
+            attributes(json!({})),
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -967,6 +1015,17 @@ async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
     assert_eq!(rh.allowed_names, ["aggregator"]);
     assert!(rh.uid_headers.is_empty());
 
+    // A rotated flag file changes its part only: the ConfigMap's part and the other
+    // request-header settings stay.
+    std::fs::write(&fp, &w.front_proxy_ca.pem).unwrap();
+    assert!(auth.trust().reload_files());
+    let m = auth.trust().current();
+    assert_eq!(m.client_ca, CaBundle::from_pem(w.client_ca.pem.as_bytes()).unwrap());
+    let rh = m.request_header.as_ref().unwrap();
+    assert_eq!(rh.ca, CaBundle::from_pem(w.front_proxy_ca.pem.as_bytes()).unwrap().unwrap());
+    assert_eq!(rh.allowed_names, ["aggregator"]);
+    assert!(!auth.trust().reload_files(), "nothing changed since");
+
     let args = mk_args(&[&fp_flag, "--authentication-skip-lookup"]);
     let auth = Auth::start(&args, &config).await.unwrap();
     assert!(auth.trust().current().client_ca.is_none());
@@ -974,6 +1033,95 @@ async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
     let args = mk_args(&["--client-ca-file=/nonexistent/ca.crt"]);
     let err = Auth::start(&args, &config).await.unwrap_err().to_string();
     assert!(err.starts_with("--client-ca-file /nonexistent/ca.crt: "), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `dir/ca.crt -> ..data/ca.crt`, `..data -> version`, as a Secret volume mounts a file.
+fn mk_volume_version(dir: &std::path::Path, version: &str, pem: &str) {
+    std::fs::create_dir_all(dir.join(version)).unwrap();
+    std::fs::write(dir.join(version).join("ca.crt"), pem).unwrap();
+    let _ = std::fs::remove_file(dir.join("..data_tmp"));
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    if std::fs::symlink_metadata(dir.join("ca.crt")).is_err() {
+        std::os::unix::fs::symlink("..data/ca.crt", dir.join("ca.crt")).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn rotated_ca_files_apply_to_the_next_request_and_bad_ones_keep_the_last_good() {
+    let w = mk_world();
+    let (client_ca_2, front_proxy_ca_2) = (mk_ca("client-ca-2"), mk_ca("front-proxy-ca-2"));
+    let dir = std::env::temp_dir().join(format!("percolator-auth-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let volume = dir.join("client-ca");
+    std::fs::create_dir_all(&volume).unwrap();
+    mk_volume_version(&volume, "..v1", &w.client_ca.pem);
+    let fp = dir.join("front-proxy-ca.crt");
+    std::fs::write(&fp, &w.front_proxy_ca.pem).unwrap();
+    let args = mk_args(&[
+        &format!("--client-ca-file={}", volume.join("ca.crt").display()),
+        &format!("--requestheader-client-ca-file={}", fp.display()),
+        "--requestheader-allowed-names=front-proxy-client",
+    ]);
+    // Both parts come from flags: the client is never called.
+    let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let trust = Trust::start(&args, client).await.unwrap();
+    let tokens = Arc::new(FakeTokens::default());
+    let auth = Auth::new(&args, trust.clone(), tokens, FakeAccess::standard()).unwrap();
+
+    let alice = |ca: &MkCa| vec![mk_leaf(ca, "alice", &[], ClientAuth, false).der];
+    let proxy = |ca: &MkCa, cn: &str| vec![mk_leaf(ca, cn, &[], ClientAuth, false).der];
+    let as_alice = [("X-Remote-User", "alice")];
+    // (client CA 1, client CA 2, front proxy CA 1, front proxy CA 2, CA 2 with a CN not allowed)
+    let statuses = || async {
+        [
+            call(&auth, mk_req(PMS_SHOP, &[], Some(alice(&w.client_ca)))).await.0.as_u16(),
+            call(&auth, mk_req(PMS_SHOP, &[], Some(alice(&client_ca_2)))).await.0.as_u16(),
+            call(&auth, mk_req(PMS_SHOP, &as_alice, Some(proxy(&w.front_proxy_ca, "front-proxy-client"))))
+                .await
+                .0
+                .as_u16(),
+            call(&auth, mk_req(PMS_SHOP, &as_alice, Some(proxy(&front_proxy_ca_2, "front-proxy-client"))))
+                .await
+                .0
+                .as_u16(),
+            call(&auth, mk_req(PMS_SHOP, &as_alice, Some(proxy(&front_proxy_ca_2, "intruder"))))
+                .await
+                .0
+                .as_u16(),
+        ]
+    };
+    assert_eq!(statuses().await, [200, 401, 200, 401, 401]);
+    assert!(!trust.reload_files(), "unchanged files");
+
+    // Rotation: the client CA by a symlink swap, the front proxy CA rewritten in place.
+    mk_volume_version(&volume, "..v2", &client_ca_2.pem);
+    std::fs::write(&fp, &front_proxy_ca_2.pem).unwrap();
+    assert!(trust.reload_files());
+    assert_eq!(statuses().await, [401, 200, 401, 200, 401]);
+
+    // Unusable changes are refused: the last good bundles stay.
+    mk_volume_version(&volume, "..v3", "");
+    std::fs::write(&fp, "garbage").unwrap();
+    assert!(!trust.reload_files());
+    assert_eq!(statuses().await, [401, 200, 401, 200, 401]);
+    std::fs::remove_file(&fp).unwrap();
+    assert!(!trust.reload_files());
+    assert_eq!(statuses().await, [401, 200, 401, 200, 401]);
+
+    // The poller applies the next change by itself.
+    trust.spawn_file_poller(Duration::from_millis(20));
+    std::fs::write(&fp, &w.front_proxy_ca.pem).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while statuses().await != [401, 200, 200, 401, 401] {
+        assert!(std::time::Instant::now() < deadline, "the poller did not apply the change");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The poller does not keep the trust alive.
+    let weak = Arc::downgrade(&trust);
+    drop((auth, trust));
+    assert!(weak.upgrade().is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,12 +5,16 @@
 //! with the other `--requestheader-*` flags), otherwise from the ConfigMap unless
 //! `--authentication-skip-lookup`. The ConfigMap is read once at start (a failure stops the
 //! start unless `--authentication-tolerate-lookup-failure`) and then watched, so a rotated CA
-//! or a changed header list applies to the next request. The material is prebuilt (CA bundles
-//! with their verifiers) and swapped atomically behind a lock; readers take an `Arc` snapshot.
+//! or a changed header list applies to the next request. The CA files of the flags are
+//! watched too ([`crate::tls::WatchedCaFile`], polled every `--tls-reload-interval` by
+//! [`Trust::spawn_file_poller`]): a rotated file applies to the next request, a file that
+//! becomes unusable is logged and its last good bundle stays. The material is prebuilt (CA
+//! bundles with their verifiers) and swapped atomically behind a lock; readers take an `Arc`
+//! snapshot.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -21,6 +25,7 @@ use kube::runtime::watcher::{self, Event};
 use super::AuthError;
 use super::x509::CaBundle;
 use super::{AuthArgs, non_empty};
+use crate::tls::WatchedCaFile;
 
 /// Namespace of the trust ConfigMap.
 pub const CONFIGMAP_NAMESPACE: &str = "kube-system";
@@ -74,14 +79,26 @@ pub struct TrustMaterial {
     pub request_header: Option<RequestHeaderConfig>,
 }
 
-/// The current trust material, kept up to date from the ConfigMap where it comes from there.
+/// The current trust material, kept up to date from the ConfigMap where it comes from there,
+/// and from the flags' CA files.
 pub struct Trust {
     current: RwLock<Arc<TrustMaterial>>,
-    /// The parts given by flags.
-    flags: TrustMaterial,
+    /// The parts given by flags, rebuilt when one of their CA files changes. Lock order:
+    /// `flags`, then `current`.
+    flags: RwLock<TrustMaterial>,
+    /// The CA files of the flags.
+    files: FlagFiles,
     client_ca_from_configmap: bool,
     request_header_from_configmap: bool,
     watch: Mutex<Option<tokio::task::AbortHandle>>,
+    poll: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+/// `--client-ca-file` and `--requestheader-client-ca-file`, when given.
+#[derive(Default)]
+struct FlagFiles {
+    client_ca: Option<Arc<WatchedCaFile>>,
+    request_header: Option<Arc<WatchedCaFile>>,
 }
 
 impl std::fmt::Debug for Trust {
@@ -95,8 +112,10 @@ impl std::fmt::Debug for Trust {
 
 impl Drop for Trust {
     fn drop(&mut self) {
-        if let Some(handle) = self.watch.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
-            handle.abort();
+        for task in [&mut self.watch, &mut self.poll] {
+            if let Some(handle) = task.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+                handle.abort();
+            }
         }
     }
 }
@@ -106,10 +125,12 @@ impl Trust {
     pub fn fixed(material: TrustMaterial) -> Arc<Self> {
         Arc::new(Self {
             current: RwLock::new(Arc::new(material.clone())),
-            flags: material,
+            flags: RwLock::new(material),
+            files: FlagFiles::default(),
             client_ca_from_configmap: false,
             request_header_from_configmap: false,
             watch: Mutex::new(None),
+            poll: Mutex::new(None),
         })
     }
 
@@ -121,14 +142,21 @@ impl Trust {
     /// Builds the trust from the flags and, for the parts they leave out, the ConfigMap read
     /// with `client` (then watched in the background).
     pub async fn start(args: &AuthArgs, client: kube::Client) -> Result<Arc<Self>, AuthError> {
+        let load = |path: &Option<std::path::PathBuf>, flag| {
+            path.as_ref().map(|path| WatchedCaFile::load(path, flag)).transpose()
+        };
+        let files = FlagFiles {
+            client_ca: load(&args.client_ca_file, "--client-ca-file")?,
+            request_header: load(&args.requestheader_client_ca_file, "--requestheader-client-ca-file")?,
+        };
         let flags = TrustMaterial {
-            client_ca: match &args.client_ca_file {
-                Some(path) => Some(read_bundle(path, "--client-ca-file")?),
+            client_ca: match &files.client_ca {
+                Some(file) => Some(bundle_of(file)?),
                 None => None,
             },
-            request_header: match &args.requestheader_client_ca_file {
-                Some(path) => Some(RequestHeaderConfig {
-                    ca: read_bundle(path, "--requestheader-client-ca-file")?,
+            request_header: match &files.request_header {
+                Some(file) => Some(RequestHeaderConfig {
+                    ca: bundle_of(file)?,
                     allowed_names: non_empty(&args.requestheader_allowed_names),
                     username_headers: non_empty(&args.requestheader_username_headers),
                     uid_headers: non_empty(&args.requestheader_uid_headers),
@@ -143,8 +171,10 @@ impl Trust {
             current: RwLock::new(Arc::new(flags.clone())),
             client_ca_from_configmap: lookup && args.client_ca_file.is_none(),
             request_header_from_configmap: lookup && args.requestheader_client_ca_file.is_none(),
-            flags,
+            flags: RwLock::new(flags),
+            files,
             watch: Mutex::new(None),
+            poll: Mutex::new(None),
         });
         if !(trust.client_ca_from_configmap || trust.request_header_from_configmap) {
             trust.log("from flags");
@@ -192,25 +222,105 @@ impl Trust {
             Some(data) => material_from_configmap(data)?,
             None => TrustMaterial::default(),
         };
+        // The flags' lock is held until the swap, so that a concurrent file reload is never
+        // undone by a ConfigMap event that read the flags before it.
+        let flags = self.flags.read().unwrap_or_else(PoisonError::into_inner);
         let next = TrustMaterial {
             client_ca: if self.client_ca_from_configmap {
                 from_cm.client_ca
             } else {
-                self.flags.client_ca.clone()
+                flags.client_ca.clone()
             },
             request_header: if self.request_header_from_configmap {
                 from_cm.request_header
             } else {
-                self.flags.request_header.clone()
+                flags.request_header.clone()
             },
         };
-        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-        if **current != next {
-            *current = Arc::new(next);
-            drop(current);
-            self.log("changed");
-        }
+        self.swap(flags, |_| next);
         Ok(())
+    }
+
+    /// Makes `next(current)` current if it differs (and logs it), then releases `flags`.
+    /// `next` runs under the write lock, so what it keeps of the current material is current.
+    fn swap(
+        &self,
+        flags: std::sync::RwLockReadGuard<'_, TrustMaterial>,
+        next: impl FnOnce(&TrustMaterial) -> TrustMaterial,
+    ) -> bool {
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let next = next(&current);
+        if **current == next {
+            return false;
+        }
+        *current = Arc::new(next);
+        drop(current);
+        drop(flags);
+        self.log("changed");
+        true
+    }
+
+    /// Re-reads the flags' CA files (`--client-ca-file`, `--requestheader-client-ca-file`) and
+    /// applies a changed, valid bundle to the next request; returns whether the material
+    /// changed. A file that became unreadable or holds no usable certificate is logged (naming
+    /// the flag and the file) and its last good bundle stays.
+    pub fn reload_files(&self) -> bool {
+        let client_ca = self.files.client_ca.as_ref().filter(|file| file.check());
+        let request_header = self.files.request_header.as_ref().filter(|file| file.check());
+        if client_ca.is_none() && request_header.is_none() {
+            return false;
+        }
+        let mut flags = self.flags.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(file) = client_ca {
+            match bundle_of(file) {
+                Ok(bundle) => flags.client_ca = Some(bundle),
+                Err(error) => {
+                    tracing::error!(%error, "CA file not applied; the previous certificates stay in force")
+                }
+            }
+        }
+        if let (Some(file), Some(config)) = (request_header, flags.request_header.as_mut()) {
+            match bundle_of(file) {
+                Ok(bundle) => config.ca = bundle,
+                Err(error) => {
+                    tracing::error!(%error, "CA file not applied; the previous certificates stay in force")
+                }
+            }
+        }
+        drop(flags);
+        let flags = self.flags.read().unwrap_or_else(PoisonError::into_inner);
+        let (client_ca, request_header) = (flags.client_ca.clone(), flags.request_header.clone());
+        self.swap(flags, |current| TrustMaterial {
+            client_ca: if self.client_ca_from_configmap { current.client_ca.clone() } else { client_ca },
+            request_header: if self.request_header_from_configmap {
+                current.request_header.clone()
+            } else {
+                request_header
+            },
+        })
+    }
+
+    /// Re-reads the flags' CA files every `interval` ([`Trust::reload_files`]) until the trust
+    /// is dropped. Nothing to do when no CA file flag is given.
+    pub fn spawn_file_poller(self: &Arc<Self>, interval: Duration) {
+        if self.files.client_ca.is_none() && self.files.request_header.is_none() {
+            return;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                let Some(trust) = weak.upgrade() else { return };
+                trust.reload_files();
+            }
+        });
+        let previous = self.poll.lock().unwrap_or_else(PoisonError::into_inner).replace(task.abort_handle());
+        if let Some(previous) = previous {
+            previous.abort();
+        }
     }
 
     fn log(&self, when: &str) {
@@ -220,8 +330,8 @@ impl Trust {
             client_ca_certs = material.client_ca.as_ref().map_or(0, CaBundle::len),
             requestheader_ca_certs = rh.map_or(0, |r| r.ca.len()),
             requestheader_allowed_names = ?rh.map(|r| &r.allowed_names),
-            client_ca_source = source(self.client_ca_from_configmap, &self.flags.client_ca),
-            requestheader_source = source(self.request_header_from_configmap, &self.flags.request_header),
+            client_ca_source = source(self.client_ca_from_configmap, self.files.client_ca.as_ref()),
+            requestheader_source = source(self.request_header_from_configmap, self.files.request_header.as_ref()),
             "authentication trust material {when}"
         );
     }
@@ -276,7 +386,7 @@ fn is_ours(cm: &ConfigMap) -> bool {
         && cm.metadata.namespace.as_deref().is_none_or(|ns| ns == CONFIGMAP_NAMESPACE)
 }
 
-fn source<T>(from_configmap: bool, flag: &Option<T>) -> &'static str {
+fn source<T>(from_configmap: bool, flag: Option<&T>) -> &'static str {
     match (from_configmap, flag.is_some()) {
         (true, _) => "configmap",
         (false, true) => "flags",
@@ -284,10 +394,13 @@ fn source<T>(from_configmap: bool, flag: &Option<T>) -> &'static str {
     }
 }
 
-fn read_bundle(path: &Path, flag: &'static str) -> Result<CaBundle, AuthError> {
-    let file = |message: String| AuthError::File { flag, path: path.to_path_buf(), message };
-    let pem = std::fs::read(path).map_err(|e| file(e.to_string()))?;
-    CaBundle::from_pem(&pem).map_err(file)?.ok_or_else(|| file("no CERTIFICATE block found".to_owned()))
+/// The client-certificate verifier of a CA file's current bundle.
+fn bundle_of(file: &WatchedCaFile) -> Result<CaBundle, AuthError> {
+    let error =
+        |message: String| AuthError::File { flag: file.flag(), path: file.path().to_path_buf(), message };
+    CaBundle::from_der(file.current().certs.clone())
+        .map_err(error)?
+        .ok_or_else(|| error("no CERTIFICATE block found".to_owned()))
 }
 
 /// Reads the ConfigMap's data the way the generic server does: PEM bundles under

@@ -2,8 +2,10 @@
 //! CONTRACT §3.1): verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
 //! `deletecollection`, or the lower-cased method for non-resource paths), API group/version,
 //! namespace, resource, subresource and name, with `fieldSelector=metadata.name=x` setting the
-//! name of a list/watch for authorization. The resource endpoints dispatch on it, the
-//! authorizer turns it into SubjectAccessReview attributes, and metrics use it as labels.
+//! name of a list/watch for authorization, and the raw `labelSelector`/`fieldSelector` of a
+//! list, watch or deletecollection (the SubjectAccessReview's selector attributes). The
+//! resource endpoints dispatch on it, the authorizer turns it into SubjectAccessReview
+//! attributes, and metrics use it as labels.
 //!
 //! Also the raw query parsing shared by every endpoint ([`QueryParams`]), so that no request
 //! is ever rejected by an extractor with a plain-text body.
@@ -72,6 +74,13 @@ pub struct RequestInfo {
     pub name: String,
     /// The path segments from the resource on (`[resource, name, subresource, ...]`).
     pub parts: Vec<String>,
+    /// For `list`, `watch` and `deletecollection`: the first `labelSelector` query value as
+    /// sent (decoded, not parsed), empty when absent. Read even when other list options do
+    /// not decode, as k8s.io/apiserver does.
+    pub label_selector: String,
+    /// For `list`, `watch` and `deletecollection`: the first `fieldSelector` query value, as
+    /// [`label_selector`](Self::label_selector).
+    pub field_selector: String,
 }
 
 /// A path that looks like a resource request but cannot be interpreted
@@ -124,6 +133,11 @@ impl RequestInfo {
     /// Derives the RequestInfo of `method path?query` exactly as kube-apiserver's
     /// `RequestInfoFactory` does for the prefixes `api` (groupless) and `apis`.
     pub fn new(method: &Method, path: &str, query: Option<&str>) -> Result<Self, RequestInfoError> {
+        Self::with_query(method, path, &QueryParams::parse(query))
+    }
+
+    /// [`RequestInfo::new`] with the query already parsed (each request's is parsed once).
+    pub fn with_query(method: &Method, path: &str, query: &QueryParams) -> Result<Self, RequestInfoError> {
         let mut info = RequestInfo {
             path: path.to_owned(),
             verb: method.as_str().to_ascii_lowercase(),
@@ -188,8 +202,7 @@ impl RequestInfo {
         info.parts = parts;
 
         if info.name.is_empty() && info.verb == "get" {
-            let query = QueryParams::parse(query);
-            match decode_list_options(&query) {
+            match decode_list_options(query) {
                 Some(opts) => {
                     info.verb = if opts.watch { "watch" } else { "list" }.to_owned();
                     if let Some(name) = opts.field_name.filter(|n| is_valid_path_segment_name(n)) {
@@ -202,6 +215,15 @@ impl RequestInfo {
         }
         if info.name.is_empty() && info.verb == "delete" {
             info.verb = "deletecollection".to_owned();
+        }
+        // `requestinfo.go`: the selectors of the verbs that use them, straight from the query.
+        if matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
+            if let Some(selector) = query.get("labelSelector") {
+                info.label_selector = selector.to_owned();
+            }
+            if let Some(selector) = query.get("fieldSelector") {
+                info.field_selector = selector.to_owned();
+            }
         }
         Ok(info)
     }
@@ -250,10 +272,11 @@ pub struct ParsedRequest {
 impl ParsedRequest {
     /// Parses `method path?query`.
     pub fn new(method: &Method, path: &str, query: Option<&str>) -> Self {
+        let query = QueryParams::parse(query);
         Self {
-            info: RequestInfo::new(method, path, query).ok(),
+            info: RequestInfo::with_query(method, path, &query).ok(),
             segments: split_path(path).into_iter().map(Cow::into_owned).collect(),
-            query: QueryParams::parse(query),
+            query,
         }
     }
 
@@ -346,6 +369,44 @@ mod tests {
         assert_eq!(i.verb, "list");
         let i = ri(Method::GET, "/apis/g/v/widgets?watch=");
         assert_eq!(i.verb, "watch");
+    }
+
+    #[test]
+    fn selectors_are_kept_for_list_watch_and_deletecollection_only() {
+        let selectors = |method: Method, path: &str| {
+            let i = ri(method, path);
+            (i.verb, i.label_selector, i.field_selector)
+        };
+        let s = |v: &str, l: &str, f: &str| (v.to_owned(), l.to_owned(), f.to_owned());
+        let q = "labelSelector=app%3Dx%2Ctier%21%3Dy&fieldSelector=metadata.name%3Dz";
+        assert_eq!(
+            selectors(Method::GET, &format!("/apis/g/v/widgets?{q}")),
+            s("list", "app=x,tier!=y", "metadata.name=z")
+        );
+        assert_eq!(
+            selectors(Method::GET, &format!("/apis/g/v/widgets?watch=1&{q}")),
+            s("watch", "app=x,tier!=y", "metadata.name=z")
+        );
+        assert_eq!(
+            selectors(Method::DELETE, &format!("/apis/g/v/namespaces/ns/widgets?{q}")),
+            s("deletecollection", "app=x,tier!=y", "metadata.name=z")
+        );
+        assert_eq!(selectors(Method::GET, &format!("/apis/g/v/widgets/w1?{q}")), s("get", "", ""));
+        assert_eq!(selectors(Method::DELETE, &format!("/apis/g/v/widgets/w1?{q}")), s("delete", "", ""));
+        assert_eq!(selectors(Method::GET, &format!("/apis/g/v?{q}")), s("get", "", ""));
+        // The first value; kept raw even when it (or another list option) does not decode.
+        assert_eq!(
+            selectors(
+                Method::GET,
+                "/apis/g/v/widgets?labelSelector=a%3D%22&labelSelector=b&limit=x&fieldSelector="
+            ),
+            s("list", "a=\"", "")
+        );
+        let i = ri(Method::GET, &format!("/apis/g/v/widgets?{q}"));
+        assert_eq!(i.name, "z");
+        let parsed = ParsedRequest::new(&Method::GET, "/apis/g/v/widgets", Some(q));
+        assert_eq!(parsed.info, Some(i));
+        assert_eq!(parsed.query.get("labelSelector"), Some("app=x,tier!=y"));
     }
 
     #[test]

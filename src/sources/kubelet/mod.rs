@@ -5,8 +5,8 @@
 //!
 //! - `parse`: decoding one body ([`parse_resource_metrics`] → [`ParsedBatch`]);
 //! - `rates`: the rate state of a node, CPU rates from two cumulative samples ([`NodeSamples`]);
-//! - `tls`: the rustls client configuration (`--kubelet-certificate-authority`,
-//!   `--kubelet-insecure-tls`).
+//! - `tls`: the rustls client configuration (`--kubelet-certificate-authority`, watched, or
+//!   the cluster CA; `--kubelet-insecure-tls`).
 //!
 //! [`KubeletClient`] caches each node's usage in the crate's [`TtlCache`] (named `kubelet`),
 //! whose misses share one fetch; a semaphore bounds concurrent fetches; caps on body size and
@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
 use crate::cache::{CacheSettings, TtlCache};
+use crate::tls::WatchedCaFile;
 
 pub use super::KubeletError;
 pub use parse::{ContainerKey, ContainerSample, ParsedBatch, Sample, parse_resource_metrics};
@@ -140,8 +141,13 @@ pub struct KubeletConfig {
     pub preferred_address_types: Vec<String>,
     /// `--kubelet-insecure-tls`: do not verify kubelet serving certificates.
     pub insecure_tls: bool,
-    /// `--kubelet-certificate-authority`: PEM bundle that kubelet certificates must chain to
-    /// (usually the cluster CA). Required unless `insecure_tls`.
+    /// `--kubelet-certificate-authority`, watched: kubelet certificates must chain to the
+    /// bundle the file holds when a connection is made (a rotated file applies to the next
+    /// connection). Takes precedence over [`ca_pem`](Self::ca_pem).
+    pub ca_file: Option<Arc<WatchedCaFile>>,
+    /// A fixed PEM bundle kubelet certificates must chain to (the cluster CA of the
+    /// kubeconfig), used when there is no [`ca_file`](Self::ca_file). One of them is required
+    /// unless `insecure_tls`.
     pub ca_pem: Option<Vec<u8>>,
     /// The bearer token sent to kubelets, if any.
     pub bearer_token: Option<BearerToken>,
@@ -170,6 +176,7 @@ impl Default for KubeletConfig {
                 .map(|t| (*t).to_owned())
                 .collect(),
             insecure_tls: false,
+            ca_file: None,
             ca_pem: None,
             bearer_token: None,
             request_timeout: Duration::from_secs(10),
@@ -738,6 +745,40 @@ pub(super) mod tests {
         assert!(!message.contains("s3cr3t"), "{message}");
         assert_eq!(server.state.hits.load(Ordering::SeqCst), 0);
         assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "unreachable")]);
+    }
+
+    #[tokio::test]
+    async fn a_rotated_ca_file_applies_to_the_next_connection() {
+        let server = mk_server().await;
+        let (_, other_ca) = mk_ca();
+        let dir = std::env::temp_dir().join(format!("percolator-kubelet-ca-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ca.crt");
+        std::fs::write(&path, &other_ca).unwrap();
+        let file = WatchedCaFile::load(&path, "--kubelet-certificate-authority").unwrap();
+        let observer = Arc::new(MkObserver::default());
+        // The file wins over the cluster CA, which would verify this kubelet.
+        let config = KubeletConfig {
+            ca_file: Some(Arc::clone(&file)),
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::clone(&observer));
+        let message = client.node_usage("node-a").await.unwrap_err().to_string();
+        // Both test CAs have one subject: the kubelet's chain is checked against the wrong key.
+        assert!(message.contains("invalid peer certificate: BadSignature"), "{message}");
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 0);
+
+        // The kubelet's CA lands in the file: the next connection verifies against it, with
+        // the same client.
+        std::fs::write(&path, &server.ca_pem).unwrap();
+        assert!(file.reload().unwrap());
+        let usage = client.node_usage("node-a").await.unwrap();
+        assert_eq!(usage.pods.len(), 3);
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 1);
+        assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "unreachable"), ("kubelet", "success")]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -1,7 +1,9 @@
 //! The rustls client configuration for kubelet connections: verification against the
-//! `--kubelet-certificate-authority` PEM bundle (usually the cluster CA), or, with
-//! `--kubelet-insecure-tls`, of nothing but the handshake signature (the verifier shared with
-//! the rest of the crate, [`crate::tls`]). HTTPS without either is refused.
+//! `--kubelet-certificate-authority` file as it is when a connection is made (the file is
+//! watched, [`crate::tls::WatchedRootsVerifier`]), else against the cluster CA of the
+//! kubeconfig (fixed), or, with `--kubelet-insecure-tls`, of nothing but the handshake
+//! signature (the verifier shared with the rest of the crate, [`crate::tls`]). HTTPS without
+//! any of them is refused.
 
 use std::sync::Arc;
 
@@ -11,7 +13,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 use super::{Error, KubeletConfig, Result, Scheme};
-use crate::tls::AnyServerCert;
+use crate::tls::{AnyServerCert, WatchedRootsVerifier};
 
 /// Builds the rustls configuration for kubelet connections.
 pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig> {
@@ -27,6 +29,10 @@ pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig>
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider)))
             .with_no_client_auth()
+    } else if let Some(file) = &config.ca_file {
+        let verifier = WatchedRootsVerifier::new(Arc::clone(file), &provider)
+            .map_err(|e| Error::CertificateAuthority(e.to_string()))?;
+        builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
     } else {
         let mut roots = RootCertStore::empty();
         match config.ca_pem.as_deref() {

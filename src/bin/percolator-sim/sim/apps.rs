@@ -729,7 +729,14 @@ async fn stats(State(state): State<AppState>) -> Response {
         .map(|(n, c)| (n.name.as_str(), c.load(Ordering::Relaxed)))
         .collect();
     let api = cluster.stats.api_requests.lock().map(|m| m.clone()).unwrap_or_default();
-    Json(serde_json::json!({ "kubeletFetches": fetches, "apiRequests": api })).into_response()
+    let reviews: Vec<serde_json::Value> =
+        cluster.stats.access_reviews.lock().map(|kept| kept.iter().cloned().collect()).unwrap_or_default();
+    Json(serde_json::json!({
+        "kubeletFetches": fetches,
+        "apiRequests": api,
+        "subjectAccessReviews": reviews,
+    }))
+    .into_response()
 }
 
 /// Result of a churn, as `POST /sim/churn` returns it.

@@ -98,10 +98,16 @@ struct Inner {
     ip_slots: Vec<u32>,
 }
 
-/// Call counters for `/sim/stats`.
+/// How many SubjectAccessReview specs `/sim/stats` keeps (the most recent ones).
+pub(crate) const KEPT_ACCESS_REVIEWS: usize = 64;
+
+/// Call counters for `/sim/stats`, and the last SubjectAccessReview specs received.
 pub(crate) struct Stats {
     pub(crate) kubelet_fetches: Vec<AtomicU64>,
     pub(crate) api_requests: Mutex<BTreeMap<String, u64>>,
+    /// The `spec` of the last [`KEPT_ACCESS_REVIEWS`] SubjectAccessReviews, as posted (the
+    /// JSON received, not re-encoded), oldest first.
+    pub(crate) access_reviews: Mutex<std::collections::VecDeque<serde_json::Value>>,
 }
 
 impl Stats {
@@ -109,6 +115,17 @@ impl Stats {
     pub(crate) fn api(&self, what: &str) {
         if let Ok(mut map) = self.api_requests.lock() {
             *map.entry(what.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Keeps the `spec` of a SubjectAccessReview, dropping the oldest beyond
+    /// [`KEPT_ACCESS_REVIEWS`].
+    pub(crate) fn access_review(&self, spec: serde_json::Value) {
+        if let Ok(mut kept) = self.access_reviews.lock() {
+            if kept.len() == KEPT_ACCESS_REVIEWS {
+                kept.pop_front();
+            }
+            kept.push_back(spec);
         }
     }
 }
@@ -226,7 +243,11 @@ impl Cluster {
                 ip_slots,
             }),
             events,
-            stats: Stats { kubelet_fetches, api_requests: Mutex::new(BTreeMap::new()) },
+            stats: Stats {
+                kubelet_fetches,
+                api_requests: Mutex::new(BTreeMap::new()),
+                access_reviews: Mutex::default(),
+            },
             faults,
         }
     }

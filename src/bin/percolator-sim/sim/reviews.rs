@@ -5,6 +5,10 @@
 //! `status`, as kube-apiserver does. Both sit behind the API's service-account token (a
 //! caller without it gets 401 before reaching them).
 //!
+//! The `spec` of each SubjectAccessReview is kept as posted (the last ones, in `/sim/stats`
+//! under `subjectAccessReviews`), so tests see exactly what a client sent, selector
+//! attributes included.
+//!
 //! Field presence follows kube-apiserver's Go types: `status.authenticated` and
 //! `status.error` are `omitempty` (an unknown token gives `"status":{"user":{},"error":…}`),
 //! `status.allowed` is always present, `status.denied` is never set (RBAC has no deny) and
@@ -174,6 +178,11 @@ pub(crate) async fn subject_access_review(
             Ok(r) => r,
             Err(status) => return respond(&status),
         };
+    // As posted: the decode above accepted the body as a JSON object.
+    let posted = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|mut v| v.get_mut("spec").map(serde_json::Value::take));
+    state.cluster.stats.access_review(posted.unwrap_or(serde_json::Value::Null));
     let spec = &review.spec;
     let user = spec.user.clone().unwrap_or_default();
     let groups = spec.groups.clone().unwrap_or_default();
@@ -382,10 +391,23 @@ mod tests {
         .await;
         assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(out["message"].as_str().unwrap().contains("at least one of user or group"));
-        let (code, _) = post(&state, SAR, "carol-token", body).await;
+        let (code, _) = post(&state, SAR, "carol-token", body.clone()).await;
         assert_eq!(code, StatusCode::UNAUTHORIZED);
 
         let counts = state.cluster.stats.api_requests.lock().unwrap().clone();
         assert_eq!(counts["create subjectaccessreviews"], 5);
+        // The specs of the decoded reviews are kept as posted, oldest first; the one posted
+        // without the service account's token never got there.
+        let kept: Vec<serde_json::Value> =
+            state.cluster.stats.access_reviews.lock().unwrap().iter().cloned().collect();
+        assert_eq!(kept.len(), 5);
+        assert_eq!(kept[0], body["spec"]);
+        assert_eq!(kept[3], serde_json::json!({"user": "x"}));
+        for i in 0..crate::sim::cluster::KEPT_ACCESS_REVIEWS {
+            state.cluster.stats.access_review(serde_json::json!(i));
+        }
+        let kept = state.cluster.stats.access_reviews.lock().unwrap().clone();
+        assert_eq!(kept.len(), crate::sim::cluster::KEPT_ACCESS_REVIEWS);
+        assert_eq!(kept.front(), Some(&serde_json::json!(0)));
     }
 }
