@@ -361,6 +361,7 @@ pub fn prometheus_unavailable(what: &str, error: &PromError) -> ApiError {
     let cause = match error {
         PromError::Unreachable(_) => "Prometheus is unreachable",
         PromError::Query(_) => "the Prometheus query failed",
+        PromError::TooLarge { .. } => "the Prometheus answer exceeded --prometheus-max-response-bytes",
     };
     ApiError::ServiceUnavailable {
         message: format!("unable to fetch {what}: {cause}"),

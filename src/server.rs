@@ -32,7 +32,7 @@ use crate::external::ExternalMetrics;
 use crate::kinds::{Sources, registry};
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
-use crate::sources::prometheus::PromClient;
+use crate::sources::prometheus::{ConnectionSettings, PromClient};
 use crate::sources::resources::{ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryPlan};
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
@@ -126,6 +126,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         None => kube::Config::infer().await.context("no --kubeconfig and no in-cluster configuration")?,
     };
     let auth = crate::auth::Auth::start(&args.auth, &kube_config).await?;
+    auth.trust().spawn_file_poller(args.serving.tls_reload_interval);
     let (tls, serving_cert) =
         crate::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
@@ -135,22 +136,34 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
     let inventory: Arc<dyn Inventory> = KubeInventory::start(client.clone());
 
+    let prometheus_settings =
+        ConnectionSettings::from_args(&args.prometheus, args.serving.tls_reload_interval);
     let prometheus: Arc<dyn PromSource> = Arc::new(
-        PromClient::new(
-            args.prometheus.prometheus_url.as_str(),
-            args.prometheus.prometheus_timeout,
-            observer.clone(),
-        )
-        .context("--prometheus-url")?,
+        PromClient::connect(&prometheus_settings, observer.clone()).context("connecting to Prometheus")?,
+    );
+    tracing::info!(
+        url = %prometheus_settings.display_url(),
+        ca_file = ?prometheus_settings.ca_file,
+        client_certificate = prometheus_settings.client_cert.is_some(),
+        insecure_skip_tls_verify = prometheus_settings.insecure_skip_tls_verify,
+        token_file = ?prometheus_settings.token_file,
+        basic_auth = prometheus_settings.basic_auth.is_some(),
+        headers = ?prometheus_settings.headers.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
+        max_response_bytes = prometheus_settings.max_response_bytes,
+        "Prometheus connection"
     );
     let resource_plan = Arc::new(PlanSlot::new(Arc::new(ConfigQueries(config.clone()))));
     let usage: Arc<dyn UsageSource> = match args.kubelet.resource_source {
         ResourceSource::Kubelet => {
+            // Watched: a rotated file applies to the next kubelet connection.
             let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
-                Some(path) => Some(
-                    std::fs::read(path)
-                        .with_context(|| format!("--kubelet-certificate-authority {}", path.display()))?,
-                ),
+                Some(path) => {
+                    let file = crate::tls::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
+                    if !args.kubelet.kubelet_insecure_tls {
+                        file.spawn_reloader(args.serving.tls_reload_interval);
+                    }
+                    Some(file)
+                }
                 None => None,
             };
             let kubelet: Arc<dyn KubeletSource> = Arc::new(
@@ -371,11 +384,11 @@ pub fn config_check() -> Check {
 
 /// The kubelet client configuration: flags, plus the cluster's credentials and CA from the
 /// kubeconfig (the service account's token and the cluster CA in-cluster), as metrics-server
-/// does. `ca_override` is the content of `--kubelet-certificate-authority`.
+/// does. `ca_file` is `--kubelet-certificate-authority` (then the cluster CA is not used).
 fn kubelet_config(
     args: &KubeletArgs,
     kube_config: &kube::Config,
-    ca_override: Option<Vec<u8>>,
+    ca_file: Option<Arc<crate::tls::WatchedCaFile>>,
     cache: &CacheSettings,
 ) -> KubeletConfig {
     use base64::Engine;
@@ -386,7 +399,7 @@ fn kubelet_config(
         (None, Some(token)) => Some(BearerToken::Static(token.expose_secret().to_string())),
         _ => None,
     };
-    let cluster_ca = kube_config.root_cert.as_ref().map(|ders| {
+    let cluster_ca = kube_config.root_cert.as_ref().filter(|_| ca_file.is_none()).map(|ders| {
         let engine = base64::engine::general_purpose::STANDARD;
         ders.iter()
             .map(|der| {
@@ -399,7 +412,8 @@ fn kubelet_config(
         port: args.kubelet_port,
         preferred_address_types: args.kubelet_preferred_address_types.clone(),
         insecure_tls: args.kubelet_insecure_tls,
-        ca_pem: ca_override.or(cluster_ca),
+        ca_file,
+        ca_pem: cluster_ca,
         bearer_token,
         request_timeout: args.kubelet_request_timeout,
         cache: cache.clone(),

@@ -8,6 +8,9 @@
 //! compared, not the inode). A pair that does not load (half-written, key not matching the
 //! certificate) is logged and the previous one stays in force until the next check.
 //!
+//! CA bundles given as flags are watched the same way ([`WatchedCaFile`], same interval); a
+//! [`WatchedRootsVerifier`] verifies servers against the bundle in force at each handshake.
+//!
 //! Also the pieces every certificate verifier of the crate that accepts any chain shares
 //! (`AnyServerCert`, `verify_handshake_signatures!`): such a verifier still checks the
 //! handshake signature, proof that the peer holds the key of the certificate it presented.
@@ -106,20 +109,28 @@ pub fn server_config_reloading(
 pub struct ReloadingCert {
     cert_path: PathBuf,
     key_path: PathBuf,
+    /// The flags naming the two files, for messages.
+    flags: (&'static str, &'static str),
     current: RwLock<Arc<CertifiedKey>>,
     /// The file contents last seen (loaded or rejected), so each change is handled once.
     last_seen: Mutex<(Vec<u8>, Vec<u8>)>,
 }
 
 impl ReloadingCert {
-    /// Loads the pair; fails (naming the flag) when it is unusable.
+    /// Loads the serving pair; fails (naming the flag) when it is unusable.
     pub fn load(cert_path: PathBuf, key_path: PathBuf) -> Result<Self> {
-        let cert_pem = read_file(&cert_path, "--tls-cert-file")?;
-        let key_pem = read_file(&key_path, "--tls-private-key-file")?;
-        let key = certified_key(&cert_path, &cert_pem, &key_path, &key_pem)?;
+        Self::load_named(cert_path, key_path, ("--tls-cert-file", "--tls-private-key-file"))
+    }
+
+    /// Loads a pair given by the flags `flags` (certificate, key), named in every message.
+    pub fn load_named(cert_path: PathBuf, key_path: PathBuf, flags: (&'static str, &'static str)) -> Result<Self> {
+        let cert_pem = read_file(&cert_path, flags.0)?;
+        let key_pem = read_file(&key_path, flags.1)?;
+        let key = certified_key(&cert_path, &cert_pem, &key_path, &key_pem, flags)?;
         Ok(Self {
             cert_path,
             key_path,
+            flags,
             current: RwLock::new(Arc::new(key)),
             last_seen: Mutex::new((cert_pem, key_pem)),
         })
@@ -130,7 +141,8 @@ impl ReloadingCert {
         self.current().cert.clone()
     }
 
-    fn current(&self) -> Arc<CertifiedKey> {
+    /// The certificate and key in force now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
         match self.current.read() {
             Ok(current) => current.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -140,14 +152,14 @@ impl ReloadingCert {
     /// Re-reads both files: `Ok(true)` when a new pair took effect, `Ok(false)` when nothing
     /// changed, `Err` when the changed files do not make a usable pair (the previous one stays).
     pub fn reload(&self) -> Result<bool> {
-        let cert_pem = read_file(&self.cert_path, "--tls-cert-file")?;
-        let key_pem = read_file(&self.key_path, "--tls-private-key-file")?;
+        let cert_pem = read_file(&self.cert_path, self.flags.0)?;
+        let key_pem = read_file(&self.key_path, self.flags.1)?;
         let Ok(mut last) = self.last_seen.lock() else { return Ok(false) };
         if last.0 == cert_pem && last.1 == key_pem {
             return Ok(false);
         }
         *last = (cert_pem.clone(), key_pem.clone());
-        let key = certified_key(&self.cert_path, &cert_pem, &self.key_path, &key_pem)?;
+        let key = certified_key(&self.cert_path, &cert_pem, &self.key_path, &key_pem, self.flags)?;
         if let Ok(mut current) = self.current.write() {
             *current = Arc::new(key);
         }
@@ -166,11 +178,12 @@ impl ReloadingCert {
                 match this.reload() {
                     Ok(false) => {}
                     Ok(true) => {
-                        tracing::info!(cert = %this.cert_path.display(), "serving certificate reloaded")
+                        tracing::info!(cert = %this.cert_path.display(), flag = this.flags.0, "certificate reloaded")
                     }
                     Err(error) => tracing::error!(
                         %error,
-                        "serving certificate not reloaded; the previous one is still served"
+                        flag = this.flags.0,
+                        "certificate not reloaded; the previous one stays in use"
                     ),
                 }
             }
@@ -184,14 +197,31 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// As a client certificate (to Prometheus): the pair in force at each handshake.
+impl rustls::client::ResolvesClientCert for ReloadingCert {
+    fn resolve(&self, _hints: &[&[u8]], _schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 fn read_file(path: &Path, flag: &'static str) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|source| TlsError::Io { flag, path: path.to_path_buf(), source })
 }
 
 /// Parses a PEM pair and checks that the key belongs to the certificate.
-fn certified_key(cert_path: &Path, cert_pem: &[u8], key_path: &Path, key_pem: &[u8]) -> Result<CertifiedKey> {
-    let certs = parse_certs(cert_pem, cert_path, "--tls-cert-file")?;
-    let key = parse_key(key_pem, key_path, "--tls-private-key-file")?;
+fn certified_key(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+    flags: (&'static str, &'static str),
+) -> Result<CertifiedKey> {
+    let certs = parse_certs(cert_pem, cert_path, flags.0)?;
+    let key = parse_key(key_pem, key_path, flags.1)?;
     let provider = rustls::crypto::ring::default_provider();
     CertifiedKey::from_der(certs, key, &provider).map_err(|e| TlsError::Rustls(e.to_string()))
 }
@@ -325,6 +355,231 @@ impl ServerCertVerifier for AnyServerCert {
     verify_handshake_signatures!(algorithms);
 }
 
+// ---------------------------------------------------------------------------------------------
+// CA files given as flags, watched
+// ---------------------------------------------------------------------------------------------
+
+/// One load of a CA file: its certificates and the trust anchors made of them.
+#[derive(Debug)]
+pub struct CaCerts {
+    /// The certificates, in file order (DER).
+    pub certs: Vec<CertificateDer<'static>>,
+    /// The same certificates as rustls trust anchors.
+    pub roots: Arc<rustls::RootCertStore>,
+}
+
+/// What a CA file held at the last check, so that each change is handled (and logged) once.
+#[derive(Debug, PartialEq, Eq)]
+enum SeenCa {
+    /// The bytes read (loaded or rejected).
+    Content(Vec<u8>),
+    /// The file could not be read: the error's text.
+    Unreadable(String),
+}
+
+/// A PEM CA bundle named by a flag (`--client-ca-file`, `--requestheader-client-ca-file`,
+/// `--kubelet-certificate-authority`, `--prometheus-ca-file`), re-read when it changes.
+///
+/// The content is compared, not the inode or the modification time, so a Secret or ConfigMap
+/// volume's `..data` symlink swap is followed. A change that is unreadable, holds no
+/// certificate or an unusable one is rejected and the last good bundle stays in force.
+#[derive(Debug)]
+pub struct WatchedCaFile {
+    path: PathBuf,
+    flag: &'static str,
+    current: RwLock<Arc<CaCerts>>,
+    last_seen: Mutex<SeenCa>,
+}
+
+impl WatchedCaFile {
+    /// Loads the bundle; fails (naming the flag and the file) when it is unusable.
+    pub fn load(path: impl Into<PathBuf>, flag: &'static str) -> Result<Arc<Self>> {
+        let path = path.into();
+        let pem = read_file(&path, flag)?;
+        let certs = parse_ca_certs(&pem, &path, flag)?;
+        Ok(Arc::new(Self {
+            path,
+            flag,
+            current: RwLock::new(Arc::new(certs)),
+            last_seen: Mutex::new(SeenCa::Content(pem)),
+        }))
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The flag that named the file.
+    pub fn flag(&self) -> &'static str {
+        self.flag
+    }
+
+    /// The bundle in force now.
+    pub fn current(&self) -> Arc<CaCerts> {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Re-reads the file: `Ok(true)` when a new bundle took effect, `Ok(false)` when nothing
+    /// changed since the last check, `Err` when the file changed into something unusable (or
+    /// became unreadable); the previous bundle then stays in force.
+    pub fn reload(&self) -> Result<bool> {
+        let read = std::fs::read(&self.path);
+        let mut last = self.last_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pem = match read {
+            Ok(pem) => pem,
+            Err(source) => {
+                let seen = SeenCa::Unreadable(source.to_string());
+                if *last == seen {
+                    return Ok(false);
+                }
+                *last = seen;
+                return Err(TlsError::Io { flag: self.flag, path: self.path.clone(), source });
+            }
+        };
+        if matches!(&*last, SeenCa::Content(seen) if *seen == pem) {
+            return Ok(false);
+        }
+        let certs = parse_ca_certs(&pem, &self.path, self.flag);
+        *last = SeenCa::Content(pem);
+        drop(last);
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(certs?);
+        Ok(true)
+    }
+
+    /// [`reload`](Self::reload), logged: a new bundle at info (its certificate count, never its
+    /// content), a rejected change as an error naming the flag and the file. Returns whether a
+    /// new bundle took effect.
+    pub fn check(&self) -> bool {
+        match self.reload() {
+            Ok(false) => false,
+            Ok(true) => {
+                tracing::info!(
+                    flag = self.flag,
+                    path = %self.path.display(),
+                    certificates = self.current().certs.len(),
+                    "CA file reloaded"
+                );
+                true
+            }
+            Err(error) => {
+                tracing::error!(
+                    flag = self.flag,
+                    path = %self.path.display(),
+                    %error,
+                    "CA file not reloaded; the previous certificates stay in force"
+                );
+                false
+            }
+        }
+    }
+
+    /// Checks the file every `interval` (the `--tls-reload-interval`) until the last other
+    /// holder of the file is dropped.
+    pub fn spawn_reloader(self: &Arc<Self>, interval: Duration) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                let Some(file) = weak.upgrade() else { return };
+                file.check();
+            }
+        });
+    }
+}
+
+/// Parses a PEM CA bundle: at least one certificate, each usable as a trust anchor.
+fn parse_ca_certs(pem: &[u8], path: &Path, flag: &'static str) -> Result<CaCerts> {
+    let certs = parse_certs(pem, path, flag)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in &certs {
+        roots.add(cert.clone()).map_err(|e| TlsError::Pem {
+            flag,
+            path: path.to_path_buf(),
+            message: format!("unusable CA certificate: {e}"),
+        })?;
+    }
+    Ok(CaCerts { certs, roots: Arc::new(roots) })
+}
+
+/// A server certificate verifier (webpki, as rustls' [`WebPkiServerVerifier`]) against the
+/// bundle a [`WatchedCaFile`] holds at each handshake: a verifier is built once per bundle
+/// change and every verification goes to the current one, so a rotated CA file applies to the
+/// next connection.
+///
+/// [`WebPkiServerVerifier`]: rustls::client::WebPkiServerVerifier
+#[derive(Debug)]
+pub struct WatchedRootsVerifier {
+    file: Arc<WatchedCaFile>,
+    provider: Arc<CryptoProvider>,
+    algorithms: WebPkiSupportedAlgorithms,
+    /// The bundle the verifier was built from, and the verifier.
+    built: RwLock<(Arc<CaCerts>, Arc<rustls::client::WebPkiServerVerifier>)>,
+}
+
+impl WatchedRootsVerifier {
+    /// Verifies against `file`'s current bundle with the algorithms of `provider`.
+    pub fn new(file: Arc<WatchedCaFile>, provider: &Arc<CryptoProvider>) -> Result<Self> {
+        let certs = file.current();
+        let verifier = build_server_verifier(&certs, provider).map_err(|message| TlsError::Pem {
+            flag: file.flag,
+            path: file.path.clone(),
+            message,
+        })?;
+        Ok(Self {
+            algorithms: provider.signature_verification_algorithms,
+            provider: Arc::clone(provider),
+            built: RwLock::new((certs, verifier)),
+            file,
+        })
+    }
+
+    /// The verifier of the file's current bundle, built when the bundle changed.
+    fn current(&self) -> std::result::Result<Arc<rustls::client::WebPkiServerVerifier>, rustls::Error> {
+        let certs = self.file.current();
+        {
+            let built = self.built.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if Arc::ptr_eq(&built.0, &certs) {
+                return Ok(Arc::clone(&built.1));
+            }
+        }
+        let verifier = build_server_verifier(&certs, &self.provider).map_err(rustls::Error::General)?;
+        *self.built.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (certs, Arc::clone(&verifier));
+        Ok(verifier)
+    }
+}
+
+fn build_server_verifier(
+    certs: &CaCerts,
+    provider: &Arc<CryptoProvider>,
+) -> std::result::Result<Arc<rustls::client::WebPkiServerVerifier>, String> {
+    rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::clone(&certs.roots),
+        Arc::clone(provider),
+    )
+    .build()
+    .map_err(|e| format!("building the certificate verifier: {e}"))
+}
+
+impl ServerCertVerifier for WatchedRootsVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        self.current()?.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    verify_handshake_signatures!(algorithms);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,6 +657,186 @@ mod tests {
         assert!(err.contains("serving certificate and key"), "{err}");
         assert_eq!(certs.current_chain()[0].as_ref(), second_der.as_slice());
         assert!(!certs.reload().unwrap(), "a rejected pair is reported once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod watched_ca_tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+
+    struct MkCa {
+        pem: String,
+        der: CertificateDer<'static>,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    fn mk_ca(cn: &str) -> MkCa {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        let cert = params.self_signed(&key).unwrap();
+        MkCa { pem: cert.pem(), der: cert.der().clone(), issuer: Issuer::new(params, key) }
+    }
+
+    fn mk_server_leaf(ca: &MkCa) -> CertificateDer<'static> {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        params.signed_by(&key, &ca.issuer).unwrap().der().clone()
+    }
+
+    fn mk_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("percolator-watched-ca-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// As a Secret volume: `ca.crt -> ..data/ca.crt`, `..data -> ..<version>`.
+    fn mk_version(dir: &Path, version: &str, pem: &str) {
+        std::fs::create_dir_all(dir.join(version)).unwrap();
+        std::fs::write(dir.join(version).join("ca.crt"), pem).unwrap();
+    }
+
+    fn swap_data(dir: &Path, version: &str) {
+        let _ = std::fs::remove_file(dir.join("..data_tmp"));
+        std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    }
+
+    fn ders(file: &WatchedCaFile) -> Vec<CertificateDer<'static>> {
+        file.current().certs.clone()
+    }
+
+    #[test]
+    fn a_watched_ca_file_follows_symlink_swaps_and_keeps_the_last_good_bundle() {
+        let (ca1, ca2, ca3) = (mk_ca("one"), mk_ca("two"), mk_ca("three"));
+        let dir = mk_dir("follow");
+        mk_version(&dir, "..v1", &ca1.pem);
+        mk_version(&dir, "..v2", &format!("{}{}", ca2.pem, ca3.pem));
+        swap_data(&dir, "..v1");
+        std::os::unix::fs::symlink("..data/ca.crt", dir.join("ca.crt")).unwrap();
+        let path = dir.join("ca.crt");
+        let shown = path.display().to_string();
+
+        let file = WatchedCaFile::load(&path, "--client-ca-file").unwrap();
+        assert_eq!((file.flag(), file.path()), ("--client-ca-file", path.as_path()));
+        assert_eq!(ders(&file), std::slice::from_ref(&ca1.der));
+        assert_eq!(file.current().roots.len(), 1);
+        assert!(!file.reload().unwrap(), "an unchanged file is not a reload");
+
+        swap_data(&dir, "..v2");
+        assert!(file.reload().unwrap());
+        assert_eq!(ders(&file), [ca2.der.clone(), ca3.der.clone()]);
+        assert_eq!(file.current().roots.len(), 2);
+        assert!(!file.reload().unwrap());
+
+        // Rejected changes, each reported once; the bundle in force stays.
+        let v2 = dir.join("..v2/ca.crt");
+        for (content, message) in [
+            ("not PEM at all\n", "no CERTIFICATE block found".to_owned()),
+            ("", "no CERTIFICATE block found".to_owned()),
+            (
+                "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n",
+                "unusable CA certificate: invalid peer certificate: BadEncoding".to_owned(),
+            ),
+        ] {
+            std::fs::write(&v2, content).unwrap();
+            let err = file.reload().unwrap_err().to_string();
+            assert_eq!(err, format!("--client-ca-file {shown}: {message}"), "{content:?}");
+            assert_eq!(ders(&file), [ca2.der.clone(), ca3.der.clone()]);
+            assert!(!file.reload().unwrap(), "{content:?} is reported once");
+        }
+        std::fs::remove_file(&v2).unwrap();
+        let err = file.reload().unwrap_err().to_string();
+        assert_eq!(err, format!("--client-ca-file {shown}: No such file or directory (os error 2)"));
+        assert!(!file.reload().unwrap(), "an unreadable file is reported once");
+        assert!(!file.check());
+        assert_eq!(ders(&file), [ca2.der.clone(), ca3.der.clone()]);
+
+        // Back to a good bundle.
+        swap_data(&dir, "..v1");
+        assert!(file.check());
+        assert_eq!(ders(&file), std::slice::from_ref(&ca1.der));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unusable_ca_file_is_refused_at_load_naming_the_flag() {
+        let dir = mk_dir("load");
+        let missing = dir.join("missing.crt");
+        let err = WatchedCaFile::load(&missing, "--kubelet-certificate-authority").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "--kubelet-certificate-authority {}: No such file or directory (os error 2)",
+                missing.display()
+            )
+        );
+        let empty = dir.join("empty.crt");
+        std::fs::write(&empty, "").unwrap();
+        let err = WatchedCaFile::load(&empty, "--client-ca-file").unwrap_err().to_string();
+        assert_eq!(err, format!("--client-ca-file {}: no CERTIFICATE block found", empty.display()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_verifier_verifies_against_the_bundle_in_force() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (ca1, ca2) = (mk_ca("one"), mk_ca("two"));
+        let (leaf1, leaf2) = (mk_server_leaf(&ca1), mk_server_leaf(&ca2));
+        let dir = mk_dir("verifier");
+        let path = dir.join("ca.crt");
+        std::fs::write(&path, &ca1.pem).unwrap();
+        let file = WatchedCaFile::load(&path, "--kubelet-certificate-authority").unwrap();
+        let verifier = WatchedRootsVerifier::new(Arc::clone(&file), &provider).unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let verify = |leaf: &CertificateDer<'static>| {
+            verifier
+                .verify_server_cert(leaf, &[], &name, &[], UnixTime::now())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(verify(&leaf1), Ok(()));
+        assert_eq!(verify(&leaf2), Err("invalid peer certificate: UnknownIssuer".to_owned()));
+        let other_name = ServerName::try_from("example.com").unwrap();
+        assert!(verifier.verify_server_cert(&leaf1, &[], &other_name, &[], UnixTime::now()).is_err());
+
+        std::fs::write(&path, &ca2.pem).unwrap();
+        assert!(file.reload().unwrap());
+        assert_eq!(verify(&leaf1), Err("invalid peer certificate: UnknownIssuer".to_owned()));
+        assert_eq!(verify(&leaf2), Ok(()));
+        // Built once per bundle: the verifier kept is the one of the bundle in force.
+        assert!(Arc::ptr_eq(&verifier.built.read().unwrap().0, &file.current()));
+        assert_eq!(
+            verifier.supported_verify_schemes(),
+            provider.signature_verification_algorithms.supported_schemes()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn the_reloader_picks_up_a_change_and_stops_with_the_file() {
+        let (ca1, ca2) = (mk_ca("one"), mk_ca("two"));
+        let dir = mk_dir("reloader");
+        let path = dir.join("ca.crt");
+        std::fs::write(&path, &ca1.pem).unwrap();
+        let file = WatchedCaFile::load(&path, "--client-ca-file").unwrap();
+        file.spawn_reloader(Duration::from_millis(20));
+        std::fs::write(&path, &ca2.pem).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ders(&file) != [ca2.der.clone()] {
+            assert!(std::time::Instant::now() < deadline, "the change was not picked up");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let weak = Arc::downgrade(&file);
+        drop(file);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(weak.upgrade().is_none(), "the reloader does not keep the file alive");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -94,7 +94,10 @@ pub struct ServingArgs {
     pub shutdown_delay_duration: Duration,
     /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
     /// --cert-dir) are checked for changes; a changed pair is served to new connections
-    /// without a restart.
+    /// without a restart. The CA files given as flags (--client-ca-file,
+    /// --requestheader-client-ca-file, --kubelet-certificate-authority, --prometheus-ca-file)
+    /// and --prometheus-client-tls-cert-file/--prometheus-client-tls-key-file are checked as often:
+    /// a changed, valid bundle applies to the next request or connection.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "PERCOLATOR_TLS_RELOAD_INTERVAL")]
     pub tls_reload_interval: Duration,
 }
@@ -111,6 +114,8 @@ fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
                 .default_missing_value("true")
                 .action(clap::ArgAction::Set)
         }
+        // A header value may hold commas: one header per flag.
+        clap::ArgAction::Append if arg.get_id() == "prometheus_headers" => arg,
         clap::ArgAction::Append => arg.value_delimiter(','),
         _ => arg,
     }
@@ -187,6 +192,105 @@ pub struct PrometheusArgs {
     /// Timeout of one PromQL query (e.g. 10s).
     #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_PROMETHEUS_TIMEOUT")]
     pub prometheus_timeout: Duration,
+    /// CA bundle (PEM) that signs Prometheus' serving certificate; only these CAs are trusted
+    /// then (the system's otherwise). Re-read when it changes.
+    #[arg(long, env = "PERCOLATOR_PROMETHEUS_CA_FILE")]
+    pub prometheus_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) to present to Prometheus; with
+    /// --prometheus-client-tls-key-file. Re-read when it changes.
+    #[arg(
+        long,
+        requires = "prometheus_client_tls_key_file",
+        env = "PERCOLATOR_PROMETHEUS_CLIENT_TLS_CERT_FILE"
+    )]
+    pub prometheus_client_tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --prometheus-client-tls-cert-file.
+    #[arg(
+        long,
+        requires = "prometheus_client_tls_cert_file",
+        env = "PERCOLATOR_PROMETHEUS_CLIENT_TLS_KEY_FILE"
+    )]
+    pub prometheus_client_tls_key_file: Option<PathBuf>,
+    /// Do not verify Prometheus' serving certificate (testing only; prefer
+    /// --prometheus-ca-file).
+    #[arg(
+        long,
+        conflicts_with = "prometheus_ca_file",
+        env = "PERCOLATOR_PROMETHEUS_INSECURE_SKIP_TLS_VERIFY"
+    )]
+    pub prometheus_insecure_skip_tls_verify: bool,
+    /// File holding the bearer token sent to Prometheus (`Authorization: Bearer`), re-read when
+    /// it changes (a projected ServiceAccount token rotates).
+    #[arg(long, env = "PERCOLATOR_PROMETHEUS_TOKEN_FILE")]
+    pub prometheus_token_file: Option<PathBuf>,
+    /// File holding the user name of HTTP basic authentication to Prometheus; with
+    /// --prometheus-basic-auth-password-file. Re-read when it changes.
+    #[arg(
+        long,
+        requires = "prometheus_basic_auth_password_file",
+        conflicts_with = "prometheus_token_file",
+        env = "PERCOLATOR_PROMETHEUS_BASIC_AUTH_USERNAME_FILE"
+    )]
+    pub prometheus_basic_auth_username_file: Option<PathBuf>,
+    /// File holding the password of HTTP basic authentication to Prometheus. Re-read when it
+    /// changes.
+    #[arg(
+        long,
+        requires = "prometheus_basic_auth_username_file",
+        env = "PERCOLATOR_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE"
+    )]
+    pub prometheus_basic_auth_password_file: Option<PathBuf>,
+    /// A header sent with every request to Prometheus, as NAME=VALUE (e.g.
+    /// X-Scope-OrgID=tenant-a for Mimir, Cortex or Loki-style tenants). Repeat the flag for
+    /// more headers; values are never logged.
+    #[arg(long = "prometheus-header", value_name = "NAME=VALUE", value_parser = parse_header)]
+    pub prometheus_headers: Vec<PrometheusHeader>,
+    /// Largest Prometheus answer read, in bytes (a quantity: 64Mi, 1Gi); a larger one is
+    /// aborted while it streams in and the fields it would fill are omitted with a Warning.
+    #[arg(long, default_value = "128Mi", value_parser = parse_byte_size, env = "PERCOLATOR_PROMETHEUS_MAX_RESPONSE_BYTES")]
+    pub prometheus_max_response_bytes: u64,
+}
+
+/// One `--prometheus-header NAME=VALUE`; its `Debug` leaves the value out (it may be a secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PrometheusHeader {
+    /// The header name.
+    pub name: http::HeaderName,
+    /// The value, marked sensitive.
+    pub value: http::HeaderValue,
+}
+
+impl std::fmt::Debug for PrometheusHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}=<redacted>", self.name)
+    }
+}
+
+/// Headers the HTTP client owns: setting them would break the request.
+const RESERVED_HEADERS: &[&str] =
+    &["host", "content-length", "content-type", "transfer-encoding", "connection", "te", "upgrade"];
+
+/// Parses `NAME=VALUE` (the split at the first `=`, as prometheus-adapter does).
+fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, String> {
+    let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
+    let name = http::HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("{:?} is not a valid header name", name.trim()))?;
+    if RESERVED_HEADERS.contains(&name.as_str()) {
+        return Err(format!("header {name} is set by the HTTP client and cannot be overridden"));
+    }
+    let mut value = http::HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("the value of header {name} has characters a header cannot carry"))?;
+    value.set_sensitive(true);
+    Ok(PrometheusHeader { name, value })
+}
+
+/// A byte count written as a Kubernetes quantity (`128Mi`, `1G`, `1048576`), above zero.
+fn parse_byte_size(text: &str) -> std::result::Result<u64, String> {
+    let bytes = crate::k8s::quantity::parse(text).map_err(|e| e.to_string())?;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
+        return Err(format!("{text:?} is not a whole number of bytes above 0"));
+    }
+    Ok(bytes as u64)
 }
 
 /// Flags of the query configuration file.
@@ -349,6 +453,59 @@ mod tests {
         assert_eq!(args.kubelet.kubelet_preferred_address_types[0], "Hostname");
         assert!(!args.metric_apis.enable_external_metrics);
         assert!(parse(&["--enable-external-metrics"]).metric_apis.enable_external_metrics);
+    }
+
+    #[test]
+    fn prometheus_connection_flags() {
+        let a = parse(&[
+            "--prometheus-header",
+            "X-Scope-OrgID=tenant-a",
+            "--prometheus-header=X-Extra= a,b=c ",
+            "--prometheus-max-response-bytes=64Mi",
+            "--prometheus-insecure-skip-tls-verify",
+        ])
+        .prometheus;
+        let headers: Vec<_> =
+            a.prometheus_headers.iter().map(|h| (h.name.as_str(), h.value.to_str().unwrap())).collect();
+        assert_eq!(headers, [("x-scope-orgid", "tenant-a"), ("x-extra", "a,b=c")]);
+        assert!(a.prometheus_headers.iter().all(|h| h.value.is_sensitive()));
+        assert_eq!(format!("{:?}", a.prometheus_headers[0]), "x-scope-orgid=<redacted>");
+        assert_eq!(a.prometheus_max_response_bytes, 64 << 20);
+        assert!(a.prometheus_insecure_skip_tls_verify);
+        assert_eq!(parse(&[]).prometheus.prometheus_max_response_bytes, 128 << 20);
+        assert_eq!(
+            parse(&["--prometheus-max-response-bytes=1G"]).prometheus.prometheus_max_response_bytes,
+            1_000_000_000
+        );
+
+        let error = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("percolator").chain(args.iter().copied()))
+                .unwrap_err()
+                .to_string()
+        };
+        for (args, needle) in [
+            (&["--prometheus-header", "X-Scope-OrgID"][..], "expected NAME=VALUE"),
+            (&["--prometheus-header", "Bad Name=x"], "\"Bad Name\" is not a valid header name"),
+            (&["--prometheus-header", "Host=evil"], "header host is set by the HTTP client"),
+            (&["--prometheus-header", "X-A=line\nbreak"], "the value of header x-a has characters"),
+            (&["--prometheus-max-response-bytes=0"], "\"0\" is not a whole number of bytes above 0"),
+            (&["--prometheus-max-response-bytes=1.5"], "\"1.5\" is not a whole number of bytes above 0"),
+            (&["--prometheus-max-response-bytes=lots"], "--prometheus-max-response-bytes"),
+            (&["--prometheus-client-tls-cert-file=c"], "--prometheus-client-tls-key-file"),
+            (&["--prometheus-basic-auth-username-file=u"], "--prometheus-basic-auth-password-file"),
+            (&["--prometheus-ca-file=c", "--prometheus-insecure-skip-tls-verify"], "cannot be used with"),
+            (
+                &[
+                    "--prometheus-token-file=t",
+                    "--prometheus-basic-auth-username-file=u",
+                    "--prometheus-basic-auth-password-file=p",
+                ],
+                "cannot be used with",
+            ),
+        ] {
+            let message = error(args);
+            assert!(message.contains(needle), "{args:?}: {message}");
+        }
     }
 
     #[test]

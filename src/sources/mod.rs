@@ -183,7 +183,7 @@ pub struct PromSample {
 }
 
 /// Errors from Prometheus.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PromError {
     /// The query could not be sent or timed out.
     #[error("prometheus unreachable: {0}")]
@@ -191,6 +191,13 @@ pub enum PromError {
     /// Prometheus answered with an error.
     #[error("prometheus query failed: {0}")]
     Query(String),
+    /// The answer was larger than the limit (`--prometheus-max-response-bytes`) and was
+    /// aborted while streaming in.
+    #[error("prometheus answer larger than {limit} bytes (--prometheus-max-response-bytes): aborted")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
 }
 
 /// PromQL instant queries.

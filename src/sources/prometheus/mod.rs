@@ -3,6 +3,7 @@
 //! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, validation) is in
 //! `template`, re-exported here; `labels` checks that a template's result keeps a label.
 
+mod connection;
 mod labels;
 mod template;
 
@@ -11,12 +12,17 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
-use prometheus_http_query::response::Data;
+use prometheus_http_query::response::{Data, PromqlResult};
 
 use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
+use connection::{BodyError, Connection};
+pub use connection::{ConnectionSettings, REDACTED};
 pub use labels::keeps_label;
+
+/// Default of `--prometheus-max-response-bytes`: 128 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
 pub use template::{
     MatchOp, Matcher, SCOPE_PLACEHOLDER, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
     format_duration, is_valid_label_name, render, validate_template, validate_unscoped_template,
@@ -53,45 +59,71 @@ pub enum Error {
 /// Result alias for this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Runs PromQL instant queries against one Prometheus.
+/// Runs PromQL instant queries (and series listings) against one Prometheus HTTP API.
 pub struct PromClient {
     client: prometheus_http_query::Client,
-    /// The same HTTP client, for the series API (which the query client only takes typed
-    /// selectors for) at `series_url`.
-    http: reqwest::Client,
+    /// TLS, credentials, headers, the answer limit and the redaction of secrets.
+    connection: Connection,
     series_url: String,
     timeout: Duration,
     observer: Arc<dyn UpstreamObserver>,
 }
 
+/// A Prometheus API answer: `data` on success, the error otherwise.
+#[derive(serde::Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+enum Answer<D> {
+    Success {
+        data: D,
+    },
+    Error {
+        #[serde(rename = "errorType", default)]
+        error_type: String,
+        #[serde(default)]
+        error: String,
+    },
+}
+
 impl PromClient {
-    /// A client for the Prometheus at `url` (e.g. `http://prometheus:9090`); every query is
-    /// bounded by `timeout`, both on our side and as Prometheus' own evaluation timeout.
+    /// A client for the Prometheus at `url` (e.g. `http://prometheus:9090`) without TLS
+    /// settings or credentials; every query is bounded by `timeout`.
     pub fn new(url: &str, timeout: Duration, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
-        // reqwest panics when no rustls provider is installed; main installs ring, and doing it
-        // here too (idempotent) keeps that panic off every path.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .map_err(|e| Error::Client(e.to_string()))?;
-        let client = prometheus_http_query::Client::from(http.clone(), url)
-            .map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
+        let url = url::Url::parse(url).map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
+        let settings = ConnectionSettings {
+            url,
+            timeout,
+            ca_file: None,
+            client_cert: None,
+            insecure_skip_tls_verify: false,
+            token_file: None,
+            basic_auth: None,
+            headers: Vec::new(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            reload_interval: Duration::from_secs(10),
+        };
+        Self::connect(&settings, observer)
+    }
+
+    /// A client for the Prometheus `settings` describe; every query is bounded by its timeout,
+    /// both on our side and as Prometheus' own evaluation timeout.
+    pub fn connect(settings: &ConnectionSettings, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
+        let connection = Connection::new(settings)?;
+        let url = settings.url.as_str();
+        let client = prometheus_http_query::Client::from(connection.http.clone(), url)
+            .map_err(|e| Error::Client(format!("{:?}: {e}", settings.display_url())))?;
         let series_url = format!("{}/api/v1/series", url.trim_end_matches('/'));
-        Ok(Self { client, http, series_url, timeout, observer })
+        Ok(Self { client, connection, series_url, timeout: settings.timeout, observer })
     }
 
     async fn run(&self, promql: &str) -> Result<Vec<PromSample>, (&'static str, PromError)> {
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
-        let result = self
-            .client
-            .query(promql)
-            .timeout(timeout_ms)
-            // POST: a scope with many pod names can exceed URL length limits.
-            .post()
-            .await
-            .map_err(classify)?;
+        let mut request = self.client.query(promql).timeout(timeout_ms);
+        if let Some(authorization) = self.authorization()? {
+            request = request.header(http::header::AUTHORIZATION, authorization);
+        }
+        // POST: a scope with many pod names can exceed URL length limits.
+        let response = request.post_raw().await.map_err(classify)?;
+        let result: PromqlResult = self.decode(response, "POST /api/v1/query").await?;
         let (data, _) = result.into_inner();
         match data {
             Data::Vector(vector) => vector
@@ -116,19 +148,57 @@ impl PromClient {
             )),
         }
     }
-}
 
-/// The body of a `/api/v1/series` answer.
-#[derive(serde::Deserialize)]
-struct SeriesAnswer {
-    status: String,
-    #[serde(default)]
-    data: Vec<std::collections::BTreeMap<String, String>>,
-    #[serde(default)]
-    error: String,
-}
+    /// The `Authorization` header of the next request (credential files read as they are now).
+    fn authorization(&self) -> Result<Option<http::HeaderValue>, (&'static str, PromError)> {
+        self.connection.authorization().map_err(|message| (outcome::ERROR, PromError::Unreachable(message)))
+    }
 
-impl PromClient {
+    /// Reads and decodes an answer within the size limit: `data` of a success; a Prometheus
+    /// error as [`PromError::Query`]; anything else (a proxy's page, a cut connection) as
+    /// [`PromError::Unreachable`] with the HTTP status and the start of the body.
+    async fn decode<D: serde::de::DeserializeOwned>(
+        &self,
+        response: reqwest::Response,
+        what: &str,
+    ) -> Result<D, (&'static str, PromError)> {
+        let status = response.status();
+        let body = match self.connection.read_body(response).await {
+            Ok(body) => body,
+            Err(BodyError::TooLarge) => {
+                return Err((
+                    outcome::ERROR,
+                    PromError::TooLarge { limit: self.connection.max_response_bytes },
+                ));
+            }
+            Err(BodyError::Read(e)) => {
+                let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::ERROR };
+                return Err((
+                    outcome,
+                    PromError::Unreachable(format!("{what}: reading the answer: {}", error_chain(&e))),
+                ));
+            }
+        };
+        match serde_json::from_slice::<Answer<D>>(&body) {
+            Ok(Answer::Success { data }) if status.is_success() => Ok(data),
+            Ok(Answer::Success { .. }) => Err((
+                outcome::ERROR,
+                PromError::Unreachable(format!("{what}: HTTP {status} with a success body")),
+            )),
+            Ok(Answer::Error { error_type, error }) => {
+                let outcome = if error_type == "timeout" { outcome::TIMEOUT } else { outcome::ERROR };
+                Err((outcome, PromError::Query(format!("{error_type}: {error}"))))
+            }
+            Err(_) => Err((
+                outcome::ERROR,
+                PromError::Unreachable(format!(
+                    "{what}: HTTP {status}: {}",
+                    String::from_utf8_lossy(body.get(..200).unwrap_or(&body)).trim()
+                )),
+            )),
+        }
+    }
+
     async fn list_series(
         &self,
         selector: &str,
@@ -137,31 +207,19 @@ impl PromClient {
     ) -> Result<Vec<std::collections::BTreeMap<String, String>>, (&'static str, PromError)> {
         let seconds = |t: Timestamp| format!("{:.3}", t.as_millisecond() as f64 / 1000.0);
         // POST: selectors can be long.
-        let response = self
-            .http
-            .post(&self.series_url)
-            .form(&[("match[]", selector), ("start", &seconds(start)), ("end", &seconds(end))])
-            .send()
-            .await
-            .map_err(|e| {
-                let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::UNREACHABLE };
-                (outcome, PromError::Unreachable(error_chain(&e)))
-            })?;
-        let status = response.status();
-        let body =
-            response.bytes().await.map_err(|e| (outcome::ERROR, PromError::Unreachable(error_chain(&e))))?;
-        match serde_json::from_slice::<SeriesAnswer>(&body) {
-            Ok(answer) if answer.status == "success" => Ok(answer.data),
-            Ok(answer) => Err((outcome::ERROR, PromError::Query(answer.error))),
-            Err(_) => Err((
-                outcome::ERROR,
-                PromError::Unreachable(format!(
-                    "POST {}: HTTP {status}: {}",
-                    self.series_url,
-                    String::from_utf8_lossy(body.get(..200).unwrap_or(&body)).trim()
-                )),
-            )),
+        let mut request = self.connection.http.post(&self.series_url).form(&[
+            ("match[]", selector),
+            ("start", &seconds(start)),
+            ("end", &seconds(end)),
+        ]);
+        if let Some(authorization) = self.authorization()? {
+            request = request.header(http::header::AUTHORIZATION, authorization);
         }
+        let response = request.send().await.map_err(|e| {
+            let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::UNREACHABLE };
+            (outcome, PromError::Unreachable(error_chain(&e)))
+        })?;
+        self.decode(response, "POST /api/v1/series").await
     }
 }
 
@@ -181,7 +239,8 @@ impl PromSource for PromClient {
 }
 
 impl PromClient {
-    /// Runs one call and reports its outcome and duration to the observer.
+    /// Runs one call, reports its outcome and duration to the observer, and keeps every
+    /// secret out of the error it returns.
     async fn observed<T>(
         &self,
         call: impl Future<Output = Result<T, (&'static str, PromError)>>,
@@ -196,7 +255,13 @@ impl PromClient {
             }
             Err((outcome, error)) => {
                 self.observer.observe(SOURCE, outcome, seconds);
-                Err(error)
+                Err(match error {
+                    PromError::Unreachable(message) => {
+                        PromError::Unreachable(self.connection.redact(message))
+                    }
+                    PromError::Query(message) => PromError::Query(self.connection.redact(message)),
+                    too_large @ PromError::TooLarge { .. } => too_large,
+                })
             }
         }
     }
