@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh machine, and nothing that is already
-# there: Debian's prometheus package (prometheus + promtool) and, for the OpenAPI validation
-# test, openapi-spec-validator from PyPI. kubectl is expected at /usr/bin/kubectl (the machine
-# image ships it); KUBECTL overrides.
+# there: Debian's prometheus package (prometheus + promtool), Debian's victoria-metrics package
+# (the second engine the end-to-end tests run against) and, for the OpenAPI validation test,
+# openapi-spec-validator from PyPI. kubectl is expected at /usr/bin/kubectl (the machine image
+# ships it); KUBECTL overrides.
 set -euo pipefail
 
+packages=()
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-  echo "installing Debian package prometheus" >&2
+  packages+=(prometheus)
+fi
+if [ ! -x /usr/bin/victoria-metrics ]; then
+  packages+=(victoria-metrics)
+fi
+if [ ${#packages[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${packages[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
-# The Debian package may start a system Prometheus on :9090; the tests start their own.
-if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
-  systemctl stop prometheus || true
-fi
+# The Debian packages may start a system Prometheus on :9090 and a system VictoriaMetrics on
+# :8428; the tests start their own.
+for service in prometheus victoria-metrics; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$service" 2>/dev/null; then
+    systemctl stop "$service" || true
+  fi
+done
 
 # Independent validators and clients used by the tests: OpenAPI documents, Kubernetes
 # manifests, and the official Kubernetes Python client.

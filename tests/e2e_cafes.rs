@@ -1,4 +1,5 @@
-//! CafeBrewStats through kubectl and the raw API, checked against the simulator's truth.
+//! CafeBrewStats through kubectl and the raw API, checked against the simulator's truth, with
+//! Prometheus and with VictoriaMetrics serving PromQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -6,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, SCRAPE, assert_close, q, table};
+use common::{Engine, Env, Options, SCRAPE, assert_close, q, table};
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
@@ -55,7 +56,22 @@ async fn wait_for_cafe_cpu(env: &Env) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cafe_brew_stats_match_the_simulators_truth() {
-    let env = Env::start("cafes", Options::default()).await;
+    cafe_brew_stats_match_the_simulators_truth_on(Engine::Prometheus).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cafe_brew_stats_match_the_simulators_truth_on_victoriametrics() {
+    cafe_brew_stats_match_the_simulators_truth_on(Engine::VictoriaMetrics).await;
+}
+
+/// Every CafeBrewStats against the truth, its fields read from `engine` (the same truth and
+/// tolerances for both).
+async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
+    let env_name = match engine {
+        Engine::Prometheus => "cafes",
+        Engine::VictoriaMetrics => "cafes-vm",
+    };
+    let env = Env::start(env_name, Options { engine, ..Options::default() }).await;
     wait_for_cafe_cpu(&env).await;
 
     // The temperature moves in 30 s steps: retry when a step boundary fell between Prometheus'

@@ -1,7 +1,8 @@
 //! Upstream faults and Kubernetes-side safety (issue 8, items 1 and 5), against the real
 //! binaries: the simulator's kubelets hang, stall, reset, truncate, send 10 MB or an older
 //! body format, or answer 500 (`POST /sim/faults`); Prometheus is reached through a
-//! fault-injecting proxy (down, slow, hanging after headers, garbage, 500); the Kubernetes
+//! fault-injecting proxy (down, slow, hanging after headers, garbage, 500, an answer of gigabytes
+//! cut at --prometheus-max-response-bytes with flat memory); the Kubernetes
 //! watches are dropped or expired (410). For each fault: discovery, OpenAPI and health stay
 //! 200 and fast, lists stay 200 within the configured upstream timeouts with what is
 //! available and a `Warning` naming what is missing, and everything comes back without a
@@ -35,6 +36,9 @@ const FAST: Duration = Duration::from_secs(1);
 /// Bound on noticing a fault, and on recovering from one: one TTL, one upstream timeout and
 /// some slack.
 const SETTLE: Duration = Duration::from_secs(8);
+
+/// `--prometheus-max-response-bytes` of the Prometheus faults environment.
+const FLOOD_LIMIT: &str = "8Mi";
 
 /// Paths that never touch an upstream.
 const STATIC_PATHS: [&str; 7] = ["/healthz", "/readyz", "/livez", "/apis", GV, "/openapi/v2", "/openapi/v3"];
@@ -311,7 +315,9 @@ async fn kubelet_faults_cost_one_node_and_recover() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_faults_keep_kubelet_fields_and_discovery_survives_a_total_outage() {
-    let env = Env::start("prometheus-faults", Options { prometheus_proxy: true, ..options("1s") }).await;
+    let mut options = Options { prometheus_proxy: true, ..options("1s") };
+    options.extra_args.extend([format!("--prometheus-max-response-bytes={FLOOD_LIMIT}")]);
+    let env = Env::start("prometheus-faults", options).await;
     let baseline = env.wait_for_cpu(None).await;
     let count = baseline["items"].as_array().unwrap().len();
     assert!(baseline["items"].as_array().unwrap().iter().any(|i| i.get("requests").is_some()));
@@ -325,11 +331,48 @@ async fn prometheus_faults_keep_kubelet_fields_and_discovery_survives_a_total_ou
         (ProxyFault::HangAfterHeaders, "hangs after the headers"),
         (ProxyFault::Garbage, "garbage body (200, not JSON)"),
         (ProxyFault::Error500, "HTTP 500"),
+        (ProxyFault::Flood, "answers gigabytes (a vector that never ends)"),
     ] {
+        let (_, peak_before) = env.percolator_memory_kib();
         env.proxy().set(fault);
         let (during, list_slowest, _) =
             list_until(&env, PMS, name, |got| got.warned("requests omitted") && got.warned("errors omitted"))
                 .await;
+        if fault == ProxyFault::Flood {
+            // Each answer is cut at the limit while it streams in: a few cold lists later the
+            // peak resident set has grown by far less than one answer would take whole.
+            // Each answer would be 4 GiB; each is cut at the 8 MiB limit while it streams in,
+            // so the peak resident set is bounded by the limit times the queries in flight
+            // (a list runs several), and more floods do not raise it further.
+            let limit = format!("prometheus answer larger than {} bytes", 8 << 20);
+            assert!(during.warned(&limit), "{name}: {:?}", during.warnings);
+            let brews = observe(&env.client, &format!("{}{BREWS}", env.url)).await;
+            assert!(brews.warned(&limit), "{name}: {:?}", brews.warnings);
+            let (_, peak_first) = env.percolator_memory_kib();
+            for _ in 0..4 {
+                tokio::time::sleep(TTL).await;
+                for path in [PMS, BREWS] {
+                    let again = observe(&env.client, &format!("{}{path}", env.url)).await;
+                    assert_bounded_list(name, &again);
+                    assert!(again.warned(&limit), "{name}: {path}: {:?}", again.warnings);
+                }
+            }
+            let (_, peak_after) = env.percolator_memory_kib();
+            println!(
+                "flood: peak resident set {peak_before} KiB before, {peak_first} KiB after the first round, {peak_after} KiB after four more"
+            );
+            let mib = |kib: u64| kib / 1024;
+            assert!(
+                mib(peak_after.saturating_sub(peak_before)) < 12 * 8,
+                "{name}: the peak resident set grew by {} MiB",
+                mib(peak_after.saturating_sub(peak_before))
+            );
+            assert!(
+                mib(peak_after.saturating_sub(peak_first)) < 2 * 8,
+                "{name}: repeated floods raised the peak by {} MiB",
+                mib(peak_after.saturating_sub(peak_first))
+            );
+        }
         assert_eq!(during.items().len(), count, "{name}: objects kept");
         for item in during.items() {
             assert!(item.get("cpu").is_some() && item.get("memory").is_some(), "{name}: {item}");

@@ -1,11 +1,12 @@
-//! kubectl against percolator, values checked against the simulator's ground truth.
+//! kubectl against percolator, values checked against the simulator's ground truth, with
+//! Prometheus and with VictoriaMetrics serving PromQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{Env, Options, assert_close, q};
+use common::{Engine, Env, Options, assert_close, q};
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
@@ -77,7 +78,22 @@ fn check_against_truth(item: &Value, pod: &Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_lists_match_the_simulators_truth() {
-    let env = Env::start("kubectl", Options::default()).await;
+    kubectl_lists_match_the_simulators_truth_on(Engine::Prometheus).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_lists_match_the_simulators_truth_on_victoriametrics() {
+    kubectl_lists_match_the_simulators_truth_on(Engine::VictoriaMetrics).await;
+}
+
+/// Every PodMetricsSummary through kubectl against the truth, the requests and errors read
+/// from `engine` (the same truth and tolerances for both).
+async fn kubectl_lists_match_the_simulators_truth_on(engine: Engine) {
+    let env_name = match engine {
+        Engine::Prometheus => "kubectl",
+        Engine::VictoriaMetrics => "kubectl-vm",
+    };
+    let env = Env::start(env_name, Options { engine, ..Options::default() }).await;
     env.wait_for_cpu(None).await;
     let truth = env.truth().await;
     let running = running(&truth);

@@ -1,7 +1,9 @@
 //! End-to-end harness: starts the real `percolator-sim` binary, a real Prometheus scraping it
-//! (history backfilled with promtool so rates are exact from the first query), and the real
-//! `percolator` binary over real TLS; drives them with real `kubectl` and an HTTPS client.
-//! Every process is killed when the [`Env`] is dropped.
+//! (history backfilled with promtool so rates are exact from the first query) or a real
+//! VictoriaMetrics ([`Options::engine`], history imported), optionally behind a TLS + token +
+//! tenant front ([`Options::secure_front`]), and the real `percolator` binary over real TLS;
+//! drives them with real `kubectl` and an HTTPS client. Every process is killed when the
+//! [`Env`] is dropped.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,8 +14,13 @@ use std::time::{Duration, Instant};
 /// The local Prometheus and the fault proxy, shared with `percolator-sim` (which owns the file).
 #[path = "../../src/bin/percolator-sim/devenv.rs"]
 pub mod devenv;
+/// The TLS + token + tenant front, shared with `percolator-sim` (which owns the file).
+#[path = "../../src/bin/percolator-sim/securefront.rs"]
+pub mod securefront;
 
-use devenv::{FaultProxy, Prometheus, PrometheusOptions, ScrapeJob};
+pub use devenv::Engine;
+use devenv::{FaultProxy, MetricsEngine, PrometheusOptions, ScrapeJob};
+use securefront::SecureFront;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -24,6 +31,8 @@ pub const SCRAPE: Duration = Duration::from_secs(2);
 pub const TESTER_TOKEN: &str = "tester-token";
 /// Kubelet sample period of the simulator in tests.
 pub const HOUSEKEEPING: &str = "2s";
+/// The tenant the [`SecureFront`] accepts and percolator sends (`X-Scope-OrgID`).
+pub const FRONT_TENANT: &str = "team-cafe";
 
 /// Sizes and knobs of one environment.
 #[derive(Debug, Clone)]
@@ -45,6 +54,12 @@ pub struct Options {
     /// The simulator also exports the cAdvisor and node series a cluster's Prometheus has
     /// (`--cadvisor`), with history, for `--resource-source=prometheus`.
     pub cadvisor: bool,
+    /// The engine serving PromQL (Prometheus by default).
+    pub engine: Engine,
+    /// Put a [`SecureFront`] between percolator and the engine ([`Env::front`]): percolator
+    /// reaches it over HTTPS with its CA, a client certificate, a bearer token file and the
+    /// tenant header [`FRONT_TENANT`].
+    pub secure_front: bool,
 }
 
 impl Default for Options {
@@ -61,6 +76,8 @@ impl Default for Options {
             prometheus_proxy: false,
             sim_faults: None,
             cadvisor: false,
+            engine: Engine::Prometheus,
+            secure_front: false,
         }
     }
 }
@@ -72,9 +89,12 @@ pub struct Env {
     pub sim_metrics: String,
     pub url: String,
     pub kubeconfig: PathBuf,
-    pub prometheus: Prometheus,
+    /// The engine ([`Options::engine`]), whichever it is.
+    pub prometheus: EngineHandle,
     /// The fault-injecting proxy percolator reaches Prometheus through, when asked for.
     pub proxy: Option<FaultProxy>,
+    /// The TLS + token + tenant front percolator reaches the engine through, when asked for.
+    pub front: Option<SecureFront>,
     pub client: reqwest::Client,
     pub stderr_log: PathBuf,
     sim: Child,
@@ -175,34 +195,37 @@ impl Env {
             devenv::sim_history(&sim_metrics, "sim-apps", &metrics_target, Duration::from_secs(900), SCRAPE)
                 .await
                 .unwrap();
-        let prometheus = Prometheus::start(PrometheusOptions {
-            dir: dir.join("prometheus"),
-            jobs: vec![
-                ScrapeJob {
-                    job: "sim-apps".into(),
-                    target: metrics_target,
-                    scheme: "http".into(),
-                    bearer_token: None,
-                    targets_file: None,
-                },
-                // percolator's own /metrics, once it has bound its port.
-                ScrapeJob {
-                    job: "percolator".into(),
-                    target: String::new(),
-                    scheme: "https".into(),
-                    bearer_token: Some(TESTER_TOKEN.into()),
-                    targets_file: Some(dir.join("percolator-targets.json")),
-                },
-            ],
-            scrape_interval: SCRAPE,
-            backfill: Some(history),
-        })
+        let prometheus = MetricsEngine::start(
+            options.engine,
+            PrometheusOptions {
+                dir: dir.join("prometheus"),
+                jobs: vec![
+                    ScrapeJob {
+                        job: "sim-apps".into(),
+                        target: metrics_target,
+                        scheme: "http".into(),
+                        bearer_token: None,
+                        targets_file: None,
+                    },
+                    // percolator's own /metrics, once it has bound its port.
+                    ScrapeJob {
+                        job: "percolator".into(),
+                        target: String::new(),
+                        scheme: "https".into(),
+                        bearer_token: Some(TESTER_TOKEN.into()),
+                        targets_file: Some(dir.join("percolator-targets.json")),
+                    },
+                ],
+                scrape_interval: SCRAPE,
+                backfill: Some(history),
+            },
+        )
         .await
-        .expect("prometheus starts");
+        .expect("the engine starts");
         prometheus
             .wait_for_job("sim-apps", Duration::from_secs(30))
             .await
-            .expect("prometheus scrapes the simulator");
+            .expect("the engine scrapes the simulator");
 
         if let Some(faults) = options.sim_faults {
             post_faults(&reqwest::Client::new(), &sim_metrics, faults).await;
@@ -213,7 +236,39 @@ impl Env {
         } else {
             None
         };
-        let prometheus_url = proxy.as_ref().map_or_else(|| prometheus.url(), FaultProxy::url);
+        let upstream_url = proxy.as_ref().map_or_else(|| prometheus.url(), FaultProxy::url);
+        let front = if options.secure_front {
+            let upstream = upstream_url.trim_start_matches("http://").to_string();
+            Some(
+                SecureFront::start(&dir.join("front"), &upstream, &front_token(1), FRONT_TENANT)
+                    .await
+                    .expect("the secure front starts"),
+            )
+        } else {
+            None
+        };
+        let (prometheus_url, connection_args) = match &front {
+            Some(front) => {
+                let files = front.files();
+                let path = |p: &Path| p.display().to_string();
+                (
+                    front.url(),
+                    vec![
+                        "--prometheus-ca-file".to_string(),
+                        path(&files.ca),
+                        "--prometheus-client-tls-cert-file".to_string(),
+                        path(&files.client_cert),
+                        "--prometheus-client-tls-key-file".to_string(),
+                        path(&files.client_key),
+                        "--prometheus-token-file".to_string(),
+                        path(&files.token),
+                        "--prometheus-header".to_string(),
+                        format!("{}={FRONT_TENANT}", securefront::TENANT_HEADER),
+                    ],
+                )
+            }
+            None => (upstream_url, Vec::new()),
+        };
 
         let stderr_log = dir.join("percolator.log");
         let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
@@ -223,6 +278,7 @@ impl Env {
             .arg("--kubeconfig")
             .arg(state.join("kubeconfig"))
             .args(["--prometheus-url", &prometheus_url])
+            .args(&connection_args)
             .args(["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"])
             // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
             .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
@@ -266,8 +322,9 @@ impl Env {
             sim_metrics,
             url,
             kubeconfig,
-            prometheus,
+            prometheus: EngineHandle(prometheus),
             proxy,
+            front,
             client,
             stderr_log,
             sim,
@@ -396,6 +453,11 @@ impl Env {
         self.proxy.as_ref().expect("the environment was started with prometheus_proxy")
     }
 
+    /// The TLS + token + tenant front before the engine (started with `secure_front`).
+    pub fn front(&self) -> &SecureFront {
+        self.front.as_ref().expect("the environment was started with secure_front")
+    }
+
     /// percolator's resident set and its peak so far (`VmRSS`, `VmHWM`), in KiB.
     pub fn percolator_memory_kib(&self) -> (u64, u64) {
         let pid = self.percolator.id().expect("percolator is running");
@@ -447,6 +509,38 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+/// The engine of an [`Env`]: a [`MetricsEngine`] (through `Deref`), with the query log that
+/// the parts of tests checking PromQL read.
+pub struct EngineHandle(MetricsEngine);
+
+impl EngineHandle {
+    /// Every PromQL expression the engine has run so far, in order. Only Prometheus keeps a
+    /// query log: on VictoriaMetrics this fails the test (parts reading the log run on
+    /// Prometheus only; [`MetricsEngine::logged_queries`] asks without failing).
+    pub fn queries(&self) -> Vec<String> {
+        self.0.logged_queries().unwrap_or_else(|| panic!("{:?} keeps no query log", self.0.engine()))
+    }
+}
+
+impl std::ops::Deref for EngineHandle {
+    type Target = MetricsEngine;
+    fn deref(&self) -> &MetricsEngine {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for EngineHandle {
+    fn deref_mut(&mut self) -> &mut MetricsEngine {
+        &mut self.0
+    }
+}
+
+/// The `generation`th bearer token of a [`SecureFront`]: unique to this process, so that a
+/// search of the logs for it finds only a leak.
+pub fn front_token(generation: u32) -> String {
+    format!("front-token-{generation}-{}-{}", std::process::id(), jiff::Timestamp::now().as_nanosecond())
 }
 
 async fn post_faults(client: &reqwest::Client, sim_metrics: &str, faults: &str) -> Value {

@@ -1,7 +1,9 @@
 //! The local development environment shared by the demo, the end-to-end tests and the
 //! benchmarks: a real Prometheus (Debian's `prometheus` package) started on a loopback port
 //! with history backfilled by `promtool`, so that `rate()` over the whole window is exact from
-//! the first query — and a fault-injecting proxy ([`FaultProxy`]) to put in front of it.
+//! the first query — and a fault-injecting proxy ([`FaultProxy`]) to put in front of it. The
+//! same scrape jobs and history can be served by VictoriaMetrics instead ([`VictoriaMetrics`],
+//! Debian's `victoria-metrics`); [`MetricsEngine`] is either.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -200,28 +202,31 @@ impl Prometheus {
 
     /// Waits until `job` has been scraped successfully at least once.
     pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + timeout;
+        wait_for_up(&self.url(), job, timeout).await
+    }
+}
+
+/// Waits until the engine at `url` answers `up{job="<job>"}` with 1: `job` has been scraped
+/// successfully at least once (and the engine shows it to queries).
+async fn wait_for_up(url: &str, job: &str, timeout: Duration) -> Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let response = client
+            .get(format!("{url}/api/v1/query"))
+            .query(&[("query", format!("up{{job=\"{job}\"}}"))])
+            .send()
+            .await;
+        if let Ok(response) = response
+            && let Ok(body) = response.json::<serde_json::Value>().await
+            && body["data"]["result"][0]["value"][1] == "1"
         {
-            loop {
-                let response = client
-                    .get(format!("{}/api/v1/query", self.url()))
-                    .query(&[("query", format!("up{{job=\"{job}\"}}"))])
-                    .send()
-                    .await;
-                if let Ok(response) = response
-                    && let Ok(body) = response.json::<serde_json::Value>().await
-                    && body["data"]["result"][0]["value"][1] == "1"
-                {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(DevEnvError::Timeout(format!("scrape of job {job}")));
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            return Ok(());
         }
-        Ok(())
+        if Instant::now() > deadline {
+            return Err(DevEnvError::Timeout(format!("scrape of job {job}")));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -267,9 +272,18 @@ impl Prometheus {
 pub(crate) fn config_yaml(options: &PrometheusOptions) -> String {
     let interval = percolator::k8s::duration::prometheus(options.scrape_interval);
     let mut out = format!(
-        "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n  query_log_file: {}\nscrape_configs:\n",
+        "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n  query_log_file: {}\n",
         options.dir.join("query.log").display()
     );
+    out.push_str(&scrape_configs_yaml(options, true));
+    out
+}
+
+/// The `scrape_configs:` section of `options`; `file_sd_refresh` sets each file_sd's
+/// `refresh_interval` to 1s (a field Prometheus has and VictoriaMetrics refuses: it takes
+/// `-promscrape.fileSDCheckInterval` instead).
+fn scrape_configs_yaml(options: &PrometheusOptions, file_sd_refresh: bool) -> String {
+    let mut out = String::from("scrape_configs:\n");
     for job in &options.jobs {
         out.push_str(&format!(
             "  - job_name: {}\n    honor_labels: true\n    scheme: {}\n    tls_config:\n      insecure_skip_verify: true\n",
@@ -279,10 +293,12 @@ pub(crate) fn config_yaml(options: &PrometheusOptions) -> String {
             out.push_str(&format!("    authorization:\n      credentials: {token}\n"));
         }
         match &job.targets_file {
-            Some(file) => out.push_str(&format!(
-                "    file_sd_configs:\n      - files: ['{}']\n        refresh_interval: 1s\n",
-                file.display()
-            )),
+            Some(file) => {
+                out.push_str(&format!("    file_sd_configs:\n      - files: ['{}']\n", file.display()));
+                if file_sd_refresh {
+                    out.push_str("        refresh_interval: 1s\n");
+                }
+            }
             None => out.push_str(&format!("    static_configs:\n      - targets: ['{}']\n", job.target)),
         }
     }
@@ -365,7 +381,14 @@ pub enum ProxyFault {
     /// Read the request, answer `500 Internal Server Error` with a plain-text body (what a
     /// proxy or load balancer in front of a broken Prometheus sends).
     Error500,
+    /// Read the request, answer `200` with a well-formed vector answer that streams series
+    /// (chunked) until the client hangs up or [`FLOOD_BYTES`] are sent: a Prometheus asked a
+    /// query that matches far too many series.
+    Flood,
 }
+
+/// What a [`ProxyFault::Flood`] answer sends at most per request: 4 GiB.
+pub const FLOOD_BYTES: u64 = 4 << 30;
 
 /// A TCP proxy on a loopback port in front of an HTTP server (the test Prometheus) that
 /// injects [`ProxyFault`]s, switchable at any time with [`FaultProxy::set`]. A change of fault
@@ -495,11 +518,42 @@ async fn proxy_connection(
                 respond(&mut client, "500 Internal Server Error", "text/plain", "upstream unavailable\n")
                     .await;
             }
+            ProxyFault::Flood => flood(&mut client).await,
         }
     };
     tokio::select! {
         () = work => {}
         _ = changes.changed() => {}
+    }
+}
+
+/// Answers requests with endless vector answers ([`ProxyFault::Flood`]).
+async fn flood(client: &mut tokio::net::TcpStream) {
+    while read_request(client).await.is_ok() {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+        if client.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let series = r#"{"metric":{"__name__":"flood","namespace":"shop","pod":"flood-0000000000"},"value":[1700000000,"1"]},"#;
+        let mut payload = String::from(r#"{"status":"success","data":{"resultType":"vector","result":["#);
+        let mut sent = 0u64;
+        while sent < FLOOD_BYTES {
+            while payload.len() < 256 * 1024 {
+                payload.push_str(series);
+            }
+            let frame = format!("{:x}\r\n{payload}\r\n", payload.len());
+            if client.write_all(frame.as_bytes()).await.is_err() {
+                return;
+            }
+            sent += payload.len() as u64;
+            payload.clear();
+        }
+        // Close the array and the answer, so a client without a limit could read it whole.
+        let tail = r#"{"metric":{},"value":[1700000000,"1"]}]}}"#;
+        let frame = format!("{:x}\r\n{tail}\r\n0\r\n\r\n", tail.len());
+        if client.write_all(frame.as_bytes()).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -561,4 +615,315 @@ pub(crate) async fn read_request(client: &mut tokio::net::TcpStream) -> std::io:
         remaining = remaining.saturating_sub(n);
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// VictoriaMetrics, and either engine
+// ---------------------------------------------------------------------------------------------
+
+/// `-search.latencyOffset` of the test VictoriaMetrics. Its default, 30s, hides every sample
+/// younger than that from queries, even one with an explicit `time=now`: values would trail the
+/// truth by 30 s (a gauge shows its value of 30 s ago) and a series younger than 30 s would be
+/// missing. 1s leaves VictoriaMetrics the second it needs to make freshly scraped samples
+/// searchable.
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+pub const VICTORIA_METRICS_LATENCY_OFFSET: &str = "1s";
+
+/// A running VictoriaMetrics (single node), killed on drop: it scrapes the same
+/// [`PrometheusOptions::jobs`] (its own `-promscrape.config`), its history is imported through
+/// `/api/v1/import/prometheus` before the first query, and it serves the Prometheus query API.
+/// It keeps no query log.
+#[derive(Debug)]
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+pub struct VictoriaMetrics {
+    child: Option<Child>,
+    port: u16,
+    options: PrometheusOptions,
+}
+
+/// The VictoriaMetrics binary (`VICTORIA_METRICS_BIN` overrides).
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+fn victoria_metrics_bin() -> String {
+    std::env::var("VICTORIA_METRICS_BIN").unwrap_or_else(|_| "victoria-metrics".to_string())
+}
+
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+impl VictoriaMetrics {
+    /// Writes the scrape configuration, starts VictoriaMetrics on a free loopback port, imports
+    /// the backfill history and waits until it is searchable.
+    pub async fn start(options: PrometheusOptions) -> Result<Self> {
+        percolator::install_crypto_provider();
+        std::fs::create_dir_all(options.dir.join("data"))?;
+        std::fs::write(options.dir.join("scrape.yml"), victoria_metrics_config_yaml(&options))?;
+        let history = options.backfill.clone();
+        let mut vm = Self { child: None, port: 0, options };
+        vm.spawn_on_free_port().await?;
+        if let Some(history) = history {
+            vm.import(&history).await?;
+        }
+        Ok(vm)
+    }
+
+    /// Base URL of the HTTP API.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Imports OpenMetrics `history` (timestamps in seconds) through the Prometheus text import
+    /// (timestamps in milliseconds), then flushes it to searchable storage.
+    async fn import(&self, history: &str) -> Result<()> {
+        let fail = |message: String| DevEnvError::Program { program: victoria_metrics_bin(), message };
+        let client = reqwest::Client::new();
+        let response = client
+            .post(format!("{}/api/v1/import/prometheus", self.url()))
+            .body(prometheus_text_in_milliseconds(history))
+            .send()
+            .await
+            .map_err(|e| fail(format!("import: {e}")))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            return Err(fail(format!("import: HTTP {status}: {body}")));
+        }
+        // Imported samples become searchable within a few seconds; the flush makes it now.
+        let response = client
+            .get(format!("{}/internal/force_flush", self.url()))
+            .send()
+            .await
+            .map_err(|e| fail(format!("force_flush: {e}")))?;
+        if !response.status().is_success() {
+            return Err(fail(format!("force_flush: HTTP {}", response.status())));
+        }
+        Ok(())
+    }
+
+    async fn spawn_on_free_port(&mut self) -> Result<()> {
+        // As for Prometheus: VictoriaMetrics cannot report a port the kernel picked, so we pick
+        // a free one, and try another when it was taken in between.
+        for _ in 0..20 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            match self.spawn(port).await {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    tracing::debug!(port, %error, "victoria-metrics did not start; trying another port");
+                }
+            }
+        }
+        Err(DevEnvError::Timeout("victoria-metrics (no free port)".into()))
+    }
+
+    async fn spawn(&mut self, port: u16) -> Result<()> {
+        let dir = &self.options.dir;
+        let data = dir.join("data");
+        let log = std::fs::File::create(dir.join(format!("victoria-metrics-{port}.log")))?;
+        let mut child = Command::new(victoria_metrics_bin())
+            .arg(format!("-storageDataPath={}", data.display()))
+            .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+            .arg(format!("-promscrape.config={}", dir.join("scrape.yml").display()))
+            // Targets written later (percolator's, once it has bound its port) are seen within
+            // a second (the default is 5 minutes).
+            .arg("-promscrape.fileSDCheckInterval=1s")
+            .arg(format!("-search.latencyOffset={VICTORIA_METRICS_LATENCY_OFFSET}"))
+            .arg("-retentionPeriod=1d")
+            .arg("-loggerLevel=WARN")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| DevEnvError::Program { program: victoria_metrics_bin(), message: e.to_string() })?;
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(DevEnvError::Program {
+                    program: victoria_metrics_bin(),
+                    message: format!("exited with {status} on port {port}"),
+                });
+            }
+            if let Ok(response) = client.get(format!("http://127.0.0.1:{port}/-/ready")).send().await
+                && response.status().is_success()
+            {
+                // Ready, but is it ours? Its flags name its data directory.
+                let flags = match client.get(format!("http://127.0.0.1:{port}/flags")).send().await {
+                    Ok(response) => response.text().await.unwrap_or_default(),
+                    Err(_) => String::new(),
+                };
+                if !flags.contains(&format!("-storageDataPath={:?}", data.display().to_string())) {
+                    let _ = child.kill().await;
+                    return Err(DevEnvError::Program {
+                        program: victoria_metrics_bin(),
+                        message: format!("port {port} is another server's"),
+                    });
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill().await;
+                return Err(DevEnvError::Timeout("victoria-metrics".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.port = port;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until every job has been scraped successfully at least once.
+    pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
+        for job in &self.options.jobs {
+            self.wait_for_job(&job.job, timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `job` has been scraped successfully at least once.
+    pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
+        wait_for_up(&self.url(), job, timeout).await
+    }
+
+    /// Stops VictoriaMetrics (SIGKILL; the data directory stays, without the samples of the
+    /// last seconds that were not flushed yet).
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts VictoriaMetrics again on the same port with the same data.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.stop().await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.spawn(self.port).await {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, "victoria-metrics restart failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+/// VictoriaMetrics' `-promscrape.config`: the jobs of `options` in the Prometheus format, less
+/// the fields it refuses (`evaluation_interval`, `query_log_file`, file_sd's
+/// `refresh_interval`).
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+pub(crate) fn victoria_metrics_config_yaml(options: &PrometheusOptions) -> String {
+    let interval = percolator::k8s::duration::prometheus(options.scrape_interval);
+    format!("global:\n  scrape_interval: {interval}\n{}", scrape_configs_yaml(options, false))
+}
+
+/// OpenMetrics text (sample timestamps in seconds, possibly fractional) as Prometheus text
+/// exposition, whose timestamps are whole milliseconds: what `/api/v1/import/prometheus` reads.
+/// Comment lines (`# TYPE`, `# EOF`) and samples without a timestamp pass unchanged.
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+pub(crate) fn prometheus_text_in_milliseconds(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len() + openmetrics.len() / 16);
+    for line in openmetrics.lines() {
+        // The labels end at the last `}`; a label value may hold spaces, the value and the
+        // timestamp after it do not.
+        let labels_end =
+            if line.starts_with('#') { None } else { line.rfind('}').or_else(|| line.find(' ')) };
+        let converted = labels_end.and_then(|at| {
+            let (series, rest) = line.split_at(at + 1);
+            let mut fields = rest.split_whitespace();
+            let value = fields.next()?;
+            let seconds: f64 = fields.next()?.parse().ok()?;
+            Some(format!("{} {value} {}", series.trim_end(), (seconds * 1000.0).round() as i64))
+        });
+        out.push_str(converted.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Which time-series engine serves the PromQL API of a development environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+pub enum Engine {
+    /// Prometheus (Debian's `prometheus`).
+    #[default]
+    Prometheus,
+    /// VictoriaMetrics single node (Debian's `victoria-metrics`).
+    VictoriaMetrics,
+}
+
+/// A running [`Engine`], for tests that do not care which.
+#[derive(Debug)]
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+pub enum MetricsEngine {
+    /// A [`Prometheus`].
+    Prometheus(Prometheus),
+    /// A [`VictoriaMetrics`].
+    VictoriaMetrics(VictoriaMetrics),
+}
+
+#[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+impl MetricsEngine {
+    /// Starts `engine` with `options` (history backfilled, ready to query).
+    pub async fn start(engine: Engine, options: PrometheusOptions) -> Result<Self> {
+        Ok(match engine {
+            Engine::Prometheus => Self::Prometheus(Prometheus::start(options).await?),
+            Engine::VictoriaMetrics => Self::VictoriaMetrics(VictoriaMetrics::start(options).await?),
+        })
+    }
+
+    /// Which engine this is.
+    pub fn engine(&self) -> Engine {
+        match self {
+            Self::Prometheus(_) => Engine::Prometheus,
+            Self::VictoriaMetrics(_) => Engine::VictoriaMetrics,
+        }
+    }
+
+    /// Base URL of the HTTP API.
+    pub fn url(&self) -> String {
+        match self {
+            Self::Prometheus(p) => p.url(),
+            Self::VictoriaMetrics(v) => v.url(),
+        }
+    }
+
+    /// Waits until every job has been scraped successfully at least once.
+    pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
+        match self {
+            Self::Prometheus(p) => p.wait_for_targets(timeout).await,
+            Self::VictoriaMetrics(v) => v.wait_for_targets(timeout).await,
+        }
+    }
+
+    /// Waits until `job` has been scraped successfully at least once.
+    pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
+        match self {
+            Self::Prometheus(p) => p.wait_for_job(job, timeout).await,
+            Self::VictoriaMetrics(v) => v.wait_for_job(job, timeout).await,
+        }
+    }
+
+    /// Every PromQL expression the engine has run so far, in order; `None` when the engine
+    /// keeps no query log (VictoriaMetrics).
+    pub fn logged_queries(&self) -> Option<Vec<String>> {
+        match self {
+            Self::Prometheus(p) => Some(p.queries()),
+            Self::VictoriaMetrics(_) => None,
+        }
+    }
+
+    /// Stops the engine (SIGKILL; the data directory stays).
+    pub async fn stop(&mut self) {
+        match self {
+            Self::Prometheus(p) => p.stop().await,
+            Self::VictoriaMetrics(v) => v.stop().await,
+        }
+    }
+
+    /// Starts the engine again on the same port with the same data.
+    pub async fn restart(&mut self) -> Result<()> {
+        match self {
+            Self::Prometheus(p) => p.restart().await,
+            Self::VictoriaMetrics(v) => v.restart().await,
+        }
+    }
 }

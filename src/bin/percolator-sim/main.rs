@@ -11,6 +11,10 @@ mod demo;
 mod devenv;
 #[cfg(test)]
 mod devenv_tests;
+/// The TLS + token + tenant front the end-to-end tests put before an engine: test machinery
+/// only (the tests include it by path; here, for `devenv_tests`).
+#[cfg(test)]
+mod securefront;
 mod sim;
 
 use clap::{Parser, Subcommand};
