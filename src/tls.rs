@@ -123,7 +123,11 @@ impl ReloadingCert {
     }
 
     /// Loads a pair given by the flags `flags` (certificate, key), named in every message.
-    pub fn load_named(cert_path: PathBuf, key_path: PathBuf, flags: (&'static str, &'static str)) -> Result<Self> {
+    pub fn load_named(
+        cert_path: PathBuf,
+        key_path: PathBuf,
+        flags: (&'static str, &'static str),
+    ) -> Result<Self> {
         let cert_pem = read_file(&cert_path, flags.0)?;
         let key_pem = read_file(&key_path, flags.1)?;
         let key = certified_key(&cert_path, &cert_pem, &key_path, &key_pem, flags)?;
@@ -505,6 +509,80 @@ fn parse_ca_certs(pem: &[u8], path: &Path, flag: &'static str) -> Result<CaCerts
     Ok(CaCerts { certs, roots: Arc::new(roots) })
 }
 
+/// TLS session resumption bound to a [`WatchedCaFile`]: a resumed session skips certificate
+/// verification, so every remembered session is forgotten when the bundle changes, and the
+/// first connection after a rotation is verified against the new CAs. Sessions are kept
+/// (rustls' memory cache) while the bundle stays, so steady-state reconnections still resume.
+#[derive(Debug)]
+pub struct CaBoundSessions {
+    file: Arc<WatchedCaFile>,
+    /// The bundle the sessions were verified against, and the sessions.
+    state: Mutex<(Arc<CaCerts>, Arc<rustls::client::ClientSessionMemoryCache>)>,
+}
+
+/// Sessions remembered per [`CaBoundSessions`] (rustls' default size).
+const SESSIONS: usize = 256;
+
+impl CaBoundSessions {
+    /// Sessions for connections verified against `file`'s bundle.
+    pub fn new(file: Arc<WatchedCaFile>) -> Arc<Self> {
+        let state =
+            Mutex::new((file.current(), Arc::new(rustls::client::ClientSessionMemoryCache::new(SESSIONS))));
+        Arc::new(Self { file, state })
+    }
+
+    /// The sessions of the bundle in force (a fresh, empty cache after a change).
+    fn sessions(&self) -> Arc<rustls::client::ClientSessionMemoryCache> {
+        let current = self.file.current();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !Arc::ptr_eq(&state.0, &current) {
+            *state = (current, Arc::new(rustls::client::ClientSessionMemoryCache::new(SESSIONS)));
+        }
+        Arc::clone(&state.1)
+    }
+}
+
+impl rustls::client::ClientSessionStore for CaBoundSessions {
+    fn set_kx_hint(&self, server_name: ServerName<'static>, group: rustls::NamedGroup) {
+        self.sessions().set_kx_hint(server_name, group);
+    }
+
+    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.sessions().kx_hint(server_name)
+    }
+
+    fn set_tls12_session(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.sessions().set_tls12_session(server_name, value);
+    }
+
+    fn tls12_session(&self, server_name: &ServerName<'_>) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.sessions().tls12_session(server_name)
+    }
+
+    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
+        self.sessions().remove_tls12_session(server_name);
+    }
+
+    fn insert_tls13_ticket(
+        &self,
+        server_name: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.sessions().insert_tls13_ticket(server_name, value);
+    }
+
+    fn take_tls13_ticket(
+        &self,
+        server_name: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.sessions().take_tls13_ticket(server_name)
+    }
+}
+
 /// A server certificate verifier (webpki, as rustls' [`WebPkiServerVerifier`]) against the
 /// bundle a [`WatchedCaFile`] holds at each handshake: a verifier is built once per bundle
 /// change and every verification goes to the current one, so a rotated CA file applies to the
@@ -838,5 +916,25 @@ mod watched_ca_tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(weak.upgrade().is_none(), "the reloader does not keep the file alive");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn resumable_sessions_are_forgotten_when_the_ca_file_changes() {
+        use rustls::client::ClientSessionStore as _;
+        let dir = mk_dir("sessions");
+        let (ca1, ca2) = (mk_ca("ca-1"), mk_ca("ca-2"));
+        std::fs::write(dir.join("ca.crt"), &ca1.pem).unwrap();
+        let file = WatchedCaFile::load(dir.join("ca.crt"), "--prometheus-ca-file").unwrap();
+        let sessions = CaBoundSessions::new(Arc::clone(&file));
+        let server = ServerName::try_from("kubelet.example").unwrap();
+        sessions.set_kx_hint(server.clone(), rustls::NamedGroup::X25519);
+        assert_eq!(sessions.kx_hint(&server), Some(rustls::NamedGroup::X25519));
+        // An unchanged file keeps them (reconnections resume).
+        assert!(!file.reload().unwrap());
+        assert_eq!(sessions.kx_hint(&server), Some(rustls::NamedGroup::X25519));
+        // A rotated bundle drops every session verified against the old one.
+        std::fs::write(dir.join("ca.crt"), &ca2.pem).unwrap();
+        assert!(file.reload().unwrap());
+        assert_eq!(sessions.kx_hint(&server), None);
     }
 }

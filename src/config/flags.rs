@@ -183,8 +183,9 @@ pub struct KubeletArgs {
     pub kubelet_request_timeout: Duration,
 }
 
-/// Flags of the Prometheus HTTP API.
-#[derive(Debug, Clone, ClapArgs)]
+/// Flags of the Prometheus HTTP API. Its `Debug` leaves out a password in the URL and the
+/// header values.
+#[derive(Clone, ClapArgs)]
 pub struct PrometheusArgs {
     /// Base URL of the Prometheus HTTP API.
     #[arg(long, default_value = "http://localhost:9090", env = "PERCOLATOR_PROMETHEUS_URL")]
@@ -213,11 +214,7 @@ pub struct PrometheusArgs {
     pub prometheus_client_tls_key_file: Option<PathBuf>,
     /// Do not verify Prometheus' serving certificate (testing only; prefer
     /// --prometheus-ca-file).
-    #[arg(
-        long,
-        conflicts_with = "prometheus_ca_file",
-        env = "PERCOLATOR_PROMETHEUS_INSECURE_SKIP_TLS_VERIFY"
-    )]
+    #[arg(long, env = "PERCOLATOR_PROMETHEUS_INSECURE_SKIP_TLS_VERIFY")]
     pub prometheus_insecure_skip_tls_verify: bool,
     /// File holding the bearer token sent to Prometheus (`Authorization: Bearer`), re-read when
     /// it changes (a projected ServiceAccount token rotates).
@@ -243,12 +240,34 @@ pub struct PrometheusArgs {
     /// A header sent with every request to Prometheus, as NAME=VALUE (e.g.
     /// X-Scope-OrgID=tenant-a for Mimir, Cortex or Loki-style tenants). Repeat the flag for
     /// more headers; values are never logged.
-    #[arg(long = "prometheus-header", value_name = "NAME=VALUE", value_parser = parse_header)]
+    #[arg(long = "prometheus-header", value_name = "NAME=VALUE", value_parser = HeaderParser)]
     pub prometheus_headers: Vec<PrometheusHeader>,
     /// Largest Prometheus answer read, in bytes (a quantity: 64Mi, 1Gi); a larger one is
     /// aborted while it streams in and the fields it would fill are omitted with a Warning.
     #[arg(long, default_value = "128Mi", value_parser = parse_byte_size, env = "PERCOLATOR_PROMETHEUS_MAX_RESPONSE_BYTES")]
     pub prometheus_max_response_bytes: u64,
+}
+
+impl std::fmt::Debug for PrometheusArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut url = self.prometheus_url.clone();
+        if url.password().is_some() {
+            let _ = url.set_password(Some("REDACTED"));
+        }
+        f.debug_struct("PrometheusArgs")
+            .field("prometheus_url", &url.as_str())
+            .field("prometheus_timeout", &self.prometheus_timeout)
+            .field("prometheus_ca_file", &self.prometheus_ca_file)
+            .field("prometheus_client_tls_cert_file", &self.prometheus_client_tls_cert_file)
+            .field("prometheus_client_tls_key_file", &self.prometheus_client_tls_key_file)
+            .field("prometheus_insecure_skip_tls_verify", &self.prometheus_insecure_skip_tls_verify)
+            .field("prometheus_token_file", &self.prometheus_token_file)
+            .field("prometheus_basic_auth_username_file", &self.prometheus_basic_auth_username_file)
+            .field("prometheus_basic_auth_password_file", &self.prometheus_basic_auth_password_file)
+            .field("prometheus_headers", &self.prometheus_headers)
+            .field("prometheus_max_response_bytes", &self.prometheus_max_response_bytes)
+            .finish()
+    }
 }
 
 /// One `--prometheus-header NAME=VALUE`; its `Debug` leaves the value out (it may be a secret).
@@ -269,6 +288,32 @@ impl std::fmt::Debug for PrometheusHeader {
 /// Headers the HTTP client owns: setting them would break the request.
 const RESERVED_HEADERS: &[&str] =
     &["host", "content-length", "content-type", "transfer-encoding", "connection", "te", "upgrade"];
+
+/// The value parser of `--prometheus-header`: its errors name the header, never the value
+/// (clap's own errors repeat the value, which may be a secret).
+#[derive(Debug, Clone, Copy)]
+struct HeaderParser;
+
+impl clap::builder::TypedValueParser for HeaderParser {
+    type Value = PrometheusHeader;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<PrometheusHeader, clap::Error> {
+        let text = value.to_str().ok_or_else(|| header_error("the value is not UTF-8".to_owned()))?;
+        parse_header(text).map_err(header_error)
+    }
+}
+
+fn header_error(message: String) -> clap::Error {
+    clap::Error::raw(
+        clap::error::ErrorKind::ValueValidation,
+        format!("invalid value for --prometheus-header (not shown: it may be a secret): {message}\n"),
+    )
+}
 
 /// Parses `NAME=VALUE` (the split at the first `=`, as prometheus-adapter does).
 fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, String> {
@@ -470,6 +515,10 @@ mod tests {
         assert_eq!(headers, [("x-scope-orgid", "tenant-a"), ("x-extra", "a,b=c")]);
         assert!(a.prometheus_headers.iter().all(|h| h.value.is_sensitive()));
         assert_eq!(format!("{:?}", a.prometheus_headers[0]), "x-scope-orgid=<redacted>");
+        let with_password =
+            parse(&["--prometheus-url=https://u:pw-SECRET@p:9090", "--prometheus-header=A=h-SECRET"]);
+        let debug = format!("{with_password:?}");
+        assert!(!debug.contains("SECRET") && debug.contains("https://u:REDACTED@p:9090/"), "{debug}");
         assert_eq!(a.prometheus_max_response_bytes, 64 << 20);
         assert!(a.prometheus_insecure_skip_tls_verify);
         assert_eq!(parse(&[]).prometheus.prometheus_max_response_bytes, 128 << 20);
@@ -483,6 +532,18 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
+        // A bad header is named, its value never shown.
+        let message = error(&["--prometheus-header", "Authorization: Bearer eyJsecret"]);
+        assert_eq!(
+            message,
+            "error: invalid value for --prometheus-header (not shown: it may be a secret): expected NAME=VALUE\n"
+        );
+        let message = error(&["--prometheus-header", "X-A=eyJsecret\nmore"]);
+        assert!(!message.contains("eyJsecret"), "{message}");
+        // An explicit false does not conflict with a CA file.
+        let a =
+            parse(&["--prometheus-ca-file=ca.crt", "--prometheus-insecure-skip-tls-verify=false"]).prometheus;
+        assert!(!a.prometheus_insecure_skip_tls_verify);
         for (args, needle) in [
             (&["--prometheus-header", "X-Scope-OrgID"][..], "expected NAME=VALUE"),
             (&["--prometheus-header", "Bad Name=x"], "\"Bad Name\" is not a valid header name"),
@@ -493,7 +554,6 @@ mod tests {
             (&["--prometheus-max-response-bytes=lots"], "--prometheus-max-response-bytes"),
             (&["--prometheus-client-tls-cert-file=c"], "--prometheus-client-tls-key-file"),
             (&["--prometheus-basic-auth-username-file=u"], "--prometheus-basic-auth-password-file"),
-            (&["--prometheus-ca-file=c", "--prometheus-insecure-skip-tls-verify"], "cannot be used with"),
             (
                 &[
                     "--prometheus-token-file=t",

@@ -11,6 +11,6 @@ pub use file::{
     ResourceQueriesConfig, Snapshot,
 };
 pub use flags::{
-    AdapterArgs, Args, AuthArgs, CacheArgs, ClusterArgs, KubeletArgs, MetricApisArgs, PrometheusArgs, PrometheusHeader,
-    QueryArgs, ResourceSource, ServingArgs,
+    AdapterArgs, Args, AuthArgs, CacheArgs, ClusterArgs, KubeletArgs, MetricApisArgs, PrometheusArgs,
+    PrometheusHeader, QueryArgs, ResourceSource, ServingArgs,
 };

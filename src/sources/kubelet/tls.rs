@@ -13,7 +13,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 use super::{Error, KubeletConfig, Result, Scheme};
-use crate::tls::{AnyServerCert, WatchedRootsVerifier};
+use crate::tls::{AnyServerCert, CaBoundSessions, WatchedRootsVerifier};
 
 /// Builds the rustls configuration for kubelet connections.
 pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig> {
@@ -32,7 +32,11 @@ pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig>
     } else if let Some(file) = &config.ca_file {
         let verifier = WatchedRootsVerifier::new(Arc::clone(file), &provider)
             .map_err(|e| Error::CertificateAuthority(e.to_string()))?;
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
+        let mut tls =
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth();
+        // A resumed session is not verified again: forget them when the CA file changes.
+        tls.resumption = rustls::client::Resumption::store(CaBoundSessions::new(Arc::clone(file)));
+        tls
     } else {
         let mut roots = RootCertStore::empty();
         match config.ca_pem.as_deref() {

@@ -21,8 +21,9 @@ use super::{Error, Result};
 use crate::config::{PrometheusArgs, PrometheusHeader};
 use crate::tls::{AnyServerCert, ReloadingCert};
 
-/// What the flags say about reaching Prometheus.
-#[derive(Debug, Clone)]
+/// What the flags say about reaching Prometheus. Its `Debug` shows the URL without its
+/// password and header names only.
+#[derive(Clone)]
 pub struct ConnectionSettings {
     /// Base URL of the HTTP API.
     pub url: url::Url,
@@ -80,6 +81,13 @@ impl ConnectionSettings {
         url.to_string()
     }
 
+    /// The user name and password of the URL (`https://user:pass@host`), percent-decoded.
+    fn url_credentials(&self) -> Option<(String, String)> {
+        let password = self.url.password()?;
+        let decode = |s: &str| percent_decoded(s).unwrap_or_else(|| s.to_owned());
+        Some((decode(self.url.username()), decode(password)))
+    }
+
     /// Whether any TLS setting is given.
     fn has_tls_settings(&self) -> bool {
         self.ca_file.is_some() || self.client_cert.is_some() || self.insecure_skip_tls_verify
@@ -90,17 +98,21 @@ impl ConnectionSettings {
 pub const REDACTED: &str = "<redacted>";
 
 /// A secret kept in a file (a token, a user name, a password), re-read when the file changes.
-#[derive(Debug)]
+/// Its `Debug` shows the flag and path, never the value.
 struct SecretFile {
     path: PathBuf,
     flag: &'static str,
     state: Mutex<SecretState>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct SecretState {
     /// The file's identity when last read: a change of any part re-reads it.
     stamp: Option<FileStamp>,
+    /// When it was last read: it is read again after [`REREAD_AFTER`] whatever its stamp.
+    read_at: Option<std::time::Instant>,
+    /// The last failure logged, so a lasting one is logged once.
+    failure: Option<String>,
     /// The value in force.
     current: Option<Arc<str>>,
     /// Values seen before (a few), still redacted from messages.
@@ -111,6 +123,7 @@ struct SecretState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FileStamp {
     modified: Option<SystemTime>,
+    changed: (i64, i64),
     len: u64,
     inode: u64,
 }
@@ -119,15 +132,23 @@ impl FileStamp {
     fn of(path: &Path) -> std::io::Result<Self> {
         let metadata = std::fs::metadata(path)?;
         #[cfg(unix)]
-        let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
+        let (inode, changed) = {
+            use std::os::unix::fs::MetadataExt as _;
+            (metadata.ino(), (metadata.ctime(), metadata.ctime_nsec()))
+        };
         #[cfg(not(unix))]
-        let inode = 0;
-        Ok(Self { modified: metadata.modified().ok(), len: metadata.len(), inode })
+        let (inode, changed) = (0, (0, 0));
+        Ok(Self { modified: metadata.modified().ok(), changed, len: metadata.len(), inode })
     }
 }
 
 /// Secret values remembered for redaction after they were replaced.
 const REMEMBERED: usize = 4;
+
+/// A credential file is read again at least this often, even when its stamp did not change
+/// (a rewrite within the clock's granularity, a network file system's cached attributes), as
+/// client-go's cached token file source does.
+const REREAD_AFTER: Duration = Duration::from_secs(60);
 
 impl SecretFile {
     /// Reads the file once now, so a missing or empty file fails the start.
@@ -142,8 +163,10 @@ impl SecretFile {
     fn current(&self) -> std::result::Result<Arc<str>, String> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let stamp = FileStamp::of(&self.path);
+        let fresh = state.read_at.is_some_and(|at| at.elapsed() < REREAD_AFTER);
         if let (Ok(stamp), Some(current)) = (&stamp, &state.current)
             && state.stamp.as_ref() == Some(stamp)
+            && fresh
         {
             return Ok(Arc::clone(current));
         }
@@ -164,15 +187,20 @@ impl SecretFile {
                         state.current = Some(Arc::from(value));
                     }
                     state.stamp = Some(stamp);
+                    state.read_at = Some(std::time::Instant::now());
+                    state.failure = None;
                     return state.current.clone().ok_or_else(String::new);
                 }
             }
             Err(error) => format!("{} {}: {error}", self.flag, self.path.display()),
         };
-        match &state.current {
+        match state.current.clone() {
             Some(current) => {
-                tracing::warn!(error = %failure, "keeping the last value read");
-                Ok(Arc::clone(current))
+                if state.failure.as_deref() != Some(failure.as_str()) {
+                    tracing::warn!(error = %failure, "keeping the last value read");
+                    state.failure = Some(failure);
+                }
+                Ok(current)
             }
             None => Err(failure),
         }
@@ -186,15 +214,14 @@ impl SecretFile {
 }
 
 /// How requests authenticate.
-#[derive(Debug)]
 enum Credentials {
     None,
     Bearer(SecretFile),
     Basic { username: SecretFile, password: SecretFile },
 }
 
-/// An HTTP client set up for one Prometheus, with its credentials and limits.
-#[derive(Debug)]
+/// An HTTP client set up for one Prometheus, with its credentials and limits. Its `Debug`
+/// holds no secret.
 pub struct Connection {
     /// The client: TLS, timeouts and the constant headers.
     pub http: reqwest::Client,
@@ -217,6 +244,20 @@ impl Connection {
                  --prometheus-insecure-skip-tls-verify) need an https URL",
                 settings.display_url()
             )));
+        }
+        if settings.insecure_skip_tls_verify && settings.ca_file.is_some() {
+            return Err(Error::Client(
+                "--prometheus-ca-file and --prometheus-insecure-skip-tls-verify cannot be used together"
+                    .to_owned(),
+            ));
+        }
+        let url_credentials = settings.url_credentials();
+        if url_credentials.is_some() && (settings.token_file.is_some() || settings.basic_auth.is_some()) {
+            return Err(Error::Client(
+                "--prometheus-url carries a user and password: do not combine it with --prometheus-token-file \
+                 or --prometheus-basic-auth-*"
+                    .to_owned(),
+            ));
         }
         let credentials = match (&settings.token_file, &settings.basic_auth) {
             (Some(_), Some(_)) => {
@@ -249,11 +290,10 @@ impl Connection {
                 fixed_secrets.push(value.to_owned());
             }
         }
-        if let Some(password) = settings.url.password() {
-            fixed_secrets.push(password.to_owned());
-            if let Some(decoded) = percent_decoded(password) {
-                fixed_secrets.push(decoded);
-            }
+        if let (Some(raw), Some((user, password))) = (settings.url.password(), url_credentials) {
+            // reqwest sends URL credentials as basic auth: the header's value is secret too.
+            let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            fixed_secrets.extend([raw.to_owned(), password, pair]);
         }
         let mut builder = reqwest::Client::builder()
             .timeout(settings.timeout)
@@ -290,9 +330,12 @@ impl Connection {
             Credentials::None => {}
             Credentials::Bearer(token) => secrets.extend(token.values().iter().map(|v| v.to_string())),
             Credentials::Basic { username, password } => {
-                for (user, pass) in username.values().iter().zip(password.values().iter()) {
-                    let pair = format!("{user}:{pass}");
-                    secrets.push(base64::engine::general_purpose::STANDARD.encode(&pair));
+                let passwords = password.values();
+                for user in username.values() {
+                    for pass in &passwords {
+                        let pair = format!("{user}:{pass}");
+                        secrets.push(base64::engine::general_purpose::STANDARD.encode(&pair));
+                    }
                 }
                 secrets.extend(password.values().iter().map(|v| v.to_string()));
             }
@@ -370,13 +413,19 @@ fn tls_config(settings: &ConnectionSettings) -> Result<Option<rustls::ClientConf
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(tls_error)?;
+    let mut resumption = None;
     let builder = if settings.insecure_skip_tls_verify {
         tracing::warn!("--prometheus-insecure-skip-tls-verify: Prometheus' certificate is not verified");
         builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider)))
     } else if let Some(ca_file) = &settings.ca_file {
-        let verifier = ca_file_verifier(ca_file, "--prometheus-ca-file", &provider, settings.reload_interval)
+        let file = crate::tls::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
             .map_err(|e| Error::Client(e.to_string()))?;
-        builder.dangerous().with_custom_certificate_verifier(verifier)
+        file.spawn_reloader(settings.reload_interval);
+        let verifier = crate::tls::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
+            .map_err(|e| Error::Client(e.to_string()))?;
+        // A resumed session is not verified again: forget them when the CA file changes.
+        resumption = Some(crate::tls::CaBoundSessions::new(file));
+        builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
     } else {
         let verifier = rustls_platform_verifier::Verifier::new(Arc::clone(&provider)).map_err(tls_error)?;
         builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
@@ -396,22 +445,57 @@ fn tls_config(settings: &ConnectionSettings) -> Result<Option<rustls::ClientConf
         }
         None => builder.with_no_client_auth(),
     };
+    if let Some(sessions) = resumption {
+        config.resumption = rustls::client::Resumption::store(sessions);
+    }
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Some(config))
 }
 
-/// A verifier trusting only the CAs of `path`, re-read every `reload_interval`.
-fn ca_file_verifier(
-    path: &Path,
-    flag: &'static str,
-    provider: &Arc<CryptoProvider>,
-    reload_interval: Duration,
-) -> Result<Arc<dyn rustls::client::danger::ServerCertVerifier>> {
-    let file = crate::tls::WatchedCaFile::load(path, flag).map_err(|e| Error::Client(e.to_string()))?;
-    file.spawn_reloader(reload_interval);
-    let verifier =
-        crate::tls::WatchedRootsVerifier::new(file, provider).map_err(|e| Error::Client(e.to_string()))?;
-    Ok(Arc::new(verifier))
+impl std::fmt::Debug for ConnectionSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionSettings")
+            .field("url", &self.display_url())
+            .field("timeout", &self.timeout)
+            .field("ca_file", &self.ca_file)
+            .field("client_cert", &self.client_cert)
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("token_file", &self.token_file)
+            .field("basic_auth", &self.basic_auth)
+            .field("headers", &self.headers)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for SecretFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretFile")
+            .field("flag", &self.flag)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Bearer(token) => f.debug_tuple("Bearer").field(token).finish(),
+            Self::Basic { username, password } => {
+                f.debug_struct("Basic").field("username", username).field("password", password).finish()
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("credentials", &self.credentials)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 #[cfg(test)]
@@ -824,6 +908,59 @@ mod tests {
             s.client_cert = client_cert;
             let error = client(&s).query("up".to_owned()).await.unwrap_err().to_string();
             assert!(error.starts_with("prometheus unreachable:"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_decode_special_values_and_reject_other_types() {
+        let server = mk_server(Reply::Json(
+            r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":"1"},"value":[1700000000,"NaN"]},{"metric":{},"value":[1700000000.25,"+Inf"]},{"metric":{},"value":[1,"-Inf"]}]},"isPartial":false}"#,
+        ))
+        .await;
+        let samples = client(&settings(&server.url)).query("up".to_owned()).await.unwrap();
+        assert!(samples[0].value.is_nan());
+        assert_eq!(samples[0].labels.get("a").map(String::as_str), Some("1"));
+        assert_eq!((samples[1].value, samples[2].value), (f64::INFINITY, f64::NEG_INFINITY));
+        assert_eq!(samples[1].timestamp.as_millisecond(), 1_700_000_000_250);
+        let matrix =
+            mk_server(Reply::Json(r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#))
+                .await;
+        assert_eq!(
+            client(&settings(&matrix.url)).query("up[5m]".to_owned()).await.unwrap_err(),
+            PromError::Query("the query returned a matrix, not an instant vector".to_owned())
+        );
+        let error =
+            mk_server(Reply::Json(r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#))
+                .await;
+        assert_eq!(
+            client(&settings(&error.url)).query("sum(".to_owned()).await.unwrap_err(),
+            PromError::Query("bad_data: parse error".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn url_credentials_are_secret_and_exclusive() {
+        let server = mk_server(Reply::EchoAuthorization(401)).await;
+        let url = server.url.replace("http://", "http://carol:p%40ss-SECRET@");
+        let error = client(&settings(&url)).query("up".to_owned()).await.unwrap_err().to_string();
+        // reqwest sends them as basic auth; the echoed header is redacted.
+        assert!(error.ends_with("denied: Basic <redacted> tenant none"), "{error}");
+        let dir = temp("url-creds");
+        std::fs::write(dir.join("token"), "t-SECRET").unwrap();
+        let mut s = settings(&url);
+        s.token_file = Some(dir.join("token"));
+        s.headers = vec![header("X-Scope-OrgID=h-SECRET")];
+        assert!(
+            Connection::new(&s)
+                .unwrap_err()
+                .to_string()
+                .contains("--prometheus-url carries a user and password")
+        );
+        s.url = url::Url::parse(&server.url).unwrap();
+        let connection = Connection::new(&s).unwrap();
+        connection.authorization().unwrap();
+        for debug in [format!("{connection:?}"), format!("{:?}", settings(&url)), format!("{s:?}")] {
+            assert!(!debug.contains("SECRET"), "{debug}");
         }
     }
 }

@@ -7,12 +7,12 @@ mod connection;
 mod labels;
 mod template;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
-use prometheus_http_query::response::{Data, PromqlResult};
 
 use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
@@ -69,19 +69,34 @@ pub struct PromClient {
     observer: Arc<dyn UpstreamObserver>,
 }
 
-/// A Prometheus API answer: `data` on success, the error otherwise.
+/// A Prometheus API answer: `data` on success, the error otherwise. Plain structs with
+/// borrowed raw values (no internally tagged enum, no `flatten`: both make serde buffer the
+/// whole answer as an intermediate tree, several times its size).
 #[derive(serde::Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-enum Answer<D> {
-    Success {
-        data: D,
-    },
-    Error {
-        #[serde(rename = "errorType", default)]
-        error_type: String,
-        #[serde(default)]
-        error: String,
-    },
+struct Answer<'a> {
+    status: &'a str,
+    #[serde(borrow, default)]
+    data: Option<&'a serde_json::value::RawValue>,
+    #[serde(rename = "errorType", default)]
+    error_type: String,
+    #[serde(default)]
+    error: String,
+}
+
+/// The `data` of a query answer.
+#[derive(serde::Deserialize)]
+struct QueryData<'a> {
+    #[serde(rename = "resultType")]
+    result_type: &'a str,
+    #[serde(borrow)]
+    result: &'a serde_json::value::RawValue,
+}
+
+/// One series of a vector answer: its labels and `[time, "value"]`.
+#[derive(serde::Deserialize)]
+struct VectorItem {
+    metric: HashMap<String, String>,
+    value: (f64, String),
 }
 
 impl PromClient {
@@ -123,28 +138,21 @@ impl PromClient {
         }
         // POST: a scope with many pod names can exceed URL length limits.
         let response = request.post_raw().await.map_err(classify)?;
-        let result: PromqlResult = self.decode(response, "POST /api/v1/query").await?;
-        let (data, _) = result.into_inner();
-        match data {
-            Data::Vector(vector) => vector
+        let body = self.answer_body(response, "POST /api/v1/query").await?;
+        let data: QueryData<'_> = serde_json::from_str(body.data()).map_err(invalid)?;
+        match data.result_type {
+            "vector" => serde_json::from_str::<Vec<VectorItem>>(data.result.get())
+                .map_err(invalid)?
                 .into_iter()
-                .map(|series| {
-                    let (labels, sample) = series.into_inner();
-                    Ok(PromSample {
-                        labels,
-                        value: sample.value(),
-                        timestamp: timestamp(sample.timestamp())?,
-                    })
-                })
+                .map(|item| sample(item.metric, item.value))
                 .collect(),
-            Data::Scalar(sample) => Ok(vec![PromSample {
-                labels: Default::default(),
-                value: sample.value(),
-                timestamp: timestamp(sample.timestamp())?,
-            }]),
-            Data::Matrix(_) => Err((
+            "scalar" => {
+                let value: (f64, String) = serde_json::from_str(data.result.get()).map_err(invalid)?;
+                Ok(vec![sample(HashMap::new(), value)?])
+            }
+            other => Err((
                 outcome::ERROR,
-                PromError::Query("the query returned a range vector, not an instant vector".to_owned()),
+                PromError::Query(format!("the query returned a {other}, not an instant vector")),
             )),
         }
     }
@@ -154,14 +162,14 @@ impl PromClient {
         self.connection.authorization().map_err(|message| (outcome::ERROR, PromError::Unreachable(message)))
     }
 
-    /// Reads and decodes an answer within the size limit: `data` of a success; a Prometheus
-    /// error as [`PromError::Query`]; anything else (a proxy's page, a cut connection) as
-    /// [`PromError::Unreachable`] with the HTTP status and the start of the body.
-    async fn decode<D: serde::de::DeserializeOwned>(
+    /// Reads an answer within the size limit and checks its envelope: the raw `data` of a
+    /// success; a Prometheus error as [`PromError::Query`]; anything else (a proxy's page, a cut
+    /// connection) as [`PromError::Unreachable`] with the HTTP status and the start of the body.
+    async fn answer_body(
         &self,
         response: reqwest::Response,
         what: &str,
-    ) -> Result<D, (&'static str, PromError)> {
+    ) -> Result<AnswerBody, (&'static str, PromError)> {
         let status = response.status();
         let body = match self.connection.read_body(response).await {
             Ok(body) => body,
@@ -179,23 +187,32 @@ impl PromClient {
                 ));
             }
         };
-        match serde_json::from_slice::<Answer<D>>(&body) {
-            Ok(Answer::Success { data }) if status.is_success() => Ok(data),
-            Ok(Answer::Success { .. }) => Err((
-                outcome::ERROR,
-                PromError::Unreachable(format!("{what}: HTTP {status} with a success body")),
-            )),
-            Ok(Answer::Error { error_type, error }) => {
-                let outcome = if error_type == "timeout" { outcome::TIMEOUT } else { outcome::ERROR };
-                Err((outcome, PromError::Query(format!("{error_type}: {error}"))))
+        let not_an_answer = |body: &[u8]| {
+            // Redacted before it is cut, so no secret is left half-matched at the cut.
+            let head = String::from_utf8_lossy(body.get(..4096).unwrap_or(body));
+            let head = self.connection.redact(head.into_owned());
+            let cut: String = head.trim().chars().take(200).collect();
+            (outcome::ERROR, PromError::Unreachable(format!("{what}: HTTP {status}: {cut}")))
+        };
+        let Ok(text) = std::str::from_utf8(&body) else { return Err(not_an_answer(&body)) };
+        let answer: Answer<'_> = match serde_json::from_str(text) {
+            Ok(answer) => answer,
+            Err(_) => return Err(not_an_answer(&body)),
+        };
+        match (answer.status, answer.data) {
+            ("success", Some(data)) if status.is_success() => {
+                // The raw `data` borrows from `body`; keep its place instead of the borrow.
+                let start = data.get().as_ptr() as usize - text.as_ptr() as usize;
+                Ok(AnswerBody { body: body.clone(), range: start..start + data.get().len() })
             }
-            Err(_) => Err((
+            ("success", _) => Err((
                 outcome::ERROR,
-                PromError::Unreachable(format!(
-                    "{what}: HTTP {status}: {}",
-                    String::from_utf8_lossy(body.get(..200).unwrap_or(&body)).trim()
-                )),
+                PromError::Unreachable(format!("{what}: HTTP {status} with a success answer without data")),
             )),
+            _ => {
+                let outcome = if answer.error_type == "timeout" { outcome::TIMEOUT } else { outcome::ERROR };
+                Err((outcome, PromError::Query(format!("{}: {}", answer.error_type, answer.error))))
+            }
         }
     }
 
@@ -219,7 +236,8 @@ impl PromClient {
             let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::UNREACHABLE };
             (outcome, PromError::Unreachable(error_chain(&e)))
         })?;
-        self.decode(response, "POST /api/v1/series").await
+        let body = self.answer_body(response, "POST /api/v1/series").await?;
+        serde_json::from_str(body.data()).map_err(invalid)
     }
 }
 
@@ -267,9 +285,40 @@ impl PromClient {
     }
 }
 
-/// A Prometheus sample time (float seconds) as a timestamp.
+/// A checked answer's body and where its `data` lies in it.
+struct AnswerBody {
+    body: bytes::Bytes,
+    range: std::ops::Range<usize>,
+}
+
+impl AnswerBody {
+    /// The raw JSON of `data` (checked UTF-8 when the answer was read).
+    fn data(&self) -> &str {
+        self.body.get(self.range.clone()).and_then(|d| std::str::from_utf8(d).ok()).unwrap_or_default()
+    }
+}
+
+/// A success answer whose `data` is not what its type promises.
+fn invalid(error: serde_json::Error) -> (&'static str, PromError) {
+    (outcome::ERROR, PromError::Query(format!("unexpected answer: {error}")))
+}
+
+/// A sample from a series' labels and its `[time, "value"]` pair (`NaN`, `+Inf`, `-Inf`
+/// included).
+fn sample(
+    labels: HashMap<String, String>,
+    (time, value): (f64, String),
+) -> Result<PromSample, (&'static str, PromError)> {
+    let value = value
+        .parse::<f64>()
+        .map_err(|_| (outcome::ERROR, PromError::Query(format!("invalid sample value {value:?}"))))?;
+    Ok(PromSample { labels, value, timestamp: timestamp(time)? })
+}
+
+/// A Prometheus sample time (float seconds, millisecond precision) as a timestamp, rounded to
+/// the millisecond (nanoseconds of an f64 this large are off by hundreds).
 fn timestamp(seconds: f64) -> Result<Timestamp, (&'static str, PromError)> {
-    Timestamp::from_nanosecond((seconds * 1e9).round() as i128)
+    Timestamp::from_millisecond((seconds * 1e3).round() as i64)
         .map_err(|_| (outcome::ERROR, PromError::Query(format!("invalid sample timestamp {seconds}"))))
 }
 
