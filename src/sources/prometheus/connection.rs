@@ -48,6 +48,22 @@ pub struct ConnectionSettings {
 }
 
 impl ConnectionSettings {
+    /// Plain access to `url`: no TLS settings, credentials or headers, the default answer limit.
+    pub fn plain(url: url::Url, timeout: Duration) -> Self {
+        Self {
+            url,
+            timeout,
+            ca_file: None,
+            client_cert: None,
+            insecure_skip_tls_verify: false,
+            token_file: None,
+            basic_auth: None,
+            headers: Vec::new(),
+            max_response_bytes: super::DEFAULT_MAX_RESPONSE_BYTES,
+            reload_interval: Duration::from_secs(10),
+        }
+    }
+
     /// The settings of the `--prometheus-*` flags; `reload_interval` is how often certificate
     /// files are checked (`--tls-reload-interval`).
     pub fn from_args(args: &PrometheusArgs, reload_interval: Duration) -> Self {
@@ -626,16 +642,9 @@ mod tests {
 
     fn settings(url: &str) -> ConnectionSettings {
         ConnectionSettings {
-            url: url::Url::parse(url).unwrap(),
             timeout: Duration::from_secs(5),
-            ca_file: None,
-            client_cert: None,
-            insecure_skip_tls_verify: false,
-            token_file: None,
-            basic_auth: None,
-            headers: Vec::new(),
             max_response_bytes: 1 << 20,
-            reload_interval: Duration::from_secs(10),
+            ..ConnectionSettings::plain(url::Url::parse(url).unwrap(), Duration::ZERO)
         }
     }
 

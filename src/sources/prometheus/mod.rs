@@ -104,18 +104,7 @@ impl PromClient {
     /// settings or credentials; every query is bounded by `timeout`.
     pub fn new(url: &str, timeout: Duration, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
         let url = url::Url::parse(url).map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
-        let settings = ConnectionSettings {
-            url,
-            timeout,
-            ca_file: None,
-            client_cert: None,
-            insecure_skip_tls_verify: false,
-            token_file: None,
-            basic_auth: None,
-            headers: Vec::new(),
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            reload_interval: Duration::from_secs(10),
-        };
+        let settings = ConnectionSettings::plain(url, timeout);
         Self::connect(&settings, observer)
     }
 
