@@ -179,15 +179,17 @@ impl ReloadingCert {
             ticker.tick().await;
             loop {
                 ticker.tick().await;
+                // The serving pair, or a client certificate (to Prometheus).
+                let kind = if this.flags.0 == "--tls-cert-file" { "serving" } else { "client" };
                 match this.reload() {
                     Ok(false) => {}
                     Ok(true) => {
-                        tracing::info!(cert = %this.cert_path.display(), flag = this.flags.0, "certificate reloaded")
+                        tracing::info!(cert = %this.cert_path.display(), flag = this.flags.0, "{kind} certificate reloaded")
                     }
                     Err(error) => tracing::error!(
                         %error,
                         flag = this.flags.0,
-                        "certificate not reloaded; the previous one stays in use"
+                        "{kind} certificate not reloaded; the previous one stays in use"
                     ),
                 }
             }
