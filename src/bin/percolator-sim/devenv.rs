@@ -694,7 +694,24 @@ impl VictoriaMetrics {
         if !response.status().is_success() {
             return Err(fail(format!("force_flush: HTTP {}", response.status())));
         }
-        Ok(())
+        // Even flushed, the samples can take a moment to reach queries: wait until some do.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            let answer: serde_json::Value = client
+                .post(format!("{}/api/v1/query", self.url()))
+                .form(&[("query", "count(count_over_time({__name__=~\".+\"}[1h]))")])
+                .send()
+                .await
+                .map_err(|e| fail(format!("query after import: {e}")))?
+                .json()
+                .await
+                .map_err(|e| fail(format!("query after import: {e}")))?;
+            if answer["data"]["result"].as_array().is_some_and(|r| !r.is_empty()) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(DevEnvError::Timeout("victoria-metrics imported history".into()))
     }
 
     async fn spawn_on_free_port(&mut self) -> Result<()> {

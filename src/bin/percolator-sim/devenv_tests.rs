@@ -165,21 +165,29 @@ async fn counter_target(origin: i64) -> String {
     address
 }
 
-/// The value of the single series an instant query returns.
+/// The value of the single series an instant query returns. Freshly imported or restarted
+/// data can take a moment to become searchable: an empty answer is asked again for up to 10 s.
 async fn instant(url: &str, promql: &str) -> f64 {
-    let body: serde_json::Value = reqwest::Client::new()
-        .post(format!("{url}/api/v1/query"))
-        .form(&[("query", promql)])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(body["status"], "success", "{promql}: {body}");
-    let result = body["data"]["result"].as_array().unwrap();
-    assert_eq!(result.len(), 1, "{promql}: {body}");
-    result[0]["value"][1].as_str().unwrap().parse().unwrap()
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let body: serde_json::Value = reqwest::Client::new()
+            .post(format!("{url}/api/v1/query"))
+            .form(&[("query", promql)])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["status"], "success", "{promql}: {body}");
+        let result = body["data"]["result"].as_array().unwrap();
+        if result.is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
+        assert_eq!(result.len(), 1, "{promql}: {body}");
+        return result[0]["value"][1].as_str().unwrap().parse().unwrap();
+    }
 }
 
 #[tokio::test]
