@@ -742,6 +742,9 @@ impl VictoriaMetrics {
             .arg("-promscrape.fileSDCheckInterval=1s")
             .arg(format!("-search.latencyOffset={VICTORIA_METRICS_LATENCY_OFFSET}"))
             .arg("-retentionPeriod=1d")
+            // History is imported after start: a response cached before it reaches queries
+            // would hide it for good (VictoriaMetrics' advice while backfilling).
+            .arg("-search.disableCache")
             .arg("-loggerLevel=WARN")
             .stdout(Stdio::null())
             .stderr(log)
