@@ -170,31 +170,46 @@ impl ReloadingCert {
         Ok(true)
     }
 
-    /// Checks the files every `interval` for as long as the runtime runs.
+    /// Checks the files every `interval` until the pair is dropped.
     pub fn spawn_reloader(self: &Arc<Self>, interval: Duration) {
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
-            loop {
-                ticker.tick().await;
-                // The serving pair, or a client certificate (to Prometheus).
-                let kind = if this.flags.0 == "--tls-cert-file" { "serving" } else { "client" };
-                match this.reload() {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        tracing::info!(cert = %this.cert_path.display(), flag = this.flags.0, "{kind} certificate reloaded")
-                    }
-                    Err(error) => tracing::error!(
-                        %error,
-                        flag = this.flags.0,
-                        "{kind} certificate not reloaded; the previous one stays in use"
-                    ),
+        spawn_poller(self, interval, |this| {
+            // The serving pair, or a client certificate (to Prometheus).
+            let kind = if this.flags.0 == "--tls-cert-file" { "serving" } else { "client" };
+            match this.reload() {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::info!(cert = %this.cert_path.display(), flag = this.flags.0, "{kind} certificate reloaded")
                 }
+                Err(error) => tracing::error!(
+                    %error,
+                    flag = this.flags.0,
+                    "{kind} certificate not reloaded; the previous one stays in use"
+                ),
             }
         });
     }
+}
+
+/// Calls `check` on `target` every `interval` (first one interval from now) until `target` is
+/// dropped (the poller holds it weakly); the returned handle stops it sooner. The pollers of
+/// files given as flags (certificates, CA bundles) share it.
+pub fn spawn_poller<T: Send + Sync + 'static>(
+    target: &Arc<T>,
+    interval: Duration,
+    check: impl Fn(&T) + Send + 'static,
+) -> tokio::task::AbortHandle {
+    let weak = Arc::downgrade(target);
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            let Some(target) = weak.upgrade() else { return };
+            check(&target);
+        }
+    })
+    .abort_handle()
 }
 
 impl ResolvesServerCert for ReloadingCert {
@@ -483,16 +498,8 @@ impl WatchedCaFile {
     /// Checks the file every `interval` (the `--tls-reload-interval`) until the last other
     /// holder of the file is dropped.
     pub fn spawn_reloader(self: &Arc<Self>, interval: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
-            loop {
-                ticker.tick().await;
-                let Some(file) = weak.upgrade() else { return };
-                file.check();
-            }
+        spawn_poller(self, interval, |file| {
+            file.check();
         });
     }
 }

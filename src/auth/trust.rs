@@ -306,18 +306,10 @@ impl Trust {
         if self.files.client_ca.is_none() && self.files.request_header.is_none() {
             return;
         }
-        let weak: Weak<Self> = Arc::downgrade(self);
-        let task = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
-            loop {
-                ticker.tick().await;
-                let Some(trust) = weak.upgrade() else { return };
-                trust.reload_files();
-            }
+        let task = crate::tls::spawn_poller(self, interval, |trust| {
+            trust.reload_files();
         });
-        let previous = self.poll.lock().unwrap_or_else(PoisonError::into_inner).replace(task.abort_handle());
+        let previous = self.poll.lock().unwrap_or_else(PoisonError::into_inner).replace(task);
         if let Some(previous) = previous {
             previous.abort();
         }

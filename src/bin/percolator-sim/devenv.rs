@@ -117,23 +117,6 @@ impl Prometheus {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    async fn spawn_on_free_port(&mut self) -> Result<()> {
-        // Prometheus cannot bind port 0 and report it: the kernel picks a free port for a
-        // listener we drop at once, and Prometheus binds it. A port taken in between makes
-        // Prometheus exit (or, if another Prometheus answers there, fail the identity check in
-        // `spawn`), and we try another one.
-        for _ in 0..20 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            match self.spawn(port).await {
-                Ok(()) => return Ok(()),
-                Err(error) => {
-                    tracing::debug!(port, %error, "prometheus did not start; trying another port");
-                }
-            }
-        }
-        Err(DevEnvError::Timeout("prometheus (no free port)".into()))
-    }
-
     async fn spawn(&mut self, port: u16) -> Result<()> {
         let dir = &self.options.dir;
         let log = std::fs::File::create(dir.join(format!("prometheus-{port}.log")))?;
@@ -148,45 +131,16 @@ impl Prometheus {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| DevEnvError::Program { program: prometheus_bin(), message: e.to_string() })?;
-        let client = reqwest::Client::new();
-        let ready_url = format!("http://127.0.0.1:{port}/-/ready");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(DevEnvError::Program {
-                    program: prometheus_bin(),
-                    message: format!("exited with {status} on port {port}"),
-                });
-            }
-            if let Ok(response) = client.get(&ready_url).send().await
-                && response.status().is_success()
-            {
-                // Ready, but is it ours? Another test's Prometheus may hold the port while ours
-                // exits with "address already in use": its data directory says.
-                let flags: Option<serde_json::Value> =
-                    match client.get(format!("http://127.0.0.1:{port}/api/v1/status/flags")).send().await {
-                        Ok(response) => response.json().await.ok(),
-                        Err(_) => None,
-                    };
-                let theirs = flags
-                    .as_ref()
-                    .and_then(|f| f["data"]["storage.tsdb.path"].as_str())
-                    .is_some_and(|path| std::path::Path::new(path) != dir.join("data"));
-                if theirs {
-                    let _ = child.kill().await;
-                    return Err(DevEnvError::Program {
-                        program: prometheus_bin(),
-                        message: format!("port {port} is another Prometheus's"),
-                    });
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill().await;
-                return Err(DevEnvError::Timeout("prometheus".into()));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // Another test's Prometheus may hold the port while ours exits with "address already
+        // in use": its data directory says.
+        let data = dir.join("data");
+        wait_until_ours(&mut child, &prometheus_bin(), port, "api/v1/status/flags", |flags| {
+            let path = flags
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+                .and_then(|f| f["data"]["storage.tsdb.path"].as_str().map(PathBuf::from));
+            path.is_none_or(|path| path == data)
+        })
+        .await?;
         self.port = port;
         self.child = Some(child);
         Ok(())
@@ -194,16 +148,153 @@ impl Prometheus {
 
     /// Waits until every job has been scraped successfully at least once.
     pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
-        for job in &self.options.jobs {
-            self.wait_for_job(&job.job, timeout).await?;
-        }
-        Ok(())
+        wait_for_jobs(&self.url(), &self.options.jobs, timeout).await
     }
 
     /// Waits until `job` has been scraped successfully at least once.
     pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
         wait_for_up(&self.url(), job, timeout).await
     }
+}
+
+/// The process side both engines share: a loopback port picked free, a kill, a restart on
+/// the same port. Each engine says how to start itself on a port ([`EngineProcess::spawn`]).
+trait EngineProcess {
+    /// The program, for messages.
+    fn program() -> String;
+    /// Starts the engine on `port` and returns once it is ready and known to be ours.
+    async fn spawn(&mut self, port: u16) -> Result<()>;
+    /// The port it serves on.
+    fn port(&self) -> u16;
+    /// Its process, while it runs.
+    fn child(&mut self) -> &mut Option<Child>;
+
+    /// The engine cannot bind port 0 and report it: the kernel picks a free port for a
+    /// listener we drop at once, and the engine binds it. A port taken in between makes it
+    /// exit (or, if another engine answers there, fail the identity check of `spawn`), and we
+    /// try another one.
+    async fn spawn_on_free_port(&mut self) -> Result<()> {
+        for _ in 0..20 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            match self.spawn(port).await {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    tracing::debug!(port, %error, program = Self::program(), "did not start; trying another port");
+                }
+            }
+        }
+        Err(DevEnvError::Timeout(format!("{} (no free port)", Self::program())))
+    }
+
+    /// Kills the process (SIGKILL; the data directory stays).
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child().take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Kills the process and starts it again on the same port with the same data.
+    async fn respawn(&mut self) -> Result<()> {
+        self.kill().await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.spawn(self.port()).await {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, program = Self::program(), "restart failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+impl EngineProcess for Prometheus {
+    fn program() -> String {
+        prometheus_bin()
+    }
+
+    async fn spawn(&mut self, port: u16) -> Result<()> {
+        Prometheus::spawn(self, port).await
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
+    }
+}
+
+impl EngineProcess for VictoriaMetrics {
+    fn program() -> String {
+        victoria_metrics_bin()
+    }
+
+    async fn spawn(&mut self, port: u16) -> Result<()> {
+        VictoriaMetrics::spawn(self, port).await
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
+    }
+}
+
+/// Waits up to 30 s until the engine `child` started on `port` is ready (`/-/ready`) and
+/// `ours` accepts the body of its flags page (`None` when it could not be read); kills it
+/// and fails otherwise, or when it exits first.
+async fn wait_until_ours(
+    child: &mut Child,
+    program: &str,
+    port: u16,
+    flags_path: &str,
+    ours: impl Fn(Option<&str>) -> bool,
+) -> Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(DevEnvError::Program {
+                program: program.to_owned(),
+                message: format!("exited with {status} on port {port}"),
+            });
+        }
+        if let Ok(response) = client.get(format!("http://127.0.0.1:{port}/-/ready")).send().await
+            && response.status().is_success()
+        {
+            let flags = match client.get(format!("http://127.0.0.1:{port}/{flags_path}")).send().await {
+                Ok(response) => response.text().await.ok(),
+                Err(_) => None,
+            };
+            if !ours(flags.as_deref()) {
+                let _ = child.kill().await;
+                return Err(DevEnvError::Program {
+                    program: program.to_owned(),
+                    message: format!("port {port} is another server's"),
+                });
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill().await;
+            return Err(DevEnvError::Timeout(program.to_owned()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until every job of `jobs` has been scraped successfully at least once.
+async fn wait_for_jobs(url: &str, jobs: &[ScrapeJob], timeout: Duration) -> Result<()> {
+    for job in jobs {
+        wait_for_up(url, &job.job, timeout).await?;
+    }
+    Ok(())
 }
 
 /// Waits until the engine at `url` answers `up{job="<job>"}` with 1: `job` has been scraped
@@ -247,25 +338,12 @@ impl Prometheus {
 
     /// Stops Prometheus (SIGKILL; the data directory stays).
     pub async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
-        }
+        self.kill().await;
     }
 
     /// Starts Prometheus again on the same port with the same data.
     pub async fn restart(&mut self) -> Result<()> {
-        self.stop().await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match self.spawn(self.port).await {
-                Ok(()) => return Ok(()),
-                Err(error) if Instant::now() < deadline => {
-                    tracing::debug!(%error, "prometheus restart failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        self.respawn().await
     }
 }
 
@@ -714,21 +792,6 @@ impl VictoriaMetrics {
         Err(DevEnvError::Timeout("victoria-metrics imported history".into()))
     }
 
-    async fn spawn_on_free_port(&mut self) -> Result<()> {
-        // As for Prometheus: VictoriaMetrics cannot report a port the kernel picked, so we pick
-        // a free one, and try another when it was taken in between.
-        for _ in 0..20 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            match self.spawn(port).await {
-                Ok(()) => return Ok(()),
-                Err(error) => {
-                    tracing::debug!(port, %error, "victoria-metrics did not start; trying another port");
-                }
-            }
-        }
-        Err(DevEnvError::Timeout("victoria-metrics (no free port)".into()))
-    }
-
     async fn spawn(&mut self, port: u16) -> Result<()> {
         let dir = &self.options.dir;
         let data = dir.join("data");
@@ -751,38 +814,12 @@ impl VictoriaMetrics {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| DevEnvError::Program { program: victoria_metrics_bin(), message: e.to_string() })?;
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(DevEnvError::Program {
-                    program: victoria_metrics_bin(),
-                    message: format!("exited with {status} on port {port}"),
-                });
-            }
-            if let Ok(response) = client.get(format!("http://127.0.0.1:{port}/-/ready")).send().await
-                && response.status().is_success()
-            {
-                // Ready, but is it ours? Its flags name its data directory.
-                let flags = match client.get(format!("http://127.0.0.1:{port}/flags")).send().await {
-                    Ok(response) => response.text().await.unwrap_or_default(),
-                    Err(_) => String::new(),
-                };
-                if !flags.contains(&format!("-storageDataPath={:?}", data.display().to_string())) {
-                    let _ = child.kill().await;
-                    return Err(DevEnvError::Program {
-                        program: victoria_metrics_bin(),
-                        message: format!("port {port} is another server's"),
-                    });
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill().await;
-                return Err(DevEnvError::Timeout("victoria-metrics".into()));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // Ready, but is it ours? Its flags name its data directory.
+        let ours = format!("-storageDataPath={:?}", data.display().to_string());
+        wait_until_ours(&mut child, &victoria_metrics_bin(), port, "flags", |flags| {
+            flags.is_some_and(|text| text.contains(&ours))
+        })
+        .await?;
         self.port = port;
         self.child = Some(child);
         Ok(())
@@ -790,10 +827,7 @@ impl VictoriaMetrics {
 
     /// Waits until every job has been scraped successfully at least once.
     pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
-        for job in &self.options.jobs {
-            self.wait_for_job(&job.job, timeout).await?;
-        }
-        Ok(())
+        wait_for_jobs(&self.url(), &self.options.jobs, timeout).await
     }
 
     /// Waits until `job` has been scraped successfully at least once.
@@ -804,25 +838,12 @@ impl VictoriaMetrics {
     /// Stops VictoriaMetrics (SIGKILL; the data directory stays, without the samples of the
     /// last seconds that were not flushed yet).
     pub async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
-        }
+        self.kill().await;
     }
 
     /// Starts VictoriaMetrics again on the same port with the same data.
     pub async fn restart(&mut self) -> Result<()> {
-        self.stop().await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match self.spawn(self.port).await {
-                Ok(()) => return Ok(()),
-                Err(error) if Instant::now() < deadline => {
-                    tracing::debug!(%error, "victoria-metrics restart failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        self.respawn().await
     }
 }
 

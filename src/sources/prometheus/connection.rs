@@ -100,7 +100,8 @@ impl ConnectionSettings {
     /// The user name and password of the URL (`https://user:pass@host`), percent-decoded.
     fn url_credentials(&self) -> Option<(String, String)> {
         let password = self.url.password()?;
-        let decode = |s: &str| percent_decoded(s).unwrap_or_else(|| s.to_owned());
+        // As reqwest decodes them for the basic-auth header (`+` stays `+`).
+        let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
         Some((decode(self.url.username()), decode(password)))
     }
 
@@ -406,14 +407,6 @@ pub enum BodyError {
     TooLarge,
     /// The connection failed while reading.
     Read(reqwest::Error),
-}
-
-/// `text` percent-decoded, when that changes it.
-fn percent_decoded(text: &str) -> Option<String> {
-    let decoded = url::form_urlencoded::parse(format!("x={text}").as_bytes())
-        .next()
-        .map(|(_, value)| value.into_owned())?;
-    (decoded != text).then_some(decoded)
 }
 
 /// The rustls configuration when a TLS flag is given; `None` leaves reqwest's default (the
@@ -950,7 +943,7 @@ mod tests {
     #[tokio::test]
     async fn url_credentials_are_secret_and_exclusive() {
         let server = mk_server(Reply::EchoAuthorization(401)).await;
-        let url = server.url.replace("http://", "http://carol:p%40ss-SECRET@");
+        let url = server.url.replace("http://", "http://carol:p%40ss+SECRET@");
         let error = client(&settings(&url)).query("up".to_owned()).await.unwrap_err().to_string();
         // reqwest sends them as basic auth; the echoed header is redacted.
         assert!(error.ends_with("denied: Basic <redacted> tenant none"), "{error}");
