@@ -252,8 +252,8 @@ async fn decisions_are_cached_and_expire_and_rotated_cas_apply_without_restart()
     assert_eq!(sars(&env).await - before, 2, "denied decisions expire: {}", env.sim_stats().await);
 
     // A rotated front-proxy CA in the ConfigMap is honoured without restart: the old client
-    // certificate stops working and the new one works (chains are checked per request, so
-    // even the old client's open connection is refused).
+    // certificate stops working and the new one works (a connection's chain is verified
+    // again when the CAs change, so even the old client's open connection is refused).
     let as_aggregator = |client: &reqwest::Client| {
         client.get(&shop).header("X-Remote-User", "dora").header("X-Remote-Group", "viewers").send()
     };

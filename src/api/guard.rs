@@ -20,11 +20,9 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::Method;
-use tokio::sync::Semaphore;
+use http::{Method, Uri};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::k8s::request_info::{QueryParams, split_path};
 use crate::k8s::status::{ApiError, go_quote};
@@ -97,53 +95,55 @@ pub fn is_exempt(method: &Method, path: &str) -> bool {
     )
 }
 
-/// The size checks, the deadline and the in-flight limit (module documentation).
-pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    let uri = request.uri();
+/// A request let in: its in-flight permit (when it counts against the limit), released when
+/// this is dropped, and its deadline.
+#[derive(Debug)]
+pub struct Admission {
+    _permit: Option<OwnedSemaphorePermit>,
+    /// How long the request may take.
+    pub timeout: Duration,
+}
+
+/// The size checks, the deadline and the in-flight limit (module documentation): the
+/// request's [`Admission`], or the Status to answer. `query` is the request's parsed query.
+pub fn admit(guard: &Guard, method: &Method, uri: &Uri, query: &QueryParams) -> Result<Admission, ApiError> {
     let uri_len = uri.path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > MAX_URI_BYTES {
-        return ApiError::UriTooLong(format!(
+        return Err(ApiError::UriTooLong(format!(
             "the request URI is {uri_len} bytes long; the maximum is {MAX_URI_BYTES}"
-        ))
-        .into_response();
+        )));
     }
-    let query = QueryParams::parse(uri.query());
     for name in ["labelSelector", "fieldSelector"] {
         if let Some(value) = query.get(name)
             && value.len() > MAX_SELECTOR_BYTES
         {
-            return ApiError::BadRequest(format!(
+            return Err(ApiError::BadRequest(format!(
                 "{name} is {} bytes long; the maximum is {MAX_SELECTOR_BYTES}",
                 value.len()
-            ))
-            .into_response();
+            )));
         }
     }
-    let timeout = match deadline(query.get("timeout"), guard.request_timeout) {
-        Ok(timeout) => timeout,
-        Err(error) => return error.into_response(),
-    };
-
+    let timeout = deadline(query.get("timeout"), guard.request_timeout)?;
     let permit = match &guard.in_flight {
-        Some(semaphore) if !is_exempt(request.method(), uri.path()) => {
-            match Arc::clone(semaphore).try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    tracing::debug!(limit = guard.max_in_flight, "in-flight limit reached: 429");
-                    return ApiError::TooManyRequests { retry_after: TOO_MANY_REQUESTS_RETRY_AFTER_SECONDS }
-                        .into_response();
-                }
+        Some(semaphore) if !is_exempt(method, uri.path()) => match Arc::clone(semaphore).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                tracing::debug!(limit = guard.max_in_flight, "in-flight limit reached: 429");
+                return Err(ApiError::TooManyRequests { retry_after: TOO_MANY_REQUESTS_RETRY_AFTER_SECONDS });
             }
-        }
+        },
         _ => None,
     };
-    let uri = uri.clone();
-    let response = tokio::time::timeout(timeout, next.run(request)).await;
-    drop(permit);
-    match response {
+    Ok(Admission { _permit: permit, timeout })
+}
+
+/// `work`'s response, or the 504 Status when it takes longer than `timeout` (`path` is
+/// logged).
+pub async fn within_deadline(timeout: Duration, path: &str, work: impl Future<Output = Response>) -> Response {
+    match tokio::time::timeout(timeout, work).await {
         Ok(response) => response,
         Err(_) => {
-            tracing::warn!(path = %truncate(uri.path(), 256), ?timeout, "request timed out: 504");
+            tracing::warn!(path = %truncate(path, 256), ?timeout, "request timed out: 504");
             ApiError::Timeout {
                 message: "request did not complete within requested timeout - context deadline exceeded"
                     .to_owned(),

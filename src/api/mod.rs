@@ -23,6 +23,7 @@ pub mod fairness;
 pub mod guard;
 pub mod openapi;
 pub mod render;
+mod selections;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -34,7 +35,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::FutureExt;
@@ -77,6 +77,7 @@ pub struct ApiState {
     groups: Vec<Arc<dyn GroupService>>,
     guard: Arc<Guard>,
     shutting_down: Arc<AtomicBool>,
+    selections: selections::SelectedLists,
 }
 
 impl fmt::Debug for ApiState {
@@ -104,6 +105,7 @@ impl ApiState {
             groups: Vec::new(),
             guard: Arc::new(Guard::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            selections: selections::SelectedLists::default(),
         }
     }
 
@@ -168,18 +170,9 @@ impl ApiState {
 
 /// The router of every endpoint listed in the module header: one dispatcher parses every
 /// path itself, so unknown paths get a 404 `Status` (and no route table is matched per
-/// request).
+/// request). Every request goes through [`handle`]'s chain.
 pub fn router(state: ApiState) -> Router {
-    let state = Arc::new(state);
-    let mut router = Router::new().fallback(dispatch);
-    if let Some(auth) = &state.auth {
-        // Inside `observe`, so refused requests are counted too.
-        router = router.layer(middleware::from_fn_with_state(auth.clone(), crate::auth::middleware));
-    }
-    // Outside authentication: oversized requests are refused and the limits applied before
-    // any webhook is called.
-    router = router.layer(middleware::from_fn_with_state(state.guard.clone(), guard::guard));
-    router.layer(middleware::from_fn_with_state(state.clone(), observe)).with_state(state)
+    Router::new().fallback(handle).with_state(Arc::new(state))
 }
 
 /// Decrements the in-flight gauge even when the request future is dropped.
@@ -191,11 +184,17 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The outermost layer: catches a panic anywhere below it (authentication, limits, routing,
-/// handlers, rendering) and answers it with a 500 `InternalError` Status, so one bad request
-/// never takes its connection or the process down; and counts and times every request by
-/// resource (or route template), verb and code.
-async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
+/// The request chain, in one function instead of a stack of middleware (each layer boxed its
+/// future and cloned a service per request), outermost first:
+///
+/// 1. catch a panic anywhere below (limits, authentication, routing, handlers, rendering) and
+///    answer it with a 500 `InternalError` Status, so one bad request never takes its
+///    connection or the process down; count and time every request by resource (or route
+///    template), verb and code — refused requests included;
+/// 2. the limits ([`guard`]): sizes, deadline, in-flight limit, before any webhook is called;
+/// 3. authentication and authorization ([`crate::auth::admit`]), when configured;
+/// 4. [`dispatch`].
+async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Response {
     // The request is parsed once, here; authentication, authorization, dispatch and the
     // handlers read it from the extensions.
     let parsed = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -208,16 +207,36 @@ async fn observe(State(state): State<Arc<ApiState>>, mut request: Request, next:
         Ok((parsed, labels)) => (Some(parsed), labels),
         Err(_) => (None, (Cow::Borrowed("other"), "other")),
     };
-    if let Some(parsed) = parsed {
-        request.extensions_mut().insert(parsed);
-    }
-    let method = request.method().clone();
-    let uri = request.uri().clone();
     let metrics = Arc::clone(&state.metrics);
     metrics.in_flight.inc();
     let in_flight = InFlight(&metrics);
     let start = Instant::now();
-    let response = match AssertUnwindSafe(next.run(request)).catch_unwind().await {
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let chain = async {
+        let admission = match &parsed {
+            Some(parsed) => guard::admit(&state.guard, &method, &uri, &parsed.query),
+            None => guard::admit(&state.guard, &method, &uri, &QueryParams::parse(uri.query())),
+        };
+        let admission = match admission {
+            Ok(admission) => admission,
+            Err(error) => return error.into_response(),
+        };
+        if let Some(parsed) = parsed {
+            request.extensions_mut().insert(parsed);
+        }
+        let response = guard::within_deadline(admission.timeout, uri.path(), async {
+            if let Some(auth) = &state.auth
+                && let Err(response) = crate::auth::admit(auth, &mut request).await
+            {
+                return response;
+            }
+            dispatch(&state, request).await
+        })
+        .await;
+        drop(admission);
+        response
+    };
+    let response = match AssertUnwindSafe(chain).catch_unwind().await {
         Ok(response) => response,
         Err(payload) => guard::recover(&method, uri.path(), payload.as_ref()),
     };
@@ -303,7 +322,7 @@ fn route_template(path: &str, segs: &[&str]) -> Option<&'static str> {
     })
 }
 
-async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Response {
+async fn dispatch(state: &ApiState, request: Request) -> Response {
     let (parts, _body) = request.into_parts();
     let Some(parsed) = parts.extensions.get::<Arc<ParsedRequest>>().cloned() else {
         // `observe` parses every request; only a panic there leaves none.
@@ -315,7 +334,7 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
         if let Some(service) = state.groups.iter().find(|g| g.group() == *group) {
             return service.serve(&parsed, &parts.method, &parts.headers).await;
         }
-        return match serve_resource(&state, &parts, &parsed).await {
+        return match serve_resource(state, &parts, &parsed).await {
             Ok(response) => response,
             Err(e) => e.into_response(),
         };
@@ -338,7 +357,7 @@ async fn dispatch(State(state): State<Arc<ApiState>>, request: Request) -> Respo
     let headers = &parts.headers;
     match segs.as_slice() {
         ["healthz" | "livez"] => text(StatusCode::OK, "ok"),
-        ["readyz"] => readyz(&state, &parsed.query),
+        ["readyz"] => readyz(state, &parsed.query),
         ["version"] => state.discovery().version(),
         ["metrics"] => (
             [(
@@ -468,7 +487,7 @@ async fn serve_resource(
 
     match &target.name {
         Some(name) => get_one(&target, name, repr, include_object).await,
-        None => list(&target, query, repr, include_object, slots).await,
+        None => list(&state.selections, &target, query, repr, include_object, slots).await,
     }
 }
 
@@ -525,6 +544,7 @@ async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<
 }
 
 async fn list(
+    selections: &selections::SelectedLists,
     target: &Target,
     query: &QueryParams,
     repr: Representation,
@@ -563,6 +583,22 @@ async fn list(
         let body = listing.rendered_list.get_or_init(|| render::kind_list(&ctx, &listing.items).into());
         return Ok(json_response(list_body(body.clone(), slots).await, &listing.warnings));
     }
+    // A selected JSON list is rendered once per listing and selectors (`selections`).
+    let selection = (repr == Representation::Json).then(|| {
+        let info = target.kind.info();
+        selections::SelectionKey::new(
+            info.gv.group,
+            &info.plural,
+            namespace.as_deref(),
+            query.get("labelSelector").unwrap_or_default(),
+            query.get("fieldSelector").unwrap_or_default(),
+        )
+    });
+    if let Some(key) = &selection
+        && let Some(body) = selections.get(key, &listing).await
+    {
+        return Ok(json_response(list_body(body, slots).await, &listing.warnings));
+    }
     let items: Vec<Arc<Item>> = listing
         .items
         .iter()
@@ -573,8 +609,11 @@ async fn list(
         })
         .cloned()
         .collect();
-    let body = render_list(&ctx, &items, repr)?;
-    Ok(json_response(list_body(body.into(), slots).await, &listing.warnings))
+    let body = Bytes::from(render_list(&ctx, &items, repr)?);
+    if let Some(key) = selection {
+        selections.insert(key, &listing, body.clone()).await;
+    }
+    Ok(json_response(list_body(body, slots).await, &listing.warnings))
 }
 
 /// A list body; on an HTTP/2 connection, one more than a frame long waits for a body slot of

@@ -7,7 +7,7 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::testutil::{Behavior, CREATED, FakeKind, Reply, call_with, mk_gadgets, mk_widgets};
+use super::testutil::{Behavior, CREATED, FakeKind, Reply, WIDGET, call_with, mk_gadgets, mk_item, mk_widgets};
 use super::*;
 use crate::kinds::{API_VERSION, OBJECT_META_SCHEMA};
 
@@ -1091,4 +1091,71 @@ async fn declared_kinds_are_served_and_follow_reloads() {
     assert_eq!(table["columnDefinitions"][1]["name"], "RPS");
     assert_eq!(get_accept(&app, "/apis", V2_ACCEPT).await.header("etag"), etag, "same kinds, same documents");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Answers the listing in `current` (the same `Arc` until replaced), as a cached kind does
+/// between two refreshes.
+struct Refreshed {
+    inner: Arc<FakeKind>,
+    current: std::sync::Mutex<Arc<Listing>>,
+}
+
+impl ServedKind for Refreshed {
+    fn info(&self) -> &crate::kinds::KindInfo {
+        self.inner.info()
+    }
+    fn columns(&self) -> &[crate::kinds::Column] {
+        self.inner.columns()
+    }
+    fn schemas(&self) -> Vec<(String, Value)> {
+        self.inner.schemas()
+    }
+    fn list<'a>(
+        &'a self,
+        _: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, Result<Arc<Listing>, crate::kinds::ComputeError>> {
+        let listing = self.current.lock().unwrap().clone();
+        Box::pin(async move { Ok(listing) })
+    }
+}
+
+#[tokio::test]
+async fn selected_lists_are_rendered_once_per_listing() {
+    let widgets = mk_widgets(Behavior::Ok, &[]);
+    let listing = |items: Vec<Arc<Item>>, rv: &str| {
+        Arc::new(Listing { items, resource_version: rv.to_owned(), ..Listing::default() })
+    };
+    let first = vec![
+        mk_item(&WIDGET, "shop", "db-0", &[("app", "db")], "3"),
+        mk_item(&WIDGET, "shop", "web-1", &[("app", "web")], "2"),
+    ];
+    let kind = Arc::new(Refreshed { inner: widgets, current: std::sync::Mutex::new(listing(first, "1")) });
+    let kinds: crate::kinds::Kinds = vec![kind.clone(), mk_gadgets()];
+    let app = router(ApiState::new(kinds, Arc::new(|| true), Metrics::new()));
+    let web = format!("{}?labelSelector=app%3Dweb", widgets_path("shop"));
+    let sizes = |v: &Value| -> Vec<String> {
+        v["items"].as_array().unwrap().iter().map(|i| i["size"].as_str().unwrap().to_owned()).collect()
+    };
+
+    let once = get(&app, &web).await;
+    assert_eq!((names(&once.json()), sizes(&once.json())), (vec!["shop/web-1".to_owned()], vec!["2".to_owned()]));
+    assert_eq!(get(&app, &web).await.text(), once.text(), "the same listing gives the same answer");
+    // Other selectors over the same listing are their own answers.
+    let db = get(&app, &format!("{}?labelSelector=app%3Ddb", widgets_path("shop"))).await;
+    assert_eq!(names(&db.json()), ["shop/db-0"]);
+    let by_field = get(&app, &format!("{}?fieldSelector=metadata.name%3Dweb-1", widgets_path("shop"))).await;
+    assert_eq!(names(&by_field.json()), ["shop/web-1"]);
+
+    // A refreshed listing (new values, a new pod) is filtered again, never answered from the
+    // old one's rendering.
+    let second = vec![
+        mk_item(&WIDGET, "shop", "web-1", &[("app", "web")], "7"),
+        mk_item(&WIDGET, "shop", "web-3", &[("app", "web")], "8"),
+    ];
+    *kind.current.lock().unwrap() = listing(second, "2");
+    let v = get(&app, &web).await.json();
+    assert_eq!(
+        (names(&v), sizes(&v), v["metadata"]["resourceVersion"].clone()),
+        (vec!["shop/web-1".to_owned(), "shop/web-3".to_owned()], vec!["7".to_owned(), "8".to_owned()], json!("2"))
+    );
 }

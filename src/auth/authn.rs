@@ -13,11 +13,10 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, header};
 use k8s_openapi::api::authentication::v1::TokenReviewStatus;
 use moka::future::Cache;
-use rustls::pki_types::CertificateDer;
 
 use super::review::TokenReviewer;
 use super::trust::{RequestHeaderConfig, TrustMaterial};
-use super::x509::{self, CaBundle};
+use super::x509::{CaBundle, VerifiedChain};
 use super::{PeerCertificates, UserInfo};
 
 /// `user.Anonymous`.
@@ -114,19 +113,19 @@ pub(crate) async fn authenticate(
     peer: Option<&PeerCertificates>,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<UserInfo>>, Vec<AuthnError>> {
-    let chain = peer.map(|p| p.0.as_slice()).filter(|c| !c.is_empty());
+    let peer = peer.filter(|p| !p.chain().is_empty());
     let mut errors = Vec::new();
 
-    if let (Some(chain), Some(config)) = (chain, &material.request_header) {
-        match request_header(config, chain, headers) {
+    if let (Some(peer), Some(config)) = (peer, &material.request_header) {
+        match request_header(config, peer, headers) {
             Ok(Some(user)) => return Ok(Some(Arc::new(add_authenticated(user)))),
             Ok(None) => {}
             Err(e) => errors.push(AuthnError::RequestHeader(e)),
         }
     }
-    if let (Some(chain), Some(ca)) = (chain, &material.client_ca) {
-        match client_certificate(ca, chain) {
-            Ok(Some(user)) => return Ok(Some(Arc::new(add_authenticated(user)))),
+    if let (Some(peer), Some(ca)) = (peer, &material.client_ca) {
+        match client_certificate(ca, peer) {
+            Ok(Some(user)) => return Ok(Some(user)),
             Ok(None) => {}
             Err(e) => errors.push(AuthnError::X509(e)),
         }
@@ -165,13 +164,13 @@ fn add_authenticated(mut user: UserInfo) -> UserInfo {
 /// (clientAuth) and carry an allowed CN; then the user comes from the headers.
 fn request_header(
     config: &RequestHeaderConfig,
-    chain: &[CertificateDer<'static>],
+    peer: &PeerCertificates,
     headers: &HeaderMap,
 ) -> Result<Option<UserInfo>, String> {
-    config.ca.verify(chain)?;
+    let verified = peer.verify(&config.ca)?;
     if !config.allowed_names.is_empty() {
-        let cn = x509::subject(chain[0].as_ref())?.common_name;
-        if !config.allowed_names.contains(&cn) {
+        let cn = &verified.subject.common_name;
+        if !config.allowed_names.contains(cn) {
             return Err(format!("x509: subject with cn={cn} is not in the allowed list"));
         }
     }
@@ -238,11 +237,15 @@ fn header_text(value: &http::HeaderValue) -> String {
 }
 
 /// The x509 authenticator: the chain must verify against the client CA (clientAuth); user =
-/// CN (an empty CN is "not mine"), groups = O, UID from the Kubernetes UID attribute.
-fn client_certificate(ca: &CaBundle, chain: &[CertificateDer<'static>]) -> Result<Option<UserInfo>, String> {
-    ca.verify(chain)?;
-    let leaf = &chain[0];
-    let subject = x509::subject(leaf.as_ref())?;
+/// CN (an empty CN is "not mine"), groups = O, UID from the Kubernetes UID attribute. The user
+/// (with `system:authenticated`) is built once per verified chain.
+fn client_certificate(ca: &CaBundle, peer: &PeerCertificates) -> Result<Option<Arc<UserInfo>>, String> {
+    let verified = peer.verify(ca)?;
+    verified.x509_user.get_or_init(|| x509_user(&verified)).clone()
+}
+
+fn x509_user(verified: &VerifiedChain) -> Result<Option<Arc<UserInfo>>, String> {
+    let subject = &verified.subject;
     if subject.common_name.is_empty() {
         return Ok(None);
     }
@@ -252,14 +255,13 @@ fn client_certificate(ca: &CaBundle, chain: &[CertificateDer<'static>]) -> Resul
         [uid] => uid.clone(),
         many => return Err(format!("expected 1 UID, but found multiple: {many:?}")),
     };
-    let fingerprint = ring::digest::digest(&ring::digest::SHA256, leaf.as_ref());
-    let id: String = fingerprint.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    Ok(Some(UserInfo {
-        name: subject.common_name,
+    let id: String = verified.leaf_sha256.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(Some(Arc::new(add_authenticated(UserInfo {
+        name: subject.common_name.clone(),
         uid,
-        groups: subject.organizations,
+        groups: subject.organizations.clone(),
         extra: BTreeMap::from([(CREDENTIAL_ID_KEY.to_owned(), vec![format!("X509SHA256={id}")])]),
-    }))
+    }))))
 }
 
 /// `Authorization: Bearer <token>` (scheme case-insensitive; `bearertoken.Authenticator`).
@@ -272,30 +274,28 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Removes `Authorization` and every identity header (configured names and prefixes, and
-/// kube-apiserver's defaults) so nothing downstream can read or forward them.
+/// kube-apiserver's defaults) so nothing downstream can read or forward them. Allocates only
+/// when an identity header other than `Authorization` is present.
 pub(crate) fn strip_credentials(material: &TrustMaterial, headers: &mut HeaderMap) {
-    let mut names: Vec<String> = DEFAULT_IDENTITY_HEADERS.iter().map(|s| (*s).to_owned()).collect();
-    let mut prefixes = vec![DEFAULT_EXTRA_PREFIX.to_owned()];
-    if let Some(rh) = &material.request_header {
-        names.extend(
-            rh.username_headers
-                .iter()
-                .chain(&rh.uid_headers)
-                .chain(&rh.group_headers)
-                .map(|h| h.to_ascii_lowercase()),
-        );
-        prefixes.extend(rh.extra_header_prefixes.iter().map(|p| p.to_ascii_lowercase()));
-    }
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| {
-            let k = k.as_str();
-            k == header::AUTHORIZATION.as_str()
-                || names.iter().any(|n| n == k)
-                || prefixes.iter().any(|p| k.starts_with(p.as_str()))
-        })
-        .cloned()
-        .collect();
+    headers.remove(header::AUTHORIZATION);
+    let rh = material.request_header.as_ref();
+    let is_identity = |name: &HeaderName| {
+        // `HeaderName`s are lower-case; the configured names may not be.
+        let k = name.as_str();
+        DEFAULT_IDENTITY_HEADERS.contains(&k)
+            || k.starts_with(DEFAULT_EXTRA_PREFIX)
+            || rh.is_some_and(|rh| {
+                rh.username_headers
+                    .iter()
+                    .chain(&rh.uid_headers)
+                    .chain(&rh.group_headers)
+                    .any(|n| n.eq_ignore_ascii_case(k))
+                    || rh.extra_header_prefixes.iter().any(|p| {
+                        k.len() >= p.len() && k.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+                    })
+            })
+    };
+    let doomed: Vec<HeaderName> = headers.keys().filter(|k| is_identity(k)).cloned().collect();
     for name in doomed {
         headers.remove(name);
     }

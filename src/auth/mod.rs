@@ -11,8 +11,9 @@
 //! Trust material (client CA, front proxy CA and header names) comes from flags or the
 //! `kube-system/extension-apiserver-authentication` ConfigMap, watched ([`trust`]). The TLS
 //! listener requests a client certificate without verifying its chain ([`tls`]); the TLS accept
-//! loop hands the chain to the middleware as a [`PeerCertificates`] extension and chains are
-//! verified per request against the current CAs. The upstream calls are behind
+//! loop hands the chain to the middleware as a [`PeerCertificates`] extension; a chain is
+//! verified against the current CAs on the first request of its connection and again whenever
+//! those CAs change or the chain's validity ends. The upstream calls are behind
 //! [`TokenReviewer`] and [`AccessReviewer`].
 
 pub mod authn;
@@ -60,25 +61,44 @@ pub struct UserInfo {
 }
 
 /// The certificate chain the TLS peer presented (leaf first), put into every request's
-/// extensions by the TLS accept loop; absent when the peer presented none. Not verified: the
-/// middleware verifies it per request.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+/// extensions by the TLS accept loop; absent when the peer presented none. Not verified by the
+/// handshake: the authenticators verify it against the current CAs ([`PeerCertificates::verify`]),
+/// once per connection and CA bundle while the chain is valid.
+#[derive(Clone)]
+pub struct PeerCertificates(Arc<x509::PeerChain>);
 
 impl std::fmt::Debug for PeerCertificates {
     /// Only the length: certificate material is never logged.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerCertificates").field("len", &self.0.len()).finish()
+        f.debug_struct("PeerCertificates").field("len", &self.chain().len()).finish()
     }
 }
 
 impl PeerCertificates {
+    /// A presented chain, leaf first.
+    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
+        Self(Arc::new(x509::PeerChain::new(chain)))
+    }
+
     /// The chain of an established server connection, if the client sent one.
     pub fn from_server_connection(connection: &rustls::ServerConnection) -> Option<Self> {
         connection
             .peer_certificates()
             .filter(|chain| !chain.is_empty())
-            .map(|chain| Self(Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())))
+            .map(|chain| Self::new(chain.iter().map(|c| c.clone().into_owned()).collect()))
+    }
+
+    /// The chain, leaf first.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        self.0.chain()
+    }
+
+    /// Verifies the chain against `ca` for client authentication now. A success is
+    /// remembered for this connection and this bundle (by content) until the first
+    /// certificate of the chain expires: a request on the same connection skips the
+    /// signature checks, a changed bundle verifies again, an expired chain fails as before.
+    pub fn verify(&self, ca: &CaBundle) -> Result<Arc<x509::VerifiedChain>, String> {
+        self.0.verify(ca)
     }
 }
 
@@ -226,8 +246,19 @@ async fn config_for(
 
 /// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
 /// extensions and without credentials in the headers; or answers 401/403/500 as a
-/// `metav1.Status`. Install with `axum::middleware::from_fn_with_state(auth, middleware)`.
+/// `metav1.Status`. Install with `axum::middleware::from_fn_with_state(auth, middleware)`; the
+/// API server calls [`admit`] directly.
 pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, next: Next) -> Response {
+    match admit(&auth, &mut request).await {
+        Ok(()) => next.run(request).await,
+        Err(response) => response,
+    }
+}
+
+/// Authenticates and authorizes `request`: on success the [`UserInfo`] is in its extensions
+/// and no credential is left in its headers; otherwise the 401/403/500 `metav1.Status` to
+/// answer.
+pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
     let material = auth.trust.current();
     let peer = request.extensions().get::<PeerCertificates>().cloned();
     let outcome = authn::authenticate(&material, &auth.tokens, peer.as_ref(), request.headers()).await;
@@ -238,18 +269,18 @@ pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, nex
         Ok(None) if auth.anonymous => Arc::new(authn::anonymous()),
         Ok(None) => {
             tracing::debug!("unauthorized: no credentials and anonymous access is disabled");
-            return ApiError::Unauthorized.into_response();
+            return Err(ApiError::Unauthorized.into_response());
         }
         Err(errors) => {
             let cn =
-                peer.as_ref().and_then(|p| p.0.first()).and_then(|leaf| x509::subject(leaf.as_ref()).ok());
+                peer.as_ref().and_then(|p| p.chain().first()).and_then(|leaf| x509::subject(leaf.as_ref()).ok());
             let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
             tracing::debug!(
                 peer_cn = cn.as_ref().map(|s| s.common_name.as_str()),
                 reasons = ?reasons,
                 "unauthorized: authentication failed"
             );
-            return ApiError::Unauthorized.into_response();
+            return Err(ApiError::Unauthorized.into_response());
         }
     };
 
@@ -257,22 +288,22 @@ pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, nex
     // Parsed once by the router's outermost layer; a request without it was never parsed,
     // which is a wiring fault, not a client's.
     let Some(parsed) = request.extensions().get::<Arc<ParsedRequest>>().cloned() else {
-        return ApiError::Internal("the request was not parsed before authorization".to_owned())
-            .into_response();
+        return Err(ApiError::Internal("the request was not parsed before authorization".to_owned())
+            .into_response());
     };
-    let Some(info) = parsed.info.as_ref() else { return ApiError::PathNotFound.into_response() };
+    let Some(info) = parsed.info.as_ref() else { return Err(ApiError::PathNotFound.into_response()) };
     // Go authorizes `URL.Path`, which is decoded.
     let path = percent_decode(uri.path());
     match auth.authorizer.authorize(&user, info, &path).await {
         Ok(Decision::Allow) => {}
         Ok(Decision::Forbid(reason)) => {
             tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
-            return forbidden(&user, info, &path, &reason);
+            return Err(forbidden(&user, info, &path, &reason));
         }
-        Err(detail) => return ApiError::Internal(detail).into_response(),
+        Err(detail) => return Err(ApiError::Internal(detail).into_response()),
     }
     request.extensions_mut().insert(user);
-    next.run(request).await
+    Ok(())
 }
 
 /// The 403 of `responsewriters.Forbidden`.

@@ -199,7 +199,7 @@ fn mk_req(
         builder = builder.header(*k, *v);
     }
     if let Some(chain) = peer {
-        builder = builder.extension(PeerCertificates(Arc::new(chain)));
+        builder = builder.extension(PeerCertificates::new(chain));
     }
     // As the router's outermost layer does for every request.
     let uri: http::Uri = path.parse().unwrap();
@@ -1180,4 +1180,54 @@ async fn kube_reviewers_speak_the_wire_format() {
             }
         })
     );
+}
+
+// ------------------------------------------------------- verification once per connection
+
+#[test]
+fn not_after_reads_both_time_forms() {
+    // RFC 5280: UTCTime through 2049, GeneralizedTime from 2050 on (rcgen writes both).
+    let ca = mk_ca("ca");
+    for ((y, m, d, h, min, s), want) in
+        [((2030, 6, 15, 12, 30, 45), 1_907_757_045), ((2051, 1, 1, 0, 0, 0), 2_556_144_000)]
+    {
+        let leaf = mk_cert(&ca, |p| {
+            p.not_after = rcgen::date_time_ymd(y, m, d) + Duration::from_secs(h * 3600 + min * 60 + s);
+        });
+        assert_eq!(x509::not_after(leaf.der.as_ref()), Ok(want), "{y}-{m}-{d}");
+    }
+    assert_eq!(x509::not_after(b"\x30\x00"), Err("malformed DER".to_owned()));
+}
+
+#[test]
+fn a_chain_is_verified_once_per_bundle_until_it_expires() {
+    let (ca1, ca2) = (mk_ca("ca-1"), mk_ca("ca-2"));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    // Valid for the next 2 to 3 seconds (validity is kept in whole seconds).
+    let leaf = mk_cert(&ca1, |p| {
+        p.distinguished_name.push(rcgen::DnType::CommonName, "alice");
+        p.extended_key_usages = vec![ClientAuth];
+        p.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(now.as_secs() + 3);
+    });
+    let peer = PeerCertificates::new(vec![leaf.der.clone()]);
+    let bundle = |pem: &str| CaBundle::from_pem(pem.as_bytes()).unwrap().unwrap();
+    let (only_1, only_2, both) = (bundle(&ca1.pem), bundle(&ca2.pem), bundle(&format!("{}{}", ca2.pem, ca1.pem)));
+
+    let first = peer.verify(&only_1).unwrap();
+    assert_eq!(first.subject.common_name, "alice");
+    assert!(Arc::ptr_eq(&first, &peer.verify(&only_1).unwrap()), "the second request reuses the verdict");
+    // Another bundle (a rotation) verifies again: refused by one without the issuer...
+    let refused = peer.verify(&only_2).unwrap_err();
+    assert!(refused.contains("UnknownIssuer"), "{refused}");
+    // ...and accepted, as a new verdict, by one that holds it.
+    assert!(!Arc::ptr_eq(&first, &peer.verify(&both).unwrap()));
+    // A bundle equal by content to a remembered one keeps its verdict.
+    assert!(Arc::ptr_eq(&first, &peer.verify(&bundle(&ca1.pem)).unwrap()));
+
+    // Past the leaf's notAfter the remembered verdict no longer counts.
+    std::thread::sleep(Duration::from_millis(4100));
+    for ca in [&only_1, &both] {
+        let expired = peer.verify(ca).unwrap_err();
+        assert!(expired.contains("expired"), "{expired}");
+    }
 }

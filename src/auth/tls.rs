@@ -173,7 +173,7 @@ mod tests {
             let chain = vec![leaf.der.clone(), ca.der.clone()];
             let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key_der.clone()));
             let peer = handshake(versions, Some((chain.clone(), key))).await.unwrap().unwrap();
-            assert_eq!(*peer.0, chain);
+            assert_eq!(peer.chain(), chain.as_slice());
         }
     }
 

@@ -4,7 +4,7 @@
 //! (user name), O values (groups) and the Kubernetes UID attribute (OID 1.3.6.1.4.1.57683.2),
 //! as Go's `pkix.Name.FillFromRDNSequence` reads them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
@@ -87,6 +87,80 @@ impl CaBundle {
     }
 }
 
+/// Verdicts kept per connection: the client CA and the front proxy CA, and a rotation of
+/// either while the connection lives.
+const MAX_VERDICTS: usize = 4;
+
+/// A presented chain and the bundles it verified against (see
+/// [`PeerCertificates::verify`](super::PeerCertificates::verify)).
+pub struct PeerChain {
+    chain: Vec<CertificateDer<'static>>,
+    verdicts: Mutex<Vec<Verdict>>,
+}
+
+/// A success: the bundle's fingerprint, the last second (Unix) the chain is valid.
+struct Verdict {
+    bundle: [u8; 32],
+    valid_until: u64,
+    verified: Arc<VerifiedChain>,
+}
+
+/// What a verified chain gives the authenticators.
+#[derive(Debug)]
+pub struct VerifiedChain {
+    /// The leaf's subject.
+    pub subject: Subject,
+    /// SHA-256 of the leaf (the x509 authenticator's credential id).
+    pub leaf_sha256: [u8; 32],
+    /// The x509 authenticator's answer for this chain, computed once.
+    pub(crate) x509_user: OnceLock<Result<Option<Arc<super::UserInfo>>, String>>,
+}
+
+impl PeerChain {
+    pub(crate) fn new(chain: Vec<CertificateDer<'static>>) -> Self {
+        Self { chain, verdicts: Mutex::new(Vec::new()) }
+    }
+
+    pub(crate) fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.chain
+    }
+
+    pub(crate) fn verify(&self, ca: &CaBundle) -> Result<Arc<VerifiedChain>, String> {
+        let now = UnixTime::now().as_secs();
+        {
+            let verdicts = self.verdicts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(v) = verdicts.iter().find(|v| v.bundle == ca.fingerprint && now <= v.valid_until) {
+                return Ok(v.verified.clone());
+            }
+        }
+        ca.verify(&self.chain)?;
+        let leaf = self.chain.first().ok_or_else(|| "no certificate".to_owned())?;
+        let mut leaf_sha256 = [0u8; 32];
+        leaf_sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, leaf.as_ref()).as_ref());
+        let verified = Arc::new(VerifiedChain {
+            subject: subject(leaf.as_ref())?,
+            leaf_sha256,
+            x509_user: OnceLock::new(),
+        });
+        // Valid until the first certificate of the chain expires (conservative: a certificate
+        // the path did not use counts too). One that cannot be read is not remembered.
+        let valid_until = self.chain.iter().map(|c| not_after(c.as_ref())).min_by(|a, b| match (a, b) {
+            (Ok(a), Ok(b)) => a.cmp(b),
+            (Err(_), _) => std::cmp::Ordering::Less,
+            (_, Err(_)) => std::cmp::Ordering::Greater,
+        });
+        if let Some(Ok(valid_until)) = valid_until {
+            let mut verdicts = self.verdicts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            verdicts.retain(|v| v.bundle != ca.fingerprint && now <= v.valid_until);
+            if verdicts.len() >= MAX_VERDICTS {
+                verdicts.remove(0);
+            }
+            verdicts.push(Verdict { bundle: ca.fingerprint, valid_until, verified: verified.clone() });
+        }
+        Ok(verified)
+    }
+}
+
 /// The subject attributes that make a Kubernetes user.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Subject {
@@ -143,6 +217,53 @@ pub fn subject(cert: &[u8]) -> Result<Subject, String> {
         }
     }
     Ok(subject)
+}
+
+/// The end of a certificate's validity (`notAfter`), in seconds since the Unix epoch.
+pub fn not_after(cert: &[u8]) -> Result<u64, String> {
+    let (certificate, _) = expect(cert, TAG_SEQUENCE, "certificate")?;
+    let (tbs, _) = expect(certificate, TAG_SEQUENCE, "tbsCertificate")?;
+    let mut rest = tbs;
+    let (tag, _, after) = tlv(rest)?;
+    if tag == TAG_VERSION {
+        rest = after;
+    }
+    let (_, rest) = expect(rest, TAG_INTEGER, "serialNumber")?;
+    let (_, rest) = expect(rest, TAG_SEQUENCE, "signature")?;
+    let (_, rest) = expect(rest, TAG_SEQUENCE, "issuer")?;
+    let (validity, _) = expect(rest, TAG_SEQUENCE, "validity")?;
+    let (_, _, validity) = tlv(validity)?;
+    let (tag, time, _) = tlv(validity)?;
+    asn1_time(tag, time)
+}
+
+/// `UTCTime` (`YYMMDDHHMMSSZ`, years 1950–2049 as RFC 5280 reads them) or `GeneralizedTime`
+/// (`YYYYMMDDHHMMSSZ`), the two forms a certificate's validity takes, in Unix seconds.
+fn asn1_time(tag: u8, value: &[u8]) -> Result<u64, String> {
+    let text = std::str::from_utf8(value).map_err(|_| "malformed DER: time".to_owned())?;
+    let digits = text.strip_suffix('Z').filter(|d| d.bytes().all(|b| b.is_ascii_digit()));
+    let field = |d: &str, at: usize, len: usize| d.get(at..at + len).and_then(|v| v.parse::<i16>().ok());
+    let parsed = match (tag, digits) {
+        (0x17, Some(d)) if d.len() == 12 => {
+            field(d, 0, 2).map(|yy| (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &d[2..]))
+        }
+        (0x18, Some(d)) if d.len() == 14 => field(d, 0, 4).map(|yyyy| (yyyy, &d[4..])),
+        _ => None,
+    };
+    let time = parsed.and_then(|(year, d)| {
+        let [month, day, hour, minute, second] = [0, 2, 4, 6, 8].map(|at| field(d, at, 2));
+        let date = jiff::civil::Date::new(year, i8::try_from(month?).ok()?, i8::try_from(day?).ok()?).ok()?;
+        let time = jiff::civil::Time::new(
+            i8::try_from(hour?).ok()?,
+            i8::try_from(minute?).ok()?,
+            i8::try_from(second?).ok()?,
+            0,
+        )
+        .ok()?;
+        let timestamp = date.to_datetime(time).to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+        u64::try_from(timestamp.as_second()).ok()
+    });
+    time.ok_or_else(|| format!("malformed DER: time {text:?}"))
 }
 
 /// Reads one TLV: (tag, content, rest). DER only: definite lengths, low tag numbers.
