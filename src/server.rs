@@ -55,12 +55,6 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 /// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
 /// kube-aggregator forwards.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Unsent bytes a connection's socket may hold (`TCP_NOTSENT_LOWAT`): beyond it the socket
-/// reports itself full, so list bodies wait in HTTP/2's per-stream queues, where a small
-/// response (discovery, a single object) overtakes them, instead of in the kernel's send
-/// buffer, which it cannot overtake (see `api::fairness`).
-#[cfg(target_os = "linux")]
-const NOTSENT_LOWAT: u32 = 128 * 1024;
 
 /// A configured server, bound but not yet serving.
 pub struct Prepared {
@@ -489,8 +483,6 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        #[cfg(target_os = "linux")]
-        let _ = socket2::SockRef::from(&tcp).set_tcp_notsent_lowat(NOTSENT_LOWAT);
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let app = app.clone();
