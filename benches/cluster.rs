@@ -1,12 +1,18 @@
 //! Cluster-scale benchmarks (BENCHMARKS.md): starts `percolator-sim` at a given size, a real
 //! Prometheus scraping it (history backfilled with promtool), and percolator (release
-//! builds), then measures B1–B6 with baselines taken in the same run:
+//! builds), then measures B1–B8 with baselines taken in the same run:
 //!
 //! - B1 cold `list` latency (one namespace, all namespaces) vs the same upstream work done
 //!   directly (the PromQL queries plus the kubelet fetches);
-//! - B2 warm `get`/`list` throughput and p50/p99 over HTTPS keep-alive (HTTP/1.1, HTTP/2) with
-//!   h2load, vs a bare rustls+hyper server returning the same bytes;
-//! - B3 resident memory per pod after the inventory and caches are full;
+//! - B2 warm `get`, namespaced `list` and namespaced `list` with a `labelSelector` (`app=worker`,
+//!   1/12 of the pods) throughput and p50/p99 over HTTPS keep-alive (HTTP/1.1, HTTP/2), each
+//!   with a bearer token (h2load) and with the front proxy's client certificate carrying
+//!   `X-Remote-User`/`X-Remote-Group` as the aggregator sends them (`cluster/loadgen.rs`: h2load cannot
+//!   present a client certificate), vs a bare rustls+hyper server returning the same bytes
+//!   with the same client identity method (for the certificate rows it requires a client
+//!   certificate from the same CA); medians of alternating rounds (percolator, then bare);
+//! - B3 resident memory per pod after the inventory and caches are full, and the marginal
+//!   cost per pod over a minimal cluster (1 node × 30 pods) measured in the same run;
 //! - B4 upstream calls for 1, 10, 100 identical concurrent cold requests;
 //! - B5 aggregated discovery p99 while 1,000 cold lists share one HTTP/2 connection;
 //! - B6 CPU seconds per cache refresh (a cold all-namespaces list);
@@ -14,13 +20,26 @@
 //!   query done directly, and warm throughput (B2's method);
 //! - B8 a declared kind's cold list of every namespace vs its PromQL queries done directly.
 //!
-//! `cargo bench --bench cluster -- 1000 10000 150000` (sizes in pods; default 1000 10000).
-//! `--memory-only` measures B3 alone; `--resource-source=prometheus` measures, in that mode
-//! (the simulator with `--cadvisor`, no kubelet connection), B1 against the raw PromQL of the
-//! same list and B3.
+//! `cargo bench --bench cluster -- [SWITCHES] 1000 10000 150000` (sizes in pods; default 1000
+//! 10000). Switches:
+//!
+//! - `--only=b1,b2,...` runs only the named sections (default all of b1–b8); `--memory-only` is
+//!   `--only=b3`;
+//! - `--rounds N` (default 3): alternating rounds per B2/B7 throughput row, each measuring
+//!   percolator then the bare server; the row reports the medians (the upper one for an even
+//!   N), the median ratio and every round's ratio;
+//! - `--duration SECS` (default 3): measured seconds per throughput measurement, after 1 s of
+//!   warm-up that is not counted (the B2 section of one size takes about 6 minutes);
+//! - `--loadgen-check`: also measures every token row with `cluster/loadgen.rs` (rows `B2 check` and
+//!   `B7 check`), to compare its ratio with h2load's;
+//! - `--resource-source=prometheus` measures, in that mode (the simulator with `--cadvisor`,
+//!   no kubelet connection), B1 against the raw PromQL of the same list and B3.
+//!
+//! The environment variable `PERCOLATOR_BIN` names the percolator binary to measure (default:
+//! this build's); the report's first line names it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -31,6 +50,9 @@ use std::time::{Duration, Instant};
 #[path = "../src/bin/percolator-sim/devenv.rs"]
 #[allow(dead_code)]
 mod devenv;
+/// The load generator of the client-certificate rows.
+#[path = "cluster/loadgen.rs"]
+mod loadgen;
 
 use devenv::{Prometheus, PrometheusOptions, ScrapeJob};
 use serde_json::Value;
@@ -47,6 +69,15 @@ const LARGE_PODS: u32 = 20_000;
 const NAMESPACES: usize = 10;
 const SCRAPE: Duration = Duration::from_secs(15);
 const TOKEN: &str = "tester-token";
+/// The user and group the simulator's TokenReview gives [`TOKEN`] (its built-in policy lets the
+/// group `viewers` get and list every served API): what the front proxy rows send as
+/// `X-Remote-User`/`X-Remote-Group`.
+const TOKEN_USER: &str = "tester";
+const TOKEN_GROUP: &str = "viewers";
+/// The CN of the front proxy's client certificate, allowed by `--requestheader-allowed-names`.
+const FRONT_PROXY_CN: &str = "front-proxy-client";
+/// B2's selected list: `app=worker` is one pod in twelve (the simulator's workload).
+const SELECTOR: &str = "app%3Dworker";
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 /// The kind B8 declares: one object per pod with PodMetricsSummary's request and error rates.
 const DECLARED_KIND: &str = "kinds:
@@ -73,6 +104,17 @@ struct Server {
     _child: Child,
     url: String,
     pid: u32,
+}
+
+/// B7's request: the HPA's `Pods` metric over every pod of `ns`.
+fn pods_metric(base: &str, ns: &str) -> String {
+    format!("{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/http_requests_per_second")
+}
+
+/// The percolator binary measured: `PERCOLATOR_BIN`, or this build's.
+fn percolator_bin() -> PathBuf {
+    std::env::var_os("PERCOLATOR_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_percolator")), PathBuf::from)
 }
 
 fn namespaces() -> String {
@@ -159,7 +201,7 @@ async fn start_percolator(
     extra: &[String],
 ) -> Server {
     let log = dir.join(format!("percolator-{tag}.log"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+    let mut child = Command::new(percolator_bin())
         .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
         .arg("--cert-dir")
         .arg(dir.join("certs"))
@@ -306,12 +348,18 @@ async fn direct_promql(prometheus: &str, query: &str) -> Duration {
     started.elapsed()
 }
 
-/// Runs h2load against `url` and returns (requests per second, p50 ms, p99 ms).
-async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
-    let log = dir.join(format!("h2load-{}.log", tag.replace(['/', ' '], "-")));
+/// (requests per second, p50 ms, p99 ms) of one throughput measurement.
+type Load = (f64, f64, f64);
+
+/// Runs h2load against `url` with a bearer token (16 connections; HTTP/2: 16 streams each) for
+/// `seconds` after 1 s of warm-up, and returns what it measured; asserts that no request
+/// failed and every answer was 2xx.
+async fn h2load(url: &str, h1: bool, seconds: u64, dir: &Path, tag: &str) -> Load {
+    let log = dir.join(format!("h2load-{}.log", tag.replace(['/', ' ', ',', '='], "-")));
+    let _ = std::fs::remove_file(&log);
     let mut cmd = Command::new("h2load");
-    cmd.args(["-D", "8", "-c", "16", "-m", if h1 { "1" } else { "16" }, "-t", "1"])
-        .args(["-H", &format!("authorization: Bearer {TOKEN}")])
+    cmd.args(["-D", &seconds.to_string(), "--warm-up-time=1", "-c", "16", "-m", if h1 { "1" } else { "16" }])
+        .args(["-t", "1", "-H", &format!("authorization: Bearer {TOKEN}")])
         .arg("--log-file")
         .arg(&log);
     if h1 {
@@ -328,6 +376,8 @@ async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
         .unwrap_or(0.0);
     let failed = text.lines().find(|l| l.starts_with("requests:")).unwrap_or("").to_string();
     assert!(failed.contains(" 0 failed"), "h2load {tag}: {failed}\n{text}");
+    let codes = text.lines().find(|l| l.starts_with("status codes:")).unwrap_or("").to_string();
+    assert!(codes.contains(" 0 3xx, 0 4xx, 0 5xx"), "h2load {tag}: {codes}\n{text}");
     // Log lines: start-time(us) status duration(us).
     let mut latencies: Vec<f64> = std::fs::read_to_string(&log)
         .unwrap_or_default()
@@ -343,12 +393,24 @@ async fn h2load(url: &str, h1: bool, dir: &Path, tag: &str) -> (f64, f64, f64) {
     (rps, p50, p99)
 }
 
-/// A bare rustls + hyper server answering every request with `body`, the ceiling for B2.
-async fn bare_server(dir: &Path, body: bytes::Bytes) -> String {
+/// A bare rustls + hyper server answering every request with `body`, the ceiling for B2. With
+/// `client_ca`, it requires a client certificate signed by that CA (PEM file).
+async fn bare_server(dir: &Path, body: bytes::Bytes, client_ca: Option<&Path>) -> String {
     use hyper_util::rt::{TokioExecutor, TokioIo};
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
     let args: percolator::config::Args =
         clap::Parser::parse_from(["percolator", "--cert-dir", dir.join("certs").to_str().unwrap()]);
-    let tls = percolator::tls::server_config(&args.serving, None).unwrap();
+    let verifier = client_ca.map(|path| {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(path).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> =
+            rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().unwrap();
+        verifier
+    });
+    let tls = percolator::tls::server_config(&args.serving, verifier).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
@@ -378,6 +440,186 @@ async fn bare_server(dir: &Path, body: bytes::Bytes) -> String {
     url
 }
 
+/// The front proxy's trust material, made by the bench: a CA and the client certificate the
+/// aggregator presents (CN `front-proxy-client`, EKU clientAuth), PEM files.
+struct FrontProxy {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn mk_front_proxy(dir: &Path) -> FrontProxy {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let dir = dir.join("front-proxy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, "bench-front-proxy-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, FRONT_PROXY_CN);
+    leaf.is_ca = IsCa::ExplicitNoCa;
+    leaf.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let front_proxy =
+        FrontProxy { ca: dir.join("ca.crt"), cert: dir.join("client.crt"), key: dir.join("client.key") };
+    std::fs::write(&front_proxy.ca, ca_cert.pem()).unwrap();
+    std::fs::write(&front_proxy.cert, cert.pem()).unwrap();
+    std::fs::write(&front_proxy.key, key.serialize_pem()).unwrap();
+    front_proxy
+}
+
+/// percolator's request-header flags trusting `front_proxy` (as kube-apiserver's aggregator
+/// is configured: its CN allowed, the usual headers).
+fn request_header_flags(front_proxy: &FrontProxy) -> Vec<String> {
+    vec![
+        format!("--requestheader-client-ca-file={}", front_proxy.ca.display()),
+        format!("--requestheader-allowed-names={FRONT_PROXY_CN}"),
+        "--requestheader-username-headers=X-Remote-User".to_owned(),
+        "--requestheader-group-headers=X-Remote-Group".to_owned(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+    ]
+}
+
+/// How a B2 client identifies itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Identity {
+    /// `Authorization: Bearer tester-token` (a TokenReview, cached).
+    Token,
+    /// The front proxy's client certificate with `X-Remote-User: tester` and the groups
+    /// `viewers` and `system:authenticated` in `X-Remote-Group`: what the aggregator sends for
+    /// the user behind the token.
+    FrontProxy,
+}
+
+impl Identity {
+    fn describe(self) -> &'static str {
+        match self {
+            Identity::Token => "token",
+            Identity::FrontProxy => "client certificate + X-Remote-*",
+        }
+    }
+}
+
+/// Which load generator measures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Tool {
+    H2load,
+    Loadgen,
+}
+
+/// What the throughput measurements of one size share.
+struct Throughput<'a> {
+    dir: &'a Path,
+    /// The serving certificate of percolator and the bare servers (PEM).
+    server_ca: Vec<u8>,
+    front_proxy: &'a FrontProxy,
+    rounds: usize,
+    seconds: u64,
+}
+
+impl Throughput<'_> {
+    /// One measurement of `url`; `len` is the body length every answer must have.
+    async fn measure(
+        &self,
+        tool: Tool,
+        identity: Identity,
+        url: &str,
+        h1: bool,
+        len: usize,
+        tag: &str,
+    ) -> Load {
+        match tool {
+            Tool::H2load => {
+                assert_eq!(identity, Identity::Token, "h2load cannot present a client certificate");
+                h2load(url, h1, self.seconds, self.dir, tag).await
+            }
+            Tool::Loadgen => {
+                let mut options = loadgen::Options::new(url, !h1, self.server_ca.clone(), len);
+                options.duration = Duration::from_secs(self.seconds);
+                match identity {
+                    Identity::Token => {
+                        options.headers.push(("authorization".into(), format!("Bearer {TOKEN}")))
+                    }
+                    Identity::FrontProxy => {
+                        options.client_cert =
+                            Some((self.front_proxy.cert.clone(), self.front_proxy.key.clone()));
+                        options.headers.extend([
+                            ("X-Remote-User".to_owned(), TOKEN_USER.to_owned()),
+                            ("X-Remote-Group".to_owned(), TOKEN_GROUP.to_owned()),
+                            ("X-Remote-Group".to_owned(), "system:authenticated".to_owned()),
+                        ]);
+                    }
+                }
+                let outcome = loadgen::run(options).await;
+                eprintln!("loadgen {tag}: {} requests in {} s", outcome.requests, self.seconds);
+                (outcome.rps, outcome.p50_ms, outcome.p99_ms)
+            }
+        }
+    }
+
+    /// `rounds` alternating rounds of percolator's `url` then the bare server's `bare`.
+    async fn compare(
+        &self,
+        tool: Tool,
+        identity: Identity,
+        urls: (&str, &str),
+        h1: bool,
+        len: usize,
+        tag: &str,
+    ) -> Compared {
+        let (url, bare) = urls;
+        let (mut ours, mut theirs, mut ratios) = (vec![], vec![], vec![]);
+        for round in 0..self.rounds {
+            let a = self.measure(tool, identity, url, h1, len, &format!("{tag}-{round}")).await;
+            let b = self.measure(tool, identity, bare, h1, len, &format!("bare-{tag}-{round}")).await;
+            ratios.push(a.0 / b.0);
+            ours.push(a);
+            theirs.push(b);
+        }
+        let medians = |loads: &[Load]| {
+            (
+                median(loads.iter().map(|l| l.0).collect()),
+                median(loads.iter().map(|l| l.1).collect()),
+                median(loads.iter().map(|l| l.2).collect()),
+            )
+        };
+        Compared { ours: medians(&ours), bare: medians(&theirs), ratio: median(ratios.clone()), ratios }
+    }
+}
+
+/// Medians over alternating rounds: each side's (req/s, p50, p99) and the rounds' ratios.
+struct Compared {
+    ours: Load,
+    bare: Load,
+    ratio: f64,
+    ratios: Vec<f64>,
+}
+
+impl Compared {
+    /// A report row: `measure` is the row's description.
+    fn row(&self, section: &str, pods: u32, measure: &str) -> String {
+        let ratios = self.ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
+        let ((rps, p50, p99), (brps, bp50, bp99)) = (self.ours, self.bare);
+        format!(
+            "| {section} | {pods} | {measure} (round ratios {ratios}) | {rps:.0} req/s, p50 {p50:.2} ms, p99 {p99:.2} ms | bare {brps:.0} req/s, p50 {bp50:.2} ms, p99 {bp99:.2} ms | **{:.2}** |",
+            self.ratio
+        )
+    }
+}
+
 async fn kubelet_urls(sim: &Sim) -> Vec<String> {
     let truth: Value =
         reqwest::get(format!("{}/sim/truth", sim.metrics)).await.unwrap().json().await.unwrap();
@@ -398,7 +640,78 @@ async fn kubelet_fetches(sim: &Sim) -> u64 {
     stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
 }
 
-async fn run_size(pods: u32, memory_only: bool, report: &mut Vec<String>) {
+/// The command line: sizes in pods and switches (see the file header).
+struct Settings {
+    sizes: Vec<u32>,
+    only: BTreeSet<String>,
+    rounds: usize,
+    seconds: u64,
+    loadgen_check: bool,
+    prometheus_mode: bool,
+}
+
+/// Every section, the default of `--only`.
+const SECTIONS: [&str; 8] = ["b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8"];
+
+impl Settings {
+    fn parse(args: impl IntoIterator<Item = String>) -> Self {
+        let mut settings = Settings {
+            sizes: vec![],
+            only: SECTIONS.iter().map(|s| (*s).to_owned()).collect(),
+            rounds: 3,
+            seconds: 3,
+            loadgen_check: false,
+            prometheus_mode: false,
+        };
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
+                None => (arg.clone(), None),
+            };
+            let mut value =
+                || inline.clone().or_else(|| args.next()).unwrap_or_else(|| panic!("{flag} needs a value"));
+            match flag.as_str() {
+                // cargo passes --bench to a bench without the libtest harness.
+                "--bench" => {}
+                "--memory-only" => settings.only = BTreeSet::from(["b3".to_owned()]),
+                "--resource-source" => {
+                    assert_eq!(value(), "prometheus", "--resource-source: only prometheus is a switch here");
+                    settings.prometheus_mode = true;
+                }
+                "--only" => {
+                    settings.only =
+                        value().split(',').filter(|s| !s.is_empty()).map(str::to_lowercase).collect();
+                    for s in &settings.only {
+                        assert!(SECTIONS.contains(&s.as_str()), "--only: unknown section {s} (b1..b8)");
+                    }
+                }
+                "--rounds" => {
+                    settings.rounds = value().parse().expect("--rounds N");
+                    assert!(settings.rounds > 0, "--rounds must be at least 1");
+                }
+                "--duration" => settings.seconds = value().parse().expect("--duration SECS"),
+                "--loadgen-check" => settings.loadgen_check = true,
+                size if !size.starts_with('-') => settings.sizes.push(size.parse().expect("a size in pods")),
+                other => panic!("unknown switch {other}"),
+            }
+        }
+        if settings.sizes.is_empty() {
+            settings.sizes = vec![1000, 10000];
+        }
+        settings
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.only.contains(section)
+    }
+}
+
+async fn run_size(settings: &Settings, pods: u32, min_rss: &mut Option<Rss>, report: &mut Vec<String>) {
+    // The minimal cluster first, alone on the machine.
+    if settings.runs("b3") && min_rss.is_none() {
+        *min_rss = Some(minimal_rss(Mode::Kubelet).await);
+    }
     let dir = std::env::temp_dir().join(format!("percolator-bench-{pods}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -406,16 +719,134 @@ async fn run_size(pods: u32, memory_only: bool, report: &mut Vec<String>) {
     let sim = start_sim(&dir, pods, Mode::Kubelet).await;
     let prometheus = start_prometheus(&dir, &sim, pods).await;
     eprintln!("[{pods}] simulator + prometheus ready in {:.0?}", started.elapsed());
-    if memory_only {
-        memory(&dir, &sim, &prometheus, pods, Mode::Kubelet, report).await;
-        return;
+    let truth: Value =
+        reqwest::get(format!("{}/sim/truth", sim.metrics)).await.unwrap().json().await.unwrap();
+    if ["b1", "b4", "b5", "b6", "b7", "b8"].iter().any(|s| settings.runs(s)) {
+        cold(settings, &dir, &sim, &prometheus, pods, &truth, report).await;
     }
+    if ["b2", "b3", "b7"].iter().any(|s| settings.runs(s)) {
+        warm(settings, &dir, &sim, &prometheus, pods, &truth, min_rss.as_ref(), report).await;
+    }
+    drop(prometheus);
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// B3 (with the marginal rows over `min_rss`), B2 and B7's warm row on the warm server.
+#[allow(clippy::too_many_arguments)]
+async fn warm(
+    settings: &Settings,
+    dir: &Path,
+    sim: &Sim,
+    prometheus: &Prometheus,
+    pods: u32,
+    truth: &Value,
+    min_rss: Option<&Rss>,
+    report: &mut Vec<String>,
+) {
+    let ns = "ns-3";
+    let front_proxy = mk_front_proxy(dir);
+    let (server, rss) = warm_server(
+        dir,
+        sim,
+        prometheus,
+        Mode::Kubelet,
+        &request_header_flags(&front_proxy),
+        settings.runs("b3"),
+    )
+    .await;
+    if let Some(rss) = rss {
+        report_memory(pods, Mode::Kubelet, &rss, min_rss, report);
+    }
+    let client = mk_client(dir);
+    let throughput = Throughput {
+        dir,
+        server_ca: std::fs::read(dir.join("certs/apiserver.crt")).unwrap(),
+        front_proxy: &front_proxy,
+        rounds: settings.rounds,
+        seconds: settings.seconds,
+    };
+
+    // B2 on the same server: warm get, namespaced list and selected namespaced list, with a
+    // token and with the front proxy's certificate, HTTP/1.1 and HTTP/2, vs a bare server.
+    let pod = truth["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["namespace"] == ns && p["phase"] == "Running")
+        .unwrap();
+    let list_url = format!("{}{GV}/namespaces/{ns}/podmetricssummaries", server.url);
+    let get_url = format!("{list_url}/{}", pod["name"].as_str().unwrap());
+    let selected_url = format!("{list_url}?labelSelector={SELECTOR}");
+    let mut rows = vec![];
+    if settings.runs("b2") {
+        let identities = [Identity::Token, Identity::FrontProxy];
+        rows.push(("B2", "get".to_owned(), get_url, identities.to_vec()));
+        rows.push(("B2", "namespaced list".to_owned(), list_url, identities.to_vec()));
+        rows.push((
+            "B2",
+            "namespaced list, labelSelector app=worker".to_owned(),
+            selected_url,
+            identities.to_vec(),
+        ));
+    }
+    if settings.runs("b7") {
+        // B7's warm row: the Pods metric request of its cold row, answered from the cache.
+        rows.push((
+            "B7",
+            "custom metric, Pods form".to_owned(),
+            pods_metric(&server.url, ns),
+            vec![Identity::Token],
+        ));
+    }
+    for (section, what, url, identities) in rows {
+        let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
+        let len = body.len();
+        for identity in identities {
+            let bare = match identity {
+                Identity::Token => bare_server(dir, body.clone(), None).await,
+                Identity::FrontProxy => bare_server(dir, body.clone(), Some(&front_proxy.ca)).await,
+            };
+            let bare = format!("{bare}/x");
+            let tool = if identity == Identity::Token { Tool::H2load } else { Tool::Loadgen };
+            for h1 in [true, false] {
+                let proto = if h1 { "HTTP/1.1" } else { "HTTP/2" };
+                let tag = format!("{what}-{}-{proto}", identity.describe());
+                let compared = throughput.compare(tool, identity, (&url, &bare), h1, len, &tag).await;
+                let generator = if tool == Tool::H2load { "h2load" } else { "loadgen" };
+                let measure =
+                    format!("warm {what} ({len} B), {}, {proto}, 16 conns, {generator}", identity.describe());
+                report.push(compared.row(section, pods, &measure));
+                eprintln!("{}", report.last().unwrap());
+                if settings.loadgen_check && tool == Tool::H2load {
+                    let compared = throughput
+                        .compare(Tool::Loadgen, identity, (&url, &bare), h1, len, &format!("check-{tag}"))
+                        .await;
+                    let measure =
+                        format!("the same with loadgen: warm {what}, {}, {proto}", identity.describe());
+                    report.push(compared.row(&format!("{section} check"), pods, &measure));
+                    eprintln!("{}", report.last().unwrap());
+                }
+            }
+        }
+    }
+    drop(server);
+}
+
+/// B1, B4, B5, B6, B7 (cold) and B8 on a server with a short TTL: every measurement is cold.
+async fn cold(
+    settings: &Settings,
+    dir: &Path,
+    sim: &Sim,
+    prometheus: &Prometheus,
+    pods: u32,
+    truth: &Value,
+    report: &mut Vec<String>,
+) {
     let token = std::fs::read_to_string(sim.state.join("token")).unwrap();
     let sim_ca = std::fs::read(sim.state.join("ca.crt")).unwrap();
-    let kubelets = kubelet_urls(&sim).await;
+    let kubelets = kubelet_urls(sim).await;
     let ns = "ns-3";
-
-    // B1 and B6 with a short TTL: every measurement is cold.
     let ttl = Duration::from_secs(2);
     // B8's declared kind: PodMetricsSummary's two request-rate fields, per pod, without the
     // kubelet join.
@@ -423,14 +854,12 @@ async fn run_size(pods: u32, memory_only: bool, report: &mut Vec<String>) {
     std::fs::write(&config, DECLARED_KIND).unwrap();
     let declared =
         ["--config".to_owned(), config.display().to_string(), "--enable-custom-metrics".to_owned()];
-    let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold", &declared).await;
-    let client = mk_client(&dir);
+    let server = start_percolator(dir, sim, prometheus, "2s", "cold", &declared).await;
+    let client = mk_client(dir);
     // Let the warm-up fetch finish and the second kubelet sample exist.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let ns_url = format!("{}{GV}/namespaces/{ns}/podmetricssummaries", server.url);
     let all_url = format!("{}{GV}/podmetricssummaries", server.url);
-    let truth: Value =
-        reqwest::get(format!("{}/sim/truth", sim.metrics)).await.unwrap().json().await.unwrap();
     let ns_nodes: std::collections::BTreeSet<String> = truth["pods"]
         .as_array()
         .unwrap()
@@ -446,215 +875,210 @@ async fn run_size(pods: u32, memory_only: bool, report: &mut Vec<String>) {
         .map(|(n, url)| (n["name"].as_str().unwrap().to_string(), url.clone()))
         .collect();
     let ns_kubelets: Vec<String> = ns_nodes.iter().map(|n| node_address[n].clone()).collect();
-    let (mut cold_ns, mut cold_all, mut direct_ns, mut direct_all, mut cpu) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    let mut all_bytes = 0;
-    for _ in 0..5 {
-        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-        cold_ns.push(timed_get(&client, &ns_url).await.0.as_secs_f64() * 1000.0);
-        direct_ns.push(
-            direct_upstream(&prometheus.url(), Some(ns), &ns_kubelets, token.trim(), &sim_ca, &[])
-                .await
-                .as_secs_f64()
-                * 1000.0,
-        );
-        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-        let before = cpu_seconds(server.pid);
-        let (elapsed, bytes) = timed_get(&client, &all_url).await;
-        cpu.push(cpu_seconds(server.pid) - before);
-        all_bytes = bytes;
-        cold_all.push(elapsed.as_secs_f64() * 1000.0);
-        direct_all.push(
-            direct_upstream(&prometheus.url(), None, &kubelets, token.trim(), &sim_ca, &[])
-                .await
-                .as_secs_f64()
-                * 1000.0,
-        );
-    }
-    let (cns, dns, call, dall) = (median(cold_ns), median(direct_ns), median(cold_all), median(direct_all));
-    report.push(format!("| B1 | {pods} | cold list, 1 namespace ({} pods) | {cns:.1} ms | direct upstream {dns:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cns / dns));
-    report.push(format!("| B1 | {pods} | cold list, all namespaces ({all_bytes} B) | {call:.1} ms | direct upstream {dall:.1} ms | **{:.2}** |", call / dall));
-    report.push(format!(
-        "| B6 | {pods} | CPU per cache refresh (cold all-namespaces list) | {:.3} s | | |",
-        median(cpu)
-    ));
-
-    // B8: a declared kind's cold list of every namespace (one object per pod) vs its two
-    // PromQL queries done directly.
-    let declared_url = format!("{}{GV}/podtraffics", server.url);
-    let (mut cold_declared, mut direct_queries) = (vec![], vec![]);
-    let mut declared_bytes = 0;
-    for _ in 0..5 {
-        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-        let (elapsed, bytes) = timed_get(&client, &declared_url).await;
-        declared_bytes = bytes;
-        cold_declared.push(elapsed.as_secs_f64() * 1000.0);
-        direct_queries.push(
-            direct_upstream(&prometheus.url(), None, &[], token.trim(), &sim_ca, &[]).await.as_secs_f64()
-                * 1000.0,
-        );
-    }
-    let (cd, dq) = (median(cold_declared), median(direct_queries));
-    report.push(format!("| B8 | {pods} | declared kind, cold list, all namespaces ({declared_bytes} B) | {cd:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", cd / dq));
-    // The built-in kind's list of the same pods (B1 above) against the same raw PromQL.
-    report.push(format!("| B8 | {pods} | built-in PodMetricsSummary, cold list, all namespaces (B1) | {call:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", call / dq));
-
-    // B7: the HPA's Pods metric over every pod of one namespace (1/10 of the pods), cold, vs
-    // the one PromQL query it needs done directly.
-    let pods_metric = |base: &str| {
-        format!("{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/http_requests_per_second")
-    };
-    let custom_url = pods_metric(&server.url);
-    let query = format!("sum by (namespace, pod) (rate(http_requests_total{{namespace=\"{ns}\"}}[5m]))");
-    let (mut cold_custom, mut direct_custom) = (vec![], vec![]);
-    let mut custom_bytes = 0;
-    for _ in 0..5 {
-        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-        let (elapsed, bytes) = timed_get(&client, &custom_url).await;
-        custom_bytes = bytes;
-        cold_custom.push(elapsed.as_secs_f64() * 1000.0);
-        direct_custom.push(direct_promql(&prometheus.url(), &query).await.as_secs_f64() * 1000.0);
-    }
-    let (cc, dc) = (median(cold_custom), median(direct_custom));
-    report.push(format!("| B7 | {pods} | custom metric, Pods form, cold, {} pods of {ns} ({custom_bytes} B) | {cc:.1} ms | direct PromQL {dc:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cc / dc));
-
-    // B4: N identical concurrent cold requests → upstream calls.
-    for n in [1usize, 10, 100] {
-        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-        let (queries_before, fetches_before) = (prometheus.queries().len(), kubelet_fetches(&sim).await);
-        let tasks: Vec<_> = (0..n)
-            .map(|_| {
-                let (client, url) = (client.clone(), ns_url.clone());
-                tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
-            })
-            .collect();
-        for t in tasks {
-            assert!(t.await.unwrap().is_success());
+    // B8's last row compares the built-in all-namespaces list with B8's PromQL.
+    let call = if ["b1", "b6", "b8"].iter().any(|s| settings.runs(s)) {
+        let (mut cold_ns, mut cold_all, mut direct_ns, mut direct_all, mut cpu) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        let mut all_bytes = 0;
+        for _ in 0..5 {
+            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+            cold_ns.push(timed_get(&client, &ns_url).await.0.as_secs_f64() * 1000.0);
+            direct_ns.push(
+                direct_upstream(&prometheus.url(), Some(ns), &ns_kubelets, token.trim(), &sim_ca, &[])
+                    .await
+                    .as_secs_f64()
+                    * 1000.0,
+            );
+            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+            let before = cpu_seconds(server.pid);
+            let (elapsed, bytes) = timed_get(&client, &all_url).await;
+            cpu.push(cpu_seconds(server.pid) - before);
+            all_bytes = bytes;
+            cold_all.push(elapsed.as_secs_f64() * 1000.0);
+            direct_all.push(
+                direct_upstream(&prometheus.url(), None, &kubelets, token.trim(), &sim_ca, &[])
+                    .await
+                    .as_secs_f64()
+                    * 1000.0,
+            );
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let queries = prometheus.queries()[queries_before..]
-            .iter()
-            .filter(|q| q.contains("http_requests_total"))
-            .count();
-        let fetches = kubelet_fetches(&sim).await - fetches_before;
-        report.push(format!(
+        let (cns, dns, call, dall) =
+            (median(cold_ns), median(direct_ns), median(cold_all), median(direct_all));
+        if settings.runs("b1") {
+            report.push(format!("| B1 | {pods} | cold list, 1 namespace ({} pods) | {cns:.1} ms | direct upstream {dns:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cns / dns));
+            report.push(format!("| B1 | {pods} | cold list, all namespaces ({all_bytes} B) | {call:.1} ms | direct upstream {dall:.1} ms | **{:.2}** |", call / dall));
+        }
+        if settings.runs("b6") {
+            report.push(format!(
+                "| B6 | {pods} | CPU per cache refresh (cold all-namespaces list) | {:.3} s | | |",
+                median(cpu)
+            ));
+        }
+        call
+    } else {
+        0.0
+    };
+
+    if settings.runs("b8") {
+        // B8: a declared kind's cold list of every namespace (one object per pod) vs its two
+        // PromQL queries done directly.
+        let declared_url = format!("{}{GV}/podtraffics", server.url);
+        let (mut cold_declared, mut direct_queries) = (vec![], vec![]);
+        let mut declared_bytes = 0;
+        for _ in 0..5 {
+            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+            let (elapsed, bytes) = timed_get(&client, &declared_url).await;
+            declared_bytes = bytes;
+            cold_declared.push(elapsed.as_secs_f64() * 1000.0);
+            direct_queries.push(
+                direct_upstream(&prometheus.url(), None, &[], token.trim(), &sim_ca, &[]).await.as_secs_f64()
+                    * 1000.0,
+            );
+        }
+        let (cd, dq) = (median(cold_declared), median(direct_queries));
+        report.push(format!("| B8 | {pods} | declared kind, cold list, all namespaces ({declared_bytes} B) | {cd:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", cd / dq));
+        // The built-in kind's list of the same pods (B1 above) against the same raw PromQL.
+        report.push(format!("| B8 | {pods} | built-in PodMetricsSummary, cold list, all namespaces (B1) | {call:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", call / dq));
+    }
+
+    if settings.runs("b7") {
+        // B7: the HPA's Pods metric over every pod of one namespace (1/10 of the pods), cold, vs
+        // the one PromQL query it needs done directly.
+        let custom_url = pods_metric(&server.url, ns);
+        let query = format!("sum by (namespace, pod) (rate(http_requests_total{{namespace=\"{ns}\"}}[5m]))");
+        let (mut cold_custom, mut direct_custom) = (vec![], vec![]);
+        let mut custom_bytes = 0;
+        for _ in 0..5 {
+            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+            let (elapsed, bytes) = timed_get(&client, &custom_url).await;
+            custom_bytes = bytes;
+            cold_custom.push(elapsed.as_secs_f64() * 1000.0);
+            direct_custom.push(direct_promql(&prometheus.url(), &query).await.as_secs_f64() * 1000.0);
+        }
+        let (cc, dc) = (median(cold_custom), median(direct_custom));
+        report.push(format!("| B7 | {pods} | custom metric, Pods form, cold, {} pods of {ns} ({custom_bytes} B) | {cc:.1} ms | direct PromQL {dc:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cc / dc));
+    }
+
+    if settings.runs("b4") {
+        // B4: N identical concurrent cold requests → upstream calls.
+        for n in [1usize, 10, 100] {
+            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+            let (queries_before, fetches_before) = (prometheus.queries().len(), kubelet_fetches(sim).await);
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let (client, url) = (client.clone(), ns_url.clone());
+                    tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+                })
+                .collect();
+            for t in tasks {
+                assert!(t.await.unwrap().is_success());
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let queries = prometheus.queries()[queries_before..]
+                .iter()
+                .filter(|q| q.contains("http_requests_total"))
+                .count();
+            let fetches = kubelet_fetches(sim).await - fetches_before;
+            report.push(format!(
             "| B4 | {pods} | {n} concurrent cold lists of {ns} | {queries} PromQL queries, {fetches} kubelet fetches | 2 queries, {} nodes | {} |",
             ns_nodes.len(),
             if queries == 2 && fetches as usize == ns_nodes.len() { "exact" } else { "MORE" }
         ));
-    }
-
-    // B5: discovery p99 on one HTTP/2 connection while 1,000 cold namespaced lists share it
-    // (their computation waits on Prometheus and the kubelets: "slow lists").
-    let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let h2 = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
-        .default_headers(headers)
-        .http2_prior_knowledge()
-        .build()
-        .unwrap();
-    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-    let lists: Vec<_> = (0..1000)
-        .map(|_| {
-            let (h2, url) = (h2.clone(), ns_url.clone());
-            tokio::spawn(async move {
-                // Read and drop (at 150,000 pods the 1,000 bodies are 6 GB).
-                match h2.get(url).send().await {
-                    Ok(mut r) => loop {
-                        match r.chunk().await {
-                            Ok(Some(_)) => {}
-                            Ok(None) => break true,
-                            Err(_) => break false,
-                        }
-                    },
-                    Err(_) => false,
-                }
-            })
-        })
-        .collect();
-    let mut discovery = Vec::new();
-    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-    for _ in 0..200 {
-        let started = Instant::now();
-        let answered = match h2.get(format!("{}/apis", server.url)).header("accept", accept).send().await {
-            Ok(r) => r.bytes().await.is_ok(),
-            Err(_) => false,
-        };
-        assert!(answered, "discovery failed during B5");
-        discovery.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    let mut failed = 0;
-    for l in lists {
-        failed += usize::from(!l.await.unwrap());
-    }
-    let p99 = percentile(&mut discovery, 0.99);
-    report.push(format!(
-        "| B5 | {pods} | aggregated discovery p99 during 1,000 cold namespaced lists on one h2 connection ({failed} lists failed) | {p99:.2} ms | goal 5 ms | |"
-    ));
-    drop(server);
-
-    let server = memory(&dir, &sim, &prometheus, pods, Mode::Kubelet, report).await;
-    let client = mk_client(&dir);
-
-    // B2 on the same server: warm get and namespaced list, HTTP/1.1 and HTTP/2, vs a bare
-    // server.
-    let pod = truth["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["namespace"] == ns && p["phase"] == "Running")
-        .unwrap();
-    let list_url = format!("{}{GV}/namespaces/{ns}/podmetricssummaries", server.url);
-    let get_url = format!("{list_url}/{}", pod["name"].as_str().unwrap());
-    // B7's warm row: the same Pods metric request, answered from the cache.
-    let custom_url = pods_metric(&server.url);
-    for (what, url) in
-        [("get", get_url), ("namespaced list", list_url), ("custom metric, Pods form (B7)", custom_url)]
-    {
-        let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
-        let bare = bare_server(&dir, body.clone()).await;
-        for h1 in [true, false] {
-            let proto = if h1 { "HTTP/1.1" } else { "HTTP/2" };
-            let (rps, p50, p99) = h2load(&url, h1, &dir, &format!("{what}-{proto}")).await;
-            let (brps, bp50, bp99) =
-                h2load(&format!("{bare}/x"), h1, &dir, &format!("bare-{what}-{proto}")).await;
-            report.push(format!(
-                "| B2 | {pods} | warm {what} ({} B), {proto}, 16 conns | {rps:.0} req/s, p50 {p50:.2} ms, p99 {p99:.2} ms | bare {brps:.0} req/s, p50 {bp50:.2} ms, p99 {bp99:.2} ms | **{:.2}** |",
-                body.len(),
-                rps / brps
-            ));
         }
     }
+
+    if settings.runs("b5") {
+        // B5: discovery p99 on one HTTP/2 connection while 1,000 cold namespaced lists share it
+        // (their computation waits on Prometheus and the kubelets: "slow lists").
+        let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let h2 = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .default_headers(headers)
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        let lists: Vec<_> = (0..1000)
+            .map(|_| {
+                let (h2, url) = (h2.clone(), ns_url.clone());
+                tokio::spawn(async move {
+                    // Read and drop (at 150,000 pods the 1,000 bodies are 6 GB).
+                    match h2.get(url).send().await {
+                        Ok(mut r) => loop {
+                            match r.chunk().await {
+                                Ok(Some(_)) => {}
+                                Ok(None) => break true,
+                                Err(_) => break false,
+                            }
+                        },
+                        Err(_) => false,
+                    }
+                })
+            })
+            .collect();
+        let mut discovery = Vec::new();
+        let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+        for _ in 0..200 {
+            let started = Instant::now();
+            let answered = match h2.get(format!("{}/apis", server.url)).header("accept", accept).send().await
+            {
+                Ok(r) => r.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            assert!(answered, "discovery failed during B5");
+            discovery.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        let mut failed = 0;
+        for l in lists {
+            failed += usize::from(!l.await.unwrap());
+        }
+        let p99 = percentile(&mut discovery, 0.99);
+        report.push(format!(
+        "| B5 | {pods} | aggregated discovery p99 during 1,000 cold namespaced lists on one h2 connection ({failed} lists failed) | {p99:.2} ms | goal 5 ms | |"
+    ));
+    }
     drop(server);
-    drop(prometheus);
-    drop(sim);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// B3 on a fresh server with a long TTL (nothing expires while it is measured), every API on:
-/// resident memory with the inventory synced (and, with kubelets, every node's sample state
-/// warm), then with every namespace's lists cached (PodMetricsSummary, CafeBrewStats,
-/// PodMetrics), then with the all-namespaces lists too (and NodeMetrics). Returns the server.
-async fn memory(
+/// Resident memory (KiB) after each of B3's steps, and the peak.
+#[derive(Debug, Clone, Copy)]
+struct Rss {
+    base: f64,
+    namespaces: f64,
+    all: f64,
+    peak: f64,
+}
+
+/// The warm server of B2 and B3: a fresh server with a long TTL (nothing expires while it is
+/// measured), every API on, plus `extra` flags (every caller passes the request-header flags,
+/// so the minimal cluster's base is the same configuration); the inventory synced (and, with
+/// kubelets, every node's sample state warm), then every namespace's lists cached
+/// (PodMetricsSummary, CafeBrewStats, PodMetrics), then the all-namespaces lists too (and
+/// NodeMetrics). With `measure`, B3: the resident memory after each step. Returns the server.
+async fn warm_server(
     dir: &Path,
     sim: &Sim,
     prometheus: &Prometheus,
-    pods: u32,
     mode: Mode,
-    report: &mut Vec<String>,
-) -> Server {
+    extra: &[String],
+    measure: bool,
+) -> (Server, Option<Rss>) {
     let mut args = vec!["--enable-custom-metrics".to_owned(), "--enable-resource-metrics".to_owned()];
     if mode == Mode::Prometheus {
         args.push("--resource-source=prometheus".to_owned());
     }
+    args.extend_from_slice(extra);
     let server = start_percolator(dir, sim, prometheus, "10m", "warm", &args).await;
     let client = mk_client(dir);
     tokio::time::sleep(Duration::from_secs(12)).await;
     timed_get(&client, &format!("{}/readyz", server.url)).await;
     // Read after a pause: the allocator returns freed pages to the system lazily.
     let rss_kib = || async {
+        if !measure {
+            return 0.0;
+        }
         tokio::time::sleep(Duration::from_secs(3)).await;
         proc_status_kb(server.pid, "VmRSS:") as f64
     };
@@ -668,7 +1092,7 @@ async fn memory(
             timed_get(&client, &format!("{}{path}", server.url)).await;
         }
     }
-    let namespaces_full = rss_kib().await;
+    let namespaces = rss_kib().await;
     for path in [
         format!("{GV}/podmetricssummaries"),
         format!("{GV}/cafebrewstats"),
@@ -677,8 +1101,35 @@ async fn memory(
     ] {
         timed_get(&client, &format!("{}{path}", server.url)).await;
     }
-    let all_full = rss_kib().await;
-    let hwm = proc_status_kb(server.pid, "VmHWM:") as f64;
+    let all = rss_kib().await;
+    let rss =
+        measure.then(|| Rss { base, namespaces, all, peak: proc_status_kb(server.pid, "VmHWM:") as f64 });
+    (server, rss)
+}
+
+/// B3 of a minimal cluster (1 node × [`PODS_PER_NODE`] pods, its own simulator and
+/// Prometheus): the fixed base the marginal rows subtract.
+async fn minimal_rss(mode: Mode) -> Rss {
+    let pods = PODS_PER_NODE;
+    let dir = std::env::temp_dir().join(format!("percolator-bench-min-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sim = start_sim(&dir, pods, mode).await;
+    let prometheus = start_prometheus(&dir, &sim, pods).await;
+    let flags = request_header_flags(&mk_front_proxy(&dir));
+    let (server, rss) = warm_server(&dir, &sim, &prometheus, mode, &flags, true).await;
+    drop(server);
+    drop(prometheus);
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+    let rss = rss.unwrap();
+    eprintln!("[{pods}, minimal cluster] B3 {rss:?} KiB");
+    rss
+}
+
+/// B3's rows: resident memory after each step per pod, and, over the minimal cluster `min`,
+/// the marginal cost per pod of each step.
+fn report_memory(pods: u32, mode: Mode, rss: &Rss, min: Option<&Rss>, report: &mut Vec<String>) {
     let per_pod = |kib: f64| kib / f64::from(pods);
     let (measure, state) = match mode {
         Mode::Kubelet => ("B3", "inventory + kubelet state"),
@@ -686,27 +1137,51 @@ async fn memory(
     };
     report.push(format!(
         "| {measure} | {pods} | resident memory, {state} | {:.1} MiB | {:.2} KiB per pod | |",
-        base / 1024.0,
-        per_pod(base)
+        rss.base / 1024.0,
+        per_pod(rss.base)
     ));
     report.push(format!(
         "| {measure} | {pods} | + every namespace's lists cached (pms, cafes, PodMetrics) | {:.1} MiB | +{:.2} KiB per pod | |",
-        namespaces_full / 1024.0,
-        per_pod(namespaces_full - base)
+        rss.namespaces / 1024.0,
+        per_pod(rss.namespaces - rss.base)
     ));
     report.push(format!(
         "| {measure} | {pods} | + all-namespaces lists cached (peak {:.1} MiB) | {:.1} MiB | {:.2} KiB per pod in all, +{:.2} KiB | |",
-        hwm / 1024.0,
-        all_full / 1024.0,
-        per_pod(all_full),
-        per_pod(all_full - namespaces_full)
+        rss.peak / 1024.0,
+        rss.all / 1024.0,
+        per_pod(rss.all),
+        per_pod(rss.all - rss.namespaces)
     ));
-    server
+    let Some(min) = min else { return };
+    if pods <= PODS_PER_NODE {
+        return;
+    }
+    let marginal = |n: f64, m: f64| (n - m) / f64::from(pods - PODS_PER_NODE);
+    for (step, n, m) in [
+        (state, rss.base, min.base),
+        ("+ every namespace's lists cached", rss.namespaces, min.namespaces),
+        ("+ all-namespaces lists cached", rss.all, min.all),
+    ] {
+        report.push(format!(
+            "| {measure} | {pods} | marginal per pod over {PODS_PER_NODE} pods, {step} | {:.1} MiB − {:.1} MiB | **{:.2} KiB per pod** | |",
+            n / 1024.0,
+            m / 1024.0,
+            marginal(n, m)
+        ));
+    }
 }
 
 /// `--resource-source=prometheus`: B1 (cold lists of PodMetricsSummary and PodMetrics against
 /// the raw PromQL of the same list) and B3.
-async fn run_size_prometheus(pods: u32, report: &mut Vec<String>) {
+async fn run_size_prometheus(
+    settings: &Settings,
+    pods: u32,
+    min_rss: &mut Option<Rss>,
+    report: &mut Vec<String>,
+) {
+    if settings.runs("b3") && min_rss.is_none() {
+        *min_rss = Some(minimal_rss(Mode::Prometheus).await);
+    }
     let dir = std::env::temp_dir().join(format!("percolator-bench-prom-{pods}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -714,13 +1189,35 @@ async fn run_size_prometheus(pods: u32, report: &mut Vec<String>) {
     let sim = start_sim(&dir, pods, Mode::Prometheus).await;
     let prometheus = start_prometheus(&dir, &sim, pods).await;
     eprintln!("[{pods}, prometheus] simulator + prometheus ready in {:.0?}", started.elapsed());
+    if settings.runs("b1") {
+        cold_prometheus(&dir, &sim, &prometheus, pods, report).await;
+    }
+    if settings.runs("b3") {
+        let flags = request_header_flags(&mk_front_proxy(&dir));
+        let (server, rss) = warm_server(&dir, &sim, &prometheus, Mode::Prometheus, &flags, true).await;
+        drop(server);
+        report_memory(pods, Mode::Prometheus, &rss.unwrap(), min_rss.as_ref(), report);
+    }
+    drop(prometheus);
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// B1 in `--resource-source=prometheus` mode.
+async fn cold_prometheus(
+    dir: &Path,
+    sim: &Sim,
+    prometheus: &Prometheus,
+    pods: u32,
+    report: &mut Vec<String>,
+) {
     let token = std::fs::read_to_string(sim.state.join("token")).unwrap();
     let sim_ca = std::fs::read(sim.state.join("ca.crt")).unwrap();
     let ns = "ns-3";
     let ttl = Duration::from_secs(2);
     let args = ["--enable-resource-metrics".to_owned(), "--resource-source=prometheus".to_owned()];
-    let server = start_percolator(&dir, &sim, &prometheus, "2s", "cold-prom", &args).await;
-    let client = mk_client(&dir);
+    let server = start_percolator(dir, sim, prometheus, "2s", "cold-prom", &args).await;
+    let client = mk_client(dir);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pms = |scope: &str| format!("{}{GV}/{scope}podmetricssummaries", server.url);
     let pod_metrics = |scope: &str| format!("{}/apis/metrics.k8s.io/v1beta1/{scope}pods", server.url);
@@ -752,31 +1249,32 @@ async fn run_size_prometheus(pods: u32, report: &mut Vec<String>) {
         let (c, d) = (median(cold), median(direct));
         report.push(format!("| B1 (prometheus) | {pods} | {kind}, cold list, {scope} ({bytes} B) | {c:.1} ms | direct PromQL {d:.1} ms | **{:.2}** |", c / d));
     }
-    assert_eq!(kubelet_fetches(&sim).await, 0, "no kubelet connection in prometheus mode");
+    assert_eq!(kubelet_fetches(sim).await, 0, "no kubelet connection in prometheus mode");
     drop(server);
-    drop(memory(&dir, &sim, &prometheus, pods, Mode::Prometheus, report).await);
-    drop(prometheus);
-    drop(sim);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::main]
 async fn main() {
     percolator::install_crypto_provider();
-    let sizes: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![1000, 10000] } else { sizes };
+    let settings = Settings::parse(std::env::args().skip(1));
+    let sections = settings.only.iter().map(String::as_str).collect::<Vec<_>>().join(",");
     let mut report = vec![
+        format!(
+            "percolator binary: `{}`; sections {sections}; {} rounds of {} s per throughput row",
+            percolator_bin().display(),
+            settings.rounds,
+            settings.seconds
+        ),
+        String::new(),
         "| | pods | measure | percolator | baseline (same run) | ratio |".to_string(),
         "| --- | --- | --- | --- | --- | --- |".to_string(),
     ];
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let memory_only = args.iter().any(|a| a == "--memory-only");
-    let prometheus_mode = args.iter().any(|a| a == "--resource-source=prometheus");
-    for pods in sizes {
-        if prometheus_mode {
-            run_size_prometheus(pods, &mut report).await;
+    let mut min_rss = None;
+    for &pods in &settings.sizes {
+        if settings.prometheus_mode {
+            run_size_prometheus(&settings, pods, &mut min_rss, &mut report).await;
         } else {
-            run_size(pods, memory_only, &mut report).await;
+            run_size(&settings, pods, &mut min_rss, &mut report).await;
         }
         for line in &report {
             println!("{line}");

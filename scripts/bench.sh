@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The cluster-scale benchmarks (BENCHMARKS.md): installs what they need on a fresh machine
 # (the test dependencies, and h2load from Debian's nghttp2-client), then runs
-# `cargo bench --bench cluster` with the given sizes in pods (default: 1000 10000).
-# The table is printed and written to target/bench-report.md.
+# `cargo bench --bench cluster` with the given arguments: sizes in pods (default: 1000 10000)
+# and the switches documented in benches/cluster.rs and BENCHMARKS.md (--only=b1,b2,...,
+# --rounds N, --duration SECS, --loadgen-check, --memory-only, --resource-source=prometheus;
+# env PERCOLATOR_BIN measures another percolator binary).
+# The table is printed and written to target/bench-report.md (under CARGO_TARGET_DIR if set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -125,13 +125,17 @@ pub fn admit(guard: &Guard, method: &Method, uri: &Uri, query: &QueryParams) -> 
     }
     let timeout = deadline(query.get("timeout"), guard.request_timeout)?;
     let permit = match &guard.in_flight {
-        Some(semaphore) if !is_exempt(method, uri.path()) => match Arc::clone(semaphore).try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                tracing::debug!(limit = guard.max_in_flight, "in-flight limit reached: 429");
-                return Err(ApiError::TooManyRequests { retry_after: TOO_MANY_REQUESTS_RETRY_AFTER_SECONDS });
+        Some(semaphore) if !is_exempt(method, uri.path()) => {
+            match Arc::clone(semaphore).try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    tracing::debug!(limit = guard.max_in_flight, "in-flight limit reached: 429");
+                    return Err(ApiError::TooManyRequests {
+                        retry_after: TOO_MANY_REQUESTS_RETRY_AFTER_SECONDS,
+                    });
+                }
             }
-        },
+        }
         _ => None,
     };
     Ok(Admission { _permit: permit, timeout })
@@ -139,7 +143,11 @@ pub fn admit(guard: &Guard, method: &Method, uri: &Uri, query: &QueryParams) -> 
 
 /// `work`'s response, or the 504 Status when it takes longer than `timeout` (`path` is
 /// logged).
-pub async fn within_deadline(timeout: Duration, path: &str, work: impl Future<Output = Response>) -> Response {
+pub async fn within_deadline(
+    timeout: Duration,
+    path: &str,
+    work: impl Future<Output = Response>,
+) -> Response {
     match tokio::time::timeout(timeout, work).await {
         Ok(response) => response,
         Err(_) => {

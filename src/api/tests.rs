@@ -7,7 +7,9 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::testutil::{Behavior, CREATED, FakeKind, Reply, WIDGET, call_with, mk_gadgets, mk_item, mk_widgets};
+use super::testutil::{
+    Behavior, CREATED, FakeKind, Reply, WIDGET, call_with, mk_gadgets, mk_item, mk_widgets,
+};
 use super::*;
 use crate::kinds::{API_VERSION, OBJECT_META_SCHEMA};
 
@@ -1138,7 +1140,10 @@ async fn selected_lists_are_rendered_once_per_listing() {
     };
 
     let once = get(&app, &web).await;
-    assert_eq!((names(&once.json()), sizes(&once.json())), (vec!["shop/web-1".to_owned()], vec!["2".to_owned()]));
+    assert_eq!(
+        (names(&once.json()), sizes(&once.json())),
+        (vec!["shop/web-1".to_owned()], vec!["2".to_owned()])
+    );
     assert_eq!(get(&app, &web).await.text(), once.text(), "the same listing gives the same answer");
     // Other selectors over the same listing are their own answers.
     let db = get(&app, &format!("{}?labelSelector=app%3Ddb", widgets_path("shop"))).await;
@@ -1156,6 +1161,10 @@ async fn selected_lists_are_rendered_once_per_listing() {
     let v = get(&app, &web).await.json();
     assert_eq!(
         (names(&v), sizes(&v), v["metadata"]["resourceVersion"].clone()),
-        (vec!["shop/web-1".to_owned(), "shop/web-3".to_owned()], vec!["7".to_owned(), "8".to_owned()], json!("2"))
+        (
+            vec!["shop/web-1".to_owned(), "shop/web-3".to_owned()],
+            vec!["7".to_owned(), "8".to_owned()],
+            json!("2")
+        )
     );
 }

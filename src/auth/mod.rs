@@ -272,8 +272,10 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
             return Err(ApiError::Unauthorized.into_response());
         }
         Err(errors) => {
-            let cn =
-                peer.as_ref().and_then(|p| p.chain().first()).and_then(|leaf| x509::subject(leaf.as_ref()).ok());
+            let cn = peer
+                .as_ref()
+                .and_then(|p| p.chain().first())
+                .and_then(|leaf| x509::subject(leaf.as_ref()).ok());
             let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
             tracing::debug!(
                 peer_cn = cn.as_ref().map(|s| s.common_name.as_str()),
@@ -288,8 +290,9 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
     // Parsed once by the router's outermost layer; a request without it was never parsed,
     // which is a wiring fault, not a client's.
     let Some(parsed) = request.extensions().get::<Arc<ParsedRequest>>().cloned() else {
-        return Err(ApiError::Internal("the request was not parsed before authorization".to_owned())
-            .into_response());
+        return Err(
+            ApiError::Internal("the request was not parsed before authorization".to_owned()).into_response()
+        );
     };
     let Some(info) = parsed.info.as_ref() else { return Err(ApiError::PathNotFound.into_response()) };
     // Go authorizes `URL.Path`, which is decoded.

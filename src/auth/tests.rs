@@ -1211,7 +1211,8 @@ fn a_chain_is_verified_once_per_bundle_until_it_expires() {
     });
     let peer = PeerCertificates::new(vec![leaf.der.clone()]);
     let bundle = |pem: &str| CaBundle::from_pem(pem.as_bytes()).unwrap().unwrap();
-    let (only_1, only_2, both) = (bundle(&ca1.pem), bundle(&ca2.pem), bundle(&format!("{}{}", ca2.pem, ca1.pem)));
+    let (only_1, only_2, both) =
+        (bundle(&ca1.pem), bundle(&ca2.pem), bundle(&format!("{}{}", ca2.pem, ca1.pem)));
 
     let first = peer.verify(&only_1).unwrap();
     assert_eq!(first.subject.common_name, "alice");
