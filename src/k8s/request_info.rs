@@ -138,37 +138,47 @@ impl RequestInfo {
 
     /// [`RequestInfo::new`] with the query already parsed (each request's is parsed once).
     pub fn with_query(method: &Method, path: &str, query: &QueryParams) -> Result<Self, RequestInfoError> {
-        let mut info = RequestInfo {
-            path: path.to_owned(),
-            verb: method.as_str().to_ascii_lowercase(),
-            ..RequestInfo::default()
+        Self::from_segments(method, path, &split_path(path), query)
+    }
+
+    /// [`RequestInfo::with_query`] with the path already split ([`split_path`]).
+    fn from_segments<S: AsRef<str>>(
+        method: &Method,
+        path: &str,
+        segments: &[S],
+        query: &QueryParams,
+    ) -> Result<Self, RequestInfoError> {
+        let mut info = RequestInfo { path: path.to_owned(), ..RequestInfo::default() };
+        let non_resource = |mut info: RequestInfo| {
+            info.verb = method.as_str().to_ascii_lowercase();
+            Ok(info)
         };
-        let mut parts: Vec<String> = split_path(path).into_iter().map(Cow::into_owned).collect();
-        if parts.len() < 3 {
-            return Ok(info);
-        }
-        let prefix = parts[0].clone();
-        if prefix != "api" && prefix != "apis" {
-            return Ok(info);
-        }
-        info.api_prefix = prefix.clone();
-        parts.remove(0);
+        let mut parts: &[S] = segments;
+        let prefix = match parts.first().map(AsRef::as_ref) {
+            Some(prefix @ ("api" | "apis")) if parts.len() >= 3 => prefix,
+            _ => return non_resource(info),
+        };
+        info.api_prefix = prefix.to_owned();
+        parts = &parts[1..];
         if prefix == "apis" {
             // `/apis/<g>/<v>` is discovery: a resource request needs one more segment.
             if parts.len() < 3 {
-                return Ok(info);
+                return non_resource(info);
             }
-            info.api_group = parts.remove(0);
+            info.api_group = parts[0].as_ref().to_owned();
+            parts = &parts[1..];
         }
         info.is_resource_request = true;
-        info.api_version = parts.remove(0);
+        info.api_version = parts[0].as_ref().to_owned();
+        parts = &parts[1..];
 
         let mut via_special_verb = false;
-        if parts.first().is_some_and(|p| SPECIAL_VERBS.contains(&p.as_str())) {
+        if let Some(verb) = parts.first().map(AsRef::as_ref).filter(|p| SPECIAL_VERBS.contains(p)) {
             if parts.len() < 2 {
                 return Err(RequestInfoError(path.to_owned()));
             }
-            info.verb = parts.remove(0);
+            info.verb = verb.to_owned();
+            parts = &parts[1..];
             via_special_verb = true;
         } else {
             info.verb = match *method {
@@ -182,24 +192,24 @@ impl RequestInfo {
             .to_owned();
         }
 
-        if parts.first().is_some_and(|p| p == "namespaces") && parts.len() > 1 {
-            info.namespace = parts[1].clone();
-            if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&parts[2].as_str()) {
-                parts.drain(..2);
+        if parts.first().is_some_and(|p| p.as_ref() == "namespaces") && parts.len() > 1 {
+            info.namespace = parts[1].as_ref().to_owned();
+            if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&parts[2].as_ref()) {
+                parts = &parts[2..];
             }
         }
 
         let proxy = via_special_verb && info.verb == "proxy";
         if parts.len() >= 3 && !proxy {
-            info.subresource = parts[2].clone();
+            info.subresource = parts[2].as_ref().to_owned();
         }
         if parts.len() >= 2 {
-            info.name = parts[1].clone();
+            info.name = parts[1].as_ref().to_owned();
         }
         if let Some(resource) = parts.first() {
-            info.resource = resource.clone();
+            info.resource = resource.as_ref().to_owned();
         }
-        info.parts = parts;
+        info.parts = parts.iter().map(|p| p.as_ref().to_owned()).collect();
 
         if info.name.is_empty() && info.verb == "get" {
             match decode_list_options(query) {
@@ -273,11 +283,8 @@ impl ParsedRequest {
     /// Parses `method path?query`.
     pub fn new(method: &Method, path: &str, query: Option<&str>) -> Self {
         let query = QueryParams::parse(query);
-        Self {
-            info: RequestInfo::with_query(method, path, &query).ok(),
-            segments: split_path(path).into_iter().map(Cow::into_owned).collect(),
-            query,
-        }
+        let segments: Vec<String> = split_path(path).into_iter().map(Cow::into_owned).collect();
+        Self { info: RequestInfo::from_segments(method, path, &segments, &query).ok(), segments, query }
     }
 
     /// The path segments as string slices, for matching.
