@@ -418,6 +418,7 @@ fn kubelet_config(
         request_timeout: args.kubelet_request_timeout,
         cache: cache.clone(),
         use_node_status_port: args.kubelet_use_node_status_port,
+        reuse_connections: args.kubelet_reuse_connections,
         ..KubeletConfig::default()
     }
 }

@@ -74,6 +74,9 @@ impl<K: Ord, V> Mirror<K, V> {
             }
             Event::InitDone => {
                 let fresh = self.relist.lock().ok().and_then(|mut r| r.take()).unwrap_or_default();
+                // Built again from its sorted entries: a map filled in key order (as lists come)
+                // leaves its nodes half empty, one built in bulk fills them.
+                let fresh: BTreeMap<K, Arc<V>> = fresh.into_iter().collect();
                 if let Ok(mut live) = self.live.write() {
                     *live = fresh;
                 }

@@ -8,7 +8,7 @@
 //! - `tls`: the rustls client configuration (`--kubelet-certificate-authority`, watched, or
 //!   the cluster CA; `--kubelet-insecure-tls`).
 //!
-//! [`KubeletClient`] caches each node's usage in the crate's [`TtlCache`] (named `kubelet`),
+//! [`KubeletClient`] caches each node's fetch in the crate's [`TtlCache`] (named `kubelet`),
 //! whose misses share one fetch; a semaphore bounds concurrent fetches; caps on body size and
 //! container count keep one broken kubelet from taking the memory; bearer-token files are
 //! re-read at most once a minute, since service-account tokens rotate.
@@ -165,6 +165,10 @@ pub struct KubeletConfig {
     pub max_containers: usize,
     /// HTTPS unless talking to a simulator.
     pub scheme: Scheme,
+    /// `--kubelet-reuse-connections`: keep each kubelet's connection open between fetches
+    /// (40-70 KiB resident per node), or close it after each fetch (one TCP and TLS handshake
+    /// per node per fetch).
+    pub reuse_connections: bool,
 }
 
 impl Default for KubeletConfig {
@@ -186,6 +190,7 @@ impl Default for KubeletConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_containers: DEFAULT_MAX_CONTAINERS,
             scheme: Scheme::Https,
+            reuse_connections: true,
         }
     }
 }
@@ -193,7 +198,9 @@ impl Default for KubeletConfig {
 /// Reads kubelets' `/metrics/resource` and keeps their CPU rate state.
 pub struct KubeletClient {
     inner: Arc<Inner>,
-    cache: TtlCache<String, Arc<NodeUsage>>,
+    /// Per node, its rate state as of its last fetch: the usage is read from it on each call
+    /// (cheap), so no second copy of every pod's usage is kept for the TTL.
+    cache: TtlCache<String, Arc<Mutex<NodeSamples>>>,
 }
 
 struct Inner {
@@ -230,6 +237,7 @@ impl KubeletClient {
             // egress must not see the token.
             .no_proxy()
             .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(if config.reuse_connections { usize::MAX } else { 0 })
             .build()
             .map_err(|e| Error::HttpClient(error_chain(&e)))?;
         let cache = TtlCache::new(CACHE_NAME, &config.cache, MAX_CACHED_NODES);
@@ -254,19 +262,19 @@ impl KubeletSource for KubeletClient {
     fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>> {
         let node = node.to_owned();
         Box::pin(async move {
-            let fetch = async { self.inner.fetch(&node).await.map(Arc::new) };
+            let fetch = self.inner.fetch(&node);
             self.cache
                 .get_or_try_compute(node.clone(), fetch)
                 .await
-                .map(|(usage, _, _)| usage)
+                .map(|(state, _, _)| Arc::new(lock(&state).usage()))
                 .map_err(|e| (*e).clone())
         })
     }
 }
 
 impl Inner {
-    /// One fetch, recorded by the observer.
-    async fn fetch(&self, node: &str) -> Result<NodeUsage, KubeletError> {
+    /// One fetch, recorded by the observer: the node's rate state, moved on by it.
+    async fn fetch(&self, node: &str) -> Result<Arc<Mutex<NodeSamples>>, KubeletError> {
         let info = match self.inventory.node(node) {
             Some(info) => info,
             None => {
@@ -293,8 +301,8 @@ impl Inner {
             Ok(batch) => {
                 self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
                 let state = Arc::clone(lock(&self.samples).entry(node.to_owned()).or_default());
-                let usage = lock(&state).update(batch);
-                Ok(usage)
+                lock(&state).take(batch);
+                Ok(state)
             }
             Err(failure) => {
                 self.observer.observe(SOURCE, failure.outcome, seconds);
@@ -400,7 +408,9 @@ async fn read_capped(
     response: &mut reqwest::Response,
     max: usize,
 ) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
+    // The announced length, when there is one, so the body is not grown by copying.
+    let announced = response.content_length().and_then(|len| usize::try_from(len).ok()).unwrap_or(0);
+    let mut body = Vec::with_capacity(announced.min(max));
     while let Some(chunk) = response.chunk().await? {
         let room = max - body.len();
         if chunk.len() > room {
@@ -618,6 +628,7 @@ pub(super) mod tests {
     struct ServerState {
         body: Mutex<String>,
         hits: AtomicUsize,
+        connections: AtomicUsize,
         authorizations: Mutex<Vec<Option<String>>>,
         delay: Mutex<Duration>,
     }
@@ -674,8 +685,10 @@ pub(super) mod tests {
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::clone(&state);
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
+                accepted.connections.fetch_add(1, Ordering::SeqCst);
                 let acceptor = acceptor.clone();
                 let service = TowerToHyperService::new(router.clone());
                 tokio::spawn(async move {
@@ -855,6 +868,26 @@ pub(super) mod tests {
         // The other containers' samples did not move: no rate yet.
         let coredns = PodKey { namespace: "kube-system".into(), name: "coredns-76f75df574-8xk2p".into() };
         assert_eq!(usage.pods[&coredns][0].cpu_cores, None);
+    }
+
+    #[tokio::test]
+    async fn connections_are_kept_between_fetches_unless_told_not_to() {
+        for (reuse, want) in [(true, 1), (false, 3)] {
+            let server = mk_server().await;
+            let config = KubeletConfig {
+                ca_pem: Some(server.ca_pem.clone().into_bytes()),
+                cache: CacheSettings::uncounted(Duration::from_millis(20)),
+                reuse_connections: reuse,
+                ..KubeletConfig::default()
+            };
+            let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+            for _ in 0..3 {
+                assert_eq!(client.node_usage("node-a").await.unwrap().pods.len(), 3);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(server.state.hits.load(Ordering::SeqCst), 3);
+            assert_eq!(server.state.connections.load(Ordering::SeqCst), want, "reuse_connections: {reuse}");
+        }
     }
 
     #[tokio::test]

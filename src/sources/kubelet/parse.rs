@@ -239,20 +239,27 @@ fn apply_sample<'a>(
     Some(())
 }
 
+/// The latest sample time accepted, in milliseconds since the epoch (April 2262): the rate
+/// state keeps times as nanoseconds in an `i64`.
+const MAX_MILLIS: i64 = i64::MAX / 1_000_000;
+
 /// The timestamp of a sample: milliseconds since the epoch, or the scrape time when absent.
-/// `None` for a timestamp that is not a positive integer in range.
+/// `None` for a timestamp that is not a positive integer in range (up to [`MAX_MILLIS`]).
 fn sample_time(timestamp: Option<&str>, scrape_time: Timestamp) -> Option<Timestamp> {
     match timestamp {
         None => Some(scrape_time),
-        Some(text) => {
-            text.parse::<i64>().ok().filter(|ms| *ms > 0).and_then(|ms| Timestamp::from_millisecond(ms).ok())
-        }
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|ms| *ms > 0 && *ms <= MAX_MILLIS)
+            .and_then(|ms| Timestamp::from_millisecond(ms).ok()),
     }
 }
 
-/// A start time from `container_start_time_seconds`; `None` when not after the epoch.
+/// A start time from `container_start_time_seconds`; `None` when not after the epoch or after
+/// [`MAX_MILLIS`].
 fn start_time(seconds: f64) -> Option<Timestamp> {
-    if seconds <= 0.0 || seconds > 1e12 {
+    if seconds <= 0.0 || seconds * 1000.0 > MAX_MILLIS as f64 {
         return None;
     }
     Timestamp::from_millisecond((seconds * 1000.0).round() as i64).ok()

@@ -10,78 +10,144 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 
-use super::parse::{ContainerKey, ParsedBatch, Sample};
+use super::parse::{ContainerKey, ContainerSample, ParsedBatch, Sample};
 use crate::sources::{ContainerUsage, NodeUsage, PodKey};
+
+/// A time as nanoseconds since the Unix epoch: every sample time the parser accepts fits
+/// (`parse` refuses times outside 1970–2262), in half a [`Timestamp`]'s bytes.
+type Nanos = i64;
+
+fn nanos(at: Timestamp) -> Nanos {
+    i64::try_from(at.as_nanosecond()).unwrap_or(if at < Timestamp::UNIX_EPOCH { i64::MIN } else { i64::MAX })
+}
+
+fn time(nanos: Nanos) -> Timestamp {
+    // Every i64 of nanoseconds is a valid time (1677–2262).
+    Timestamp::from_nanosecond(i128::from(nanos)).unwrap_or_default()
+}
+
+/// A sample as kept: its value and when it was taken.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reading {
+    value: f64,
+    at: Nanos,
+}
+
+impl From<Sample> for Reading {
+    fn from(sample: Sample) -> Self {
+        Self { value: sample.value, at: nanos(sample.timestamp) }
+    }
+}
 
 /// One container's point: what a fetch said about it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Point {
-    cpu: Sample,
-    memory: Sample,
-    start_time: Option<Timestamp>,
+    cpu: Reading,
+    memory: Reading,
+    start_time: Option<Nanos>,
     /// The CPU timestamp is the kubelet's own, not the scrape time.
     cpu_stamped: bool,
+}
+
+/// [`History::start_time`] of a container without a start time: start times are after the
+/// epoch, so never this.
+const NO_START: Nanos = i64::MIN;
+
+impl From<ContainerSample> for Point {
+    fn from(sample: ContainerSample) -> Self {
+        Self {
+            cpu: sample.cpu.into(),
+            memory: sample.memory.into(),
+            start_time: sample.start_time.map(nanos),
+            cpu_stamped: sample.cpu_stamped,
+        }
+    }
 }
 
 /// How long an unchanged CPU counter without a sample timestamp is taken for the sample
 /// already seen (the kubelet samples every housekeeping period, 10–15 s); past this the
 /// container is idle and its rate 0.
-const UNSTAMPED_REPEAT_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+const UNSTAMPED_REPEAT_WINDOW: Nanos = 60_000_000_000;
 
-/// The newest point and the previous distinct one.
+/// The newest point and the CPU reading of the previous distinct one (all a rate needs), in
+/// one flat struct: 64 bytes per container.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct History {
-    last: Point,
-    prev: Option<Point>,
+    cpu: Reading,
+    memory: Reading,
+    /// Meaningful when `has_prev`.
+    prev_cpu: Reading,
+    /// [`NO_START`] when unknown (an `Option` would take 8 more bytes).
+    start_time: Nanos,
+    cpu_stamped: bool,
+    has_prev: bool,
 }
 
 impl History {
+    /// The history of a container seen once.
+    fn first(point: Point) -> Self {
+        Self {
+            cpu: point.cpu,
+            memory: point.memory,
+            prev_cpu: point.cpu,
+            start_time: point.start_time.unwrap_or(NO_START),
+            cpu_stamped: point.cpu_stamped,
+            has_prev: false,
+        }
+    }
+
     /// Moves the history forward with a new point.
     fn advance(self, new: Point) -> Self {
-        let restarted = match (self.last.start_time, new.start_time) {
-            (Some(old), Some(start)) => start != old || start > self.last.cpu.timestamp,
-            (None, Some(start)) => start > self.last.cpu.timestamp,
+        let old_start = (self.start_time != NO_START).then_some(self.start_time);
+        let restarted = match (old_start, new.start_time) {
+            (Some(old), Some(start)) => start != old || start > self.cpu.at,
+            (None, Some(start)) => start > self.cpu.at,
             _ => false,
         };
-        if restarted || new.cpu.value < self.last.cpu.value {
-            return Self { last: new, prev: None };
+        if restarted || new.cpu.value < self.cpu.value {
+            return Self::first(new);
         }
         let unstamped_repeat = !new.cpu_stamped
-            && new.cpu.value == self.last.cpu.value
-            && new.cpu.timestamp.duration_since(self.last.cpu.timestamp) < UNSTAMPED_REPEAT_WINDOW;
-        if new.cpu.timestamp <= self.last.cpu.timestamp || unstamped_repeat {
+            && new.cpu.value == self.cpu.value
+            && new.cpu.at.saturating_sub(self.cpu.at) < UNSTAMPED_REPEAT_WINDOW;
+        if new.cpu.at <= self.cpu.at || unstamped_repeat {
             // A fetch inside the same housekeeping period returns the same sample: keep the
             // pair we have (a newer memory reading is still worth taking). Without sample
             // timestamps (older kubelets) the scrape time stands in, so the same sample read
             // twice looks newer: an unchanged counter is that sample again, and it keeps the
             // time it was first seen. Taken as new it would make a zero rate.
             let mut kept = self;
-            if new.memory.timestamp > kept.last.memory.timestamp {
-                kept.last.memory = new.memory;
+            if new.memory.at > kept.memory.at {
+                kept.memory = new.memory;
             }
             return kept;
         }
-        Self { last: new, prev: Some(self.last) }
+        Self {
+            cpu: new.cpu,
+            memory: new.memory,
+            prev_cpu: self.cpu,
+            start_time: new.start_time.unwrap_or(NO_START),
+            cpu_stamped: new.cpu_stamped,
+            has_prev: true,
+        }
     }
 
     /// The usage this history supports.
     fn usage(&self, name: &Arc<str>) -> ContainerUsage {
-        let last = &self.last;
-        let rate = self.prev.and_then(|prev| {
-            let nanos = last.cpu.timestamp.as_nanosecond() - prev.cpu.timestamp.as_nanosecond();
-            let window = nanos as f64 / 1e9;
-            let used = last.cpu.value - prev.cpu.value;
+        let rate = self.has_prev.then_some(self.prev_cpu).and_then(|prev| {
+            let window = (i128::from(self.cpu.at) - i128::from(prev.at)) as f64 / 1e9;
+            let used = self.cpu.value - prev.value;
             (window > 0.0 && used >= 0.0).then(|| (used / window, window))
         });
         let timestamp = match rate {
-            Some(_) => last.cpu.timestamp.max(last.memory.timestamp),
-            None => last.memory.timestamp,
+            Some(_) => self.cpu.at.max(self.memory.at),
+            None => self.memory.at,
         };
         ContainerUsage {
             name: name.clone(),
             cpu_cores: rate.map(|(cores, _)| cores),
-            memory_bytes: Some(last.memory.value),
-            timestamp: Some(timestamp),
+            memory_bytes: Some(self.memory.value),
+            timestamp: Some(time(timestamp)),
             window_seconds: rate.map(|(_, window)| window),
         }
     }
@@ -91,9 +157,16 @@ impl History {
 ///
 /// Pure and synchronous so that the rate rules are tested without HTTP. Containers missing from
 /// a batch are forgotten (they ended, or were dropped as just started).
+///
+/// Memory: the containers are one vector sorted by key (no hash table slack), a container's
+/// key is kept from fetch to fetch, and its strings are shared (a pod's name by its
+/// containers, namespaces and container names by the node's containers).
 #[derive(Debug, Default)]
 pub struct NodeSamples {
-    containers: HashMap<ContainerKey, History>,
+    /// Sorted by key.
+    containers: Vec<(ContainerKey, History)>,
+    /// The namespaces and container names the keys hold, sorted: each stored once per node.
+    words: Vec<Arc<str>>,
     /// The node's own series, as one more history.
     node: Option<History>,
 }
@@ -114,45 +187,97 @@ impl NodeSamples {
         self.containers.is_empty()
     }
 
-    /// Takes a new batch and returns the node's usage: CPU is the rate between the previous and
-    /// the newest distinct sample (absent after a single sample, a restart, or a decreasing
-    /// counter), memory the newest working set. Containers are sorted by name within a pod.
+    /// Takes a new batch and returns the node's usage ([`take`](Self::take), then
+    /// [`usage`](Self::usage)).
     pub fn update(&mut self, batch: ParsedBatch) -> NodeUsage {
-        let mut next = HashMap::with_capacity(batch.containers.len());
-        let mut usage = NodeUsage::default();
-        for (key, sample) in batch.containers {
-            let point = Point {
-                cpu: sample.cpu,
-                memory: sample.memory,
-                start_time: sample.start_time,
-                cpu_stamped: sample.cpu_stamped,
+        self.take(batch);
+        self.usage()
+    }
+
+    /// Takes a new batch: each container's history moves on; containers missing from it are
+    /// forgotten.
+    pub fn take(&mut self, batch: ParsedBatch) {
+        let mut incoming: Vec<(ContainerKey, ContainerSample)> = batch.containers.into_iter().collect();
+        incoming.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut held = std::mem::take(&mut self.containers).into_iter().peekable();
+        let mut next: Vec<(ContainerKey, History)> = Vec::with_capacity(incoming.len());
+        for (key, sample) in incoming {
+            while held.next_if(|(old, _)| *old < key).is_some() {}
+            let point = Point::from(sample);
+            // The key already held keeps its strings (shared with the usage), so the state of a
+            // container does not move in memory from fetch to fetch.
+            let entry = match held.next_if(|(old, _)| *old == key) {
+                Some((old, history)) => (old, history.advance(point)),
+                None => {
+                    let key = self.share(key, next.last().map(|(k, _)| k), held.peek().map(|(k, _)| k));
+                    (key, History::first(point))
+                }
             };
-            // The key already held keeps its strings (shared with the usage below), so the
-            // state of a container does not move in memory from fetch to fetch.
-            let (key, history) = match self.containers.remove_entry(&key) {
-                Some((held, old)) => (held, old.advance(point)),
-                None => (key, History { last: point, prev: None }),
-            };
-            let pod = PodKey { namespace: key.namespace.clone(), name: key.pod.clone() };
-            usage.pods.entry(pod).or_default().push(history.usage(&key.container));
-            next.insert(key, history);
+            next.push(entry);
         }
-        for containers in usage.pods.values_mut() {
-            containers.sort_by(|a, b| a.name.cmp(&b.name));
-        }
+        drop(held);
         self.containers = next;
+        // Words no key holds any more.
+        self.words.retain(|word| Arc::strong_count(word) > 1);
         self.node = match (batch.node_cpu, batch.node_memory) {
             (Some(cpu), Some(memory)) => {
-                let point = Point { cpu, memory, start_time: None, cpu_stamped: true };
+                let point =
+                    Point { cpu: cpu.into(), memory: memory.into(), start_time: None, cpu_stamped: true };
                 Some(match self.node.take() {
                     Some(old) => old.advance(point),
-                    None => History { last: point, prev: None },
+                    None => History::first(point),
                 })
             }
             _ => None,
         };
+    }
+
+    /// The node's usage as of the last batch: CPU is the rate between the previous and the
+    /// newest distinct sample (absent after a single sample, a restart, or a decreasing
+    /// counter), memory the newest working set. Containers are sorted by name within a pod.
+    pub fn usage(&self) -> NodeUsage {
+        let pods = self.containers.chunk_by(|(a, _), (b, _)| a.namespace == b.namespace && a.pod == b.pod);
+        let mut usage = NodeUsage { pods: HashMap::with_capacity(pods.clone().count()), node: None };
+        for containers in pods {
+            let Some((key, _)) = containers.first() else { continue };
+            let pod = PodKey { namespace: key.namespace.clone(), name: key.pod.clone() };
+            // Exactly as long as the pod's containers.
+            let list = containers.iter().map(|(key, history)| history.usage(&key.container)).collect();
+            usage.pods.insert(pod, list);
+        }
         usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from("")));
         usage
+    }
+
+    /// A new container's key with its strings shared: the pod's name and namespace with a
+    /// neighbouring container of the same pod (`before` or `after` it in key order), else the
+    /// namespace and container name with the node's other containers.
+    fn share(
+        &mut self,
+        key: ContainerKey,
+        before: Option<&ContainerKey>,
+        after: Option<&ContainerKey>,
+    ) -> ContainerKey {
+        let container = self.word(&key.container);
+        let same_pod =
+            [before, after].into_iter().flatten().find(|k| k.namespace == key.namespace && k.pod == key.pod);
+        match same_pod {
+            Some(neighbour) => {
+                ContainerKey { namespace: neighbour.namespace.clone(), pod: neighbour.pod.clone(), container }
+            }
+            None => ContainerKey { namespace: self.word(&key.namespace), pod: key.pod, container },
+        }
+    }
+
+    /// The node's shared copy of `word`.
+    fn word(&mut self, word: &Arc<str>) -> Arc<str> {
+        match self.words.binary_search_by(|w| (**w).cmp(&**word)) {
+            Ok(at) => self.words.get(at).cloned().unwrap_or_else(|| word.clone()),
+            Err(at) => {
+                self.words.insert(at, word.clone());
+                word.clone()
+            }
+        }
     }
 }
 
@@ -195,8 +320,52 @@ mod tests {
         let usage = state.update(mk_batch(&[("app", 2.0, T0 + 10_000, 10.0, START)]));
         let (pod, containers) = usage.pods.iter().next().unwrap();
         assert!(Arc::ptr_eq(&containers[0].name, &first.name), "the held key's name is reused");
-        let (held, _) = state.containers.iter().next().unwrap();
+        let (held, _) = state.containers.first().unwrap();
         assert!(Arc::ptr_eq(&pod.namespace, &held.namespace) && Arc::ptr_eq(&pod.name, &held.pod));
+    }
+
+    #[test]
+    fn a_nodes_containers_share_their_pod_names_namespaces_and_container_names() {
+        let mut state = NodeSamples::new();
+        let mut batch = mk_batch(&[("app", 1.0, T0, 10.0, START), ("side", 1.0, T0, 10.0, START)]);
+        batch.containers.insert(key("ns", "q", "app"), mk_container(1.0, T0, 10.0, T0, START));
+        batch.containers.insert(key("other", "r", "app"), mk_container(1.0, T0, 10.0, T0, START));
+        let usage = state.update(batch);
+        let keys: Vec<&ContainerKey> = state.containers.iter().map(|(k, _)| k).collect();
+        let names: Vec<(&str, &str, &str)> =
+            keys.iter().map(|k| (&*k.namespace, &*k.pod, &*k.container)).collect();
+        assert_eq!(
+            names,
+            [("ns", "p", "app"), ("ns", "p", "side"), ("ns", "q", "app"), ("other", "r", "app")]
+        );
+        assert!(Arc::ptr_eq(&keys[0].pod, &keys[1].pod), "one pod name per pod");
+        assert!(Arc::ptr_eq(&keys[0].namespace, &keys[2].namespace), "one namespace per node");
+        assert!(
+            Arc::ptr_eq(&keys[0].container, &keys[2].container)
+                && Arc::ptr_eq(&keys[2].container, &keys[3].container)
+        );
+        let p = &usage.pods[&PodKey { namespace: "ns".into(), name: "p".into() }];
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.capacity(), 2, "a pod's usage is exactly its containers");
+        assert!(Arc::ptr_eq(&p[1].name, &keys[1].container));
+        // Words nobody holds any more (the old usage gone too) are forgotten.
+        drop(usage);
+        state.update(mk_batch(&[("app", 2.0, T0 + 10_000, 10.0, START)]));
+        let words: Vec<&str> = state.words.iter().map(|w| &**w).collect();
+        assert_eq!(words, ["app", "ns"]);
+        assert_eq!(std::mem::size_of::<History>(), 64);
+        assert_eq!(std::mem::size_of::<(ContainerKey, History)>(), 112);
+    }
+
+    #[test]
+    fn the_usage_is_read_from_the_state_as_often_as_asked() {
+        let mut state = NodeSamples::new();
+        state.take(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
+        state.take(mk_batch(&[("app", 102.5, T0 + 10_000, 6e6, START)]));
+        let (first, second) = (state.usage(), state.usage());
+        assert_eq!(first, second);
+        assert_eq!(usage_of(&first, "app").cpu_cores, Some(0.25));
+        assert_eq!(usage_of(&first, "app").timestamp, Some(ts(T0 + 10_000)));
     }
 
     #[test]
