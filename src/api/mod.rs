@@ -580,8 +580,8 @@ async fn list(
     let ctx = render_context(target, &listing, include_object);
     if repr == Representation::Json && labels.is_empty() && fields.is_empty() {
         // The whole listing: rendered once per cache entry, then shared.
-        let body = listing.rendered_list.get_or_init(|| render::kind_list(&ctx, &listing.items).into());
-        return Ok(json_response(list_body(body.clone(), slots).await, &listing.warnings));
+        let body = render::list_json(&ctx, &listing);
+        return Ok(json_response(render::list_body(body, slots).await, &listing.warnings));
     }
     // A selected JSON list is rendered once per listing and selectors (`selections`).
     let selection = (repr == Representation::Json).then(|| {

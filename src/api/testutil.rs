@@ -14,7 +14,6 @@ use futures::future::BoxFuture;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use jiff::{SignedDuration, Timestamp};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -166,22 +165,20 @@ pub(crate) fn mk_item(
     }
     let object = json!({"kind": info.kind, "apiVersion": API_VERSION, "metadata": metadata, "size": size});
     let created: Timestamp = CREATED.parse().unwrap();
-    Arc::new(Item {
-        meta: Meta {
-            name: name.into(),
-            namespace: ns.into(),
-            uid: Some(format!("uid-{name}").into()),
-            creation_timestamp: Some(created),
-            labels: Arc::new(labels),
-        },
-        object: RawValue::from_string(object.to_string()).unwrap(),
-        cells: vec![
-            Cell::Text(name.into()),
-            Cell::Text(size.into()),
-            Cell::None,
-            Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
-        ],
-    })
+    let meta = Meta {
+        name: name.into(),
+        namespace: ns.into(),
+        uid: Some(format!("uid-{name}").into()),
+        creation_timestamp: Some(created),
+        labels: Arc::new(labels),
+    };
+    let cells = [
+        Cell::Text(name.into()),
+        Cell::Text(size.into()),
+        Cell::None,
+        Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
+    ];
+    Arc::new(Item::new(info, meta, &object, &cells))
 }
 
 /// Widgets in the namespaces `other` and `shop`.

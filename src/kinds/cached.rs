@@ -175,18 +175,17 @@ mod tests {
                     .into_iter()
                     .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
                     .map(|(ns, name)| {
-                        Arc::new(crate::kinds::Item {
-                            meta: crate::kinds::Meta {
-                                name: name.into(),
-                                namespace: ns.into(),
-                                ..Default::default()
-                            },
-                            object: serde_json::value::RawValue::from_string(format!(
-                                "{{\"name\":\"{name}\"}}"
-                            ))
-                            .unwrap(),
-                            cells: Vec::new(),
-                        })
+                        let meta = crate::kinds::Meta {
+                            name: name.into(),
+                            namespace: ns.into(),
+                            ..Default::default()
+                        };
+                        Arc::new(crate::kinds::Item::new(
+                            &INFO,
+                            meta,
+                            &serde_json::json!({"name": name}),
+                            &[],
+                        ))
                     })
                     .collect();
                 Ok(Arc::new(Listing { items, resource_version: "7".into(), ..Listing::default() }))

@@ -16,8 +16,8 @@ use serde_json::json;
 
 use super::inputs::{GroupUsage, round_to};
 use super::{
-    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
-    QuerySpec, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339, schema_name, to_raw,
+    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
+    ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339, schema_name,
 };
 use crate::k8s::{duration, quantity};
 use crate::sources::{PodInfo, PodKey, PromSample};
@@ -167,23 +167,26 @@ impl CafeBrewStatsKind {
             }
         }
         let window = duration::go_string(w);
-        let items = cafes
-            .iter()
+        let mut list = ListingBuilder::new(&INFO, resource_version);
+        list.reserve(cafes.len());
+        for (key, pods) in &cafes {
             // A label value that is not a valid object name cannot be served (or fetched).
-            .filter(|(key, _)| crate::k8s::validation::is_dns1123_subdomain(&key.name).is_empty())
-            .map(|(key, pods)| Arc::new(self.item(key, pods, &series, &usage, (&window, w))))
-            .collect();
-        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
+            if crate::k8s::validation::is_dns1123_subdomain(&key.name).is_empty() {
+                self.item(&mut list, key, pods, &series, &usage, (&window, w));
+            }
+        }
+        Ok(Arc::new(list.finish(warnings)))
     }
 
     fn item(
         &self,
+        list: &mut ListingBuilder,
         key: &PodKey,
         pods: &[&PodInfo],
         series: &Series,
         usage: &HashMap<PodKey, Vec<crate::sources::ContainerUsage>>,
         (window, window_duration): (&str, std::time::Duration),
-    ) -> Item {
+    ) {
         let value =
             |map: &HashMap<PodKey, PromSample>| map.get(key).map(|s| s.value).filter(|v| v.is_finite());
         let window_seconds = window_duration.as_secs_f64();
@@ -213,7 +216,7 @@ impl CafeBrewStatsKind {
             labels.insert(TYPE_LABEL.to_string(), t.clone());
         }
         let meta = Meta::of_group(key, pods, labels);
-        let object = to_raw(&CafeBrewStats {
+        let object = CafeBrewStats {
             api_version: API_VERSION,
             kind: &INFO.kind,
             metadata: ObjectMeta::from(&meta),
@@ -234,11 +237,11 @@ impl CafeBrewStatsKind {
             pods: pods.len(),
             cpu: cpu.map(quantity::decimal_si),
             memory: memory.map(quantity::binary_si),
-        });
+        };
         let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::text(&v));
-        let cells = vec![
+        let cells = [
             Cell::Text(meta.name.clone()),
-            text(kind_type),
+            text(kind_type.clone()),
             text(brews_per_minute.map(quantity::rate_cell)),
             text(p95.map(duration::seconds_cell)),
             text(temperature.map(|t| trim(format!("{t:.1}")))),
@@ -249,7 +252,7 @@ impl CafeBrewStatsKind {
             text(cpu.map(quantity::cpu_cell)),
             text(memory.map(quantity::memory_cell)),
         ];
-        Item { meta, object, cells }
+        list.push(&meta, &object, &cells);
     }
 }
 

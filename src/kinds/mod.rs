@@ -9,6 +9,7 @@
 pub mod cached;
 pub mod declared;
 pub mod inputs;
+pub mod listing;
 pub mod registry;
 
 pub mod cafe_brew_stats;
@@ -19,16 +20,14 @@ pub mod resource_metrics;
 pub(crate) mod testkit;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
+pub use listing::{CellRef, Item, ListBody, Listing, ListingBuilder};
 
 use crate::config::Snapshot;
 use crate::sources::{Labels, PodInfo, PodKey};
@@ -173,7 +172,8 @@ impl Column {
     }
 }
 
-/// A Table cell, rendered at response time (ages move on while the object sits in the cache).
+/// A Table cell as a kind computes it; stored packed with its object ([`Item::cells`] reads it
+/// back) and rendered at response time (ages move on while the object sits in the cache).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
     /// Printed as is (shared with the object's metadata where it can be).
@@ -261,57 +261,6 @@ impl Meta {
             uid: None,
             creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
             labels: Arc::new(labels),
-        }
-    }
-}
-
-/// One computed object, ready to be served in any representation.
-#[derive(Debug)]
-pub struct Item {
-    /// Its metadata (selectors, PartialObjectMetadata, Table row objects).
-    pub meta: Meta,
-    /// The full object as JSON, with `kind` and `apiVersion`, serialized once.
-    pub object: Box<RawValue>,
-    /// Table cells, one per column of the kind.
-    pub cells: Vec<Cell>,
-}
-
-/// The result of computing a kind for a namespace (or all namespaces).
-#[derive(Debug, Default)]
-pub struct Listing {
-    /// The objects, sorted by namespace then name.
-    pub items: Vec<Arc<Item>>,
-    /// Partial-failure warnings (`Warning: 299` headers): which source was missing.
-    pub warnings: Vec<String>,
-    /// Opaque `metadata.resourceVersion` of the list.
-    pub resource_version: String,
-    /// The unfiltered `<Kind>List` JSON, rendered by the first request that asks for it and
-    /// shared by every later one while the listing is cached.
-    pub rendered_list: OnceLock<Bytes>,
-}
-
-impl Listing {
-    /// The objects of `namespace`, shared with this listing (which holds several namespaces).
-    pub fn namespace_view(&self, namespace: &str) -> Listing {
-        let items = self.items.iter().filter(|i| &*i.meta.namespace == namespace).cloned().collect();
-        self.view(items)
-    }
-
-    /// One view per namespace that has objects here, in namespace order.
-    pub fn namespace_views(&self) -> Vec<(Arc<str>, Listing)> {
-        let mut by_namespace: BTreeMap<Arc<str>, Vec<Arc<Item>>> = BTreeMap::new();
-        for item in &self.items {
-            by_namespace.entry(item.meta.namespace.clone()).or_default().push(item.clone());
-        }
-        by_namespace.into_iter().map(|(namespace, items)| (namespace, self.view(items))).collect()
-    }
-
-    fn view(&self, items: Vec<Arc<Item>>) -> Listing {
-        Listing {
-            items,
-            warnings: self.warnings.clone(),
-            resource_version: self.resource_version.clone(),
-            rendered_list: OnceLock::new(),
         }
     }
 }
@@ -414,15 +363,6 @@ pub fn kind_schema(
         "description": info.description,
         "properties": all,
         "x-kubernetes-group-version-kind": [{"group": info.gv.group, "version": info.gv.version, "kind": info.kind}],
-    })
-}
-
-/// Serializes an object once, for every later response to reuse.
-pub fn to_raw<T: Serialize>(object: &T) -> Box<RawValue> {
-    serde_json::value::to_raw_value(object).unwrap_or_else(|error| {
-        // Only maps with non-string keys fail, which our types do not have.
-        tracing::error!(%error, "serializing a computed object");
-        RawValue::NULL.to_owned()
     })
 }
 

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::inputs::{RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use super::{
-    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, Item, KindInfo, Listing, Meta, ObjectMeta,
-    QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name, to_raw,
+    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
+    ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name,
 };
 use crate::k8s::{duration, quantity};
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
@@ -94,24 +94,24 @@ impl PodMetricsSummaries {
         let errors = index_by_pod(errors, "errors", &mut warnings);
 
         let window: Arc<str> = duration::go_string(window).into();
-        let items = pods
-            .iter()
-            .map(|pod| {
-                let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
-                Arc::new(self.item(pod, usage.get(&key), requests.get(&key), errors.get(&key), &window))
-            })
-            .collect();
-        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
+        let mut list = ListingBuilder::new(&INFO, resource_version);
+        list.reserve(pods.len());
+        for pod in &pods {
+            let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
+            self.item(&mut list, pod, usage.get(&key), requests.get(&key), errors.get(&key), &window);
+        }
+        Ok(Arc::new(list.finish(warnings)))
     }
 
     fn item(
         &self,
+        list: &mut ListingBuilder,
         pod: &PodInfo,
         containers: Option<&Vec<ContainerUsage>>,
         requests: Option<&PromSample>,
         errors: Option<&PromSample>,
         window: &Arc<str>,
-    ) -> Item {
+    ) {
         let containers = containers.map(Vec::as_slice).unwrap_or_default();
         // The pod's usage is the sum of its containers, and only when every container has it,
         // so `containers` always adds up to the pod.
@@ -142,7 +142,7 @@ impl PodMetricsSummaries {
             .max();
 
         let meta = Meta::of_pod(pod);
-        let object = to_raw(&PodMetricsSummary {
+        let object = PodMetricsSummary {
             api_version: API_VERSION,
             kind: &INFO.kind,
             metadata: ObjectMeta::from(&meta),
@@ -161,9 +161,9 @@ impl PodMetricsSummaries {
                     memory: c.memory_bytes.map(quantity::binary_si),
                 })
                 .collect(),
-        });
+        };
         let text = |v: Option<String>| v.map_or(Cell::None, |v| Cell::text(&v));
-        let cells = vec![
+        let cells = [
             Cell::Text(pod.name.clone()),
             text(cpu.map(quantity::cpu_cell)),
             text(memory.map(quantity::memory_cell)),
@@ -175,7 +175,7 @@ impl PodMetricsSummaries {
             Cell::text(&pod.containers.len().to_string()),
             pod.node_name.clone().map_or(Cell::None, Cell::Text),
         ];
-        Item { meta, object, cells }
+        list.push(&meta, &object, &cells);
     }
 }
 

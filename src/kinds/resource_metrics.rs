@@ -22,8 +22,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{
-    Cell, Column, Computation, ComputeError, GroupVersion, Item, KindInfo, Listing, Meta, ObjectMeta,
-    Sources, Text, Texts, kind_schema, rfc3339, schema_name, to_raw,
+    Cell, Column, Computation, ComputeError, GroupVersion, KindInfo, Listing, ListingBuilder, Meta,
+    ObjectMeta, Sources, Text, Texts, kind_schema, rfc3339, schema_name,
 };
 use crate::k8s::{duration, quantity};
 use crate::sources::{ContainerUsage, NodeInfo, PodKey};
@@ -115,8 +115,8 @@ fn usage_of(sample: &ContainerUsage) -> Option<(Usage, Timestamp, f64)> {
     ))
 }
 
-fn cells(name: &Arc<str>, cpu: &str, memory: &str, window: &str) -> Vec<Cell> {
-    vec![Cell::Text(name.clone()), Cell::text(cpu), Cell::text(memory), Cell::text(window)]
+fn cells(name: &Arc<str>, cpu: &str, memory: &str, window: &str) -> [Cell; 4] {
+    [Cell::Text(name.clone()), Cell::text(cpu), Cell::text(memory), Cell::text(window)]
 }
 
 #[derive(Serialize)]
@@ -169,40 +169,41 @@ impl ResourceMetrics {
         let Computation { pods, .. } = self.sources.begin(namespace)?;
         let (usage, warning) = self.sources.pod_usage(&pods).await;
         let now = Timestamp::now();
-        let items = pods
-            .iter()
-            .filter_map(|pod| {
-                let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
-                let containers = usage.get(&key).filter(|c| !c.is_empty())?;
-                // Every container needs its rate, or the pod is absent (metrics-server).
-                let usages: Vec<(Usage, Timestamp, f64)> =
-                    containers.iter().map(usage_of).collect::<Option<_>>()?;
-                let (_, timestamp, window) = usages.iter().min_by_key(|(_, at, _)| *at)?;
-                let (timestamp, window) = (*timestamp, duration::seconds_string(*window));
-                let (cpu, memory) = containers.iter().fold((0.0, 0.0), |(cpu, memory), c| {
-                    (cpu + c.cpu_cores.unwrap_or_default(), memory + c.memory_bytes.unwrap_or_default())
-                });
-                let mut meta = Meta::of_pod(pod);
-                meta.uid = None;
-                meta.creation_timestamp = Some(now);
-                let object = PodMetrics {
-                    kind: "PodMetrics",
-                    api_version: METRICS.api_version,
-                    metadata: ObjectMeta::from(&meta),
-                    timestamp: rfc3339(timestamp),
-                    window: window.clone(),
-                    containers: containers
-                        .iter()
-                        .zip(usages)
-                        .map(|(c, (usage, _, _))| ContainerMetrics { name: &c.name, usage })
-                        .collect(),
-                };
-                let object = to_raw(&object);
-                let cells = cells(&meta.name, &cpu_quantity(cpu), &memory_quantity(memory), &window);
-                Some(Arc::new(Item { meta, object, cells }))
-            })
-            .collect();
-        Ok(Arc::new(Listing { items, warnings: warning.into_iter().collect(), ..Listing::default() }))
+        let mut list = ListingBuilder::new(&POD_INFO, String::new());
+        list.reserve(pods.len());
+        for pod in &pods {
+            let key = PodKey { namespace: pod.namespace.clone(), name: pod.name.clone() };
+            let Some(containers) = usage.get(&key).filter(|c| !c.is_empty()) else { continue };
+            // Every container needs its rate, or the pod is absent (metrics-server).
+            let Some(usages) =
+                containers.iter().map(usage_of).collect::<Option<Vec<(Usage, Timestamp, f64)>>>()
+            else {
+                continue;
+            };
+            let Some((_, timestamp, window)) = usages.iter().min_by_key(|(_, at, _)| *at) else { continue };
+            let (timestamp, window) = (*timestamp, duration::seconds_string(*window));
+            let (cpu, memory) = containers.iter().fold((0.0, 0.0), |(cpu, memory), c| {
+                (cpu + c.cpu_cores.unwrap_or_default(), memory + c.memory_bytes.unwrap_or_default())
+            });
+            let mut meta = Meta::of_pod(pod);
+            meta.uid = None;
+            meta.creation_timestamp = Some(now);
+            let cells = cells(&meta.name, &cpu_quantity(cpu), &memory_quantity(memory), &window);
+            let object = PodMetrics {
+                kind: "PodMetrics",
+                api_version: METRICS.api_version,
+                metadata: ObjectMeta::from(&meta),
+                timestamp: rfc3339(timestamp),
+                window,
+                containers: containers
+                    .iter()
+                    .zip(usages)
+                    .map(|(c, (usage, _, _))| ContainerMetrics { name: &c.name, usage })
+                    .collect(),
+            };
+            list.push(&meta, &object, &cells);
+        }
+        Ok(Arc::new(list.finish(warning.into_iter().collect())))
     }
 }
 
@@ -235,7 +236,8 @@ impl ResourceMetrics {
         let nodes: Vec<Arc<NodeInfo>> = self.sources.inventory.nodes();
         let mut usage = self.sources.usage.node_usage(&nodes).await;
         let now = Timestamp::now();
-        let mut items = Vec::new();
+        let mut list = ListingBuilder::new(&NODE_INFO, String::new());
+        list.reserve(nodes.len());
         for node in &nodes {
             let Some((usage, timestamp, window)) = usage.nodes.get(&node.name).and_then(usage_of) else {
                 continue;
@@ -249,18 +251,18 @@ impl ResourceMetrics {
                 labels: Arc::new(node.labels.clone()),
             };
             let cells = cells(&meta.name, &usage.cpu, &usage.memory, &window);
-            let object = to_raw(&NodeMetrics {
+            let object = NodeMetrics {
                 kind: "NodeMetrics",
                 api_version: METRICS.api_version,
                 metadata: ObjectMeta::from(&meta),
                 timestamp: rfc3339(timestamp),
                 window,
                 usage,
-            });
-            items.push(Arc::new(Item { meta, object, cells }));
+            };
+            list.push(&meta, &object, &cells);
         }
         let warnings = usage.warning.take().into_iter().collect();
-        Ok(Arc::new(Listing { items, warnings, ..Listing::default() }))
+        Ok(Arc::new(list.finish(warnings)))
     }
 }
 
@@ -329,7 +331,7 @@ mod tests {
     use super::*;
     use crate::kinds::ServedKind;
     use crate::kinds::testkit::{
-        AT, FakeInventory, FakeKubelet, FakeProm, MI, mk_container, mk_json, mk_pod, mk_sources,
+        AT, FakeInventory, FakeKubelet, FakeProm, MI, mk_container, mk_object, mk_pod, mk_sources,
     };
     use crate::sources::KubeletError;
 
@@ -381,7 +383,13 @@ mod tests {
         let listing = pods.list(Some("shop")).await.unwrap();
         let names: Vec<&str> = listing.items.iter().map(|i| &*i.meta.name).collect();
         assert_eq!(names, ["db-1", "web-1"], "web-2 has a container without two samples: absent");
-        let web = mk_json(&listing.items[1]);
+        let web = mk_object(pods.info(), &listing.items[1]);
+        // The list writes it without `kind` and `apiVersion` (metrics-server's list items).
+        let list_item = std::str::from_utf8(listing.items[1].list_json()).unwrap();
+        let object = listing.items[1].object(pods.info());
+        let prefix = r#"{"kind":"PodMetrics","apiVersion":"metrics.k8s.io/v1beta1","#;
+        assert_eq!(std::str::from_utf8(&object).unwrap(), format!("{prefix}{}", &list_item[1..]));
+        assert!(list_item.starts_with(r#"{"metadata":{"name":"web-1","#), "{list_item}");
         let created = web["metadata"]["creationTimestamp"].as_str().unwrap().to_owned();
         assert_eq!(
             web,
@@ -411,7 +419,12 @@ mod tests {
         let [_, nodes] = mk_kinds();
         let listing = nodes.list(None).await.unwrap();
         assert_eq!(listing.items.len(), 1, "node-b publishes no node series, node-c is down");
-        let node: Value = mk_json(&listing.items[0]);
+        let node: Value = mk_object(nodes.info(), &listing.items[0]);
+        assert_eq!(
+            (node["kind"].as_str(), node["apiVersion"].as_str()),
+            (Some("NodeMetrics"), Some(METRICS.api_version))
+        );
+        assert!(std::str::from_utf8(listing.items[0].list_json()).unwrap().starts_with(r#"{"metadata":"#));
         assert_eq!(node["metadata"]["name"], "node-a");
         assert_eq!(node["metadata"]["labels"], json!({"zone": "a"}));
         assert!(node["metadata"].get("namespace").is_none());

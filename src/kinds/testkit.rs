@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use jiff::Timestamp;
 
 use super::cafe_brew_stats::CAFE_LABEL;
-use super::{Cell, Item, Sources};
+use super::{CellRef, Item, Sources};
 use crate::config::{Check, LiveConfig, QueryFile};
 use crate::sources::resources::KubeletUsage;
 use crate::sources::{
@@ -278,20 +278,23 @@ pub(crate) fn mk_sources(
     }
 }
 
-/// The served JSON of an item.
+/// The served JSON of an item of a kind whose list items are typed (as its list writes it).
 pub(crate) fn mk_json(item: &Item) -> serde_json::Value {
-    serde_json::from_str(item.object.get()).unwrap_or_else(|e| panic!("item JSON: {e}"))
+    serde_json::from_slice(item.list_json()).unwrap_or_else(|e| panic!("item JSON: {e}"))
 }
 
-/// An item's cells as text, whatever their storage: ages as `age:<time>`, absent as `<none>`.
+/// The JSON of an item of `info` as a single-object response writes it.
+pub(crate) fn mk_object(info: &super::KindInfo, item: &Item) -> serde_json::Value {
+    serde_json::from_slice(&item.object(info)).unwrap_or_else(|e| panic!("object JSON: {e}"))
+}
+
+/// An item's cells as text: ages as `age:<time>`, absent as `<none>`.
 pub(crate) fn mk_cells(item: &Item) -> Vec<String> {
-    item.cells
-        .iter()
+    item.cells()
         .map(|cell| match cell {
-            Cell::Text(text) => text.to_string(),
-            Cell::Short(text) => text.as_str().to_owned(),
-            Cell::Age(at) => format!("age:{at}"),
-            Cell::None => "<none>".to_owned(),
+            CellRef::Text(text) => text.to_owned(),
+            CellRef::Age(at) => format!("age:{at}"),
+            CellRef::None => "<none>".to_owned(),
         })
         .collect()
 }

@@ -19,8 +19,8 @@ use crate::k8s::validation::{is_dns1123_subdomain, is_valid_label_value};
 use crate::k8s::{duration, quantity};
 use crate::kinds::inputs::{GroupUsage, RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use crate::kinds::{
-    API_VERSION, Cell, Computation, ComputeError, Item, Listing, Meta, ObjectMeta, QueryError, rfc3339,
-    to_raw,
+    API_VERSION, Cell, Computation, ComputeError, Listing, ListingBuilder, Meta, ObjectMeta, QueryError,
+    rfc3339,
 };
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
 
@@ -68,19 +68,19 @@ impl DeclaredKind {
         }
 
         let window_text = duration::go_string(window);
-        let items = objects
-            .iter()
-            .filter(|(key, _)| {
-                // A value that is not a valid object name cannot be served (or fetched by name).
-                let valid = is_dns1123_subdomain(&key.name).is_empty();
-                if let (false, Some(metrics)) = (valid, &self.metrics) {
-                    metrics.skipped_object(&spec.info.plural, INVALID_NAME);
-                }
-                valid
-            })
-            .map(|(key, pods)| Arc::new(item(spec, key, pods, &by_field, &usage, &window_text)))
-            .collect();
-        Ok(Arc::new(Listing { items, warnings, resource_version, ..Listing::default() }))
+        let mut list = ListingBuilder::new(&spec.info, resource_version);
+        list.reserve(objects.len());
+        for (key, pods) in &objects {
+            // A value that is not a valid object name cannot be served (or fetched by name).
+            let valid = is_dns1123_subdomain(&key.name).is_empty();
+            if let (false, Some(metrics)) = (valid, &self.metrics) {
+                metrics.skipped_object(&spec.info.plural, INVALID_NAME);
+            }
+            if valid {
+                item(&mut list, spec, key, pods, &by_field, &usage, &window_text);
+            }
+        }
+        Ok(Arc::new(list.finish(warnings)))
     }
 }
 
@@ -180,13 +180,14 @@ fn unix_time(seconds: f64) -> Option<Timestamp> {
 
 /// The object `key`, joined with `pods` (empty without the join).
 fn item(
+    list: &mut ListingBuilder,
     spec: &DeclaredSpec,
     key: &PodKey,
     pods: &[&PodInfo],
     by_field: &[HashMap<PodKey, PromSample>],
     usage: &HashMap<PodKey, Vec<ContainerUsage>>,
     window: &str,
-) -> Item {
+) {
     let samples: Vec<Option<&PromSample>> = by_field.iter().map(|m| m.get(key)).collect();
     let values: Vec<Option<Published>> = spec
         .fields
@@ -213,7 +214,7 @@ fn item(
         })
         .collect();
     let meta = Meta::of_group(key, pods, labels);
-    let object = to_raw(&Object {
+    let object = Object {
         kind: &spec.info.kind,
         metadata: ObjectMeta::from(&meta),
         timestamp: newest.map(rfc3339),
@@ -229,13 +230,13 @@ fn item(
             cpu: usage.cpu.map(quantity::decimal_si),
             memory: usage.memory.map(quantity::binary_si),
         }),
-    });
+    };
 
     let mut cells = Vec::with_capacity(spec.columns.len());
     cells.push(Cell::Text(meta.name.clone()));
-    for (field, value) in spec.fields.iter().zip(values) {
+    for (field, value) in spec.fields.iter().zip(&values) {
         if field.column.is_some() {
-            cells.push(value.map_or(Cell::None, |v| v.cell));
+            cells.push(value.as_ref().map_or(Cell::None, |v| v.cell.clone()));
         }
     }
     if let Some(usage) = joined {
@@ -244,7 +245,7 @@ fn item(
         cells.push(text(usage.cpu.map(quantity::cpu_cell)));
         cells.push(text(usage.memory.map(quantity::memory_cell)));
     }
-    Item { meta, object, cells }
+    list.push(&meta, &object, &cells);
 }
 
 /// A declared object as served: its keys in this order, fields without a value left out.

@@ -298,7 +298,7 @@ async fn namespaced_kind_publishes_every_format() {
     // requestsPerSecond's, so it is not copied.
     assert_eq!(mk_json(web_1), mk_web_1());
     assert_eq!(
-        web_1.object.get(),
+        std::str::from_utf8(web_1.list_json()).unwrap(),
         r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"AppTraffic","metadata":{"name":"web-1","namespace":"ns","labels":{"tier":"frontend","track":"stable"}},"timestamp":"2026-07-01T10:00:20Z","window":"2m0s","requestsPerSecond":"12500m","errorRatio":"40m","cpuCores":"250m","workingSet":"128Mi","p95Latency":"28.04s","lastDeploy":"2026-07-01T09:59:41Z","inFlight":"3"}"#
     );
     assert_eq!(
@@ -610,7 +610,7 @@ async fn pods_join_counts_pods_and_sums_their_usage() {
         ]
     );
     assert_eq!(
-        listing.items[0].object.get(),
+        std::str::from_utf8(listing.items[0].list_json()).unwrap(),
         r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"CafeLoad","metadata":{"name":"espresso-du-matin","namespace":"ns","creationTimestamp":"2026-07-01T08:00:00Z","labels":{"type":"espresso"}},"timestamp":"2026-07-01T10:00:30Z","window":"5m0s","brewsPerSecond":"140m","temperature":"90500m","pods":2,"cpu":"35m","memory":"48Mi"}"#
     );
     let cells: Vec<Vec<String>> = listing.items.iter().map(|i| mk_cells(i)).collect();
