@@ -76,14 +76,15 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
 
     // The temperature moves in 30 s steps: retry when a step boundary fell between Prometheus'
     // last scrape and now.
-    let (list, truth) = loop {
+    let (list, truth, scraped) = loop {
+        let asked = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
         let truth = env.truth().await;
         let list: Value =
             serde_json::from_str(&env.kubectl_ok(&["get", "brews", "-A", "-o", "json"])).unwrap();
         let now = truth["time"].as_f64().unwrap();
         let step_start = truth["cafes"][0]["temperatureStepStart"].as_f64().unwrap();
         if now - step_start > 6.0 && now - step_start < 28.0 {
-            break (list, truth);
+            break (list, truth, oldest_scrape_before(&env, asked - CACHE_TTL - 1.0).await);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
@@ -130,19 +131,27 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
             1e-6,
             &format!("{what} temperature"),
         );
-        // lastBrewed: the last brew as of the last scrape (one scrape interval, plus the cache
-        // TTL and the whole-second format, before the truth was read). A brew in between moves
-        // the truth on by the time between two brews, which a slow cafe makes longer than that.
+        // lastBrewed: the last brew as of the scrape the served answer was computed from. That
+        // scrape is no older than the oldest one Prometheus held a cache TTL before the list
+        // was asked for (`scraped`: the actual scrape times, which a loaded machine delays
+        // past the nominal interval), so the truth is ahead by at most the time since then
+        // (plus the whole-second format) and, when a brew came in between, the time between
+        // two brews, which a slow cafe makes longer than that.
         let last =
             item["lastBrewed"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap().as_second() as f64;
         let expected = cafe["lastBrewed"].as_f64().unwrap();
         let between_brews = 60.0 / cafe["brewsPerMinute"].as_f64().unwrap().max(1e-9);
         let lag = expected - last;
+        let since_scrape = truth["time"].as_f64().unwrap() - scraped;
+        // At least one scrape interval plus the cache TTL (an engine that stamps the instant
+        // query's points with the query time says less).
+        let allowed = (since_scrape + 1.0).max(SCRAPE.as_secs_f64() + CACHE_TTL + 1.0);
         // A whole number of brews apart (to the whole second), and no more than the lag allows.
         let off_brew = (lag - (lag / between_brews).round() * between_brews).abs();
         assert!(
-            lag >= -1.0 && lag <= SCRAPE.as_secs_f64() + 2.0 + 1.0 + between_brews && off_brew <= 1.0,
-            "{what} lastBrewed {last} vs {expected} (a brew every {between_brews:.1}s)"
+            lag >= -1.0 && lag <= allowed + between_brews && off_brew <= 1.0,
+            "{what} lastBrewed {last} vs {expected} (a brew every {between_brews:.1}s, \
+             {since_scrape:.1}s since the oldest scrape the answer can be from)"
         );
         // Serving pods and their usage.
         assert_eq!(
@@ -260,4 +269,20 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
     assert!(out.lines().any(|l| l.starts_with("cafebrewstats.stats.une-tasse-de.cafe/")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("podmetricssummary.stats.une-tasse-de.cafe/")), "{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("cafebrewstats")).count(), cafes.len());
+}
+
+/// The cache TTL of [`Options::default`], in seconds.
+const CACHE_TTL: f64 = 2.0;
+
+/// The time (Unix seconds) of the oldest of the latest scrapes of the cafes' last-brew series
+/// as the engine held them at `at`: what a list computed at `at` or later read at the oldest.
+async fn oldest_scrape_before(env: &Env, at: f64) -> f64 {
+    let url = format!("{}/api/v1/query", env.prometheus.url());
+    let query = [
+        ("query", "min(timestamp(cafe_last_brew_timestamp_seconds))".to_owned()),
+        ("time", format!("{at:.3}")),
+    ];
+    let response: Value = env.client.get(&url).query(&query).send().await.unwrap().json().await.unwrap();
+    let value = &response["data"]["result"][0]["value"][1];
+    value.as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("scrape time at {at}: {response}"))
 }
