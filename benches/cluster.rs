@@ -11,6 +11,10 @@
 //!   present a client certificate), vs a bare rustls+hyper server returning the same bytes
 //!   with the same client identity method (for the certificate rows it requires a client
 //!   certificate from the same CA); medians of alternating rounds (percolator, then bare);
+//!   each side's CPU time per request too (percolator's process; the bare server's only on
+//!   the h2load rows, since on the loadgen rows the bench process also drives the load): how
+//!   much more work a request is for percolator than for the bare server (on a loaded 2-core
+//!   machine it moves by ±30% between runs, as scheduling changes how requests batch);
 //! - B3 resident memory per pod after the inventory and caches are full, and the marginal
 //!   cost per pod over a minimal cluster (1 node × 30 pods) measured in the same run;
 //! - B4 upstream calls for 1, 10, 100 identical concurrent cold requests;
@@ -528,6 +532,8 @@ struct Throughput<'a> {
     front_proxy: &'a FrontProxy,
     rounds: usize,
     seconds: u64,
+    /// percolator's process, whose CPU time each of its rounds reads.
+    pid: u32,
 }
 
 impl Throughput<'_> {
@@ -570,6 +576,27 @@ impl Throughput<'_> {
         }
     }
 
+    /// [`measure`](Self::measure), with the CPU time `pid` spent per request, in microseconds:
+    /// its user + system time over the whole run (the warm-up second included) over the
+    /// requests of that run (the measured rate times the run's length), so both sides of a
+    /// comparison carry the same warm-up approximation.
+    #[allow(clippy::too_many_arguments)]
+    async fn measure_cpu(
+        &self,
+        tool: Tool,
+        identity: Identity,
+        url: &str,
+        h1: bool,
+        len: usize,
+        tag: &str,
+        pid: u32,
+    ) -> (Load, f64) {
+        let before = cpu_seconds(pid);
+        let load = self.measure(tool, identity, url, h1, len, tag).await;
+        let requests = load.0 * (self.seconds + 1) as f64;
+        (load, (cpu_seconds(pid) - before) * 1e6 / requests.max(1.0))
+    }
+
     /// `rounds` alternating rounds of percolator's `url` then the bare server's `bare`.
     async fn compare(
         &self,
@@ -582,12 +609,20 @@ impl Throughput<'_> {
     ) -> Compared {
         let (url, bare) = urls;
         let (mut ours, mut theirs, mut ratios) = (vec![], vec![], vec![]);
+        let (mut cpu, mut bare_cpu) = (vec![], vec![]);
+        // The bare server runs in this process, which with the loadgen also drives the load:
+        // its CPU per request is the bare server's only with h2load.
+        let own = std::process::id();
         for round in 0..self.rounds {
-            let a = self.measure(tool, identity, url, h1, len, &format!("{tag}-{round}")).await;
-            let b = self.measure(tool, identity, bare, h1, len, &format!("bare-{tag}-{round}")).await;
+            let (a, a_cpu) =
+                self.measure_cpu(tool, identity, url, h1, len, &format!("{tag}-{round}"), self.pid).await;
+            let (b, b_cpu) =
+                self.measure_cpu(tool, identity, bare, h1, len, &format!("bare-{tag}-{round}"), own).await;
             ratios.push(a.0 / b.0);
             ours.push(a);
             theirs.push(b);
+            cpu.push(a_cpu);
+            bare_cpu.push(b_cpu);
         }
         let medians = |loads: &[Load]| {
             (
@@ -596,7 +631,14 @@ impl Throughput<'_> {
                 median(loads.iter().map(|l| l.2).collect()),
             )
         };
-        Compared { ours: medians(&ours), bare: medians(&theirs), ratio: median(ratios.clone()), ratios }
+        Compared {
+            ours: medians(&ours),
+            bare: medians(&theirs),
+            ratio: median(ratios.clone()),
+            ratios,
+            cpu_us: median(cpu),
+            bare_cpu_us: (tool == Tool::H2load).then(|| median(bare_cpu)),
+        }
     }
 }
 
@@ -606,6 +648,10 @@ struct Compared {
     bare: Load,
     ratio: f64,
     ratios: Vec<f64>,
+    /// percolator's CPU time per request (µs, median of the rounds).
+    cpu_us: f64,
+    /// The bare server's, when it can be told apart from the load generator's (h2load rows).
+    bare_cpu_us: Option<f64>,
 }
 
 impl Compared {
@@ -613,8 +659,10 @@ impl Compared {
     fn row(&self, section: &str, pods: u32, measure: &str) -> String {
         let ratios = self.ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
         let ((rps, p50, p99), (brps, bp50, bp99)) = (self.ours, self.bare);
+        let cpu = self.cpu_us;
+        let bare_cpu = self.bare_cpu_us.map(|us| format!(", {us:.1} µs CPU/req")).unwrap_or_default();
         format!(
-            "| {section} | {pods} | {measure} (round ratios {ratios}) | {rps:.0} req/s, p50 {p50:.2} ms, p99 {p99:.2} ms | bare {brps:.0} req/s, p50 {bp50:.2} ms, p99 {bp99:.2} ms | **{:.2}** |",
+            "| {section} | {pods} | {measure} (round ratios {ratios}) | {rps:.0} req/s, p50 {p50:.2} ms, p99 {p99:.2} ms, {cpu:.1} µs CPU/req | bare {brps:.0} req/s, p50 {bp50:.2} ms, p99 {bp99:.2} ms{bare_cpu} | **{:.2}** |",
             self.ratio
         )
     }
@@ -765,6 +813,7 @@ async fn warm(
         front_proxy: &front_proxy,
         rounds: settings.rounds,
         seconds: settings.seconds,
+        pid: server.pid,
     };
 
     // B2 on the same server: warm get, namespaced list and selected namespaced list, with a
