@@ -102,10 +102,14 @@ pub struct Env {
 }
 
 pub fn mk_dir(name: &str) -> PathBuf {
+    // Unique within the process: a test's own directory and its `Env`'s often share a name
+    // (the suffix was the nanoseconds of an `Instant` just taken, which repeat, so `Env::start`
+    // could delete the files a test had just written for it).
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "percolator-e2e-{name}-{}-{}",
         std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
