@@ -576,25 +576,11 @@ impl Throughput<'_> {
         }
     }
 
-    /// [`measure`](Self::measure), with the CPU time `pid` spent per request, in microseconds:
-    /// its user + system time over the whole run (the warm-up second included) over the
-    /// requests of that run (the measured rate times the run's length), so both sides of a
-    /// comparison carry the same warm-up approximation.
-    #[allow(clippy::too_many_arguments)]
-    async fn measure_cpu(
-        &self,
-        tool: Tool,
-        identity: Identity,
-        url: &str,
-        h1: bool,
-        len: usize,
-        tag: &str,
-        pid: u32,
-    ) -> (Load, f64) {
-        let before = cpu_seconds(pid);
-        let load = self.measure(tool, identity, url, h1, len, tag).await;
-        let requests = load.0 * (self.seconds + 1) as f64;
-        (load, (cpu_seconds(pid) - before) * 1e6 / requests.max(1.0))
+    /// CPU time per request in microseconds: `seconds` of a process's user + system time over
+    /// a whole run (the warm-up second included) over that run's requests (the measured rate
+    /// times the run's length), so both sides of a comparison carry the same approximation.
+    fn cpu_per_request(&self, seconds: f64, load: Load) -> f64 {
+        seconds * 1e6 / (load.0 * (self.seconds + 1) as f64).max(1.0)
     }
 
     /// `rounds` alternating rounds of percolator's `url` then the bare server's `bare`.
@@ -614,15 +600,15 @@ impl Throughput<'_> {
         // its CPU per request is the bare server's only with h2load.
         let own = std::process::id();
         for round in 0..self.rounds {
-            let (a, a_cpu) =
-                self.measure_cpu(tool, identity, url, h1, len, &format!("{tag}-{round}"), self.pid).await;
-            let (b, b_cpu) =
-                self.measure_cpu(tool, identity, bare, h1, len, &format!("bare-{tag}-{round}"), own).await;
+            let before = cpu_seconds(self.pid);
+            let a = self.measure(tool, identity, url, h1, len, &format!("{tag}-{round}")).await;
+            cpu.push(self.cpu_per_request(cpu_seconds(self.pid) - before, a));
+            let before = cpu_seconds(own);
+            let b = self.measure(tool, identity, bare, h1, len, &format!("bare-{tag}-{round}")).await;
+            bare_cpu.push(self.cpu_per_request(cpu_seconds(own) - before, b));
             ratios.push(a.0 / b.0);
             ours.push(a);
             theirs.push(b);
-            cpu.push(a_cpu);
-            bare_cpu.push(b_cpu);
         }
         let medians = |loads: &[Load]| {
             (

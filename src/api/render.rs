@@ -117,16 +117,7 @@ pub fn render_object(
 pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
     let size: usize = items.iter().map(|i| i.list_json().len() + 1).sum();
     let mut out = Vec::with_capacity(size + 160);
-    out.extend_from_slice(b"{\"kind\":");
-    push_json_str(&mut out, &ctx.info.list_kind);
-    out.extend_from_slice(b",\"apiVersion\":");
-    push_json_str(&mut out, ctx.info.gv.api_version);
-    out.extend_from_slice(b",\"metadata\":{");
-    if !ctx.resource_version.is_empty() {
-        out.extend_from_slice(b"\"resourceVersion\":");
-        push_json_str(&mut out, ctx.resource_version);
-    }
-    out.extend_from_slice(b"},\"items\":[");
+    crate::kinds::listing::push_list_head(&mut out, ctx.info, ctx.resource_version);
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -211,11 +202,6 @@ impl http_body::Body for PartsBody {
         let last = self.last.as_ref().and_then(|last| last.size_hint().exact()).unwrap_or_default();
         SizeHint::with_exact((self.current.len() + parts) as u64 + last)
     }
-}
-
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    // Serializing a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 fn to_vec<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {

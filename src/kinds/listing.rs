@@ -109,6 +109,22 @@ fn type_meta_field(key: &str, value: &str) -> Vec<u8> {
     out
 }
 
+/// Appends the opening of `info`'s `<Kind>List` up to its items:
+/// `{"kind":…,"apiVersion":…,"metadata":{"resourceVersion":…},"items":[` (no
+/// `resourceVersion` when empty).
+pub fn push_list_head(out: &mut Vec<u8>, info: &KindInfo, resource_version: &str) {
+    out.extend_from_slice(b"{\"kind\":");
+    push_json_str(out, &info.list_kind);
+    out.extend_from_slice(b",\"apiVersion\":");
+    push_json_str(out, info.gv.api_version);
+    out.extend_from_slice(b",\"metadata\":{");
+    if !resource_version.is_empty() {
+        out.extend_from_slice(b"\"resourceVersion\":");
+        push_json_str(out, resource_version);
+    }
+    out.extend_from_slice(b"},\"items\":[");
+}
+
 fn push_json_str(out: &mut Vec<u8>, s: &str) {
     // Serializing a &str into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
@@ -459,16 +475,7 @@ impl ListingBuilder {
     /// A listing of `info`'s objects at `resource_version` (empty: none in the list).
     pub fn new(info: &KindInfo, resource_version: String) -> Self {
         let mut head = Vec::with_capacity(160);
-        head.extend_from_slice(b"{\"kind\":");
-        push_json_str(&mut head, &info.list_kind);
-        head.extend_from_slice(b",\"apiVersion\":");
-        push_json_str(&mut head, info.gv.api_version);
-        head.extend_from_slice(b",\"metadata\":{");
-        if !resource_version.is_empty() {
-            head.extend_from_slice(b"\"resourceVersion\":");
-            push_json_str(&mut head, &resource_version);
-        }
-        head.extend_from_slice(b"},\"items\":[");
+        push_list_head(&mut head, info, &resource_version);
         Self {
             resource_version,
             prefixes: TypeMetaPrefixes::of(info),
