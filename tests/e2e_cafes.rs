@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Engine, Env, Options, SCRAPE, assert_close, q, table};
+use common::{Engine, Env, Options, assert_close, q, table};
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
@@ -75,18 +75,19 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
     wait_for_cafe_cpu(&env).await;
 
     // The temperature moves in 30 s steps: retry when a step boundary fell between Prometheus'
-    // last scrape and now.
-    let (list, truth, scraped) = loop {
-        let asked = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+    // last scrape and now. `seen`: each cafe's last brew as the engine answered it before a
+    // cache TTL (and a margin) passed, so the list below was computed from a later query.
+    let (list, truth, seen) = loop {
+        let seen = engine_last_brews(&env).await;
+        tokio::time::sleep(Duration::from_secs_f64(CACHE_TTL + 1.5)).await;
         let truth = env.truth().await;
         let list: Value =
             serde_json::from_str(&env.kubectl_ok(&["get", "brews", "-A", "-o", "json"])).unwrap();
         let now = truth["time"].as_f64().unwrap();
         let step_start = truth["cafes"][0]["temperatureStepStart"].as_f64().unwrap();
         if now - step_start > 6.0 && now - step_start < 28.0 {
-            break (list, truth, oldest_scrape_before(&env, asked - CACHE_TTL - 1.0).await);
+            break (list, truth, seen);
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
     };
     let cafes: BTreeMap<_, _> = truth["cafes"].as_array().unwrap().iter().map(|c| (key(c), c)).collect();
     assert!(cafes.len() >= 6, "the workload has cafes");
@@ -131,27 +132,22 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
             1e-6,
             &format!("{what} temperature"),
         );
-        // lastBrewed: the last brew as of the scrape the served answer was computed from. That
-        // scrape is no older than the oldest one Prometheus held a cache TTL before the list
-        // was asked for (`scraped`: the actual scrape times, which a loaded machine delays
-        // past the nominal interval), so the truth is ahead by at most the time since then
-        // (plus the whole-second format) and, when a brew came in between, the time between
-        // two brews, which a slow cafe makes longer than that.
+        // lastBrewed: the last brew as of the scrape the served answer was computed from: no
+        // older than what the engine answered before the list's cache entry could have been
+        // filled (`seen`, whatever the engine's scrape and ingestion delays), at most one brew
+        // newer than the truth read just before the list (a brew between the two), a whole
+        // number of brews from the truth, and in whole seconds (truncated).
         let last =
             item["lastBrewed"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap().as_second() as f64;
         let expected = cafe["lastBrewed"].as_f64().unwrap();
+        let seen = seen[&key(&item["metadata"])];
         let between_brews = 60.0 / cafe["brewsPerMinute"].as_f64().unwrap().max(1e-9);
         let lag = expected - last;
-        let since_scrape = truth["time"].as_f64().unwrap() - scraped;
-        // At least one scrape interval plus the cache TTL (an engine that stamps the instant
-        // query's points with the query time says less).
-        let allowed = (since_scrape + 1.0).max(SCRAPE.as_secs_f64() + CACHE_TTL + 1.0);
-        // A whole number of brews apart (to the whole second), and no more than the lag allows.
         let off_brew = (lag - (lag / between_brews).round() * between_brews).abs();
         assert!(
-            lag >= -1.0 && lag <= allowed + between_brews && off_brew <= 1.0,
-            "{what} lastBrewed {last} vs {expected} (a brew every {between_brews:.1}s, \
-             {since_scrape:.1}s since the oldest scrape the answer can be from)"
+            last >= seen.floor() && lag >= -between_brews - 1.0 && off_brew <= 1.0,
+            "{what} lastBrewed {last} vs {expected} (a brew every {between_brews:.1}s; the engine \
+             said {seen} before the list)"
         );
         // Serving pods and their usage.
         assert_eq!(
@@ -274,15 +270,22 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
 /// The cache TTL of [`Options::default`], in seconds.
 const CACHE_TTL: f64 = 2.0;
 
-/// The time (Unix seconds) of the oldest of the latest scrapes of the cafes' last-brew series
-/// as the engine held them at `at`: what a list computed at `at` or later read at the oldest.
-async fn oldest_scrape_before(env: &Env, at: f64) -> f64 {
+/// Each cafe's last brew (Unix seconds) as the engine answers an instant query now, by
+/// (namespace, cafe).
+async fn engine_last_brews(env: &Env) -> BTreeMap<(String, String), f64> {
     let url = format!("{}/api/v1/query", env.prometheus.url());
-    let query = [
-        ("query", "min(timestamp(cafe_last_brew_timestamp_seconds))".to_owned()),
-        ("time", format!("{at:.3}")),
-    ];
+    let query = [("query", "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds)")];
     let response: Value = env.client.get(&url).query(&query).send().await.unwrap().json().await.unwrap();
-    let value = &response["data"]["result"][0]["value"][1];
-    value.as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("scrape time at {at}: {response}"))
+    let result = response["data"]["result"].as_array().unwrap_or_else(|| panic!("last brews: {response}"));
+    result
+        .iter()
+        .map(|series| {
+            let labels = &series["metric"];
+            let key = (
+                labels["namespace"].as_str().unwrap().to_owned(),
+                labels["cafe"].as_str().unwrap().to_owned(),
+            );
+            (key, series["value"][1].as_str().unwrap().parse().unwrap())
+        })
+        .collect()
 }
