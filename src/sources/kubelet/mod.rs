@@ -11,7 +11,9 @@
 //! [`KubeletClient`] caches each node's fetch in the crate's [`TtlCache`] (named `kubelet`),
 //! whose misses share one fetch; a semaphore bounds concurrent fetches; caps on body size and
 //! container count keep one broken kubelet from taking the memory; bearer-token files are
-//! re-read at most once a minute, since service-account tokens rotate.
+//! re-read at most once a minute, since service-account tokens rotate. Kubelets are read over
+//! HTTP/1.1 with hyper's client and a small read buffer, since one connection per node may
+//! stay open between fetches (see [`READ_BUFFER_BYTES`]).
 
 mod parse;
 mod rates;
@@ -24,9 +26,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::{Body as _, Incoming};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use jiff::Timestamp;
 use tokio::sync::Semaphore;
+use tokio::time::timeout_at;
 
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
 use crate::cache::{CacheSettings, TtlCache};
@@ -73,6 +83,18 @@ const CACHE_NAME: &str = "kubelet";
 /// Most nodes whose usage is cached at once.
 const MAX_CACHED_NODES: u64 = 1_000_000;
 
+/// hyper's read buffer per kubelet connection, its smallest allowed size. Left adaptive, it
+/// grows to the size of a node's answer (tens of KiB) and keeps that capacity while the
+/// connection idles in the pool, which with one connection per node was most of the memory
+/// per pod; the body is copied out into a buffer of its announced length anyway.
+const READ_BUFFER_BYTES: usize = 8192;
+
+/// How long an idle kubelet connection is kept (reqwest's default, kept from before).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The HTTP client of kubelet fetches: HTTP/1.1, over TLS unless [`Scheme::Http`].
+type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+
 /// Errors of this module: decoding a body and building a client.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
@@ -93,9 +115,6 @@ pub enum Error {
     /// The TLS configuration could not be built.
     #[error("kubelet TLS configuration: {0}")]
     Tls(String),
-    /// The HTTP client could not be built.
-    #[error("kubelet HTTP client: {0}")]
-    HttpClient(String),
 }
 
 /// Result alias for this module.
@@ -204,7 +223,7 @@ pub struct KubeletClient {
 }
 
 struct Inner {
-    http: reqwest::Client,
+    http: HttpClient,
     config: KubeletConfig,
     inventory: Arc<dyn Inventory>,
     observer: Arc<dyn UpstreamObserver>,
@@ -229,17 +248,20 @@ impl KubeletClient {
         observer: Arc<dyn UpstreamObserver>,
     ) -> Result<Self> {
         let tls = tls::tls_config(&config)?;
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout)
-            // Kubelets are reached directly, as metrics-server does; an HTTP(S)_PROXY meant for
-            // egress must not see the token.
-            .no_proxy()
-            .pool_idle_timeout(Duration::from_secs(90))
+        // Kubelets are reached directly, as metrics-server does (no HTTP(S)_PROXY, meant for
+        // egress, sees the token); the timeout covers the TCP connect, `fetch_batch` the rest.
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(config.request_timeout));
+        // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
+        let https = HttpsConnector::from((tcp, tls));
+        let http = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(if config.reuse_connections { usize::MAX } else { 0 })
-            .build()
-            .map_err(|e| Error::HttpClient(error_chain(&e)))?;
+            .http1_max_buf_size(READ_BUFFER_BYTES)
+            .build(https);
         let cache = TtlCache::new(CACHE_NAME, &config.cache, MAX_CACHED_NODES);
         let token = config.bearer_token.clone().map(TokenProvider::new);
         let slots = Semaphore::new(config.max_concurrency.max(1));
@@ -348,7 +370,7 @@ impl Inner {
             }
         };
 
-        let mut request = self.http.get(url).header(http::header::ACCEPT, "text/plain;version=0.0.4");
+        let mut request = http::Request::get(url).header(http::header::ACCEPT, "text/plain;version=0.0.4");
         let mut token = None;
         if let Some(provider) = &self.token {
             let value = provider.get().await.map_err(|reason| request_error(outcome::ERROR, reason))?;
@@ -360,17 +382,27 @@ impl Inner {
             token = Some(value);
         }
         let redact = |reason: String| redact(reason, token.as_deref());
+        let request = request
+            .body(Empty::new())
+            .map_err(|e| request_error(outcome::ERROR, redact(format!("GET {url}: {e}"))))?;
 
+        // One deadline for the request and its body, as a whole-request timeout.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timed_out =
+            || request_error(outcome::TIMEOUT, format!("GET {url}: no answer within {timeout:?}"));
         let scrape_time = Timestamp::now();
-        let mut response = request.send().await.map_err(|e| {
-            let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::UNREACHABLE };
-            request_error(outcome, redact(error_chain(&e)))
-        })?;
+        let response =
+            timeout_at(deadline, self.http.request(request)).await.map_err(|_| timed_out())?.map_err(
+                |e| request_error(outcome::UNREACHABLE, redact(format!("GET {url}: {}", error_chain(&e)))),
+            )?;
+        let (head, mut body) = response.into_parts();
 
-        let status = response.status();
+        let status = head.status;
         if !status.is_success() {
-            let snippet = read_capped(&mut response, ERROR_BODY_SNIPPET)
+            let snippet = timeout_at(deadline, read_capped(&mut body, ERROR_BODY_SNIPPET))
                 .await
+                .ok()
+                .and_then(Result::ok)
                 .map(|(bytes, _)| String::from_utf8_lossy(&bytes).trim().to_owned())
                 .unwrap_or_default();
             return Err(request_error(
@@ -379,13 +411,13 @@ impl Inner {
             ));
         }
         let max = self.config.max_body_bytes;
-        if response.content_length().is_some_and(|len| len > max as u64) {
+        if body.size_hint().exact().is_some_and(|len| len > max as u64) {
             return Err(request_error(outcome::ERROR, format!("GET {url}: body exceeds {max} bytes")));
         }
-        let (body, truncated) = read_capped(&mut response, max).await.map_err(|e| {
-            let outcome = if e.is_timeout() { outcome::TIMEOUT } else { outcome::ERROR };
-            request_error(outcome, redact(error_chain(&e)))
-        })?;
+        let (body, truncated) = timeout_at(deadline, read_capped(&mut body, max))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| request_error(outcome::ERROR, redact(format!("GET {url}: {}", error_chain(&e)))))?;
         if truncated {
             return Err(request_error(outcome::ERROR, format!("GET {url}: body exceeds {max} bytes")));
         }
@@ -404,22 +436,20 @@ impl Inner {
 }
 
 /// Reads at most `max` bytes of a body; the flag says whether more was left.
-async fn read_capped(
-    response: &mut reqwest::Response,
-    max: usize,
-) -> Result<(Vec<u8>, bool), reqwest::Error> {
+async fn read_capped(body: &mut Incoming, max: usize) -> Result<(Vec<u8>, bool), hyper::Error> {
     // The announced length, when there is one, so the body is not grown by copying.
-    let announced = response.content_length().and_then(|len| usize::try_from(len).ok()).unwrap_or(0);
-    let mut body = Vec::with_capacity(announced.min(max));
-    while let Some(chunk) = response.chunk().await? {
-        let room = max - body.len();
+    let announced = body.size_hint().exact().and_then(|len| usize::try_from(len).ok()).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(announced.min(max));
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame?.into_data() else { continue };
+        let room = max - bytes.len();
         if chunk.len() > room {
-            body.extend_from_slice(chunk.get(..room).unwrap_or_default());
-            return Ok((body, true));
+            bytes.extend_from_slice(chunk.get(..room).unwrap_or_default());
+            return Ok((bytes, true));
         }
-        body.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&chunk);
     }
-    Ok((body, false))
+    Ok((bytes, false))
 }
 
 /// The first address of the first preferred type that the node has.
@@ -451,8 +481,8 @@ fn url_host(address: &str) -> Option<String> {
     None
 }
 
-/// A message with every cause, since reqwest's own message omits them (shared with the
-/// Prometheus client).
+/// A message with every cause, since reqwest's and hyper's own messages omit them (shared
+/// with the Prometheus client).
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
