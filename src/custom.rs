@@ -220,7 +220,7 @@ impl CustomMetrics {
         };
         if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
             let verb =
-                if info.verb.is_empty() { method.as_str().to_ascii_lowercase() } else { info.verb.clone() };
+                if info.verb.is_empty() { method.as_str().to_ascii_lowercase() } else { info.verb.to_string() };
             return Err(ApiError::MethodNotAllowed {
                 verb,
                 resource: GroupResource::new(GROUP, target.resource()),

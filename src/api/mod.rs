@@ -444,7 +444,7 @@ async fn serve_resource(
     let slots = parts.extensions.get::<ConnectionSlots>().filter(|_| parts.version == http::Version::HTTP_2);
     let target = resolve(state, info, &parsed.segs())?;
 
-    match info.verb.as_str() {
+    match &*info.verb {
         "get" | "list" | "watch" => {}
         "proxy" => return Err(ApiError::PathNotFound),
         "" => {
@@ -519,14 +519,14 @@ fn resolve(state: &ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Ta
         rest = &rest[1..];
     }
     let namespaced_path = rest.len() >= 3 && rest[0] == "namespaces";
-    if namespaced_path != kind_info.namespaced && (namespaced_path || info.parts.len() >= 2) {
+    if namespaced_path != kind_info.namespaced && (namespaced_path || info.named_in_path) {
         // A namespaced path for a cluster-scoped kind, or a named get of a namespaced kind
         // without its namespace: kube registers neither route.
         return Err(ApiError::PathNotFound);
     }
     let resource = GroupResource::new(kind_info.gv.group, kind_info.plural.as_ref());
     let namespace = namespaced_path.then(|| info.namespace.clone());
-    Ok(Target { kind, resource, namespace, name: info.parts.get(1).cloned() })
+    Ok(Target { kind, resource, namespace, name: info.named_in_path.then(|| info.name.clone()) })
 }
 
 async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<Arc<Listing>, ApiError> {

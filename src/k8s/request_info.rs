@@ -56,10 +56,11 @@ pub struct RequestInfo {
     pub is_resource_request: bool,
     /// The URL path, as received (not decoded).
     pub path: String,
-    /// The Kubernetes verb for resource requests, the lower-cased HTTP method otherwise.
-    pub verb: String,
+    /// The Kubernetes verb for resource requests, the lower-cased HTTP method otherwise
+    /// (borrowed for every standard method and verb).
+    pub verb: Cow<'static, str>,
     /// `api` or `apis` for resource requests.
-    pub api_prefix: String,
+    pub api_prefix: &'static str,
     /// API group (empty for the core group).
     pub api_group: String,
     /// API version.
@@ -72,8 +73,9 @@ pub struct RequestInfo {
     pub subresource: String,
     /// Object name; for list/watch the one pinned by `fieldSelector=metadata.name=...`.
     pub name: String,
-    /// The path segments from the resource on (`[resource, name, subresource, ...]`).
-    pub parts: Vec<String>,
+    /// Whether the path names the object (`.../<resource>/<name>...`), as opposed to a name
+    /// pinned by `fieldSelector=metadata.name=...`.
+    pub named_in_path: bool,
     /// For `list`, `watch` and `deletecollection`: the first `labelSelector` query value as
     /// sent (decoded, not parsed), empty when absent. Read even when other list options do
     /// not decode, as k8s.io/apiserver does.
@@ -150,15 +152,16 @@ impl RequestInfo {
     ) -> Result<Self, RequestInfoError> {
         let mut info = RequestInfo { path: path.to_owned(), ..RequestInfo::default() };
         let non_resource = |mut info: RequestInfo| {
-            info.verb = method.as_str().to_ascii_lowercase();
+            info.verb = lower_case_method(method);
             Ok(info)
         };
         let mut parts: &[S] = segments;
         let prefix = match parts.first().map(AsRef::as_ref) {
-            Some(prefix @ ("api" | "apis")) if parts.len() >= 3 => prefix,
+            Some("api") if parts.len() >= 3 => "api",
+            Some("apis") if parts.len() >= 3 => "apis",
             _ => return non_resource(info),
         };
-        info.api_prefix = prefix.to_owned();
+        info.api_prefix = prefix;
         parts = &parts[1..];
         if prefix == "apis" {
             // `/apis/<g>/<v>` is discovery: a resource request needs one more segment.
@@ -173,11 +176,11 @@ impl RequestInfo {
         parts = &parts[1..];
 
         let mut via_special_verb = false;
-        if let Some(verb) = parts.first().map(AsRef::as_ref).filter(|p| SPECIAL_VERBS.contains(p)) {
+        if let Some(verb) = parts.first().and_then(|p| SPECIAL_VERBS.iter().find(|v| **v == p.as_ref())) {
             if parts.len() < 2 {
                 return Err(RequestInfoError(path.to_owned()));
             }
-            info.verb = verb.to_owned();
+            info.verb = Cow::Borrowed(verb);
             parts = &parts[1..];
             via_special_verb = true;
         } else {
@@ -189,7 +192,7 @@ impl RequestInfo {
                 Method::DELETE => "delete",
                 _ => "",
             }
-            .to_owned();
+            .into();
         }
 
         if parts.first().is_some_and(|p| p.as_ref() == "namespaces") && parts.len() > 1 {
@@ -205,29 +208,29 @@ impl RequestInfo {
         }
         if parts.len() >= 2 {
             info.name = parts[1].as_ref().to_owned();
+            info.named_in_path = true;
         }
         if let Some(resource) = parts.first() {
             info.resource = resource.as_ref().to_owned();
         }
-        info.parts = parts.iter().map(|p| p.as_ref().to_owned()).collect();
 
         if info.name.is_empty() && info.verb == "get" {
             match decode_list_options(query) {
                 Some(opts) => {
-                    info.verb = if opts.watch { "watch" } else { "list" }.to_owned();
+                    info.verb = if opts.watch { "watch" } else { "list" }.into();
                     if let Some(name) = opts.field_name.filter(|n| is_valid_path_segment_name(n)) {
                         info.name = name;
                     }
                 }
                 // A parameter that does not decode: still a list (or a watch), without a name.
-                None => info.verb = if query.watch() { "watch" } else { "list" }.to_owned(),
+                None => info.verb = if query.watch() { "watch" } else { "list" }.into(),
             }
         }
         if info.name.is_empty() && info.verb == "delete" {
-            info.verb = "deletecollection".to_owned();
+            info.verb = "deletecollection".into();
         }
         // `requestinfo.go`: the selectors of the verbs that use them, straight from the query.
-        if matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
+        if matches!(&*info.verb, "list" | "watch" | "deletecollection") {
             if let Some(selector) = query.get("labelSelector") {
                 info.label_selector = selector.to_owned();
             }
@@ -236,6 +239,26 @@ impl RequestInfo {
             }
         }
         Ok(info)
+    }
+}
+
+/// The method in lower case, as Go's `strings.ToLower(req.Method)` (borrowed for the standard
+/// methods).
+fn lower_case_method(method: &Method) -> Cow<'static, str> {
+    const STANDARD: &[(Method, &str)] = &[
+        (Method::GET, "get"),
+        (Method::HEAD, "head"),
+        (Method::POST, "post"),
+        (Method::PUT, "put"),
+        (Method::PATCH, "patch"),
+        (Method::DELETE, "delete"),
+        (Method::OPTIONS, "options"),
+        (Method::CONNECT, "connect"),
+        (Method::TRACE, "trace"),
+    ];
+    match STANDARD.iter().find(|(m, _)| m == method) {
+        Some((_, lower)) => Cow::Borrowed(lower),
+        None => Cow::Owned(method.as_str().to_ascii_lowercase()),
     }
 }
 
@@ -273,8 +296,10 @@ fn is_valid_path_segment_name(name: &str) -> bool {
 pub struct ParsedRequest {
     /// Its RequestInfo; `None` when the path cannot be interpreted (then a 404).
     pub info: Option<RequestInfo>,
-    /// The path segments, percent-decoded ([`split_path`]).
-    pub segments: Vec<String>,
+    /// The path segments, percent-decoded ([`split_path`]), one after the other ...
+    decoded: String,
+    /// ... and where each ends in `decoded`.
+    ends: Vec<usize>,
     /// The query parameters.
     pub query: QueryParams,
 }
@@ -283,13 +308,28 @@ impl ParsedRequest {
     /// Parses `method path?query`.
     pub fn new(method: &Method, path: &str, query: Option<&str>) -> Self {
         let query = QueryParams::parse(query);
-        let segments: Vec<String> = split_path(path).into_iter().map(Cow::into_owned).collect();
-        Self { info: RequestInfo::from_segments(method, path, &segments, &query).ok(), segments, query }
+        let segments = split_path(path);
+        let info = RequestInfo::from_segments(method, path, &segments, &query).ok();
+        let mut decoded = String::with_capacity(path.len());
+        let mut ends = Vec::with_capacity(segments.len());
+        for segment in &segments {
+            decoded.push_str(segment);
+            ends.push(decoded.len());
+        }
+        Self { info, decoded, ends, query }
     }
 
     /// The path segments as string slices, for matching.
     pub fn segs(&self) -> Vec<&str> {
-        self.segments.iter().map(String::as_str).collect()
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let segment = self.decoded.get(start..end).unwrap_or_default();
+                start = end;
+                segment
+            })
+            .collect()
     }
 }
 
@@ -309,8 +349,8 @@ mod tests {
     fn summary(i: &RequestInfo) -> String {
         let kind = if i.is_resource_request { "resource" } else { "non-resource" };
         let fields =
-            [&i.verb, &i.api_group, &i.api_version, &i.namespace, &i.resource, &i.name, &i.subresource];
-        format!("{kind} {}", fields.map(|f| if f.is_empty() { "-" } else { f.as_str() }).join(" "))
+            [&*i.verb, &i.api_group, &i.api_version, &i.namespace, &i.resource, &i.name, &i.subresource];
+        format!("{kind} {}", fields.map(|f| if f.is_empty() { "-" } else { f }).join(" "))
     }
 
     const G: &str = "stats.une-tasse-de.cafe";
@@ -363,9 +403,9 @@ mod tests {
     fn field_selector_name_only_when_everything_decodes() {
         // An invalid label selector makes ListOptions decoding fail: list, no name.
         let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name=w1&labelSelector=a%3D%22");
-        assert_eq!((i.verb.as_str(), i.name.as_str()), ("list", ""));
+        assert_eq!((&*i.verb, i.name.as_str()), ("list", ""));
         let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name=w1&limit=x&watch=true");
-        assert_eq!((i.verb.as_str(), i.name.as_str()), ("watch", ""));
+        assert_eq!((&*i.verb, i.name.as_str()), ("watch", ""));
         // A name that is not a valid path segment is not used.
         let i = ri(Method::GET, "/apis/g/v/widgets?fieldSelector=metadata.name=a%2Fb");
         assert_eq!(i.name, "");
@@ -382,7 +422,7 @@ mod tests {
     fn selectors_are_kept_for_list_watch_and_deletecollection_only() {
         let selectors = |method: Method, path: &str| {
             let i = ri(method, path);
-            (i.verb, i.label_selector, i.field_selector)
+            (i.verb.into_owned(), i.label_selector, i.field_selector)
         };
         let s = |v: &str, l: &str, f: &str| (v.to_owned(), l.to_owned(), f.to_owned());
         let q = "labelSelector=app%3Dx%2Ctier%21%3Dy&fieldSelector=metadata.name%3Dz";
@@ -420,7 +460,7 @@ mod tests {
     fn our_group() {
         let i = ri(Method::GET, &format!("/apis/{G}/v1alpha1/namespaces/shop/podmetricssummaries/web-1"));
         assert_eq!(summary(&i), format!("resource get {G} v1alpha1 shop podmetricssummaries web-1 -"));
-        assert_eq!(i.parts, ["podmetricssummaries", "web-1"]);
+        assert!(i.named_in_path);
     }
 
     #[test]
