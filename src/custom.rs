@@ -219,8 +219,11 @@ impl CustomMetrics {
             _ => return Err(ApiError::PathNotFound.into()),
         };
         if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
-            let verb =
-                if info.verb.is_empty() { method.as_str().to_ascii_lowercase() } else { info.verb.to_string() };
+            let verb = if info.verb.is_empty() {
+                method.as_str().to_ascii_lowercase()
+            } else {
+                info.verb.to_string()
+            };
             return Err(ApiError::MethodNotAllowed {
                 verb,
                 resource: GroupResource::new(GROUP, target.resource()),

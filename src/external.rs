@@ -210,8 +210,11 @@ impl ExternalMetrics {
             _ => return Err(ApiError::PathNotFound.into()),
         };
         if method != Method::GET && method != Method::HEAD {
-            let verb =
-                if info.verb.is_empty() { method.as_str().to_ascii_lowercase() } else { info.verb.to_string() };
+            let verb = if info.verb.is_empty() {
+                method.as_str().to_ascii_lowercase()
+            } else {
+                info.verb.to_string()
+            };
             return Err(
                 ApiError::MethodNotAllowed { verb, resource: GroupResource::new(GROUP, metric) }.into()
             );
