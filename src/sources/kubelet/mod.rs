@@ -185,7 +185,7 @@ pub struct KubeletConfig {
     /// HTTPS unless talking to a simulator.
     pub scheme: Scheme,
     /// `--kubelet-reuse-connections`: keep each kubelet's connection open between fetches
-    /// (40-70 KiB resident per node), or close it after each fetch (one TCP and TLS handshake
+    /// (20-45 KiB resident per node), or close it after each fetch (one TCP and TLS handshake
     /// per node per fetch).
     pub reuse_connections: bool,
 }
