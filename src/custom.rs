@@ -43,7 +43,7 @@ use crate::external::{
 };
 use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
 use crate::k8s::negotiate::{Endpoint, negotiate_headers};
-use crate::k8s::request_info::{ParsedRequest, RequestInfo};
+use crate::k8s::request_info::{ParsedRequest, RequestInfo, lower_case_method};
 use crate::k8s::selectors::{LabelSelector, Requirement};
 use crate::k8s::status::go_quote;
 use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
@@ -219,11 +219,8 @@ impl CustomMetrics {
             _ => return Err(ApiError::PathNotFound.into()),
         };
         if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
-            let verb = if info.verb.is_empty() {
-                method.as_str().to_ascii_lowercase()
-            } else {
-                info.verb.to_string()
-            };
+            let verb =
+                if info.verb.is_empty() { lower_case_method(method) } else { info.verb.clone() }.into_owned();
             return Err(ApiError::MethodNotAllowed {
                 verb,
                 resource: GroupResource::new(GROUP, target.resource()),

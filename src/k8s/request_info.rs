@@ -54,8 +54,6 @@ pub struct RequestInfo {
     /// Whether this is a request for a resource (as opposed to a non-resource path such as
     /// `/apis/<g>/<v>`, `/openapi/v2` or `/healthz`).
     pub is_resource_request: bool,
-    /// The URL path, as received (not decoded).
-    pub path: String,
     /// The Kubernetes verb for resource requests, the lower-cased HTTP method otherwise
     /// (borrowed for every standard method and verb).
     pub verb: Cow<'static, str>,
@@ -150,7 +148,7 @@ impl RequestInfo {
         segments: &[S],
         query: &QueryParams,
     ) -> Result<Self, RequestInfoError> {
-        let mut info = RequestInfo { path: path.to_owned(), ..RequestInfo::default() };
+        let mut info = RequestInfo::default();
         let non_resource = |mut info: RequestInfo| {
             info.verb = lower_case_method(method);
             Ok(info)
@@ -244,7 +242,7 @@ impl RequestInfo {
 
 /// The method in lower case, as Go's `strings.ToLower(req.Method)` (borrowed for the standard
 /// methods).
-fn lower_case_method(method: &Method) -> Cow<'static, str> {
+pub fn lower_case_method(method: &Method) -> Cow<'static, str> {
     const STANDARD: &[(Method, &str)] = &[
         (Method::GET, "get"),
         (Method::HEAD, "head"),
