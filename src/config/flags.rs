@@ -182,7 +182,7 @@ pub struct KubeletArgs {
     #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_KUBELET_REQUEST_TIMEOUT")]
     pub kubelet_request_timeout: Duration,
     /// Keep each kubelet's connection open between fetches (true), or close it after each
-    /// fetch (false): an idle TLS connection holds about 20-45 KiB per node, while closing
+    /// fetch (false): an idle TLS connection holds about 16 KiB per node, while closing
     /// costs one TCP and TLS handshake per node per refresh (more CPU, and a few round trips
     /// on a real network).
     #[arg(long, default_value_t = true, env = "PERCOLATOR_KUBELET_REUSE_CONNECTIONS")]

@@ -12,12 +12,13 @@
 //! whose misses share one fetch; a semaphore bounds concurrent fetches; caps on body size and
 //! container count keep one broken kubelet from taking the memory; bearer-token files are
 //! re-read at most once a minute, since service-account tokens rotate. Kubelets are read over
-//! HTTP/1.1 with hyper's client and a small read buffer, since one connection per node may
-//! stay open between fetches (see [`READ_BUFFER_BYTES`]).
+//! HTTP/1.1 with hyper's connection-level client; `transport` keeps one connection per node
+//! between fetches as its bare TLS stream, without hyper's buffers.
 
 mod parse;
 mod rates;
 mod tls;
+mod transport;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,14 +27,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use jiff::Timestamp;
 use tokio::sync::Semaphore;
 use tokio::time::timeout_at;
@@ -41,6 +39,7 @@ use tokio::time::timeout_at;
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
 use crate::cache::{CacheSettings, TtlCache};
 use crate::tls::WatchedCaFile;
+use transport::Transport;
 
 pub use super::KubeletError;
 pub use parse::{ContainerKey, ContainerSample, ParsedBatch, Sample, parse_resource_metrics};
@@ -83,17 +82,10 @@ const CACHE_NAME: &str = "kubelet";
 /// Most nodes whose usage is cached at once.
 const MAX_CACHED_NODES: u64 = 1_000_000;
 
-/// hyper's read buffer per kubelet connection, its smallest allowed size. Left adaptive, it
-/// grows to the size of a node's answer (tens of KiB) and keeps that capacity while the
-/// connection idles in the pool, which with one connection per node was most of the memory
-/// per pod; the body is copied out into a buffer of its announced length anyway.
+/// hyper's read buffer during a kubelet exchange, its smallest allowed size. Left adaptive, it
+/// grows to the size of a node's answer (tens of KiB); the body is copied out into a buffer of
+/// its announced length anyway.
 const READ_BUFFER_BYTES: usize = 8192;
-
-/// How long an idle kubelet connection is kept (reqwest's default, kept from before).
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The HTTP client of kubelet fetches: HTTP/1.1, over TLS unless [`Scheme::Http`].
-type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// Errors of this module: decoding a body and building a client.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -185,8 +177,8 @@ pub struct KubeletConfig {
     /// HTTPS unless talking to a simulator.
     pub scheme: Scheme,
     /// `--kubelet-reuse-connections`: keep each kubelet's connection open between fetches
-    /// (20-45 KiB resident per node), or close it after each fetch (one TCP and TLS handshake
-    /// per node per fetch).
+    /// (parked without hyper's buffers: about 16 KiB resident per node), or close it after
+    /// each fetch (one TCP and TLS handshake per node per fetch).
     pub reuse_connections: bool,
 }
 
@@ -223,7 +215,7 @@ pub struct KubeletClient {
 }
 
 struct Inner {
-    http: HttpClient,
+    transport: Transport,
     config: KubeletConfig,
     inventory: Arc<dyn Inventory>,
     observer: Arc<dyn UpstreamObserver>,
@@ -256,18 +248,13 @@ impl KubeletClient {
         tcp.set_connect_timeout(Some(config.request_timeout));
         // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
-        let http = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(if config.reuse_connections { usize::MAX } else { 0 })
-            .http1_max_buf_size(READ_BUFFER_BYTES)
-            .build(https);
+        let transport = Transport::new(https, READ_BUFFER_BYTES, config.reuse_connections);
         let cache = TtlCache::new(CACHE_NAME, &config.cache, MAX_CACHED_NODES);
         let token = config.bearer_token.clone().map(TokenProvider::new);
         let slots = Semaphore::new(config.max_concurrency.max(1));
         Ok(Self {
             inner: Arc::new(Inner {
-                http,
+                transport,
                 config,
                 inventory,
                 observer,
@@ -370,7 +357,10 @@ impl Inner {
             }
         };
 
-        let mut request = http::Request::get(url).header(http::header::ACCEPT, "text/plain;version=0.0.4");
+        let uri: http::Uri =
+            url.parse().map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))?;
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::ACCEPT, http::HeaderValue::from_static("text/plain;version=0.0.4"));
         let mut token = None;
         if let Some(provider) = &self.token {
             let value = provider.get().await.map_err(|reason| request_error(outcome::ERROR, reason))?;
@@ -378,23 +368,22 @@ impl Inner {
                 request_error(outcome::ERROR, "the bearer token is not a valid header value".to_owned())
             })?;
             header.set_sensitive(true);
-            request = request.header(http::header::AUTHORIZATION, header);
+            headers.insert(http::header::AUTHORIZATION, header);
             token = Some(value);
         }
         let redact = |reason: String| redact(reason, token.as_deref());
-        let request = request
-            .body(Empty::new())
-            .map_err(|e| request_error(outcome::ERROR, redact(format!("GET {url}: {e}"))))?;
 
         // One deadline for the request and its body, as a whole-request timeout.
         let deadline = tokio::time::Instant::now() + timeout;
         let timed_out =
             || request_error(outcome::TIMEOUT, format!("GET {url}: no answer within {timeout:?}"));
         let scrape_time = Timestamp::now();
-        let response =
-            timeout_at(deadline, self.http.request(request)).await.map_err(|_| timed_out())?.map_err(
-                |e| request_error(outcome::UNREACHABLE, redact(format!("GET {url}: {}", error_chain(&e)))),
-            )?;
+        let (response, exchange) = timeout_at(deadline, self.transport.get(&uri, &headers, deadline))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| {
+                request_error(outcome::UNREACHABLE, redact(format!("GET {url}: {}", error_chain(&e))))
+            })?;
         let (head, mut body) = response.into_parts();
 
         let status = head.status;
@@ -421,6 +410,8 @@ impl Inner {
         if truncated {
             return Err(request_error(outcome::ERROR, format!("GET {url}: body exceeds {max} bytes")));
         }
+        // Read to its end: the connection may be kept.
+        exchange.finish(true);
         let text = String::from_utf8_lossy(&body);
         let batch = parse_resource_metrics(&text, scrape_time)
             .map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))?;
@@ -550,7 +541,7 @@ impl TokenProvider {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use axum::extract::State;
     use axum::http::{HeaderMap, StatusCode};
@@ -661,6 +652,11 @@ pub(super) mod tests {
         connections: AtomicUsize,
         authorizations: Mutex<Vec<Option<String>>>,
         delay: Mutex<Duration>,
+        /// Answer with `Connection: close`.
+        close: AtomicBool,
+        /// Wakes every connection's task to drop its connection, as a kubelet closing idle
+        /// connections does.
+        drop_connections: tokio::sync::Notify,
     }
 
     async fn kubelet_handler(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> impl IntoResponse {
@@ -670,9 +666,13 @@ pub(super) mod tests {
         let delay = *state.delay.lock().unwrap();
         tokio::time::sleep(delay).await;
         if auth.as_deref() == Some("Bearer wrong") {
-            return (StatusCode::UNAUTHORIZED, "Unauthorized".to_owned());
+            return (StatusCode::UNAUTHORIZED, HeaderMap::new(), "Unauthorized".to_owned());
         }
-        (StatusCode::OK, state.body.lock().unwrap().clone())
+        let mut headers = HeaderMap::new();
+        if state.close.load(Ordering::SeqCst) {
+            headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+        }
+        (StatusCode::OK, headers, state.body.lock().unwrap().clone())
     }
 
     struct MkServer {
@@ -721,11 +721,15 @@ pub(super) mod tests {
                 accepted.connections.fetch_add(1, Ordering::SeqCst);
                 let acceptor = acceptor.clone();
                 let service = TowerToHyperService::new(router.clone());
+                let state = Arc::clone(&accepted);
                 tokio::spawn(async move {
                     if let Ok(stream) = acceptor.accept(tcp).await {
-                        let _ = auto::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
+                        let builder = auto::Builder::new(TokioExecutor::new());
+                        let serve = builder.serve_connection(TokioIo::new(stream), service);
+                        tokio::select! {
+                            _ = serve => {}
+                            () = state.drop_connections.notified() => {}
+                        }
                     }
                 });
             }
@@ -917,7 +921,78 @@ pub(super) mod tests {
             }
             assert_eq!(server.state.hits.load(Ordering::SeqCst), 3);
             assert_eq!(server.state.connections.load(Ordering::SeqCst), want, "reuse_connections: {reuse}");
+            assert_eq!(idle_connections(&client, usize::from(reuse)).await, usize::from(reuse));
         }
+    }
+
+    /// Waits until the client keeps `want` idle connections (they are parked by the exchange's
+    /// connection task just after the fetch returns).
+    async fn idle_connections(client: &KubeletClient, want: usize) -> usize {
+        for _ in 0..100 {
+            if client.inner.transport.idle_connections() == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        client.inner.transport.idle_connections()
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_kubelet_closed_is_replaced_without_a_failure() {
+        // Seen closed before reuse, or reused (as when the close is still in flight): the request
+        // fails on the kept connection and is sent again on a new one.
+        for check in [true, false] {
+            let server = mk_server().await;
+            let observer = Arc::new(MkObserver::default());
+            let config = KubeletConfig {
+                ca_pem: Some(server.ca_pem.clone().into_bytes()),
+                cache: CacheSettings::uncounted(Duration::from_millis(1)),
+                ..KubeletConfig::default()
+            };
+            let client = mk_client(&server, config, Arc::clone(&observer));
+            if !check {
+                client.inner.transport.skip_open_check();
+            }
+            client.node_usage("node-a").await.unwrap();
+            assert_eq!(idle_connections(&client, 1).await, 1);
+            server.state.drop_connections.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(client.node_usage("node-a").await.unwrap().pods.len(), 3, "check {check}");
+            assert_eq!(server.state.connections.load(Ordering::SeqCst), 2, "check {check}");
+            assert_eq!(server.state.hits.load(Ordering::SeqCst), 2, "check {check}");
+            assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "success"); 2], "check {check}");
+            assert_eq!(idle_connections(&client, 1).await, 1, "the new connection is kept");
+        }
+    }
+
+    #[tokio::test]
+    async fn connections_are_not_kept_after_connection_close_or_an_unread_body() {
+        let server = mk_server().await;
+        server.state.close.store(true, Ordering::SeqCst);
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            cache: CacheSettings::uncounted(Duration::from_millis(1)),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        for _ in 0..2 {
+            assert_eq!(client.node_usage("node-a").await.unwrap().pods.len(), 3);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(server.state.connections.load(Ordering::SeqCst), 2, "Connection: close is honoured");
+        assert_eq!(idle_connections(&client, 0).await, 0);
+
+        // A body left unread (over the cap) leaves its connection unusable: closed.
+        server.state.close.store(false, Ordering::SeqCst);
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            max_body_bytes: 1024,
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        client.node_usage("node-a").await.unwrap_err();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(client.inner.transport.idle_connections(), 0);
     }
 
     #[tokio::test]

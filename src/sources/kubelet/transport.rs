@@ -1,0 +1,301 @@
+//! Kubelet connections: one HTTP/1.1 exchange at a time per connection, over the TLS (or, for
+//! simulators, plain TCP) stream hyper-rustls' connector makes, and a pool of idle streams.
+//!
+//! A connection kept between fetches is parked as its bare stream. hyper's per-connection
+//! state (an 8 KiB read and an 8 KiB write buffer, the dispatcher and its channel) lives only
+//! for an exchange: each exchange runs hyper's HTTP/1.1 client on the stream and takes the
+//! stream back once the response has been read to its end (`without_shutdown`). An idle
+//! connection then holds what rustls keeps between records (a 4 KiB record buffer, the keys,
+//! the peer's certificate) and the socket: at 150,000 pods on 4,750 nodes, 0.55 KiB per pod
+//! less than hyper's pool kept (BENCHMARKS.md, issue 18, fourth step).
+//!
+//! A stream is parked only when the exchange ended cleanly, on a persistent HTTP/1.1 response
+//! read to its end with nothing left over; before reuse it is checked for a close from the
+//! kubelet (a non-blocking `MSG_PEEK`); a request that fails on a reused stream before its
+//! response arrives is sent once more on a new connection (a GET is safe to repeat); streams
+//! idle for [`IDLE_TIMEOUT`] are closed.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONNECTION, HOST, HeaderMap, HeaderValue};
+use http::{Request, Response, Uri, Version};
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::rt::Write as _;
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tokio::io::ReadBuf;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tower::ServiceExt as _;
+
+use super::lock;
+
+/// How long an idle connection is kept (Go's and reqwest's default, kept from before).
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Most idle connections kept per kubelet. Fetches of one node share one request (the
+/// node cache's single flight), so one is the rule; a few cover overlapping fetches.
+const MAX_IDLE_PER_KUBELET: usize = 4;
+
+/// A kubelet connection between exchanges.
+type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
+
+/// Why an exchange failed before its response head arrived.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Error {
+    /// No connection could be made (TCP or TLS).
+    #[error("connect: {0}")]
+    Connect(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The request failed, or the response head did.
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+/// Kubelet connections, kept between fetches unless told not to.
+pub(super) struct Transport {
+    connector: HttpsConnector<HttpConnector>,
+    read_buffer_bytes: usize,
+    /// `None` when connections are closed after each fetch.
+    pool: Option<Arc<Pool>>,
+}
+
+/// A response whose body is being read: hand it back with [`Exchange::finish`] so that its
+/// connection can be kept; dropped, the connection is closed.
+pub(super) struct Exchange {
+    /// Held until the exchange ends: hyper's dispatcher runs while it exists.
+    _sender: http1::SendRequest<Empty<Bytes>>,
+    /// Tells the connection's task whether to park the stream once hyper lets go of it.
+    keep: Option<oneshot::Sender<bool>>,
+    persistent: bool,
+}
+
+impl Exchange {
+    /// Ends the exchange; `read_to_end` says the body was read to its end, the condition for
+    /// keeping the connection.
+    pub(super) fn finish(mut self, read_to_end: bool) {
+        if let Some(keep) = self.keep.take() {
+            let _ = keep.send(read_to_end && self.persistent);
+        }
+        // Dropping the sender lets hyper's dispatcher end, handing the stream to the task.
+    }
+}
+
+impl Transport {
+    /// A transport over `connector`; `read_buffer_bytes` bounds hyper's read buffer during an
+    /// exchange.
+    pub(super) fn new(
+        connector: HttpsConnector<HttpConnector>,
+        read_buffer_bytes: usize,
+        reuse: bool,
+    ) -> Self {
+        Self { connector, read_buffer_bytes, pool: reuse.then(|| Arc::new(Pool::default())) }
+    }
+
+    /// Sends `GET uri` with `headers` on a kept connection to that kubelet or a new one, and
+    /// returns the response head and body; `deadline` bounds how long the connection may
+    /// live for this exchange.
+    pub(super) async fn get(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Response<Incoming>, Exchange), Error> {
+        let key = self.pool.as_ref().and_then(|_| pool_key(uri));
+        let parked = match (&self.pool, &key) {
+            (Some(pool), Some(key)) => pool.take(key),
+            _ => None,
+        };
+        if let Some(stream) = parked {
+            match self.send(stream, uri, headers, key.clone(), deadline).await {
+                Ok(sent) => return Ok(sent),
+                // The kubelet closed it as it was taken: a GET is safe to send again.
+                Err(e) => tracing::debug!(%uri, error = %e, "kept kubelet connection failed; reconnecting"),
+            }
+        }
+        let stream = self.connector.clone().oneshot(uri.clone()).await.map_err(Error::Connect)?;
+        self.send(stream, uri, headers, key, deadline).await
+    }
+
+    async fn send(
+        &self,
+        stream: Stream,
+        uri: &Uri,
+        headers: &HeaderMap,
+        key: Option<String>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Response<Incoming>, Exchange), Error> {
+        let (mut sender, connection) =
+            http1::Builder::new().max_buf_size(self.read_buffer_bytes).handshake(stream).await?;
+        let (keep, kept) = oneshot::channel();
+        let pool = self.pool.as_ref().map(Arc::downgrade);
+        tokio::spawn(async move {
+            // Runs the connection until the exchange is over and hyper lets go of the stream.
+            let Ok(Ok(parts)) = tokio::time::timeout_at(deadline, connection.without_shutdown()).await else {
+                return;
+            };
+            let mut stream = parts.io;
+            if kept.await == Ok(true)
+                && parts.read_buf.is_empty()
+                && nothing_pending(&mut stream)
+                && let (Some(pool), Some(key)) = (pool.and_then(|pool| pool.upgrade()), key)
+            {
+                Pool::put(&pool, key, stream);
+                return;
+            }
+            // Not kept: closed as hyper would (TLS close_notify, then FIN).
+            let shutdown = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_shutdown(cx));
+            let _ = tokio::time::timeout_at(deadline, shutdown).await;
+        });
+        // hyper's connection-level client sends the URI as given: origin form, and the Host
+        // header an HTTP/1.1 server requires.
+        let mut request = Request::new(Empty::new());
+        *request.uri_mut() = uri.path_and_query().cloned().map_or_else(|| Uri::from_static("/"), Uri::from);
+        *request.headers_mut() = headers.clone();
+        if let Some(host) = uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+            request.headers_mut().insert(HOST, host);
+        }
+        let response = sender.send_request(request).await?;
+        let persistent = is_persistent(&response);
+        Ok((response, Exchange { _sender: sender, keep: Some(keep), persistent }))
+    }
+}
+
+/// Whether the kubelet keeps the connection open after this response (HTTP/1.1 without
+/// `Connection: close`; HTTP/1.0 is not kept).
+fn is_persistent(response: &Response<Incoming>) -> bool {
+    response.version() == Version::HTTP_11
+        && !response.headers().get_all(CONNECTION).iter().any(|value| {
+            value.to_str().is_ok_and(|v| v.split(',').any(|token| token.trim().eq_ignore_ascii_case("close")))
+        })
+}
+
+/// The pool's key of a URI: its scheme and authority.
+fn pool_key(uri: &Uri) -> Option<String> {
+    Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
+}
+
+/// Idle streams per kubelet, each with when it was parked.
+#[derive(Default)]
+struct Pool {
+    idle: Mutex<HashMap<String, Vec<(Stream, Instant)>>>,
+    /// Whether the task closing expired streams runs.
+    sweeping: AtomicBool,
+    /// Tests: reuse streams without the check, as when the kubelet's close is still in flight.
+    #[cfg(test)]
+    skip_open_check: AtomicBool,
+}
+
+impl Pool {
+    /// The most recently parked stream of a kubelet that is still open and not expired.
+    fn take(&self, key: &str) -> Option<Stream> {
+        let mut idle = lock(&self.idle);
+        let streams = idle.get_mut(key)?;
+        let found = std::iter::from_fn(|| streams.pop())
+            .find(|(stream, since)| {
+                since.elapsed() < IDLE_TIMEOUT && (self.skips_open_check() || is_open(stream))
+            })
+            .map(|(stream, _)| stream);
+        if streams.is_empty() {
+            idle.remove(key);
+        }
+        found
+    }
+
+    /// Parks a stream, and starts the sweeper on first use.
+    fn put(pool: &Arc<Self>, key: String, stream: Stream) {
+        {
+            let mut idle = lock(&pool.idle);
+            let streams = idle.entry(key).or_default();
+            if streams.len() >= MAX_IDLE_PER_KUBELET {
+                return;
+            }
+            streams.push((stream, Instant::now()));
+        }
+        if !pool.sweeping.swap(true, Ordering::Relaxed) {
+            tokio::spawn(sweep(Arc::downgrade(pool)));
+        }
+    }
+
+    /// Closes expired streams and those the kubelet has closed.
+    fn sweep(&self) {
+        let mut idle = lock(&self.idle);
+        idle.retain(|_, streams| {
+            streams.retain(|(stream, since)| since.elapsed() < IDLE_TIMEOUT && is_open(stream));
+            !streams.is_empty()
+        });
+    }
+
+    #[cfg(not(test))]
+    fn skips_open_check(&self) -> bool {
+        false
+    }
+
+    #[cfg(test)]
+    fn skips_open_check(&self) -> bool {
+        self.skip_open_check.load(Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.idle).values().map(Vec::len).sum()
+    }
+}
+
+/// Sweeps the pool every third of [`IDLE_TIMEOUT`] while it exists.
+async fn sweep(pool: Weak<Pool>) {
+    let mut ticks = tokio::time::interval(IDLE_TIMEOUT / 3);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        match pool.upgrade() {
+            Some(pool) => pool.sweep(),
+            None => return,
+        }
+    }
+}
+
+/// Whether a stream hyper let go of may be parked: nothing decrypted and left unread in
+/// rustls, and no close from the kubelet.
+fn nothing_pending(stream: &mut Stream) -> bool {
+    let MaybeHttpsStream::Https(io) = stream else { return true };
+    let (_, tls) = io.inner_mut().get_mut();
+    tls.process_new_packets()
+        .is_ok_and(|state| state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed())
+}
+
+/// Whether an idle stream is still open: nothing to read, not even the end of the stream (a
+/// kubelet closing an idle connection sends TLS close_notify and FIN, which make it readable).
+fn is_open(stream: &Stream) -> bool {
+    let tcp: &TcpStream = match stream {
+        MaybeHttpsStream::Http(io) => io.inner(),
+        MaybeHttpsStream::Https(io) => io.inner().get_ref().0.inner().inner(),
+    };
+    let mut byte = [0u8; 1];
+    let mut buf = ReadBuf::new(&mut byte);
+    matches!(tcp.poll_peek(&mut Context::from_waker(Waker::noop()), &mut buf), Poll::Pending)
+}
+
+#[cfg(test)]
+impl Transport {
+    /// Idle connections kept.
+    pub(super) fn idle_connections(&self) -> usize {
+        self.pool.as_ref().map_or(0, |pool| pool.len())
+    }
+
+    /// Reuses kept connections without checking them first.
+    pub(super) fn skip_open_check(&self) {
+        if let Some(pool) = &self.pool {
+            pool.skip_open_check.store(true, Ordering::Relaxed);
+        }
+    }
+}
