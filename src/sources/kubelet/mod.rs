@@ -82,6 +82,9 @@ const CACHE_NAME: &str = "kubelet";
 /// Most nodes whose usage is cached at once.
 const MAX_CACHED_NODES: u64 = 1_000_000;
 
+/// The TCP keep-alive probe interval of kubelet connections (Go's `net.Dialer` default).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
+
 /// hyper's read buffer during a kubelet exchange, its smallest allowed size. Left adaptive, it
 /// grows to the size of a node's answer (tens of KiB); the body is copied out into a buffer of
 /// its announced length anyway.
@@ -246,6 +249,9 @@ impl KubeletClient {
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(config.request_timeout));
+        // A kept connection to a node that vanished without a reset is found dead by the
+        // kernel instead of lasting until a fetch times out on it (Go's dialer does the same).
+        tcp.set_keepalive(Some(TCP_KEEPALIVE));
         // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
         let transport = Transport::new(https, READ_BUFFER_BYTES, config.reuse_connections);
@@ -388,15 +394,18 @@ impl Inner {
 
         let status = head.status;
         if !status.is_success() {
-            let snippet = timeout_at(deadline, read_capped(&mut body, ERROR_BODY_SNIPPET))
+            let read = timeout_at(deadline, read_capped(&mut body, ERROR_BODY_SNIPPET))
                 .await
                 .ok()
-                .and_then(Result::ok)
-                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).trim().to_owned())
-                .unwrap_or_default();
+                .and_then(Result::ok);
+            let snippet = read.map(|(bytes, truncated)| {
+                // A short error body read to its end leaves the connection usable.
+                exchange.finish(!truncated);
+                String::from_utf8_lossy(&bytes).trim().to_owned()
+            });
             return Err(request_error(
                 outcome::ERROR,
-                redact(format!("GET {url}: HTTP {status}: {snippet}")),
+                redact(format!("GET {url}: HTTP {status}: {}", snippet.unwrap_or_default())),
             ));
         }
         let max = self.config.max_body_bytes;
@@ -963,6 +972,24 @@ pub(super) mod tests {
             assert_eq!(*observer.calls.lock().unwrap(), vec![("kubelet", "success"); 2], "check {check}");
             assert_eq!(idle_connections(&client, 1).await, 1, "the new connection is kept");
         }
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_read_to_its_end_keeps_its_connection() {
+        let server = mk_server().await;
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            bearer_token: Some(BearerToken::Static("wrong".to_owned())),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        for _ in 0..2 {
+            let message = client.node_usage("node-a").await.unwrap_err().to_string();
+            assert!(message.contains("HTTP 401 Unauthorized: Unauthorized"), "{message}");
+            assert_eq!(idle_connections(&client, 1).await, 1);
+        }
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 2);
+        assert_eq!(server.state.connections.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

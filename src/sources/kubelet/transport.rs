@@ -16,10 +16,10 @@
 //! idle for [`IDLE_TIMEOUT`] are closed.
 
 use std::collections::HashMap;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,15 +32,16 @@ use hyper::rt::Write as _;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
-use tokio::io::ReadBuf;
+use socket2::SockRef;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tower::ServiceExt as _;
 
 use super::lock;
 
-/// How long an idle connection is kept (Go's and reqwest's default, kept from before).
-pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long an idle connection is kept: less than the kubelet's own idle timeout (90 s, its
+/// server's `IdleTimeout`), so that a kept connection is rarely one the kubelet is closing.
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// Most idle connections kept per kubelet. Fetches of one node share one request (the
 /// node cache's single flight), so one is the rule; a few cover overlapping fetches.
@@ -118,7 +119,10 @@ impl Transport {
             match self.send(stream, uri, headers, key.clone(), deadline).await {
                 Ok(sent) => return Ok(sent),
                 // The kubelet closed it as it was taken: a GET is safe to send again.
-                Err(e) => tracing::debug!(%uri, error = %e, "kept kubelet connection failed; reconnecting"),
+                Err(Error::Http(e)) if is_closed_connection(&e) => {
+                    tracing::debug!(%uri, error = %e, "kept kubelet connection was closed; reconnecting");
+                }
+                Err(e) => return Err(e),
             }
         }
         let stream = self.connector.clone().oneshot(uri.clone()).await.map_err(Error::Connect)?;
@@ -167,6 +171,15 @@ impl Transport {
         let persistent = is_persistent(&response);
         Ok((response, Exchange { _sender: sender, keep: Some(keep), persistent }))
     }
+}
+
+/// Whether a request failed because its connection was closed or broken before any answer,
+/// rather than on what the kubelet answered.
+fn is_closed_connection(error: &hyper::Error) -> bool {
+    error.is_incomplete_message()
+        || error.is_canceled()
+        || error.is_closed()
+        || std::error::Error::source(error).is_some_and(|cause| cause.is::<std::io::Error>())
 }
 
 /// Whether the kubelet keeps the connection open after this response (HTTP/1.1 without
@@ -275,14 +288,15 @@ fn nothing_pending(stream: &mut Stream) -> bool {
 
 /// Whether an idle stream is still open: nothing to read, not even the end of the stream (a
 /// kubelet closing an idle connection sends TLS close_notify and FIN, which make it readable).
+/// A non-blocking `MSG_PEEK` on the socket itself: tokio's cached readiness may not have seen
+/// the close yet.
 fn is_open(stream: &Stream) -> bool {
     let tcp: &TcpStream = match stream {
         MaybeHttpsStream::Http(io) => io.inner(),
         MaybeHttpsStream::Https(io) => io.inner().get_ref().0.inner().inner(),
     };
-    let mut byte = [0u8; 1];
-    let mut buf = ReadBuf::new(&mut byte);
-    matches!(tcp.poll_peek(&mut Context::from_waker(Waker::noop()), &mut buf), Poll::Pending)
+    let mut byte = [MaybeUninit::uninit()];
+    matches!(SockRef::from(tcp).peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 #[cfg(test)]
