@@ -8,6 +8,13 @@
 # The table is printed and written to target/bench-report.md (under CARGO_TARGET_DIR if set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One benchmark at a time on this machine: two would share its cores and spoil both
+# (ratios are same-run, but not against a second bench's load).
+exec 9>"${TMPDIR:-/tmp}/percolator-bench.lock"
+if ! flock -n 9; then
+  echo "another scripts/bench.sh is running; waiting for it" >&2
+  flock 9
+fi
 scripts/install-deps.sh
 if ! command -v h2load >/dev/null; then
   echo "installing Debian package nghttp2-client (h2load)" >&2
