@@ -265,6 +265,17 @@ impl Pool {
 
 /// Sweeps the pool every third of [`IDLE_TIMEOUT`] while it exists.
 async fn sweep(pool: Weak<Pool>) {
+    // However the task ends (the pool dropped, or the runtime shut down with the task), the
+    // next parked stream starts another.
+    struct Running(Weak<Pool>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            if let Some(pool) = self.0.upgrade() {
+                pool.sweeping.store(false, Ordering::Relaxed);
+            }
+        }
+    }
+    let _running = Running(pool.clone());
     let mut ticks = tokio::time::interval(IDLE_TIMEOUT / 3);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
