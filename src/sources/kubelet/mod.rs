@@ -85,11 +85,6 @@ const MAX_CACHED_NODES: u64 = 1_000_000;
 /// The TCP keep-alive probe interval of kubelet connections (Go's `net.Dialer` default).
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
-/// hyper's read buffer during a kubelet exchange, its smallest allowed size. Left adaptive, it
-/// grows to the size of a node's answer (tens of KiB); the body is copied out into a buffer of
-/// its announced length anyway.
-const READ_BUFFER_BYTES: usize = 8192;
-
 /// Errors of this module: decoding a body and building a client.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
@@ -254,7 +249,7 @@ impl KubeletClient {
         tcp.set_keepalive(Some(TCP_KEEPALIVE));
         // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
-        let transport = Transport::new(https, READ_BUFFER_BYTES, config.reuse_connections);
+        let transport = Transport::new(https, config.reuse_connections);
         let cache = TtlCache::new(CACHE_NAME, &config.cache, MAX_CACHED_NODES);
         let token = config.bearer_token.clone().map(TokenProvider::new);
         let slots = Semaphore::new(config.max_concurrency.max(1));

@@ -43,6 +43,11 @@ use super::lock;
 /// server's `IdleTimeout`), so that a kept connection is rarely one the kubelet is closing.
 pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
+/// hyper's read buffer during an exchange, its smallest allowed size. Left adaptive, it grows
+/// to the size of a node's answer (tens of KiB); the body is copied out into a buffer of its
+/// announced length anyway.
+const READ_BUFFER_BYTES: usize = 8192;
+
 /// Most idle connections kept per kubelet. Fetches of one node share one request (the
 /// node cache's single flight), so one is the rule; a few cover overlapping fetches.
 const MAX_IDLE_PER_KUBELET: usize = 4;
@@ -64,7 +69,6 @@ pub(super) enum Error {
 /// Kubelet connections, kept between fetches unless told not to.
 pub(super) struct Transport {
     connector: HttpsConnector<HttpConnector>,
-    read_buffer_bytes: usize,
     /// `None` when connections are closed after each fetch.
     pool: Option<Arc<Pool>>,
 }
@@ -75,30 +79,23 @@ pub(super) struct Exchange {
     /// Held until the exchange ends: hyper's dispatcher runs while it exists.
     _sender: http1::SendRequest<Empty<Bytes>>,
     /// Tells the connection's task whether to park the stream once hyper lets go of it.
-    keep: Option<oneshot::Sender<bool>>,
+    keep: oneshot::Sender<bool>,
     persistent: bool,
 }
 
 impl Exchange {
     /// Ends the exchange; `read_to_end` says the body was read to its end, the condition for
     /// keeping the connection.
-    pub(super) fn finish(mut self, read_to_end: bool) {
-        if let Some(keep) = self.keep.take() {
-            let _ = keep.send(read_to_end && self.persistent);
-        }
+    pub(super) fn finish(self, read_to_end: bool) {
+        let _ = self.keep.send(read_to_end && self.persistent);
         // Dropping the sender lets hyper's dispatcher end, handing the stream to the task.
     }
 }
 
 impl Transport {
-    /// A transport over `connector`; `read_buffer_bytes` bounds hyper's read buffer during an
-    /// exchange.
-    pub(super) fn new(
-        connector: HttpsConnector<HttpConnector>,
-        read_buffer_bytes: usize,
-        reuse: bool,
-    ) -> Self {
-        Self { connector, read_buffer_bytes, pool: reuse.then(|| Arc::new(Pool::default())) }
+    /// A transport over `connector`, keeping connections if `reuse`.
+    pub(super) fn new(connector: HttpsConnector<HttpConnector>, reuse: bool) -> Self {
+        Self { connector, pool: reuse.then(|| Arc::new(Pool::default())) }
     }
 
     /// Sends `GET uri` with `headers` on a kept connection to that kubelet or a new one, and
@@ -138,7 +135,7 @@ impl Transport {
         deadline: tokio::time::Instant,
     ) -> Result<(Response<Incoming>, Exchange), Error> {
         let (mut sender, connection) =
-            http1::Builder::new().max_buf_size(self.read_buffer_bytes).handshake(stream).await?;
+            http1::Builder::new().max_buf_size(READ_BUFFER_BYTES).handshake(stream).await?;
         let (keep, kept) = oneshot::channel();
         let pool = self.pool.as_ref().map(Arc::downgrade);
         tokio::spawn(async move {
@@ -169,7 +166,7 @@ impl Transport {
         }
         let response = sender.send_request(request).await?;
         let persistent = is_persistent(&response);
-        Ok((response, Exchange { _sender: sender, keep: Some(keep), persistent }))
+        Ok((response, Exchange { _sender: sender, keep, persistent }))
     }
 }
 
@@ -213,9 +210,7 @@ impl Pool {
         let mut idle = lock(&self.idle);
         let streams = idle.get_mut(key)?;
         let found = std::iter::from_fn(|| streams.pop())
-            .find(|(stream, since)| {
-                since.elapsed() < IDLE_TIMEOUT && (self.skips_open_check() || is_open(stream))
-            })
+            .find(|(stream, since)| self.usable(stream, *since))
             .map(|(stream, _)| stream);
         if streams.is_empty() {
             idle.remove(key);
@@ -242,9 +237,14 @@ impl Pool {
     fn sweep(&self) {
         let mut idle = lock(&self.idle);
         idle.retain(|_, streams| {
-            streams.retain(|(stream, since)| since.elapsed() < IDLE_TIMEOUT && is_open(stream));
+            streams.retain(|(stream, since)| self.usable(stream, *since));
             !streams.is_empty()
         });
+    }
+
+    /// Whether a stream parked `since` may still be used: not expired, and open.
+    fn usable(&self, stream: &Stream, since: Instant) -> bool {
+        since.elapsed() < IDLE_TIMEOUT && (self.skips_open_check() || is_open(stream))
     }
 
     #[cfg(not(test))]
