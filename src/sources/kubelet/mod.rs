@@ -929,6 +929,29 @@ pub(super) mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_connection_kept_after_a_large_answer_serves_the_next_fetch() {
+        // An answer of many TLS records grows rustls' record buffer, which is shrunk before the
+        // connection is parked; the kept connection must read the next answer whole.
+        let server = mk_server().await;
+        let padding = "# padding to span many TLS records\n".repeat(4096);
+        *server.state.body.lock().unwrap() = format!("{padding}{FIXTURE}");
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            cache: CacheSettings::uncounted(Duration::from_millis(20)),
+            ..KubeletConfig::default()
+        };
+        let client = mk_client(&server, config, Arc::new(MkObserver::default()));
+        for fetch in 1..=3 {
+            let usage = client.node_usage("node-a").await.unwrap();
+            assert_eq!(usage.pods.len(), 3, "fetch {fetch}");
+            assert_eq!(idle_connections(&client, 1).await, 1, "fetch {fetch}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(server.state.hits.load(Ordering::SeqCst), 3);
+        assert_eq!(server.state.connections.load(Ordering::SeqCst), 1);
+    }
+
     /// Waits until the client keeps `want` idle connections (they are parked by the exchange's
     /// connection task just after the fetch returns).
     async fn idle_connections(client: &KubeletClient, want: usize) -> usize {
