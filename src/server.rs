@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -22,6 +22,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::adapter::LiveAdapter;
 use crate::adapter::live::AdapterResourceQueries;
+use crate::api::batch;
 use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
 use crate::auth::PeerCertificates;
@@ -455,7 +456,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(fairness::StreamExecutor);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -515,8 +516,10 @@ pub async fn serve(
                     request
                 },
             ));
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(connection).await {
+            // What hyper writes in one turn of this task is sent together (`api::batch`).
+            let (io, flusher) = batch::split(stream);
+            let connection = builder.serve_connection(TokioIo::new(io), service);
+            if let Err(error) = flusher.around(watcher.watch(connection)).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });

@@ -15,11 +15,21 @@
 //! hundred kilobytes are ever queued ahead of a small response. The connection's throughput
 //! is unchanged (it was the bottleneck already); discovery, health and single objects never
 //! take a slot. HTTP/1.1 connections serve one request at a time and never wait.
+//!
+//! Each stream's future is first polled on the connection's own task ([`StreamExecutor`]):
+//! a request answered at once (a cached object, discovery, health) needs no task of its own,
+//! and its answer is written in the same turn of the connection's task as the others read
+//! with it, so that they leave together ([`super::batch`]) instead of in a TLS record and a
+//! `writev` each. Anything that waits, and every list ([`leave_the_connection_task`]), goes
+//! on as a task of its own, so no request holds up the connection's other streams while it
+//! computes.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -57,6 +67,49 @@ impl ConnectionSlots {
     fn available(&self) -> usize {
         self.0.available_permits()
     }
+}
+
+/// hyper's executor for the streams of HTTP/2 connections: polls a stream's future once
+/// where hyper hands it over (on the connection's task, as it reads the request) and spawns it
+/// as a task of its own only if it is not done by then. A future polled first with a waker
+/// that does nothing and then spawned is polled again at once by its task, which registers
+/// the task's waker wherever the first poll waited.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamExecutor;
+
+impl<F> hyper::rt::Executor<F> for StreamExecutor
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, future: F) {
+        let mut future = Box::pin(future);
+        let mut cx = Context::from_waker(Waker::noop());
+        // A panic ends this stream (its future is dropped, which resets it), as it would end
+        // a spawned task, not the connection's task.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+            Ok(Poll::Ready(())) => {}
+            Ok(Poll::Pending) => {
+                tokio::spawn(future);
+            }
+            Err(_) => tracing::error!("an HTTP/2 stream panicked on its first poll; the stream is reset"),
+        }
+    }
+}
+
+/// Returns after one pending poll, so that a request that may compute for long (a list: its
+/// selection, rendering or first computation) runs as its own task rather than on its
+/// connection's ([`StreamExecutor`]).
+pub async fn leave_the_connection_task() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }
 
 /// Shared bytes sent as [`CHUNK`]-sized frames (zero-copy slices), holding a connection slot
@@ -140,6 +193,40 @@ mod tests {
         let body = waiting.await.unwrap();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "next");
         assert_eq!(slots.available(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_answered_at_once_runs_where_it_is_handed_over_and_others_as_tasks() {
+        use hyper::rt::Executor;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let done = Arc::new(AtomicBool::new(false));
+        StreamExecutor.execute({
+            let done = Arc::clone(&done);
+            async move { done.store(true, Ordering::SeqCst) }
+        });
+        assert!(done.load(Ordering::SeqCst), "finished before execute returned, without a task");
+
+        // One that waits (here for a channel, registering the waker of its first poll, which
+        // does nothing) finishes as a task once woken.
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        StreamExecutor.execute(async move {
+            let _ = done_tx.send(rx.await.unwrap() + 1);
+        });
+        tx.send(41).unwrap();
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), done_rx).await;
+        assert_eq!(answer.unwrap().unwrap(), 42);
+
+        // A list leaves the connection's task on its first poll.
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        StreamExecutor.execute(async move {
+            leave_the_connection_task().await;
+            let _ = done_tx.send(());
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(5), done_rx).await.unwrap().unwrap();
+
+        // A panic on the first poll ends that stream only.
+        StreamExecutor.execute(async { panic!("a bug in one request") });
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
 //! kind.
 
+pub mod batch;
 pub mod discovery;
 pub mod fairness;
 pub mod guard;
@@ -213,6 +214,9 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
     let start = Instant::now();
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let chain = async {
+        if request.version() == http::Version::HTTP_2 && !answered_at_once(parsed.as_deref()) {
+            fairness::leave_the_connection_task().await;
+        }
         let admission = match &parsed {
             Some(parsed) => guard::admit(&state.guard, &method, &uri, &parsed.query),
             None => guard::admit(&state.guard, &method, &uri, &QueryParams::parse(uri.query())),
@@ -247,6 +251,18 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
         .observe(start.elapsed().as_secs_f64());
     metrics.requests.get_or_create(&RequestLabels { resource, verb, code: response.status().as_u16() }).inc();
     response
+}
+
+/// Whether a request is answered from what is at hand (one named object, discovery, OpenAPI,
+/// health, metrics), so that its HTTP/2 stream may run on its connection's task
+/// ([`fairness::StreamExecutor`]); a list or a query over many objects may compute for long
+/// and runs as a task of its own.
+fn answered_at_once(parsed: Option<&ParsedRequest>) -> bool {
+    match parsed.and_then(|parsed| parsed.info.as_ref()) {
+        Some(info) if info.is_resource_request => info.verb == "get" && !info.name.contains('*'),
+        Some(_) => true,
+        None => false,
+    }
 }
 
 /// Bounded metric labels: the plural of a served kind or the route template (never a raw
