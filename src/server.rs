@@ -516,10 +516,15 @@ pub async fn serve(
                     request
                 },
             ));
-            // What hyper writes in one turn of this task is sent together (`api::batch`).
-            let (io, flusher) = batch::split(stream);
-            let connection = builder.serve_connection(TokioIo::new(io), service);
-            if let Err(error) = flusher.around(watcher.watch(connection)).await {
+            // On HTTP/2 (negotiated by ALPN), what hyper writes in one turn of this task is sent
+            // together (`api::batch`); an HTTP/1.1 connection writes one response per turn.
+            let served = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                let (io, flusher) = batch::split(stream);
+                flusher.around(watcher.watch(builder.serve_connection(TokioIo::new(io), service))).await
+            } else {
+                watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await
+            };
+            if let Err(error) = served {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
