@@ -20,9 +20,10 @@
 //! a request answered at once (a cached object, discovery, health) needs no task of its own,
 //! and its answer is written in the same turn of the connection's task as the others read
 //! with it, so that they leave together ([`super::batch`]) instead of in a TLS record and a
-//! `writev` each. Anything that waits, and every list ([`leave_the_connection_task`]), goes
-//! on as a task of its own, so no request holds up the connection's other streams while it
-//! computes.
+//! `writev` each. Anything that waits, and anything about to compute (a listing not cached,
+//! its first rendering, a selection or a Table not cached, a custom or external metrics
+//! query: [`leave_the_connection_task`]), goes on as a task of its own, so no request holds up
+//! the connection's other streams while it computes.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -96,8 +97,8 @@ where
     }
 }
 
-/// Returns after one pending poll, so that a request that may compute for long (a list: its
-/// selection, rendering or first computation) runs as its own task rather than on its
+/// Returns after one pending poll, so that a request about to compute (a listing, a
+/// selection, a rendering, a metrics query) runs as its own task rather than on its
 /// connection's ([`StreamExecutor`]).
 pub async fn leave_the_connection_task() {
     let mut yielded = false;

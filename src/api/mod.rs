@@ -214,9 +214,6 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
     let start = Instant::now();
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let chain = async {
-        if request.version() == http::Version::HTTP_2 && !answered_at_once(parsed.as_deref()) {
-            fairness::leave_the_connection_task().await;
-        }
         let admission = match &parsed {
             Some(parsed) => guard::admit(&state.guard, &method, &uri, &parsed.query),
             None => guard::admit(&state.guard, &method, &uri, &QueryParams::parse(uri.query())),
@@ -253,16 +250,27 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
     response
 }
 
-/// Whether a request is answered from what is at hand (one named object, discovery, OpenAPI,
-/// health, metrics), so that its HTTP/2 stream may run on its connection's task
-/// ([`fairness::StreamExecutor`]); a list or a query over many objects may compute for long
-/// and runs as a task of its own.
-fn answered_at_once(parsed: Option<&ParsedRequest>) -> bool {
-    match parsed.and_then(|parsed| parsed.info.as_ref()) {
-        Some(info) if info.is_resource_request => info.verb == "get" && !info.name.contains('*'),
-        Some(_) => true,
-        None => false,
+/// On HTTP/2, lets the request go on as a task of its own before it computes, rather than on
+/// its connection's task ([`fairness::StreamExecutor`]); HTTP/1.1 serves one request at a time
+/// per connection and goes straight on.
+async fn before_computing(version: http::Version) {
+    if version == http::Version::HTTP_2 {
+        fairness::leave_the_connection_task().await;
     }
+}
+
+/// The listing of `target` in `namespace`: the cached one, or one computed after
+/// [`before_computing`].
+async fn listing(
+    target: &Target,
+    namespace: Option<&str>,
+    version: http::Version,
+) -> Result<Arc<Listing>, ApiError> {
+    if let Some(listing) = target.kind.cached(namespace).await {
+        return Ok(listing);
+    }
+    before_computing(version).await;
+    compute(&target.kind, namespace).await
 }
 
 /// Bounded metric labels: the plural of a served kind or the route template (never a raw
@@ -348,6 +356,8 @@ async fn dispatch(state: &ApiState, request: Request) -> Response {
 
     if let ["apis", group, _, _, ..] = segs.as_slice() {
         if let Some(service) = state.groups.iter().find(|g| g.group() == *group) {
+            // Custom and external metrics queries select over many objects.
+            before_computing(parts.version).await;
             return service.serve(&parsed, &parts.method, &parts.headers).await;
         }
         return match serve_resource(state, &parts, &parsed).await {
@@ -502,8 +512,8 @@ async fn serve_resource(
     };
 
     match &target.name {
-        Some(name) => get_one(&target, name, repr, include_object).await,
-        None => list(&state.selections, &target, query, repr, include_object, slots).await,
+        Some(name) => get_one(&target, name, repr, include_object, parts.version).await,
+        None => list(&state.selections, &target, query, repr, include_object, parts.version, slots).await,
     }
 }
 
@@ -565,6 +575,7 @@ async fn list(
     query: &QueryParams,
     repr: Representation,
     include_object: IncludeObject,
+    version: http::Version,
     slots: Option<&ConnectionSlots>,
 ) -> Result<Response, ApiError> {
     let labels = match query.get("labelSelector") {
@@ -592,10 +603,13 @@ async fn list(
             .filter(|ns| is_dns1123_label(ns).is_empty())
             .map(str::to_owned)
     });
-    let listing = compute(&target.kind, namespace.as_deref()).await?;
+    let listing = listing(target, namespace.as_deref(), version).await?;
     let ctx = render_context(target, &listing, include_object);
     if repr == Representation::Json && labels.is_empty() && fields.is_empty() {
         // The whole listing: rendered once per cache entry, then shared.
+        if listing.rendered_list.get().is_none() {
+            before_computing(version).await;
+        }
         let body = render::list_json(&ctx, &listing);
         return Ok(json_response(render::list_body(body, slots).await, &listing.warnings));
     }
@@ -615,6 +629,7 @@ async fn list(
     {
         return Ok(json_response(list_body(body, slots).await, &listing.warnings));
     }
+    before_computing(version).await;
     let items: Vec<Arc<Item>> = listing
         .items
         .iter()
@@ -646,13 +661,14 @@ async fn get_one(
     name: &str,
     repr: Representation,
     include_object: IncludeObject,
+    version: http::Version,
 ) -> Result<Response, ApiError> {
     if let Representation::PartialObjectMetadataList { .. } = repr {
         return Err(ApiError::NotAcceptable(
             "you requested PartialObjectMetadataList, but the requested object is not a list".to_owned(),
         ));
     }
-    let listing = compute(&target.kind, target.namespace.as_deref()).await?;
+    let listing = listing(target, target.namespace.as_deref(), version).await?;
     let namespace = target.namespace.as_deref().unwrap_or_default();
     let wanted = |i: &&Arc<Item>| *i.meta.name == *name && *i.meta.namespace == *namespace;
     // Listings are sorted by namespace then name; the scan only runs when the search misses.

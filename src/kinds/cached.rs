@@ -100,6 +100,16 @@ impl ServedKind for CachedKind {
             Ok(self.compute(key).await?.0)
         })
     }
+
+    fn cached<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Option<Arc<Listing>>> {
+        Box::pin(async move {
+            let generation = self.config.current().generation;
+            let namespace = namespace.filter(|_| self.inner.info().namespaced);
+            let (listing, _) = self.cache.peek(&(generation, namespace.map(Arc::from))).await?;
+            self.cache.count(true);
+            Some(listing)
+        })
+    }
 }
 
 #[cfg(test)]

@@ -289,6 +289,12 @@ pub trait ServedKind: Send + Sync {
     fn schemas(&self) -> Vec<(String, serde_json::Value)>;
     /// Computes every object in `namespace` (or all namespaces when `None`).
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>>;
+    /// The listing [`ServedKind::list`] would return without computing anything (a cached
+    /// one), or `None`: for a caller that must not compute where it runs.
+    fn cached<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Option<Arc<Listing>>> {
+        let _ = namespace;
+        Box::pin(std::future::ready(None))
+    }
 }
 
 /// A built-in kind: what it is, the queries the file may override, and how it is built.
