@@ -143,6 +143,24 @@ mod tests {
         assert!(metrics.encode().contains("result=\"hit\"} 49"));
     }
 
+    #[tokio::test]
+    async fn a_cached_listing_is_given_without_computing_and_only_while_cached() {
+        let pods = Pods::new(Duration::ZERO);
+        let config = LiveConfig::fixed(Default::default(), None);
+        let settings = CacheSettings::new(Duration::from_millis(200), Metrics::new());
+        let cached = CachedKind::new(pods.clone(), &settings, config);
+        assert!(cached.cached(Some("shop")).await.is_none());
+        assert_eq!(pods.calls(), 0, "asking what is cached computes nothing");
+        let listing = cached.list(Some("shop")).await.unwrap();
+        let at_hand = cached.cached(Some("shop")).await.unwrap();
+        assert!(Arc::ptr_eq(&listing, &at_hand));
+        assert!(cached.cached(Some("api")).await.is_none(), "another namespace is not cached");
+        assert!(cached.cached(None).await.is_none());
+        assert_eq!(pods.calls(), 1);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(cached.cached(Some("shop")).await.is_none(), "an expired entry is not at hand");
+    }
+
     /// Objects in two namespaces, computed in `delay`; records which namespaces it was asked
     /// for.
     struct Pods {
