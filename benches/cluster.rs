@@ -421,6 +421,9 @@ async fn bare_server(dir: &Path, body: bytes::Bytes, client_ca: Option<&Path>) -
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else { continue };
+            // As percolator's listener does: without it, a large body's last partial segment
+            // waits for the client's delayed ACK.
+            let _ = tcp.set_nodelay(true);
             let (acceptor, body) = (acceptor.clone(), body.clone());
             tokio::spawn(async move {
                 let Ok(stream) = acceptor.accept(tcp).await else { return };
