@@ -101,17 +101,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for BatchedIo<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for BatchedIo<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let mut shared = lock(&self.0);
-        shared.check()?;
-        if buf.len() >= DIRECT_WRITE {
-            ready!(shared.poll_send(cx))?;
-            return Pin::new(&mut shared.io).poll_write(cx, buf);
-        }
-        if shared.out.len() >= MAX_BUFFERED {
-            ready!(shared.poll_send(cx))?;
-        }
-        shared.out.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(

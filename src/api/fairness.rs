@@ -22,8 +22,8 @@
 //! with it, so that they leave together ([`super::batch`]) instead of in a TLS record and a
 //! `writev` each. Anything that waits, and anything about to compute (a listing not cached,
 //! its first rendering, a selection or a Table not cached, a custom or external metrics
-//! query: [`leave_the_connection_task`]), goes on as a task of its own, so no request holds up
-//! the connection's other streams while it computes.
+//! query: it yields once first, `api::before_computing`), goes on as a task of its own, so
+//! no request holds up the connection's other streams while it computes.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -95,22 +95,6 @@ where
             Err(_) => tracing::error!("an HTTP/2 stream panicked on its first poll; the stream is reset"),
         }
     }
-}
-
-/// Returns after one pending poll, so that a request about to compute (a listing, a
-/// selection, a rendering, a metrics query) runs as its own task rather than on its
-/// connection's ([`StreamExecutor`]).
-pub async fn leave_the_connection_task() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            return Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await;
 }
 
 /// Shared bytes sent as [`CHUNK`]-sized frames (zero-copy slices), holding a connection slot
@@ -218,10 +202,10 @@ mod tests {
         let answer = tokio::time::timeout(std::time::Duration::from_secs(5), done_rx).await;
         assert_eq!(answer.unwrap().unwrap(), 42);
 
-        // A list leaves the connection's task on its first poll.
+        // A request about to compute yields on its first poll, and goes on as a task.
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         StreamExecutor.execute(async move {
-            leave_the_connection_task().await;
+            tokio::task::yield_now().await;
             let _ = done_tx.send(());
         });
         tokio::time::timeout(std::time::Duration::from_secs(5), done_rx).await.unwrap().unwrap();

@@ -251,11 +251,11 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
 }
 
 /// On HTTP/2, lets the request go on as a task of its own before it computes, rather than on
-/// its connection's task ([`fairness::StreamExecutor`]); HTTP/1.1 serves one request at a time
-/// per connection and goes straight on.
+/// its connection's task: a first poll that yields makes [`fairness::StreamExecutor`] spawn
+/// it. HTTP/1.1 serves one request at a time per connection and goes straight on.
 async fn before_computing(version: http::Version) {
     if version == http::Version::HTTP_2 {
-        fairness::leave_the_connection_task().await;
+        tokio::task::yield_now().await;
     }
 }
 

@@ -145,10 +145,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cached_listing_is_given_without_computing_and_only_while_cached() {
-        let pods = Pods::new(Duration::ZERO);
-        let config = LiveConfig::fixed(Default::default(), None);
-        let settings = CacheSettings::new(Duration::from_millis(200), Metrics::new());
-        let cached = CachedKind::new(pods.clone(), &settings, config);
+        let (pods, cached) = instant_pods(Duration::from_millis(200));
         assert!(cached.cached(Some("shop")).await.is_none());
         assert_eq!(pods.calls(), 0, "asking what is cached computes nothing");
         let listing = cached.list(Some("shop")).await.unwrap();
@@ -159,6 +156,14 @@ mod tests {
         assert_eq!(pods.calls(), 1);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(cached.cached(Some("shop")).await.is_none(), "an expired entry is not at hand");
+    }
+
+    /// [`Pods`] computed at once, cached for `ttl`.
+    fn instant_pods(ttl: Duration) -> (Arc<Pods>, CachedKind) {
+        let pods = Pods::new(Duration::ZERO);
+        let config = LiveConfig::fixed(Default::default(), None);
+        let cached = CachedKind::new(pods.clone(), &CacheSettings::new(ttl, Metrics::new()), config);
+        (pods, cached)
     }
 
     /// Objects in two namespaces, computed in `delay`; records which namespaces it was asked
@@ -223,10 +228,7 @@ mod tests {
 
     #[tokio::test]
     async fn namespaces_are_answered_by_views_of_the_all_namespaces_listing() {
-        let pods = Pods::new(Duration::ZERO);
-        let config = LiveConfig::fixed(Default::default(), None);
-        let settings = CacheSettings::new(Duration::from_millis(400), Metrics::new());
-        let cached = CachedKind::new(pods.clone(), &settings, config);
+        let (pods, cached) = instant_pods(Duration::from_millis(400));
         let names = |l: &Listing| l.items.iter().map(|i| i.meta.name.to_string()).collect::<Vec<_>>();
 
         // A namespace computed on its own is replaced by a view once all namespaces are.
