@@ -40,7 +40,9 @@
 //!   no kubelet connection), B1 against the raw PromQL of the same list and B3.
 //!
 //! The environment variable `PERCOLATOR_BIN` names the percolator binary to measure (default:
-//! this build's); the report's first line names it.
+//! this build's); the report's first line names it. percolator runs with the environment the
+//! container image gives it (the Dockerfile's `ENV` lines, e.g. `MIMALLOC_PURGE_DELAY=0`)
+//! unless the bench's own environment sets the same variable.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -119,6 +121,36 @@ fn pods_metric(base: &str, ns: &str) -> String {
 fn percolator_bin() -> PathBuf {
     std::env::var_os("PERCOLATOR_BIN")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_percolator")), PathBuf::from)
+}
+
+/// The environment the container image gives percolator: the Dockerfile's `ENV` lines.
+/// percolator runs with it, so that it is measured as it ships, except where the bench's own
+/// environment (which percolator inherits) sets the same variable, e.g.
+/// `MIMALLOC_PURGE_DELAY=10` to measure mimalloc's default.
+fn image_env() -> Vec<(String, String)> {
+    include_str!("../Dockerfile")
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("ENV "))
+        .filter_map(|assignment| assignment.split_once('='))
+        .map(|(name, value)| (name.trim().to_owned(), value.trim().trim_matches('"').to_owned()))
+        .collect()
+}
+
+/// The image's variables the bench's environment does not set itself.
+fn shipped_env() -> Vec<(String, String)> {
+    image_env().into_iter().filter(|(name, _)| std::env::var_os(name).is_none()).collect()
+}
+
+/// The report's account of the image's environment in this run.
+fn describe_env() -> String {
+    let described: Vec<String> = image_env()
+        .into_iter()
+        .map(|(name, image)| match std::env::var(&name) {
+            Ok(own) => format!("`{name}={own}` (set by the bench's environment; the image sets `{image}`)"),
+            Err(_) => format!("`{name}={image}` (as the image sets it)"),
+        })
+        .collect();
+    if described.is_empty() { "none from the image".to_owned() } else { described.join(", ") }
 }
 
 fn namespaces() -> String {
@@ -206,6 +238,7 @@ async fn start_percolator(
 ) -> Server {
     let log = dir.join(format!("percolator-{tag}.log"));
     let mut child = Command::new(percolator_bin())
+        .envs(shipped_env())
         .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
         .arg("--cert-dir")
         .arg(dir.join("certs"))
@@ -1298,10 +1331,12 @@ async fn main() {
     let sections = settings.only.iter().map(String::as_str).collect::<Vec<_>>().join(",");
     let mut report = vec![
         format!(
-            "percolator binary: `{}`; sections {sections}; {} rounds of {} s per throughput row",
+            "percolator binary: `{}`; sections {sections}; {} rounds of {} s per throughput row; \
+             environment: {}",
             percolator_bin().display(),
             settings.rounds,
-            settings.seconds
+            settings.seconds,
+            describe_env(),
         ),
         String::new(),
         "| | pods | measure | percolator | baseline (same run) | ratio |".to_string(),
