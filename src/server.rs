@@ -132,6 +132,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         crate::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
     let metrics = Metrics::new();
+    export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
@@ -275,6 +276,22 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         shutting_down,
         metrics,
     })
+}
+
+/// Keeps `percolator_tls_serving_certificate_expiration_timestamp_seconds` on the `notAfter`
+/// of the serving leaf in force: set now, and after every reload that changes the pair.
+fn export_serving_certificate_expiry(cert: &crate::tls::ReloadingCert, metrics: &Arc<Metrics>) {
+    let metrics = Arc::clone(metrics);
+    cert.on_change(move |chain| {
+        let not_after = chain
+            .first()
+            .ok_or_else(|| "empty chain".to_owned())
+            .and_then(|leaf| crate::auth::x509::not_after(leaf.as_ref()));
+        if let Err(error) = &not_after {
+            tracing::warn!(%error, "cannot read the expiry of the serving certificate");
+        }
+        metrics.serving_certificate_expires(not_after.ok());
+    });
 }
 
 /// A [`ResourceQueryPlan`] set once the adapter configuration is loaded (the resource source
@@ -534,5 +551,45 @@ pub async fn serve(
     tracing::info!("shutting down: listener closed, draining open connections");
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
         tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; exiting anyway");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a self-signed pair for `name` valid until `not_after` (Unix seconds).
+    fn mk_pair(dir: &std::path::Path, name: &str, not_after: u64) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(not_after);
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    }
+
+    fn expiry(metrics: &Metrics) -> String {
+        let name = "percolator_tls_serving_certificate_expiration_timestamp_seconds ";
+        let text = metrics.encode();
+        text.lines().find_map(|l| l.strip_prefix(name)).unwrap().to_owned()
+    }
+
+    #[test]
+    fn the_serving_certificate_expiry_follows_the_pair_in_force() {
+        crate::install_crypto_provider();
+        let dir = std::env::temp_dir().join(format!("percolator-server-expiry-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // 2031-01-02T00:00:00Z, then 2032-03-04T05:06:07Z.
+        mk_pair(&dir, "first", 1_925_078_400);
+        let cert = crate::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+        let metrics = Metrics::new();
+        assert_eq!(expiry(&metrics), "0");
+        export_serving_certificate_expiry(&cert, &metrics);
+        assert_eq!(expiry(&metrics), "1925078400");
+        mk_pair(&dir, "second", 1_961_989_567);
+        assert!(cert.reload().unwrap());
+        assert_eq!(expiry(&metrics), "1961989567");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

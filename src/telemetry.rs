@@ -87,6 +87,9 @@ pub struct Metrics {
     /// Objects not served, by resource and reason (a declared kind's name label value that is
     /// not a valid object name).
     pub skipped_objects: Family<SkipLabels, Counter>,
+    /// `notAfter` of the serving certificate in force (the leaf), in Unix seconds; 0 until one
+    /// is loaded, or when it cannot be read.
+    pub serving_certificate_expiration: Gauge,
 }
 
 /// Labels of objects not served.
@@ -125,6 +128,7 @@ impl Metrics {
             config_reloads: Family::default(),
             config_last_reload_successful: Gauge::default(),
             skipped_objects: Family::default(),
+            serving_certificate_expiration: Gauge::default(),
         };
         m.config_last_reload_successful.set(1);
         let r = &mut m.registry;
@@ -152,6 +156,12 @@ impl Metrics {
             "Objects not served, by resource and reason",
             m.skipped_objects.clone(),
         );
+        r.register_with_unit(
+            "tls_serving_certificate_expiration_timestamp",
+            "Expiration (notAfter, Unix time) of the serving certificate in force; 0 when unknown",
+            Unit::Seconds,
+            m.serving_certificate_expiration.clone(),
+        );
         Arc::new(m)
     }
 
@@ -168,6 +178,14 @@ impl Metrics {
         let result = if applied { "success" } else { "failure" };
         self.config_reloads.get_or_create(&ResultLabels { result }).inc();
         self.config_last_reload_successful.set(i64::from(applied));
+    }
+
+    /// Records the `notAfter` (Unix seconds) of the serving certificate now in force, `None`
+    /// when it could not be read (the gauge then reads 0, which the alert rules ignore, rather
+    /// than keeping the date of a certificate no longer served).
+    pub fn serving_certificate_expires(&self, not_after: Option<u64>) {
+        let seconds = not_after.map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX));
+        self.serving_certificate_expiration.set(seconds);
     }
 
     /// Records one cache lookup.
@@ -262,5 +280,23 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("percolator_upstream_request_duration_seconds_bucket"), "{text}");
+    }
+
+    #[test]
+    fn serving_certificate_expiration_is_a_timestamp_gauge() {
+        let metrics = Metrics::new();
+        let line = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("percolator_tls_serving_certificate_expiration_timestamp_seconds "))
+                .map(str::to_owned)
+        };
+        let name = "percolator_tls_serving_certificate_expiration_timestamp_seconds";
+        assert_eq!(line(&metrics.encode()).as_deref(), Some(format!("{name} 0").as_str()));
+        assert!(metrics.encode().contains(&format!("# TYPE {name} gauge")));
+        // 2031-01-02T00:00:00Z
+        metrics.serving_certificate_expires(Some(1_925_078_400));
+        assert_eq!(line(&metrics.encode()).as_deref(), Some(format!("{name} 1925078400").as_str()));
+        metrics.serving_certificate_expires(None);
+        assert_eq!(line(&metrics.encode()).as_deref(), Some(format!("{name} 0").as_str()));
     }
 }

@@ -6,7 +6,9 @@
 //! `--tls-reload-interval`, and a changed, valid pair is served to new connections without a
 //! restart (a Secret volume update replaces both files with one symlink swap; the content is
 //! compared, not the inode). A pair that does not load (half-written, key not matching the
-//! certificate) is logged and the previous one stays in force until the next check.
+//! certificate) is logged and the previous one stays in force until the next check. Layers
+//! above learn of each pair put in force through [`ReloadingCert::on_change`] (the server
+//! exports the leaf's `notAfter` as a metric) without this module knowing them.
 //!
 //! CA bundles given as flags are watched the same way ([`WatchedCaFile`], same interval); a
 //! [`WatchedRootsVerifier`] verifies servers against the bundle in force at each handshake.
@@ -114,6 +116,29 @@ pub struct ReloadingCert {
     current: RwLock<Arc<CertifiedKey>>,
     /// The file contents last seen (loaded or rejected), so each change is handled once.
     last_seen: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// Told of every chain put in force (see [`ReloadingCert::on_change`]).
+    observers: ChainObservers,
+}
+
+/// A function told of the certificate chain in force (leaf first).
+type ChainObserver = Box<dyn Fn(&[CertificateDer<'static>]) + Send + Sync>;
+
+/// The observers of a [`ReloadingCert`]; their lock also orders a registration against a
+/// reload, so none misses the last change.
+#[derive(Default)]
+struct ChainObservers(Mutex<Vec<ChainObserver>>);
+
+impl std::fmt::Debug for ChainObservers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self.0.lock().map_or(0, |o| o.len());
+        f.debug_struct("ChainObservers").field("count", &count).finish()
+    }
+}
+
+impl ChainObservers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ChainObserver>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl ReloadingCert {
@@ -137,7 +162,19 @@ impl ReloadingCert {
             flags,
             current: RwLock::new(Arc::new(key)),
             last_seen: Mutex::new((cert_pem, key_pem)),
+            observers: ChainObservers::default(),
         })
+    }
+
+    /// Calls `observer` with the chain in force now, then again each time a reload puts a new
+    /// pair in force (not for unchanged or rejected files). This is how layers above learn of
+    /// the certificate (its expiry, for the metrics) without this module knowing them.
+    pub fn on_change(&self, observer: impl Fn(&[CertificateDer<'static>]) + Send + Sync + 'static) {
+        // Read under the observers' lock: a reload that swapped before is seen here, one that
+        // swaps after waits for the lock and then tells this observer too.
+        let mut observers = self.observers.lock();
+        observer(&self.current().cert);
+        observers.push(Box::new(observer));
     }
 
     /// The certificate chain served now.
@@ -163,9 +200,12 @@ impl ReloadingCert {
             return Ok(false);
         }
         *last = (cert_pem.clone(), key_pem.clone());
-        let key = certified_key(&self.cert_path, &cert_pem, &self.key_path, &key_pem, self.flags)?;
+        let key = Arc::new(certified_key(&self.cert_path, &cert_pem, &self.key_path, &key_pem, self.flags)?);
         if let Ok(mut current) = self.current.write() {
-            *current = Arc::new(key);
+            *current = Arc::clone(&key);
+        }
+        for observer in self.observers.lock().iter() {
+            observer(&key.cert);
         }
         Ok(true)
     }
@@ -744,6 +784,36 @@ mod tests {
         assert!(err.contains("serving certificate and key"), "{err}");
         assert_eq!(certs.current_chain()[0].as_ref(), second_der.as_slice());
         assert!(!certs.reload().unwrap(), "a rejected pair is reported once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn observers_see_the_chain_at_once_and_after_each_change_in_force() {
+        crate::install_crypto_provider();
+        let dir = std::env::temp_dir().join(format!("percolator-tls-observe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (first_der, first_cert, first_key) = write_pair(&dir, "first");
+        let (second_der, second_cert, second_key) = write_pair(&dir, "second");
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::copy(&first_cert, &cert).unwrap();
+        std::fs::copy(&first_key, &key).unwrap();
+        let certs = ReloadingCert::load(cert.clone(), key.clone()).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        let record = Arc::clone(&seen);
+        certs.on_change(move |chain| record.lock().unwrap().push(chain[0].to_vec()));
+        assert_eq!(*seen.lock().unwrap(), std::slice::from_ref(&first_der));
+
+        assert!(!certs.reload().unwrap());
+        std::fs::copy(&second_cert, &cert).unwrap();
+        std::fs::copy(&second_key, &key).unwrap();
+        assert!(certs.reload().unwrap());
+        assert_eq!(*seen.lock().unwrap(), [first_der.clone(), second_der.clone()]);
+
+        // A rejected pair (key of the first, certificate of the second) is not told.
+        std::fs::copy(&first_key, &key).unwrap();
+        assert!(certs.reload().is_err());
+        assert_eq!(*seen.lock().unwrap(), [first_der, second_der]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
