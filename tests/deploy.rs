@@ -22,6 +22,7 @@ const KUSTOMIZATIONS: &[&str] = &[
     "deploy/overlays/custom-metrics",
     "deploy/overlays/custom-metrics/with-external",
     "deploy/overlays/resource-metrics",
+    "deploy/overlays/all-metrics",
 ];
 
 /// The APIServices of the custom metrics API.
@@ -53,6 +54,11 @@ fn args_of(objects: &[Value]) -> Vec<String> {
         .iter()
         .map(|a| a.as_str().unwrap().to_owned())
         .collect()
+}
+
+fn sorted(mut items: Vec<String>) -> Vec<String> {
+    items.sort();
+    items
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -301,7 +307,11 @@ fn the_custom_metrics_overlay_registers_both_versions() {
             );
         }
         expected.push("--enable-custom-metrics".into());
-        assert_eq!(args_of(&objects), expected, "{dir}: the production flags plus the APIs' own");
+        assert_eq!(
+            sorted(args_of(&objects)),
+            sorted(expected),
+            "{dir}: the production flags plus the APIs' own"
+        );
         // The HPA controller's explicit grant, as for external metrics.
         assert_eq!(
             find(&objects, "ClusterRole", "system:percolator-custom-metrics-reader")["rules"],
@@ -331,7 +341,10 @@ fn the_custom_metrics_overlay_registers_both_versions() {
         assert!(text.contains("only ONE server per cluster can own custom.metrics.k8s.io"), "{file}");
     }
     // No other kustomization registers the custom group.
-    for dir in KUSTOMIZATIONS.iter().filter(|d| !d.starts_with("deploy/overlays/custom-metrics")) {
+    for dir in KUSTOMIZATIONS
+        .iter()
+        .filter(|d| !d.starts_with("deploy/overlays/custom-metrics") && **d != "deploy/overlays/all-metrics")
+    {
         let objects = render(dir);
         for name in CUSTOM_APISERVICES {
             assert!(!objects.iter().any(|o| o["metadata"]["name"] == name), "{dir} registers {name}");
@@ -658,9 +671,12 @@ fn the_resource_metrics_overlay_takes_over_metrics_server_s_apiservice() {
     );
     let mut expected = args_of(&prod);
     expected.push("--enable-resource-metrics".into());
-    assert_eq!(args_of(&objects), expected);
-    // metrics-server's aggregated reader, so `kubectl top` works for view/edit/admin.
-    let reader = find(&objects, "ClusterRole", "system:aggregated-metrics-reader");
+    assert_eq!(sorted(args_of(&objects)), sorted(expected));
+    // What metrics-server's aggregated reader grants, so `kubectl top` works for view/edit/admin,
+    // under percolator's own name: installing or removing percolator never touches the role
+    // metrics-server ships.
+    let reader = find(&objects, "ClusterRole", "system:percolator-aggregated-metrics-reader");
+    assert!(!objects.iter().any(|o| o["metadata"]["name"] == "system:aggregated-metrics-reader"));
     assert_eq!(
         reader["rules"],
         serde_json::json!([{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list"]}])
@@ -678,9 +694,127 @@ fn the_resource_metrics_overlay_takes_over_metrics_server_s_apiservice() {
     .unwrap();
     assert!(text.contains("only ONE server per cluster can own metrics.k8s.io"));
     assert!(text.contains("Switch back"));
-    for dir in KUSTOMIZATIONS.iter().filter(|d| **d != "deploy/overlays/resource-metrics") {
+    for dir in KUSTOMIZATIONS
+        .iter()
+        .filter(|d| !["deploy/overlays/resource-metrics", "deploy/overlays/all-metrics"].contains(d))
+    {
         let objects = render(dir);
         assert!(!objects.iter().any(|o| o["metadata"]["name"] == "v1beta1.metrics.k8s.io"), "{dir}");
         assert!(!args_of(&objects).iter().any(|a| a == "--enable-resource-metrics"), "{dir}");
+    }
+}
+
+/// Every APIService percolator may register, with its group and version.
+const ALL_APISERVICES: [(&str, &str, &str); 5] = [
+    ("v1alpha1.stats.une-tasse-de.cafe", "stats.une-tasse-de.cafe", "v1alpha1"),
+    ("v1beta1.metrics.k8s.io", "metrics.k8s.io", "v1beta1"),
+    ("v1beta2.custom.metrics.k8s.io", "custom.metrics.k8s.io", "v1beta2"),
+    ("v1beta1.custom.metrics.k8s.io", "custom.metrics.k8s.io", "v1beta1"),
+    ("v1beta1.external.metrics.k8s.io", "external.metrics.k8s.io", "v1beta1"),
+];
+
+/// Renders a kustomization written for the test under cargo's temporary directory, whose
+/// `resources` and `components` name directories of `deploy/` (kustomize refuses absolute
+/// roots, so they are given relative to the temporary kustomization).
+fn mk_kustomization(name: &str, components: &[&str]) -> Vec<Value> {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("percolator-kustomize-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // CARGO_TARGET_TMPDIR is <repo>/target/tmp: the kustomization sits two levels below it.
+    let deploy = "../../../deploy";
+    let components: String = components.iter().map(|c| format!("  - {deploy}/components/{c}\n")).collect();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources:\n  - {deploy}/base\ncomponents:\n{components}"
+        ),
+    )
+    .unwrap();
+    assert!(
+        dir.join(deploy).join("base/kustomization.yaml").exists(),
+        "the temporary kustomization reaches deploy/ ({})",
+        dir.display()
+    );
+    let objects = render(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    objects
+}
+
+/// The trust components (cert-manager, dev) reach every APIService of the install, whichever
+/// API components come before them: `all-metrics` registers the five APIServices, each trusting
+/// cert-manager's CA, and the dev component composes with every API component.
+#[test]
+fn trust_components_reach_every_apiservice() {
+    let stats_service = serde_json::json!({"name": "percolator", "namespace": "percolator", "port": 443});
+    let all = render("deploy/overlays/all-metrics");
+    let args = args_of(&all);
+    for flag in ["--enable-resource-metrics", "--enable-custom-metrics", "--enable-external-metrics"] {
+        assert!(args.iter().any(|a| a == flag), "all-metrics: {flag} in {args:?}");
+    }
+    for (name, group, version) in ALL_APISERVICES {
+        let api = find(&all, "APIService", name);
+        assert_eq!(api["spec"]["group"], group, "{name}");
+        assert_eq!(api["spec"]["version"], version, "{name}");
+        assert_eq!(api["spec"]["service"], stats_service, "{name}");
+        assert!(api["spec"].get("insecureSkipTLSVerify").is_none(), "{name}");
+        assert_eq!(
+            api["metadata"]["annotations"],
+            serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"}),
+            "{name}"
+        );
+    }
+
+    for (api_component, names) in [
+        ("resource-metrics", &["v1beta1.metrics.k8s.io"][..]),
+        ("custom-metrics", &CUSTOM_APISERVICES[..]),
+        ("external-metrics", &["v1beta1.external.metrics.k8s.io"][..]),
+    ] {
+        let objects = mk_kustomization(api_component, &[api_component, "dev"]);
+        let apiservices: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "APIService").collect();
+        let mut expected: Vec<&str> = names.to_vec();
+        expected.push("v1alpha1.stats.une-tasse-de.cafe");
+        expected.sort_unstable();
+        let mut registered: Vec<&str> =
+            apiservices.iter().map(|a| a["metadata"]["name"].as_str().unwrap()).collect();
+        registered.sort_unstable();
+        assert_eq!(registered, expected, "dev + {api_component}");
+        for api in apiservices {
+            assert_eq!(api["spec"]["insecureSkipTLSVerify"], true, "dev + {api_component}: {api}");
+            assert!(api["metadata"].get("annotations").is_none(), "dev + {api_component}: {api}");
+        }
+        let args = args_of(&objects);
+        assert!(args.iter().any(|a| a == "--kubelet-insecure-tls"), "dev + {api_component}: {args:?}");
+        assert!(!args.iter().any(|a| a.starts_with("--tls-cert-file")), "dev + {api_component}: {args:?}");
+        assert!(
+            !objects.iter().any(|o| o["apiVersion"] == "cert-manager.io/v1"),
+            "dev + {api_component} needs no cert-manager"
+        );
+    }
+}
+
+/// One number names a release: `Cargo.toml`'s version, the image tag every kustomization
+/// deploys, the Helm chart's `appVersion` (the chart's default image tag) and a section of
+/// `CHANGELOG.md`.
+#[test]
+fn one_version_everywhere() {
+    let version = env!("CARGO_PKG_VERSION");
+    let image = format!("ghcr.io/une-tasse-de/percolator:{version}");
+    for dir in KUSTOMIZATIONS {
+        let objects = render(dir);
+        let deployment = find(&objects, "Deployment", "percolator");
+        assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], image.as_str(), "{dir}");
+    }
+    let chart = read_yaml("charts/percolator/Chart.yaml");
+    assert_eq!(chart["appVersion"], version, "charts/percolator/Chart.yaml appVersion");
+    let changelog = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/CHANGELOG.md")).unwrap();
+    assert!(
+        changelog.lines().any(|l| l.starts_with(&format!("## [{version}] - "))),
+        "CHANGELOG.md has a section for {version}"
+    );
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for tag in readme.match_indices("percolator:").map(|(i, _)| &readme[i + "percolator:".len()..]) {
+        let tag: String = tag.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        assert!(tag.is_empty() || tag == version, "README names image tag {tag}, not {version}");
     }
 }
