@@ -697,8 +697,17 @@ async fn extra_group_versions_are_discovered_and_extra_routes_merge() {
 async fn version_info() {
     let v = get(&mk_app(), "/version").await.json();
     assert_eq!(v["gitVersion"], format!("v{}", env!("CARGO_PKG_VERSION")));
-    assert_eq!(v["major"], "0");
-    assert_eq!(v["minor"], "1");
+    assert_eq!(v["major"], env!("CARGO_PKG_VERSION_MAJOR"));
+    assert_eq!(v["minor"], env!("CARGO_PKG_VERSION_MINOR"));
+    assert_eq!(
+        v["gitVersion"],
+        format!(
+            "v{}.{}.{}",
+            v["major"].as_str().unwrap(),
+            v["minor"].as_str().unwrap(),
+            env!("CARGO_PKG_VERSION_PATCH")
+        )
+    );
     assert_eq!(v["compiler"], "rustc");
     assert!(v["platform"].as_str().unwrap().starts_with("linux/") || cfg!(not(target_os = "linux")));
 }

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 /// The local Prometheus and the fault proxy, shared with `percolator-sim` (which owns the file).
 #[path = "../../src/bin/percolator-sim/devenv.rs"]
 pub mod devenv;
+/// Kubernetes manifests: kustomize rendering, kubernetes-validate, the Pod Security checks.
+pub mod manifests;
 /// The TLS + token + tenant front, shared with `percolator-sim` (which owns the file).
 #[path = "../../src/bin/percolator-sim/securefront.rs"]
 pub mod securefront;

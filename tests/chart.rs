@@ -1,0 +1,1323 @@
+//! The Helm chart `charts/percolator`, rendered and linted by Helm's own engine
+//! (helm-python-sdk: Helm v4 as a library, no helm binary, no cluster) through
+//! `tests/python/helm_chart.py`:
+//! - `helm lint --strict` is clean, every object validates against the Kubernetes schemas
+//!   (kubernetes-validate) and the container's flags parse with percolator's own parser, for
+//!   the defaults and a matrix of values (each API, each TLS type, adapter rules, the
+//!   Prometheus connection settings, ServiceMonitor, PrometheusRule, NetworkPolicy,
+//!   hostNetwork); the custom resources' essential fields are checked by hand;
+//! - the defaults are a highly available install meeting the restricted Pod Security Standard;
+//! - for the same settings the chart and the kustomize overlays (deploy/) give the same
+//!   objects: names, labels, RBAC, APIServices, certificates, flags (as sets; each file flag
+//!   also by the ConfigMap or Secret key it reads), volumes, probes, security contexts,
+//!   resources, configuration;
+//! - the rendered `--config` and `--adapter-config` files load in percolator's own loaders;
+//! - the certificate `tls.type=helm` generates is trusted for the Service's name by its CA,
+//!   which every APIService carries;
+//! - the schema refuses a wrong type or an unknown key, naming it, and inconsistent values
+//!   fail with a message naming them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::Arc;
+
+use clap::Parser;
+use common::manifests::{self, find};
+use serde_json::{Value, json};
+
+const CHART: &str = "charts/percolator";
+/// The release every comparison with deploy/ uses: its objects then have deploy/'s names.
+const RELEASE: &str = "percolator";
+const NAMESPACE: &str = "percolator";
+const SERVICE_DNS: &str = "percolator.percolator.svc";
+
+/// Every APIService percolator may register.
+const ALL_APISERVICES: [&str; 5] = [
+    "v1alpha1.stats.une-tasse-de.cafe",
+    "v1beta1.metrics.k8s.io",
+    "v1beta2.custom.metrics.k8s.io",
+    "v1beta1.custom.metrics.k8s.io",
+    "v1beta1.external.metrics.k8s.io",
+];
+
+/// The Python that has helm-python-sdk (scripts/install-deps.sh installs it for `python3`).
+fn python() -> String {
+    std::env::var("PERCOLATOR_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// Runs `helm_chart.py COMMAND charts/percolator` with `request` on its standard input: its
+/// JSON answer, or its error message.
+fn helm(command: &str, request: &Value) -> Result<Value, String> {
+    let root = manifests::repo_path("");
+    let mut child = std::process::Command::new(python())
+        .arg(root.join("tests/python/helm_chart.py"))
+        .arg(command)
+        .arg(root.join(CHART))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)");
+    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(serde_json::from_slice(&out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// One rendering: its objects, in template order, and NOTES.txt.
+struct Rendered {
+    objects: Vec<Value>,
+    notes: String,
+}
+
+fn rendered(answer: &Value) -> Rendered {
+    let mut objects = Vec::new();
+    let mut notes = String::new();
+    for (template, text) in answer["manifests"].as_object().unwrap() {
+        if template.ends_with("/NOTES.txt") {
+            notes = text.as_str().unwrap().to_owned();
+        } else {
+            objects.extend(manifests::parse_stream(text.as_str().unwrap()));
+        }
+    }
+    Rendered { objects, notes }
+}
+
+/// Renders `values` as release [`RELEASE`] in [`NAMESPACE`].
+fn mk_render(values: Value) -> Rendered {
+    mk_render_as(values, RELEASE, NAMESPACE)
+}
+
+fn mk_render_as(values: Value, name: &str, namespace: &str) -> Rendered {
+    let request = json!({"values": values, "name": name, "namespace": namespace});
+    rendered(&helm("render", &request).unwrap_or_else(|e| panic!("render {values}: {e}")))
+}
+
+/// Renders each case's values in one run of the driver.
+fn mk_render_all(cases: &[(&str, Value)]) -> Vec<Rendered> {
+    let request: Vec<Value> =
+        cases.iter().map(|(_, v)| json!({"values": v, "name": RELEASE, "namespace": NAMESPACE})).collect();
+    let answer = helm("render", &Value::Array(request)).unwrap_or_else(|e| panic!("render: {e}"));
+    answer.as_array().unwrap().iter().map(rendered).collect()
+}
+
+/// The error of a rendering that must fail.
+fn mk_render_error(values: Value) -> String {
+    match helm("render", &json!({"values": values, "name": RELEASE, "namespace": NAMESPACE})) {
+        Ok(_) => panic!("{values} renders"),
+        Err(message) => message,
+    }
+}
+
+fn deployment(objects: &[Value]) -> &Value {
+    objects.iter().find(|o| o["kind"] == "Deployment").expect("a Deployment")
+}
+
+fn pod_spec(objects: &[Value]) -> &Value {
+    &deployment(objects)["spec"]["template"]["spec"]
+}
+
+fn container(objects: &[Value]) -> &Value {
+    &pod_spec(objects)["containers"][0]
+}
+
+fn args_of(objects: &[Value]) -> Vec<String> {
+    container(objects)["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+}
+
+/// The flags that name a file the pod reads.
+fn is_file_flag(flag: &str) -> bool {
+    flag == "--config" || flag == "--adapter-config" || flag.ends_with("-file")
+}
+
+/// Where the file at `path` comes from in the pod: `configMap NAME KEY`, `secret NAME KEY`, or
+/// the path itself when no volume holds it (the ServiceAccount token): the innermost mount
+/// holding it.
+fn file_source(pod: &Value, path: &str) -> String {
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+    let mount = mounts
+        .iter()
+        .filter(|m| path.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap())))
+        .max_by_key(|m| m["mountPath"].as_str().unwrap().len());
+    let Some(mount) = mount else { return path.to_owned() };
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    let key = &path[mount["mountPath"].as_str().unwrap().len() + 1..];
+    if let Some(config_map) = volume.get("configMap") {
+        format!("configMap {} {key}", config_map["name"].as_str().unwrap())
+    } else if let Some(secret) = volume.get("secret") {
+        format!("secret {} {key}", secret["secretName"].as_str().unwrap())
+    } else {
+        panic!("{path} is in volume {volume}")
+    }
+}
+
+/// The container's flags as a set, each file flag's path replaced by [`file_source`].
+fn normalized_args(objects: &[Value]) -> BTreeSet<String> {
+    let pod = pod_spec(objects);
+    args_of(objects)
+        .into_iter()
+        .map(|arg| match arg.split_once('=') {
+            Some((flag, path)) if is_file_flag(flag) => format!("{flag}={}", file_source(pod, path)),
+            _ => arg,
+        })
+        .collect()
+}
+
+/// Parses the container's flags with percolator's own flag parser (what starts the process).
+fn parse_flags(objects: &[Value], what: &str) -> percolator::config::Args {
+    let args = args_of(objects);
+    percolator::config::Args::try_parse_from(std::iter::once("percolator".to_owned()).chain(args.clone()))
+        .unwrap_or_else(|e| panic!("{what}: percolator refuses {args:?}: {e}"))
+}
+
+/// The identities (kind, namespace, name) of objects.
+fn identities(objects: &[Value]) -> BTreeSet<(String, String, String)> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_owned(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Parses a YAML text to JSON.
+fn yaml(text: &str) -> Value {
+    serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(text).unwrap()).unwrap()
+}
+
+fn config_text(objects: &[Value], name: &str) -> String {
+    find(objects, "ConfigMap", name)["data"]["config.yaml"].as_str().unwrap().to_owned()
+}
+
+/// A PEM certificate, for the CA bundle of `tls.type=existing-secret`.
+fn mk_ca_pem() -> String {
+    rcgen::generate_simple_self_signed(vec!["percolator-ca".to_owned()]).unwrap().cert.pem()
+}
+
+/// Adapter rules of each kind: a per-pod request rate, an external sum by status code, and
+/// CPU and memory from cAdvisor's series.
+fn mk_rules() -> Value {
+    json!({
+        "custom": [{
+            "seriesQuery": "http_requests_total{namespace!=\"\",pod!=\"\"}",
+            "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+            "name": {"matches": "^(.*)_total$", "as": "${1}_rate"},
+            "metricsQuery": "sum(rate(<<.Series>>{<<.LabelMatchers>>}[2m])) by (<<.GroupBy>>)",
+        }],
+        "external": [{
+            "seriesQuery": "{__name__=\"http_requests_total\",namespace!=\"\"}",
+            "resources": {"overrides": {"namespace": {"resource": "namespace"}}},
+            "name": {"matches": "^http_requests_total$", "as": "http_requests_by_code"},
+            "metricsQuery": "sum by (code) (rate(<<.Series>>{<<.LabelMatchers>>}[2m]))",
+        }],
+        "resource": {
+            "cpu": {
+                "containerQuery": "sum by (<<.GroupBy>>) (rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!=\"\",container!=\"POD\"}[2m]))",
+                "nodeQuery": "sum by (<<.GroupBy>>) (rate(node_cpu_usage_seconds_total{<<.LabelMatchers>>}[2m]))",
+                "resources": {"overrides": {
+                    "node": {"resource": "node"}, "namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                "containerLabel": "container",
+            },
+            "memory": {
+                "containerQuery": "sum by (<<.GroupBy>>) (container_memory_working_set_bytes{<<.LabelMatchers>>,container!=\"\",container!=\"POD\"})",
+                "nodeQuery": "sum by (<<.GroupBy>>) (node_memory_working_set_bytes{<<.LabelMatchers>>})",
+                "resources": {"overrides": {
+                    "node": {"resource": "node"}, "namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                "containerLabel": "container",
+            },
+            "window": "2m",
+        },
+    })
+}
+
+/// Every Prometheus connection setting at once (bearer token from a Secret).
+fn mk_prometheus_connection() -> Value {
+    json!({
+        "url": "https://thanos-query.monitoring.svc",
+        "port": 10902,
+        "path": "prometheus",
+        "timeout": "30s",
+        "maxResponseBytes": "64Mi",
+        "tls": {
+            "ca": {"secretName": "prometheus-ca"},
+            "clientCert": {"secretName": "percolator-client"},
+            "insecureSkipVerify": false,
+        },
+        "bearerToken": {"secretName": "prometheus-token", "key": "jwt"},
+        "headers": {"X-Scope-OrgID": "team-cafe", "X-Plain": "a,b=c"},
+        "secretHeaders": {"X-Api-Key": {"secretName": "prometheus-api-key", "key": "key"}},
+    })
+}
+
+/// The matrix every check of `lint_is_clean_and_every_object_validates` runs over.
+fn mk_matrix() -> Vec<(&'static str, Value)> {
+    let all_apis = json!({
+        "externalMetrics": {"enabled": true},
+        "customMetrics": {"enabled": true},
+        "resourceMetrics": {"enabled": true},
+    });
+    let mut rules = all_apis.clone();
+    rules["rules"] = mk_rules();
+    rules["rules"]["default"] = json!(true);
+    let mut existing = all_apis.clone();
+    existing["rules"] = json!({"existing": "my-adapter-config"});
+    vec![
+        ("defaults", json!({})),
+        ("cert-manager", json!({"tls": {"type": "cert-manager"}})),
+        (
+            "existing-secret",
+            json!({"tls": {"type": "existing-secret", "existingSecret": {"name": "percolator-tls"}},
+                   "apiService": {"caBundle": mk_ca_pem()}}),
+        ),
+        (
+            "existingSecret",
+            json!({"tls": {"type": "existingSecret", "existingSecret": {"name": "percolator-tls"}},
+                   "apiService": {"annotations": {"cert-manager.io/inject-ca-from": "percolator/x"}}}),
+        ),
+        ("insecure", json!({"apiService": {"insecureSkipTLSVerify": true}})),
+        ("external", json!({"externalMetrics": {"enabled": true}})),
+        ("custom", json!({"customMetrics": {"enabled": true}})),
+        ("resource", json!({"resourceMetrics": {"enabled": true}})),
+        ("all-apis-cert-manager", {
+            let mut v = all_apis.clone();
+            v["tls"] = json!({"type": "cert-manager"});
+            v
+        }),
+        ("rules", rules),
+        ("rules-existing", existing),
+        (
+            "monitoring",
+            json!({
+                "serviceMonitor": {"enabled": true, "labels": {"release": "kps"}, "additionalLabels": {"team": "cafe"},
+                                   "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "prod"}]},
+                "prometheusRule": {"enabled": true, "additionalLabels": {"release": "kps"}},
+                "networkPolicy": {"enabled": true,
+                                  "ingress": {"extraRules": [{"ports": [{"port": 9999}]}]},
+                                  "egress": {"kubeAPIServer": {"cidr": "10.0.0.1/32"},
+                                             "prometheus": {"to": [{"namespaceSelector": {"matchLabels": {
+                                                 "kubernetes.io/metadata.name": "monitoring"}}}]}}},
+            }),
+        ),
+        (
+            "monitoring-cert-manager",
+            json!({"tls": {"type": "cert-manager"}, "serviceMonitor": {"enabled": true}}),
+        ),
+        (
+            "host-network",
+            json!({"hostNetwork": {"enabled": true}, "containerPort": 4443, "networkPolicy": {"enabled": true}}),
+        ),
+        ("prometheus-connection", json!({"prometheus": mk_prometheus_connection()})),
+        (
+            "prometheus-basic-auth",
+            json!({"prometheus": {"port": null, "url": "https://prometheus.example.com",
+                                  "basicAuth": {"secretName": "prometheus-basic-auth"},
+                                  "tls": {"insecureSkipVerify": true}}, "networkPolicy": {"enabled": true}}),
+        ),
+        (
+            "prometheus-serviceaccount-token",
+            json!({"prometheus": {"bearerToken": {"serviceAccountToken": true}}}),
+        ),
+        (
+            "lean",
+            json!({"rbac": {"create": false}, "serviceAccount": {"create": false, "name": "percolator-sa"},
+                   "podDisruptionBudget": {"maxUnavailable": 1}, "priorityClassName": "", "affinity": null,
+                   "replicas": 3, "args": ["-v=3", "--kubelet-insecure-tls"],
+                   "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                       "whenUnsatisfiable": "ScheduleAnyway",
+                       "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "{{ .Release.Name }}"}}}],
+                   "config": "window: 2m\n# kept as written\n"}),
+        ),
+    ]
+}
+
+/// The essential fields of the custom resources (outside the Kubernetes schemas).
+fn check_custom_resources(objects: &[Value], what: &str) {
+    let names = identities(objects);
+    let has = |kind: &str, name: &str| names.iter().any(|(k, _, n)| k == kind && n == name);
+    let secrets_made: BTreeSet<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Certificate")
+        .map(|o| o["spec"]["secretName"].as_str().unwrap())
+        .chain(
+            objects.iter().filter(|o| o["kind"] == "Secret").map(|o| o["metadata"]["name"].as_str().unwrap()),
+        )
+        .collect();
+    for object in objects.iter().filter(|o| manifests::is_custom_resource(o)) {
+        let kind = object["kind"].as_str().unwrap();
+        assert!(
+            object["metadata"]["name"].is_string() && object["metadata"]["namespace"].is_string(),
+            "{what}: {object}"
+        );
+        match (object["apiVersion"].as_str().unwrap(), kind) {
+            ("cert-manager.io/v1", "Issuer") => {
+                assert!(
+                    object["spec"]["selfSigned"].is_object()
+                        || object["spec"]["ca"]["secretName"].is_string()
+                );
+                if let Some(secret) = object["spec"]["ca"]["secretName"].as_str() {
+                    assert!(secrets_made.contains(secret), "{what}: CA Issuer reads {secret}");
+                }
+            }
+            ("cert-manager.io/v1", "Certificate") => {
+                assert!(object["spec"]["secretName"].is_string(), "{what}: {object}");
+                let issuer = object["spec"]["issuerRef"]["name"].as_str().unwrap();
+                assert_eq!(object["spec"]["issuerRef"]["kind"], "Issuer", "{what}");
+                assert!(has("Issuer", issuer), "{what}: Certificate names Issuer {issuer}");
+            }
+            ("monitoring.coreos.com/v1", "ServiceMonitor") => {
+                let endpoint = &object["spec"]["endpoints"][0];
+                assert_eq!(endpoint["port"], "https", "{what}");
+                assert_eq!(endpoint["scheme"], "https", "{what}");
+                assert_eq!(endpoint["path"], "/metrics", "{what}");
+                assert_eq!(endpoint["authorization"]["type"], "Bearer", "{what}");
+                let token = endpoint["authorization"]["credentials"]["name"].as_str().unwrap();
+                let secret = find(objects, "Secret", token);
+                assert_eq!(secret["type"], "kubernetes.io/service-account-token", "{what}");
+                assert!(endpoint.get("bearerTokenFile").is_none(), "{what}: no deprecated bearerTokenFile");
+                if let Some(ca) = endpoint["tlsConfig"]["ca"]["secret"]["name"].as_str() {
+                    assert!(
+                        secrets_made.contains(ca) || what.starts_with("existing"),
+                        "{what}: CA from {ca}"
+                    );
+                }
+                let service = objects.iter().find(|o| o["kind"] == "Service").unwrap();
+                for (label, value) in object["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+                    assert_eq!(&service["metadata"]["labels"][label], value, "{what}: selects the Service");
+                }
+            }
+            ("monitoring.coreos.com/v1", "PrometheusRule") => {
+                // The alerts themselves: the_prometheus_rule_is_the_alerts_file_fitted_to_the_release.
+                let groups = object["spec"]["groups"].as_array().unwrap();
+                assert!(groups.iter().any(|g| g["name"] == "percolator"), "{what}: {object}");
+            }
+            (api_version, kind) => panic!("{what}: unexpected custom resource {api_version} {kind}"),
+        }
+    }
+}
+
+#[test]
+fn lint_is_clean_and_every_object_validates() {
+    let matrix = mk_matrix();
+    let renders = mk_render_all(&matrix);
+    let lints: Vec<Value> = matrix
+        .iter()
+        .map(|(name, values)| {
+            helm("lint", &json!({"values": values, "namespace": NAMESPACE, "kube_version": "v1.33.0"}))
+                .unwrap_or_else(|e| panic!("{name}: lint: {e}"))
+        })
+        .collect();
+    let mut everything = Vec::new();
+    for (((name, values), render), lint) in matrix.iter().zip(&renders).zip(&lints) {
+        // helm lint --strict: warnings are errors; only informational messages (icon) remain.
+        assert_eq!(lint["errors"], json!([]), "{name}: {lint}");
+        for message in lint["messages"].as_array().unwrap() {
+            assert!(message["severity"].as_u64().unwrap() <= 1, "{name}: {message}");
+        }
+        let objects = &render.objects;
+        assert!(objects.len() >= 6, "{name}: {} objects", objects.len());
+        // Unique identities, every namespaced object in the release's namespace (but the
+        // RoleBinding to kube-system's authentication reader).
+        assert_eq!(identities(objects).len(), objects.len(), "{name}: duplicate objects");
+        for object in objects {
+            let namespace = object["metadata"]["namespace"].as_str();
+            assert!(
+                namespace.is_none_or(
+                    |ns| ns == NAMESPACE || (ns == "kube-system" && object["kind"] == "RoleBinding")
+                ),
+                "{name}: {object}"
+            );
+            assert_eq!(
+                object["metadata"]["labels"]["app.kubernetes.io/managed-by"], "Helm",
+                "{name}: {object}"
+            );
+        }
+        // percolator accepts its flags, and every file a flag names is in a volume of the pod.
+        let flags = parse_flags(objects, name);
+        assert_eq!(
+            flags.serving.secure_port,
+            values["containerPort"].as_u64().unwrap_or(10250) as u16,
+            "{name}"
+        );
+        let pod = pod_spec(objects);
+        for arg in args_of(objects) {
+            if let Some((flag, path)) = arg.split_once('=')
+                && is_file_flag(flag)
+                && path != "/var/run/secrets/kubernetes.io/serviceaccount/token"
+            {
+                let source = file_source(pod, path);
+                assert!(!source.starts_with('/'), "{name}: {arg} is in no volume");
+            }
+        }
+        // A mount inside another is inside a ConfigMap or Secret volume, where the kubelet makes
+        // the mount point (the container cannot: they are read-only).
+        let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+        for inner in mounts {
+            let path = inner["mountPath"].as_str().unwrap();
+            for outer in
+                mounts.iter().filter(|m| path.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap())))
+            {
+                let volume =
+                    pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == outer["name"]).unwrap();
+                assert!(
+                    volume.get("configMap").is_some() || volume.get("secret").is_some(),
+                    "{name}: {path} in {volume}"
+                );
+            }
+        }
+        if values["hostNetwork"]["enabled"] != true {
+            manifests::assert_restricted_pod_spec(pod, name);
+        }
+        check_custom_resources(objects, name);
+        // No pod restart for configuration changes: no checksum annotation.
+        let annotations = &deployment(objects)["spec"]["template"]["metadata"]["annotations"];
+        assert!(
+            annotations.as_object().is_none_or(|a| a.keys().all(|k| !k.starts_with("checksum/"))),
+            "{name}: {annotations}"
+        );
+        everything.extend(objects.iter().cloned());
+    }
+    let names: Vec<&str> = matrix.iter().map(|(n, _)| *n).collect();
+    manifests::kubernetes_validate(&everything, &format!("chart {}", names.join(",")));
+}
+
+#[test]
+fn the_defaults_are_a_restricted_highly_available_install() {
+    let Rendered { objects, notes } = mk_render(json!({}));
+    let expected: BTreeSet<(String, String, String)> = [
+        ("ServiceAccount", NAMESPACE, "percolator"),
+        ("Secret", NAMESPACE, "percolator-serving-cert"),
+        ("ConfigMap", NAMESPACE, "percolator-config"),
+        ("ClusterRole", "", "system:percolator"),
+        ("ClusterRole", "", "system:percolator-aggregated-reader"),
+        ("ClusterRole", "", "system:percolator-metrics-reader"),
+        ("ClusterRoleBinding", "", "system:percolator"),
+        ("ClusterRoleBinding", "", "percolator:system:auth-delegator"),
+        ("RoleBinding", "kube-system", "percolator-auth-reader"),
+        ("Service", NAMESPACE, "percolator"),
+        ("Deployment", NAMESPACE, "percolator"),
+        ("PodDisruptionBudget", NAMESPACE, "percolator"),
+        ("APIService", "", "v1alpha1.stats.une-tasse-de.cafe"),
+    ]
+    .iter()
+    .map(|(k, ns, n)| (k.to_string(), ns.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(identities(&objects), expected);
+
+    let deployment = deployment(&objects);
+    assert_eq!(deployment["spec"]["replicas"], 2, "highly available");
+    assert_eq!(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert_eq!(find(&objects, "PodDisruptionBudget", "percolator")["spec"]["minAvailable"], 1);
+    let pod = pod_spec(&objects);
+    manifests::assert_restricted_pod_spec(pod, "chart defaults");
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(
+        container(&objects)["image"],
+        format!("ghcr.io/une-tasse-de/percolator:{}", env!("CARGO_PKG_VERSION"))
+    );
+    // The selector, the Service, the PodDisruptionBudget and the default anti-affinity all
+    // select the pods, with the standard selector labels.
+    let selector = json!({"app.kubernetes.io/name": "percolator", "app.kubernetes.io/instance": RELEASE});
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(find(&objects, "Service", "percolator")["spec"]["selector"], selector);
+    assert_eq!(
+        find(&objects, "PodDisruptionBudget", "percolator")["spec"]["selector"]["matchLabels"],
+        selector
+    );
+    let term = &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"], selector);
+    assert_eq!(term["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (label, value) in selector.as_object().unwrap() {
+        assert_eq!(&pod_labels[label], value);
+    }
+    for object in &objects {
+        let labels = &object["metadata"]["labels"];
+        for label in [
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "helm.sh/chart",
+        ] {
+            assert!(labels[label].is_string(), "{label} on {object}");
+        }
+    }
+    // The metric APIs are off: only one server per cluster may own each group.
+    let args = args_of(&objects);
+    assert!(
+        !args.iter().any(|a| a.starts_with("--enable-") || a.starts_with("--adapter-config")),
+        "{args:?}"
+    );
+    let values = std::fs::read_to_string(manifests::repo_path("charts/percolator/values.yaml")).unwrap();
+    assert!(values.contains("Only ONE server per cluster can own each group"));
+    assert!(values.contains("GKE's default ResourceQuota"));
+
+    // The configuration shipped is deploy/base's, and no checksum restarts pods on its change.
+    let shipped = config_text(&manifests::kustomize("deploy/base"), "percolator-config");
+    assert_eq!(yaml(&config_text(&objects, "percolator-config")), yaml(&shipped));
+    assert!(deployment["spec"]["template"]["metadata"].get("annotations").is_none());
+    let volumes = pod["volumes"].as_array().unwrap();
+    let config = volumes.iter().find(|v| v["configMap"]["name"] == "percolator-config").unwrap();
+    let mount =
+        pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == config["name"]);
+    assert!(mount.unwrap().get("subPath").is_none(), "a directory mount: the kubelet updates it in place");
+
+    // NOTES.txt: the commands that show it works.
+    assert!(notes.contains("kubectl get apiservices v1alpha1.stats.une-tasse-de.cafe"), "{notes}");
+    assert!(notes.contains("kubectl get pms -A"), "{notes}");
+    assert!(notes.contains("pod-security.kubernetes.io/enforce=restricted"), "{notes}");
+    assert!(!notes.contains("WARNING"), "{notes}");
+    assert!(!notes.contains("kubectl top"), "{notes}");
+    // Installed as metrics-server is, into kube-system: never a suggestion to restrict it.
+    let notes = mk_render_as(json!({}), RELEASE, "kube-system").notes;
+    assert!(notes.contains("kubectl get pms -A"), "{notes}");
+    assert!(!notes.contains("enforce=restricted"), "{notes}");
+}
+
+/// The overlays, and the metric APIs the chart enables for the same install.
+const PAIRS: &[(&str, &[&str])] = &[
+    ("deploy/overlays/cert-manager", &[]),
+    ("deploy/overlays/external-metrics", &["externalMetrics"]),
+    ("deploy/overlays/custom-metrics", &["customMetrics"]),
+    ("deploy/overlays/custom-metrics/with-external", &["customMetrics", "externalMetrics"]),
+    ("deploy/overlays/resource-metrics", &["resourceMetrics"]),
+    ("deploy/overlays/all-metrics", &["resourceMetrics", "customMetrics", "externalMetrics"]),
+];
+
+#[test]
+fn the_chart_gives_the_kustomize_objects() {
+    let pairs: Vec<&(&str, &[&str])> = PAIRS
+        .iter()
+        .filter(|(dir, _)| {
+            let exists = manifests::repo_path(dir).join("kustomization.yaml").exists();
+            if !exists {
+                eprintln!("skipped: {dir} does not exist (yet)");
+            }
+            exists
+        })
+        .collect();
+    assert!(!pairs.is_empty());
+    let cases: Vec<(&str, Value)> = pairs
+        .iter()
+        .map(|(dir, apis)| {
+            let mut values = json!({"tls": {"type": "cert-manager"}});
+            for api in *apis {
+                values[*api] = json!({"enabled": true});
+            }
+            (*dir, values)
+        })
+        .collect();
+    let renders = mk_render_all(&cases);
+    for ((dir, _), render) in cases.iter().zip(renders) {
+        let chart = render.objects;
+        let kustomize: Vec<Value> =
+            manifests::kustomize(dir).into_iter().filter(|o| o["kind"] != "Namespace").collect();
+        assert_eq!(identities(&chart), identities(&kustomize), "{dir}: kinds and names");
+        for theirs in &kustomize {
+            let kind = theirs["kind"].as_str().unwrap();
+            let name = theirs["metadata"]["name"].as_str().unwrap();
+            let ours = find(&chart, kind, name);
+            let what = format!("{dir} {kind}/{name}");
+            // deploy/'s labels (name, part-of) are the chart's too.
+            for (label, value) in theirs["metadata"]["labels"].as_object().into_iter().flatten() {
+                assert_eq!(&ours["metadata"]["labels"][label], value, "{what}: label {label}");
+            }
+            match kind {
+                "ClusterRole" | "Role" => assert_eq!(ours["rules"], theirs["rules"], "{what}"),
+                "ClusterRoleBinding" | "RoleBinding" => {
+                    assert_eq!(ours["roleRef"], theirs["roleRef"], "{what}");
+                    assert_eq!(ours["subjects"], theirs["subjects"], "{what}");
+                }
+                "APIService" | "Issuer" | "Certificate" => {
+                    assert_eq!(ours["spec"], theirs["spec"], "{what}");
+                    assert_eq!(ours["metadata"]["annotations"], theirs["metadata"]["annotations"], "{what}");
+                }
+                "Service" => {
+                    assert_eq!(ours["spec"]["ports"], theirs["spec"]["ports"], "{what}");
+                    for (label, value) in theirs["spec"]["selector"].as_object().unwrap() {
+                        assert_eq!(&ours["spec"]["selector"][label], value, "{what}: selector");
+                    }
+                }
+                "PodDisruptionBudget" => {
+                    assert_eq!(ours["spec"]["minAvailable"], theirs["spec"]["minAvailable"], "{what}")
+                }
+                "ConfigMap" => {
+                    let text = |o: &Value| yaml(o["data"]["config.yaml"].as_str().unwrap());
+                    assert_eq!(text(ours), text(theirs), "{what}");
+                }
+                "ServiceAccount" => {}
+                "Deployment" => {
+                    for field in ["replicas", "strategy"] {
+                        assert_eq!(ours["spec"][field], theirs["spec"][field], "{what}: {field}");
+                    }
+                    let (our_pod, their_pod) =
+                        (&ours["spec"]["template"]["spec"], &theirs["spec"]["template"]["spec"]);
+                    for field in ["serviceAccountName", "priorityClassName", "securityContext", "volumes"] {
+                        assert_eq!(our_pod[field], their_pod[field], "{what}: {field}");
+                    }
+                    let (our_container, their_container) =
+                        (&our_pod["containers"][0], &their_pod["containers"][0]);
+                    for field in [
+                        "name",
+                        "image",
+                        "imagePullPolicy",
+                        "ports",
+                        "livenessProbe",
+                        "readinessProbe",
+                        "resources",
+                        "securityContext",
+                        "volumeMounts",
+                    ] {
+                        assert_eq!(our_container[field], their_container[field], "{what}: {field}");
+                    }
+                    // The same flags; each file flag reads the same key of the same ConfigMap or
+                    // Secret, wherever it is mounted.
+                    assert_eq!(normalized_args(&chart), normalized_args(&kustomize), "{what}: flags");
+                    let set = |objects: &[Value]| args_of(objects).into_iter().collect::<BTreeSet<_>>();
+                    assert_eq!(set(&chart), set(&kustomize), "{what}: the same file paths too");
+                }
+                other => panic!("{what}: {other} not compared"),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_generated_certificate_is_trusted_for_the_service() {
+    use base64::Engine as _;
+    use rustls::client::danger::ServerCertVerifier;
+    let b64 = |v: &Value| base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap();
+
+    let objects = mk_render(json!({"resourceMetrics": {"enabled": true}, "customMetrics": {"enabled": true},
+                                   "externalMetrics": {"enabled": true}}))
+    .objects;
+    let secret = find(&objects, "Secret", "percolator-serving-cert");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let ca = b64(&secret["data"]["ca.crt"]);
+    for name in ALL_APISERVICES {
+        let api = find(&objects, "APIService", name);
+        assert_eq!(b64(&api["spec"]["caBundle"]), ca, "{name} trusts the CA of the Secret");
+        assert!(api["spec"].get("insecureSkipTLSVerify").is_none(), "{name}");
+    }
+    // percolator loads the pair (the key matches the certificate) ...
+    let dir = common::mk_dir("chart-tls");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        std::fs::write(dir.join(key), b64(&secret["data"][key])).unwrap();
+    }
+    percolator::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+    // ... and kube-apiserver's check passes: the chain to the caBundle, for the Service's name.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in percolator::tls::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
+        roots.add(cert).unwrap();
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .unwrap();
+    let chain = percolator::tls::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
+    for server in [SERVICE_DNS, "percolator.percolator.svc.cluster.local"] {
+        let name = rustls::pki_types::ServerName::try_from(server).unwrap();
+        verifier
+            .verify_server_cert(&chain[0], &chain[1..], &name, &[], rustls::pki_types::UnixTime::now())
+            .unwrap_or_else(|e| panic!("{server}: {e}"));
+    }
+    let other = rustls::pki_types::ServerName::try_from("percolator.default.svc").unwrap();
+    assert!(
+        verifier.verify_server_cert(&chain[0], &[], &other, &[], rustls::pki_types::UnixTime::now()).is_err()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // existing-secret: the operator's Secret, and the CA bundle given as PEM.
+    let pem = mk_ca_pem();
+    let objects = mk_render(json!({"tls": {"type": "existing-secret", "existingSecret": {"name": "my-tls"}},
+                                   "apiService": {"caBundle": pem}}))
+    .objects;
+    assert!(!objects.iter().any(|o| o["kind"] == "Secret" || manifests::is_custom_resource(o)));
+    let api = find(&objects, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
+    assert_eq!(String::from_utf8(b64(&api["spec"]["caBundle"])).unwrap(), pem);
+    assert_eq!(file_source(pod_spec(&objects), "/etc/percolator/tls/tls.crt"), "secret my-tls tls.crt");
+
+    // insecureSkipTLSVerify: only when asked, then no caBundle and no injection, and a warning.
+    let Rendered { objects, notes } =
+        mk_render(json!({"apiService": {"insecureSkipTLSVerify": true}, "tls": {"type": "cert-manager"}}));
+    let api = find(&objects, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
+    assert_eq!(api["spec"]["insecureSkipTLSVerify"], true);
+    assert!(api["spec"].get("caBundle").is_none() && api["metadata"].get("annotations").is_none(), "{api}");
+    assert!(notes.contains("WARNING: apiService.insecureSkipTLSVerify is on"), "{notes}");
+}
+
+#[test]
+fn rendered_configuration_files_load_in_percolator() {
+    let check = percolator::server::config_check();
+    // The defaults, a declared kind with custom and external metrics, and a string kept as is.
+    let declared = json!({
+        "window": "2m",
+        "kinds": [{
+            "kind": "AppTraffic",
+            "shortNames": ["atr"],
+            "nameLabel": "pod",
+            "description": "HTTP traffic per pod.",
+            "fields": [{"name": "requestsPerSecond", "column": "REQ/S",
+                        "query": "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))"}],
+        }],
+        "customMetrics": [{"name": "queue_depth", "aggregate": "max",
+                           "query": "max by (namespace, pod) (queue_depth{SCOPE})"}],
+        "externalMetrics": [{"name": "orders_per_minute", "labels": ["shop"],
+                             "query": "sum by (namespace, shop) (rate(orders_total{SCOPE}[WINDOW])) * 60"}],
+    });
+    let text = "window: 3m # kept as written\n";
+    let mut with_rules = json!({"customMetrics": {"enabled": true}, "externalMetrics": {"enabled": true},
+                                "resourceMetrics": {"enabled": true}, "config": declared});
+    with_rules["rules"] = mk_rules();
+    with_rules["rules"]["default"] = json!(true);
+    let cases = [
+        ("defaults", json!({})),
+        ("declared", with_rules),
+        ("string", json!({"config": text})),
+        ("default-rules", json!({"rules": {"default": true}})),
+        (
+            "existing-rules",
+            json!({"rules": {"existing": "adapter-rules"}, "customMetrics": {"enabled": true}}),
+        ),
+    ];
+    let renders = mk_render_all(&cases);
+
+    let defaults = &renders[0].objects;
+    let file = percolator::config::QueryFile::from_yaml(
+        &config_text(defaults, "percolator-config"),
+        "defaults",
+        &check,
+    )
+    .unwrap();
+    assert!(file.kinds.is_empty());
+    assert!(!defaults.iter().any(|o| o["metadata"]["name"] == "percolator-adapter-config"));
+
+    let declared = &renders[1].objects;
+    let file = percolator::config::QueryFile::from_yaml(
+        &config_text(declared, "percolator-config"),
+        "declared",
+        &check,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let kinds: Vec<&str> = file.kinds.iter().map(|k| k.kind.as_str()).collect();
+    assert_eq!(kinds, ["AppTraffic"]);
+    assert_eq!(file.custom_metrics.unwrap()[0].name, "queue_depth");
+    assert_eq!(file.external_metrics.unwrap()[0].name, "orders_per_minute");
+    // The adapter configuration: every rule source, loaded as percolator loads it.
+    let adapter = config_text(declared, "percolator-adapter-config");
+    let config = percolator::adapter::AdapterConfig::from_yaml(&adapter, "rules")
+        .unwrap_or_else(|e| panic!("{e}\n{adapter}"));
+    assert_eq!(config.rules.len(), 2, "the default rule, then rules.custom");
+    assert_eq!(config.rules[0].api_name("http_requests_total").as_deref(), Some("http_requests_per_second"));
+    assert_eq!(config.rules[1].api_name("http_requests_total").as_deref(), Some("http_requests_rate"));
+    assert_eq!(config.external_rules.len(), 1);
+    assert!(config.resource_rules.is_some());
+    let args = args_of(declared);
+    for flag in ["--adapter-config=/etc/percolator/adapter/config.yaml", "--resource-source=prometheus"] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    assert_eq!(
+        file_source(pod_spec(declared), "/etc/percolator/adapter/config.yaml"),
+        "configMap percolator-adapter-config config.yaml"
+    );
+    let flags = parse_flags(declared, "declared");
+    assert_eq!(flags.kubelet.resource_source, percolator::config::ResourceSource::Prometheus);
+
+    assert_eq!(config_text(&renders[2].objects, "percolator-config"), text);
+
+    let only_default = config_text(&renders[3].objects, "percolator-adapter-config");
+    let config = percolator::adapter::AdapterConfig::from_yaml(&only_default, "default").unwrap();
+    assert_eq!((config.rules.len(), config.external_rules.len()), (1, 0));
+    assert!(config.resource_rules.is_none());
+    assert!(!args_of(&renders[3].objects).iter().any(|a| a.starts_with("--resource-source")));
+
+    // rules.existing: the operator's ConfigMap, no rendered one.
+    let existing = &renders[4].objects;
+    assert!(!existing.iter().any(|o| o["metadata"]["name"] == "percolator-adapter-config"));
+    assert_eq!(
+        file_source(pod_spec(existing), "/etc/percolator/adapter/config.yaml"),
+        "configMap adapter-rules config.yaml"
+    );
+}
+
+#[test]
+fn prometheus_values_become_percolator_s_flags() {
+    let objects = mk_render(json!({"prometheus": mk_prometheus_connection()})).objects;
+    let pod = pod_spec(&objects);
+    let flags = parse_flags(&objects, "prometheus-connection");
+    let p = &flags.prometheus;
+    assert_eq!(p.prometheus_url.as_str(), "https://thanos-query.monitoring.svc:10902/prometheus");
+    assert_eq!(p.prometheus_timeout, std::time::Duration::from_secs(30));
+    assert_eq!(p.prometheus_max_response_bytes, 64 * 1024 * 1024);
+    assert!(!p.prometheus_insecure_skip_tls_verify);
+    let source =
+        |path: &Option<std::path::PathBuf>| file_source(pod, path.as_ref().unwrap().to_str().unwrap());
+    assert_eq!(source(&p.prometheus_ca_file), "secret prometheus-ca ca.crt");
+    assert_eq!(source(&p.prometheus_client_tls_cert_file), "secret percolator-client tls.crt");
+    assert_eq!(source(&p.prometheus_client_tls_key_file), "secret percolator-client tls.key");
+    assert_eq!(source(&p.prometheus_token_file), "secret prometheus-token jwt");
+    let headers: BTreeMap<&str, &str> =
+        p.prometheus_headers.iter().map(|h| (h.name.as_str(), h.value.to_str().unwrap())).collect();
+    // A secret header's value is expanded by the kubelet from an environment variable that
+    // reads the Secret; it is in no Kubernetes object.
+    assert_eq!(
+        headers,
+        BTreeMap::from([
+            ("x-scope-orgid", "team-cafe"),
+            ("x-plain", "a,b=c"),
+            ("x-api-key", "$(PROMETHEUS_HEADER_X_API_KEY)"),
+        ])
+    );
+    assert_eq!(
+        container(&objects)["env"],
+        json!([{"name": "PROMETHEUS_HEADER_X_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": "prometheus-api-key", "key": "key"}}}])
+    );
+
+    let objects = mk_render(json!({"prometheus": {"basicAuth": {"secretName": "prom-auth"}, "port": null,
+                                                  "url": "https://prometheus.example.com/",
+                                                  "tls": {"insecureSkipVerify": true}}}))
+    .objects;
+    let p = parse_flags(&objects, "basic-auth").prometheus;
+    assert_eq!(p.prometheus_url.as_str(), "https://prometheus.example.com/");
+    assert!(p.prometheus_insecure_skip_tls_verify);
+    let pod = pod_spec(&objects);
+    let source =
+        |path: &Option<std::path::PathBuf>| file_source(pod, path.as_ref().unwrap().to_str().unwrap());
+    assert_eq!(source(&p.prometheus_basic_auth_username_file), "secret prom-auth username");
+    assert_eq!(source(&p.prometheus_basic_auth_password_file), "secret prom-auth password");
+
+    let objects = mk_render(json!({"prometheus": {"bearerToken": {"serviceAccountToken": true}}})).objects;
+    let p = parse_flags(&objects, "sa-token").prometheus;
+    assert_eq!(p.prometheus_url.as_str(), "http://prometheus.monitoring.svc:9090/");
+    assert_eq!(
+        p.prometheus_token_file.unwrap().to_str().unwrap(),
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+}
+
+#[test]
+fn optional_objects_follow_their_values() {
+    let cases = [
+        (
+            "all-apis",
+            json!({"externalMetrics": {"enabled": true}, "customMetrics": {"enabled": true},
+                            "resourceMetrics": {"enabled": true}}),
+        ),
+        (
+            "monitoring",
+            json!({"serviceMonitor": {"enabled": true, "labels": {"release": "kps"},
+                                                 "additionalLabels": {"team": "cafe"}, "interval": "30s"},
+                              "prometheusRule": {"enabled": true, "namespace": "monitoring", "labels": {"release": "kps"}},
+                              "networkPolicy": {"enabled": true}}),
+        ),
+        (
+            "lean",
+            json!({"rbac": {"create": false}, "serviceAccount": {"create": false, "name": "sa"},
+                        "podDisruptionBudget": {"maxUnavailable": 1}, "affinity": null, "priorityClassName": ""}),
+        ),
+        ("host-network", json!({"hostNetwork": {"enabled": true}, "containerPort": 4443})),
+    ];
+    let renders = mk_render_all(&cases);
+
+    // Each API: its APIServices, flag, RBAC, and NOTES commands.
+    let Rendered { objects, notes } = &renders[0];
+    for name in ALL_APISERVICES {
+        find(objects, "APIService", name);
+    }
+    for role in [
+        "system:percolator-external-metrics-reader",
+        "system:percolator-custom-metrics-reader",
+        "system:percolator-aggregated-metrics-reader",
+    ] {
+        find(objects, "ClusterRole", role);
+    }
+    assert!(!objects.iter().any(|o| o["metadata"]["name"] == "system:aggregated-metrics-reader"));
+    for binding in ["percolator:hpa-controller-external-metrics", "percolator:hpa-controller-custom-metrics"]
+    {
+        let binding = find(objects, "ClusterRoleBinding", binding);
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "horizontal-pod-autoscaler", "namespace": "kube-system"}])
+        );
+    }
+    let args = args_of(objects);
+    for flag in ["--enable-external-metrics", "--enable-custom-metrics", "--enable-resource-metrics"] {
+        assert!(args.iter().any(|a| a == flag), "{flag}");
+    }
+    for command in [
+        "kubectl top pods -A",
+        "kubectl get --raw /apis/custom.metrics.k8s.io/v1beta2",
+        "kubectl get --raw /apis/external.metrics.k8s.io/v1beta1",
+        "v1beta1.metrics.k8s.io v1beta2.custom.metrics.k8s.io v1beta1.custom.metrics.k8s.io v1beta1.external.metrics.k8s.io",
+    ] {
+        assert!(notes.contains(command), "{command}: {notes}");
+    }
+
+    // ServiceMonitor: its scraper's identity is bound to the metrics reader role; TLS from the CA.
+    let objects = &renders[1].objects;
+    let monitor = find(objects, "ServiceMonitor", "percolator");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "kps");
+    assert_eq!(monitor["metadata"]["labels"]["team"], "cafe");
+    // The job label is the chart's name, as the alert rules (dashboards/percolator-alerts.yaml)
+    // select job="percolator", whatever the release's name.
+    assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");
+    assert_eq!(
+        find(objects, "Service", "percolator")["metadata"]["labels"]["app.kubernetes.io/name"],
+        "percolator"
+    );
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["interval"], "30s");
+    assert_eq!(
+        endpoint["tlsConfig"],
+        json!({"serverName": SERVICE_DNS, "ca": {"secret": {"name": "percolator-serving-cert", "key": "ca.crt"}}})
+    );
+    let token = find(objects, "Secret", endpoint["authorization"]["credentials"]["name"].as_str().unwrap());
+    let scraper = token["metadata"]["annotations"]["kubernetes.io/service-account.name"].as_str().unwrap();
+    find(objects, "ServiceAccount", scraper);
+    let binding = find(objects, "ClusterRoleBinding", "percolator:metrics-scraper");
+    assert_eq!(binding["roleRef"]["name"], "system:percolator-metrics-reader");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": scraper, "namespace": NAMESPACE}])
+    );
+    let rule = find(objects, "PrometheusRule", "percolator");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    // NetworkPolicy: in to the secure port from anywhere; out to DNS, kube-apiserver, the
+    // kubelets and Prometheus only.
+    let policy = find(objects, "NetworkPolicy", "percolator");
+    assert_eq!(policy["spec"]["ingress"], json!([{"ports": [{"port": "https", "protocol": "TCP"}]}]));
+    let egress: BTreeSet<(u64, &str)> = policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["ports"].as_array().unwrap())
+        .map(|p| (p["port"].as_u64().unwrap(), p["protocol"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        egress,
+        BTreeSet::from([
+            (53, "UDP"),
+            (53, "TCP"),
+            (443, "TCP"),
+            (6443, "TCP"),
+            (10250, "TCP"),
+            (9090, "TCP")
+        ])
+    );
+
+    // rbac.create false, an existing ServiceAccount, a PDB by maxUnavailable, no anti-affinity.
+    let objects = &renders[2].objects;
+    assert!(!objects.iter().any(|o| {
+        let kind = o["kind"].as_str().unwrap();
+        kind.contains("Role") || kind == "ServiceAccount"
+    }));
+    let pod = pod_spec(objects);
+    assert_eq!(pod["serviceAccountName"], "sa");
+    assert!(pod.get("affinity").is_none() && pod.get("priorityClassName").is_none(), "{pod}");
+    assert_eq!(find(objects, "PodDisruptionBudget", "percolator")["spec"]["maxUnavailable"], 1);
+    assert!(find(objects, "PodDisruptionBudget", "percolator")["spec"].get("minAvailable").is_none());
+
+    // hostNetwork: the node's network, DNS through the cluster, another port than the kubelet's.
+    let Rendered { objects, notes } = &renders[3];
+    let pod = pod_spec(objects);
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(container(objects)["ports"][0]["containerPort"], 4443);
+    assert!(args_of(objects).iter().any(|a| a == "--secure-port=4443"));
+    assert!(notes.contains("do not label the namespace enforce=restricted"), "{notes}");
+
+    // Another release name: every name derives from the full name, cluster-wide ones included.
+    let objects = mk_render_as(json!({"tls": {"type": "cert-manager"}}), "metrics", "monitoring").objects;
+    let service = find(&objects, "Service", "metrics-percolator");
+    assert_eq!(service["metadata"]["namespace"], "monitoring");
+    find(&objects, "ClusterRole", "system:metrics-percolator");
+    find(&objects, "RoleBinding", "metrics-percolator-auth-reader");
+    let serving = find(&objects, "Certificate", "metrics-percolator-serving");
+    assert_eq!(serving["spec"]["dnsNames"][0], "metrics-percolator.monitoring.svc");
+    let api = find(&objects, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
+    assert_eq!(
+        api["spec"]["service"],
+        json!({"name": "metrics-percolator", "namespace": "monitoring", "port": 443})
+    );
+    assert_eq!(
+        api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "monitoring/metrics-percolator-serving"
+    );
+}
+
+#[test]
+fn the_schema_refuses_wrong_types_and_unknown_keys() {
+    for (values, expected) in [
+        (json!({"replicas": "two"}), &["/replicas", "want integer"][..]),
+        (json!({"externalMetrics": {"enabled": "yes"}}), &["/externalMetrics/enabled", "want boolean"]),
+        (json!({"replica": 3}), &["additional properties 'replica' not allowed"]),
+        (json!({"tls": {"type": "vault"}}), &["/tls/type"]),
+        (
+            json!({"prometheus": {"bearerToken": {"secretNme": "t"}}}),
+            &["/prometheus/bearerToken", "'secretNme'"],
+        ),
+        (json!({"config": 3}), &["/config"]),
+    ] {
+        let message = helm("validate", &json!({"values": values})).expect_err(&values.to_string());
+        for part in expected {
+            assert!(message.contains(part), "{values}: {part:?} not in {message}");
+        }
+        // Rendering refuses them as well (Helm validates before rendering).
+        let message = mk_render_error(values.clone());
+        assert!(message.contains(expected[0]), "{values}: {message}");
+    }
+    assert_eq!(helm("validate", &json!({"values": {}})).unwrap(), json!({"valid": true}));
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(manifests::repo_path("charts/percolator/values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    assert_eq!(schema["additionalProperties"], false);
+    // Every top-level value has a type.
+    let values =
+        yaml(&std::fs::read_to_string(manifests::repo_path("charts/percolator/values.yaml")).unwrap());
+    for key in values.as_object().unwrap().keys() {
+        assert!(
+            schema["properties"][key]["type"].is_string() || schema["properties"][key]["type"].is_array(),
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn inconsistent_values_fail_with_a_message() {
+    for (values, expected) in [
+        (json!({"hostNetwork": {"enabled": true}}), "containerPort 10250 is the kubelet's port"),
+        (
+            json!({"prometheus": {"bearerToken": {"secretName": "t"}, "basicAuth": {"secretName": "b"}}}),
+            "bearerToken and basicAuth are exclusive",
+        ),
+        (json!({"tls": {"type": "existing-secret"}}), "tls.existingSecret.name is required"),
+        (
+            json!({"tls": {"type": "existing-secret", "existingSecret": {"name": "x"}}}),
+            "set apiService.caBundle",
+        ),
+        (
+            json!({"prometheus": {"headers": {"X-Key": "a"}, "secretHeaders": {"X-Key": {"secretName": "s", "key": "k"}}}}),
+            "prometheus.secretHeaders.X-Key: also in prometheus.headers",
+        ),
+    ] {
+        let message = mk_render_error(values.clone());
+        assert!(message.contains(expected), "{values}: {message}");
+    }
+}
+
+/// The chart's PrometheusRule is `dashboards/percolator-alerts.yaml` (the plain rules file,
+/// each alert unit-tested with promtool in tests/alerts.rs), fitted to the release: with every
+/// API on, the same groups exactly; with fewer, the APIService alert names only the
+/// APIServices the release registers; the rules load in the real Prometheus (promtool).
+#[test]
+fn the_prometheus_rule_is_the_alerts_file_fitted_to_the_release() {
+    let plain = std::fs::read_to_string(manifests::repo_path("dashboards/percolator-alerts.yaml")).unwrap();
+    let copy =
+        std::fs::read_to_string(manifests::repo_path("charts/percolator/files/percolator-alerts.yaml"))
+            .unwrap();
+    assert!(
+        plain == copy,
+        "charts/percolator/files/percolator-alerts.yaml is a copy of dashboards/percolator-alerts.yaml: \
+         cp dashboards/percolator-alerts.yaml charts/percolator/files/"
+    );
+    let plain = yaml(&plain);
+    let rule = |values: Value| -> Value {
+        let objects = mk_render(values).objects;
+        let rules: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "PrometheusRule").collect();
+        assert_eq!(rules.len(), 1);
+        rules[0].clone()
+    };
+    let all = rule(json!({
+        "prometheusRule": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+        "resourceMetrics": {"enabled": true},
+        "customMetrics": {"enabled": true},
+        "externalMetrics": {"enabled": true},
+    }));
+    assert_eq!(all["spec"]["groups"], plain["groups"], "every API on: the plain file's groups");
+    assert_eq!(all["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    assert_eq!(all["metadata"]["namespace"], NAMESPACE);
+
+    let expr_of = |rule: &Value, alert: &str| -> String {
+        rule["spec"]["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == alert)
+            .unwrap_or_else(|| panic!("{alert} missing"))["expr"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let alternation = |expr: &str| -> Vec<String> {
+        let start = expr.find("name=~\"").unwrap() + "name=~\"".len();
+        let end = start + expr[start..].find('"').unwrap();
+        expr[start..end].split('|').map(|n| n.replace("\\\\.", ".")).collect()
+    };
+    assert_eq!(alternation(&expr_of(&all, "PercolatorAPIServiceUnavailable")), ALL_APISERVICES);
+    for (values, expected) in [
+        (json!({}), vec!["v1alpha1.stats.une-tasse-de.cafe"]),
+        (
+            json!({"resourceMetrics": {"enabled": true}}),
+            vec!["v1alpha1.stats.une-tasse-de.cafe", "v1beta1.metrics.k8s.io"],
+        ),
+        (
+            json!({"customMetrics": {"enabled": true}}),
+            vec![
+                "v1alpha1.stats.une-tasse-de.cafe",
+                "v1beta2.custom.metrics.k8s.io",
+                "v1beta1.custom.metrics.k8s.io",
+            ],
+        ),
+        (
+            json!({"externalMetrics": {"enabled": true}}),
+            vec!["v1alpha1.stats.une-tasse-de.cafe", "v1beta1.external.metrics.k8s.io"],
+        ),
+    ] {
+        let mut values = values;
+        values["prometheusRule"] = json!({"enabled": true});
+        let rule = rule(values.clone());
+        assert_eq!(alternation(&expr_of(&rule, "PercolatorAPIServiceUnavailable")), expected, "{values}");
+        // Everything but that alternation is the plain file's.
+        let mut fitted = rule["spec"]["groups"].clone();
+        let mut original = plain["groups"].clone();
+        for groups in [&mut fitted, &mut original] {
+            for r in groups[0]["rules"].as_array_mut().unwrap() {
+                if r["alert"] == "PercolatorAPIServiceUnavailable" {
+                    r["expr"] = Value::Null;
+                }
+            }
+        }
+        assert_eq!(fitted, original, "{values}");
+    }
+
+    // Another job name (nameOverride): every job matcher follows it, and the groups still load
+    // in Prometheus.
+    let renamed = rule(json!({"prometheusRule": {"enabled": true}, "nameOverride": "metrics-api"}));
+    let text = serde_json::to_string(&renamed["spec"]["groups"]).unwrap();
+    assert!(!text.contains("job=\\\"percolator\\\""), "{text}");
+    assert!(text.contains("job=\\\"metrics-api\\\""), "{text}");
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("percolator-chart-rules-{}.yaml", std::process::id()));
+    std::fs::write(&file, serde_json::to_string(&json!({"groups": renamed["spec"]["groups"]})).unwrap())
+        .unwrap();
+    let out = std::process::Command::new(std::env::var("PROMTOOL_BIN").unwrap_or_else(|_| "promtool".into()))
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool (Debian's prometheus package; scripts/install-deps.sh)");
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success(), "promtool check rules: {}", String::from_utf8_lossy(&out.stdout));
+    let found = format!("SUCCESS: {} rules found", plain["groups"][0]["rules"].as_array().unwrap().len());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&found),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Every `helm install`, `helm upgrade` or `helm template` command the documents show, as
+/// written: command lines (with their `\` continuations; in YAML comments too) and commands
+/// quoted inline in prose.
+fn mk_documented_helm_commands() -> Vec<(String, String)> {
+    let mut commands = Vec::new();
+    for doc in [
+        "README.md",
+        "docs/operations.md",
+        "charts/percolator/README.md",
+        "charts/percolator/values.yaml",
+        "CHANGELOG.md",
+    ] {
+        let text = std::fs::read_to_string(manifests::repo_path(doc)).unwrap();
+        let mut pending: Option<String> = None;
+        for line in text.lines() {
+            // Commands quoted inline in prose: `helm upgrade ...`.
+            for span in line.split('`').skip(1).step_by(2) {
+                if ["helm install ", "helm upgrade ", "helm template "].iter().any(|c| span.starts_with(c)) {
+                    commands.push((doc.to_owned(), span.to_owned()));
+                }
+            }
+            let line = line.trim_start().trim_start_matches('#').trim();
+            let continued = match pending.take() {
+                Some(start) => Some(start + " " + line),
+                None if ["helm install ", "helm upgrade ", "helm template "]
+                    .iter()
+                    .any(|c| line.starts_with(c)) =>
+                {
+                    Some(line.to_owned())
+                }
+                None => None,
+            };
+            if let Some(command) = continued {
+                match command.strip_suffix('\\') {
+                    Some(open) => pending = Some(open.trim_end().to_owned()),
+                    None => commands.push((doc.to_owned(), command)),
+                }
+            }
+        }
+    }
+    commands
+}
+
+/// The Helm commands of the README, the operations guide, the chart's README and values do
+/// what they say: Helm parses them (no flag it would refuse), the schema accepts their values,
+/// and they render an install whose objects validate, with the Prometheus URL and the
+/// APIServices their `--set`s ask for.
+#[test]
+fn documented_helm_commands_render() {
+    let commands = mk_documented_helm_commands();
+    let docs: BTreeSet<&str> = commands.iter().map(|(doc, _)| doc.as_str()).collect();
+    for doc in ["README.md", "docs/operations.md", "charts/percolator/README.md"] {
+        assert!(docs.contains(doc), "{doc} shows a helm command ({commands:?})");
+    }
+    for (doc, command) in &commands {
+        let answer = helm("command", &json!({"command": command}))
+            .unwrap_or_else(|e| panic!("{doc}: `{command}`: {e}"));
+        let what = format!("{doc}: `{command}`");
+        let values = &answer["values"];
+        let Rendered { objects, .. } = rendered(&answer);
+        manifests::kubernetes_validate(&objects, &what);
+        let args = args_of(&objects);
+        if let Some(url) = values["prometheus"]["url"].as_str() {
+            let port = values["prometheus"]["port"].as_u64().unwrap_or(9090);
+            let path = values["prometheus"]["path"].as_str().unwrap_or("");
+            let flag = format!("--prometheus-url={url}:{port}{path}");
+            assert!(args.contains(&flag), "{what}: {flag} in {args:?}");
+        }
+        let mut expected = vec!["v1alpha1.stats.une-tasse-de.cafe"];
+        for (api, names) in [
+            ("resourceMetrics", &["v1beta1.metrics.k8s.io"][..]),
+            ("customMetrics", &["v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io"][..]),
+            ("externalMetrics", &["v1beta1.external.metrics.k8s.io"][..]),
+        ] {
+            if values[api]["enabled"] == true {
+                expected.extend(names);
+            }
+        }
+        let mut registered: Vec<&str> = objects
+            .iter()
+            .filter(|o| o["kind"] == "APIService")
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        registered.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(registered, expected, "{what}");
+        let namespace = answer["namespace"].as_str().unwrap();
+        assert!(
+            namespace == "kube-system" || values["priorityClassName"] == "",
+            "{what}: system-cluster-critical outside kube-system (GKE refuses it): set priorityClassName="
+        );
+    }
+}

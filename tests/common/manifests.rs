@@ -1,0 +1,151 @@
+//! Kubernetes manifests in tests, shared by the kustomize (`tests/deploy.rs`) and Helm
+//! (`tests/chart.rs`) checks: rendering a kustomization with `kubectl kustomize`, parsing a YAML
+//! stream, validating objects with `kubernetes-validate` (PyPI) against the Kubernetes
+//! schemas, and the `restricted` Pod Security Standard checks of a pod spec.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The Kubernetes version the objects are validated against.
+pub const KUBERNETES_VERSION: &str = "1.33.0";
+
+/// API groups of the custom resources the manifests may hold (cert-manager's, the Prometheus
+/// Operator's): outside the Kubernetes schemas, so [`kubernetes_validate`] leaves them to the
+/// caller's own checks.
+pub const CRD_GROUPS: &[&str] = &["cert-manager.io", "monitoring.coreos.com"];
+
+/// A path of the repository.
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// The objects of a multi-document YAML stream, empty documents left out.
+pub fn parse_stream(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `kubectl kustomize DIR` (DIR relative to the repository, or absolute), as objects.
+pub fn kustomize(dir: &str) -> Vec<Value> {
+    let out = std::process::Command::new(super::kubectl_bin())
+        .args(["kustomize", dir])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+    parse_stream(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// The object of `kind` named `name`.
+pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{kind}/{name} missing"))
+}
+
+/// Whether `object` is a custom resource of [`CRD_GROUPS`].
+pub fn is_custom_resource(object: &Value) -> bool {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    CRD_GROUPS.iter().any(|group| api_version.starts_with(&format!("{group}/")))
+}
+
+/// Validates every object but the custom resources with `kubernetes-validate --strict`
+/// against [`KUBERNETES_VERSION`] (one run for all of them): each must pass, with no warning.
+/// `what` names the objects in messages and the temporary file (unique per process and call).
+pub fn kubernetes_validate(objects: &[Value], what: &str) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let checked: Vec<&Value> = objects.iter().filter(|o| !is_custom_resource(o)).collect();
+    let slug: String =
+        what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(60).collect();
+    let file = std::env::temp_dir().join(format!(
+        "percolator-manifests-{}-{}-{slug}.yaml",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let yaml: String =
+        checked.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect();
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "-k", KUBERNETES_VERSION])
+        .arg(&file)
+        .output()
+        .expect("kubernetes-validate (PyPI) is installed by scripts/install-deps.sh");
+    let _ = std::fs::remove_file(&file);
+    let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    for line in report.lines() {
+        let fine = line.starts_with("INFO") && line.contains(" passed for resource ");
+        assert!(fine || line.trim().is_empty(), "{what}: {line}");
+    }
+    let passed = report.lines().filter(|l| l.contains(" passed for resource ")).count();
+    assert_eq!(passed, checked.len(), "{what}: every object validated\n{report}");
+    assert!(out.status.success(), "{what}: kubernetes-validate failed\n{report}");
+}
+
+/// The `restricted` Pod Security Standard (and the baseline it includes) for a pod spec, plus
+/// what percolator's manifests promise beyond it: a read-only root filesystem, probes on
+/// `/livez` and `/readyz` over HTTPS, and resource requests. `what` names it in messages.
+pub fn assert_restricted_pod_spec(pod: &Value, what: &str) {
+    // Baseline: no host namespaces, ports, paths or privilege.
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert!(pod.get(field).is_none_or(|v| v == false), "{what}: {field}");
+    }
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        let kinds: Vec<&String> = volume.as_object().unwrap().keys().filter(|k| *k != "name").collect();
+        let allowed = [
+            "configMap",
+            "csi",
+            "downwardAPI",
+            "emptyDir",
+            "ephemeral",
+            "persistentVolumeClaim",
+            "projected",
+            "secret",
+        ];
+        assert!(kinds.iter().all(|k| allowed.contains(&k.as_str())), "{what}: volume type {kinds:?}");
+    }
+    let pod_sc = &pod["securityContext"];
+    let containers = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(pod["initContainers"].as_array().into_iter().flatten());
+    for container in containers {
+        let sc = &container["securityContext"];
+        let name = container["name"].as_str().unwrap();
+        assert!(sc.get("privileged").is_none_or(|v| v == false), "{what} {name}: privileged");
+        assert!(
+            container["ports"].as_array().into_iter().flatten().all(|p| p.get("hostPort").is_none()),
+            "{what} {name}: hostPort"
+        );
+        // Restricted: no privilege escalation, all capabilities dropped (only NET_BIND_SERVICE
+        // may be added), non-root, RuntimeDefault or Localhost seccomp.
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{what} {name}");
+        assert!(sc["capabilities"]["drop"].as_array().unwrap().iter().any(|c| c == "ALL"), "{what} {name}");
+        assert!(
+            sc["capabilities"]["add"].as_array().into_iter().flatten().all(|c| c == "NET_BIND_SERVICE"),
+            "{what} {name}"
+        );
+        let non_root = sc.get("runAsNonRoot").or(pod_sc.get("runAsNonRoot"));
+        assert_eq!(non_root, Some(&Value::Bool(true)), "{what} {name}: runAsNonRoot");
+        let uid = sc.get("runAsUser").or(pod_sc.get("runAsUser"));
+        assert!(uid.is_none_or(|u| u != 0), "{what} {name}: runAsUser 0");
+        let seccomp = sc["seccompProfile"]["type"].as_str().or(pod_sc["seccompProfile"]["type"].as_str());
+        assert!(
+            matches!(seccomp, Some("RuntimeDefault" | "Localhost")),
+            "{what} {name}: seccomp {seccomp:?}"
+        );
+        // Beyond the standard.
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{what} {name}");
+        assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez", "{what} {name}");
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz", "{what} {name}");
+        assert_eq!(container["readinessProbe"]["httpGet"]["scheme"], "HTTPS", "{what} {name}");
+        assert!(container["resources"]["requests"]["memory"].is_string(), "{what} {name}: resource requests");
+    }
+}
