@@ -9,8 +9,8 @@ mod common;
 
 use std::collections::BTreeSet;
 
+use common::manifests::{self, find};
 use common::{Env, Options};
-use serde::Deserialize;
 use serde_json::Value;
 
 const KUSTOMIZATIONS: &[&str] = &[
@@ -29,17 +29,7 @@ const KUSTOMIZATIONS: &[&str] = &[
 const CUSTOM_APISERVICES: [&str; 2] = ["v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io"];
 
 fn render(dir: &str) -> Vec<Value> {
-    let out = std::process::Command::new(common::kubectl_bin())
-        .args(["kustomize", dir])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("kubectl runs");
-    assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
+    manifests::kustomize(dir)
 }
 
 fn read_yaml(path: &str) -> Value {
@@ -61,41 +51,14 @@ fn sorted(mut items: Vec<String>) -> Vec<String> {
     items
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    objects
-        .iter()
-        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("{kind}/{name} missing"))
-}
-
 #[test]
 fn every_kustomization_renders_and_validates() {
     for dir in KUSTOMIZATIONS {
         let objects = render(dir);
         assert!(objects.len() >= 13, "{dir} renders {} objects", objects.len());
-        let file = std::env::temp_dir().join(format!(
-            "percolator-deploy-{}-{}.yaml",
-            std::process::id(),
-            dir.replace('/', "_")
-        ));
-        let yaml: String =
-            objects.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect();
-        std::fs::write(&file, yaml).unwrap();
-        let out = std::process::Command::new("kubernetes-validate")
-            .args(["--strict", "-k", "1.33.0"])
-            .arg(&file)
-            .output()
-            .expect("kubernetes-validate (PyPI) is installed by scripts/install-deps.sh");
-        let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        for line in report.lines() {
-            let fine = line.starts_with("INFO") && line.contains(" passed for resource ");
-            // cert-manager's kinds are CRDs, outside the Kubernetes schemas; checked below.
-            let crd = line.starts_with("WARN") && line.contains("api version cert-manager.io/v1");
-            assert!(fine || crd || line.trim().is_empty(), "{dir}: {line}");
-        }
-        let passed = report.lines().filter(|l| l.contains(" passed for resource ")).count();
-        let crds = objects.iter().filter(|o| o["apiVersion"] == "cert-manager.io/v1").count();
-        assert_eq!(passed + crds, objects.len(), "{dir}: every object validated\n{report}");
+        manifests::kubernetes_validate(&objects, &dir.replace('/', "_"));
+        let crds = objects.iter().filter(|o| manifests::is_custom_resource(o)).count();
+        assert_eq!(crds, objects.iter().filter(|o| o["apiVersion"] == "cert-manager.io/v1").count(), "{dir}");
         for cert in objects.iter().filter(|o| o["apiVersion"] == "cert-manager.io/v1") {
             assert!(["Issuer", "Certificate"].contains(&cert["kind"].as_str().unwrap()), "{cert}");
             if cert["kind"] == "Certificate" {
@@ -105,7 +68,6 @@ fn every_kustomization_renders_and_validates() {
                 );
             }
         }
-        let _ = std::fs::remove_file(file);
     }
 }
 
@@ -410,69 +372,7 @@ fn pod_spec_meets_the_restricted_pod_security_standard() {
         assert_eq!(pdb["spec"]["minAvailable"], 1);
         let pod = &deployment["spec"]["template"]["spec"];
         assert!(pod["affinity"]["podAntiAffinity"].is_object(), "{dir}: replicas spread");
-        // Baseline: no host namespaces, ports, paths or privilege.
-        for field in ["hostNetwork", "hostPID", "hostIPC"] {
-            assert!(pod.get(field).is_none_or(|v| v == false), "{dir}: {field}");
-        }
-        for volume in pod["volumes"].as_array().unwrap() {
-            let kinds: Vec<&String> = volume.as_object().unwrap().keys().filter(|k| *k != "name").collect();
-            let allowed = [
-                "configMap",
-                "csi",
-                "downwardAPI",
-                "emptyDir",
-                "ephemeral",
-                "persistentVolumeClaim",
-                "projected",
-                "secret",
-            ];
-            assert!(kinds.iter().all(|k| allowed.contains(&k.as_str())), "{dir}: volume type {kinds:?}");
-        }
-        let pod_sc = &pod["securityContext"];
-        let containers = pod["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .chain(pod["initContainers"].as_array().into_iter().flatten());
-        for container in containers {
-            let sc = &container["securityContext"];
-            let name = container["name"].as_str().unwrap();
-            assert!(sc.get("privileged").is_none_or(|v| v == false), "{dir} {name}: privileged");
-            assert!(
-                container["ports"].as_array().into_iter().flatten().all(|p| p.get("hostPort").is_none()),
-                "{dir} {name}: hostPort"
-            );
-            // Restricted: no privilege escalation, all capabilities dropped (only
-            // NET_BIND_SERVICE may be added), non-root, RuntimeDefault or Localhost seccomp.
-            assert_eq!(sc["allowPrivilegeEscalation"], false, "{dir} {name}");
-            assert!(
-                sc["capabilities"]["drop"].as_array().unwrap().iter().any(|c| c == "ALL"),
-                "{dir} {name}"
-            );
-            assert!(
-                sc["capabilities"]["add"].as_array().into_iter().flatten().all(|c| c == "NET_BIND_SERVICE"),
-                "{dir} {name}"
-            );
-            let non_root = sc.get("runAsNonRoot").or(pod_sc.get("runAsNonRoot"));
-            assert_eq!(non_root, Some(&Value::Bool(true)), "{dir} {name}: runAsNonRoot");
-            let uid = sc.get("runAsUser").or(pod_sc.get("runAsUser"));
-            assert!(uid.is_none_or(|u| u != 0), "{dir} {name}: runAsUser 0");
-            let seccomp = sc["seccompProfile"]["type"].as_str().or(pod_sc["seccompProfile"]["type"].as_str());
-            assert!(
-                matches!(seccomp, Some("RuntimeDefault" | "Localhost")),
-                "{dir} {name}: seccomp {seccomp:?}"
-            );
-            // Beyond the standard, as the issue asks.
-            assert_eq!(sc["readOnlyRootFilesystem"], true, "{dir} {name}");
-            // Probes on the real endpoints over HTTPS.
-            assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
-            assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-            assert_eq!(container["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
-            assert!(
-                container["resources"]["requests"]["memory"].is_string(),
-                "{dir} {name}: resource requests"
-            );
-        }
+        manifests::assert_restricted_pod_spec(pod, dir);
         assert_eq!(
             find(&objects, "Namespace", "percolator")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
             "restricted"
@@ -817,4 +717,66 @@ fn one_version_everywhere() {
         let tag: String = tag.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
         assert!(tag.is_empty() || tag == version, "README names image tag {tag}, not {version}");
     }
+}
+
+/// Every `kubectl apply -k`/`delete -k` the documents and the kustomizations' comments show
+/// names a kustomization of this repository that renders, and the uninstall commands of
+/// docs/operations.md delete every APIService an install can register (an unavailable one
+/// left behind blocks namespace deletion cluster-wide).
+#[test]
+fn documented_kustomize_commands_name_real_kustomizations() {
+    let mut docs = vec!["README.md".to_owned(), "docs/operations.md".to_owned()];
+    let mut stack = vec![std::path::PathBuf::from("deploy")];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(root.join(&dir)).unwrap() {
+            let entry = entry.unwrap();
+            let relative = dir.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(relative);
+            } else if entry.file_name() == "kustomization.yaml" {
+                docs.push(relative.to_str().unwrap().to_owned());
+            }
+        }
+    }
+    let mut named = BTreeSet::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        for line in text.lines() {
+            for verb in ["kubectl apply -k ", "kubectl delete -k "] {
+                for (at, _) in line.match_indices(verb) {
+                    let target = line[at + verb.len()..].split_whitespace().next().unwrap();
+                    let target = target.trim_end_matches(['`', ')', ',', ';']).trim_end_matches('/');
+                    if target.starts_with('<') {
+                        continue; // a placeholder: "<the overlay you applied>"
+                    }
+                    assert!(
+                        KUSTOMIZATIONS.contains(&target),
+                        "{doc}: `{verb}{target}` is not one of the kustomizations tested here"
+                    );
+                    named.insert(target.to_owned());
+                }
+            }
+        }
+    }
+    for overlay in
+        ["deploy", "deploy/overlays/dev", "deploy/overlays/all-metrics", "deploy/overlays/resource-metrics"]
+    {
+        assert!(named.contains(overlay), "the documents show how to apply {overlay}");
+    }
+
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let uninstall = &operations[operations.find("## Uninstall").unwrap()..];
+    let uninstall = &uninstall[..uninstall[3..].find("\n## ").unwrap()];
+    for (name, _, _) in ALL_APISERVICES {
+        assert!(uninstall.contains(name), "docs/operations.md's uninstall deletes {name}");
+    }
+    let registered: BTreeSet<String> = KUSTOMIZATIONS
+        .iter()
+        .flat_map(|dir| render(dir))
+        .filter(|o| o["kind"] == "APIService")
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let known: BTreeSet<String> = ALL_APISERVICES.iter().map(|(name, _, _)| (*name).to_owned()).collect();
+    assert_eq!(registered, known, "the APIServices the kustomizations register");
 }
