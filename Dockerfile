@@ -25,12 +25,14 @@ RUN apk add --no-cache musl-dev gcc
 WORKDIR /src
 # The tree as it is: .dockerignore lets through exactly what cargo reads to build.
 COPY . .
-# The registry and target/ are cache mounts, kept by the builder between builds (target/ once
-# per platform), so a source edit recompiles percolator alone. target/ is not in the image
+# The registry and target/ are cache mounts, kept by the builder between builds, one of each
+# per platform: the builds of a multi-arch run go on at once, and cargo's lock on the registry
+# lives outside the mount, so a shared registry could see two extract the same crate. A source
+# edit recompiles percolator alone. target/ is not in the image
 # layer: the binary is copied out in the same RUN. A *-linux-musl binary is static (crt-static
 # is the musl targets' default), as distroless/static needs.
 ARG TARGETPLATFORM
-RUN --mount=type=cache,target=/usr/local/cargo/registry \
+RUN --mount=type=cache,id=percolator-registry-$TARGETPLATFORM,target=/usr/local/cargo/registry \
     --mount=type=cache,id=percolator-target-$TARGETPLATFORM,target=/src/target,sharing=locked \
     cargo build --release --locked --bin percolator \
     && cp target/release/percolator /percolator

@@ -114,13 +114,13 @@ case "$engine" in
       else
         args+=(--load)
       fi
-      run docker "${args[@]}" "${extra[@]}" .
+      run docker "${args[@]}" ${extra[@]+"${extra[@]}"} .
     else
       # The Dockerfile's cache mounts need BuildKit; the classic builder has no --platform list.
       [ "$multi" = 0 ] || die "docker without buildx builds one platform: install buildx, or use podman"
       args=(build --file Dockerfile --tag "$ref" "${build_args[@]}")
       [ -z "$platform" ] || args+=(--platform "$platform")
-      run env DOCKER_BUILDKIT=1 docker "${args[@]}" "${extra[@]}" .
+      run env DOCKER_BUILDKIT=1 docker "${args[@]}" ${extra[@]+"${extra[@]}"} .
       [ "$push" = 0 ] || run docker push "$ref"
     fi
     ;;
@@ -137,7 +137,7 @@ case "$engine" in
       [ -z "$platform" ] || args+=(--platform "$platform")
       args+=(--tag "$ref")
     fi
-    run "$engine" "${args[@]}" "${extra[@]}" .
+    run "$engine" "${args[@]}" ${extra[@]+"${extra[@]}"} .
     if [ "$push" = 1 ]; then
       if [ "$multi" = 1 ]; then
         run "$engine" manifest push --all "$ref" "docker://$ref"

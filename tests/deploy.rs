@@ -162,7 +162,7 @@ fn overlays_wire_trust_as_documented() {
         api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
         "percolator/percolator-serving"
     );
-    assert!(api["spec"].get("insecureSkipTLSVerify").is_none());
+    assert_eq!(api["spec"]["insecureSkipTLSVerify"], false, "explicit: verified");
     let args =
         find(&prod, "Deployment", "percolator")["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     assert!(args.as_array().unwrap().iter().any(|a| a == "--tls-cert-file=/etc/percolator/tls/tls.crt"));
@@ -251,6 +251,7 @@ fn the_custom_metrics_overlay_registers_both_versions() {
                     "groupPriorityMinimum": 100,
                     "versionPriority": version_priority,
                     "service": stats["spec"]["service"],
+                    "insecureSkipTLSVerify": false,
                 }),
                 "{dir} {name}"
             );
@@ -563,6 +564,7 @@ fn the_resource_metrics_overlay_takes_over_metrics_server_s_apiservice() {
             "groupPriorityMinimum": 100,
             "versionPriority": 100,
             "service": stats["spec"]["service"],
+            "insecureSkipTLSVerify": false,
         })
     );
     assert_eq!(
@@ -613,6 +615,15 @@ const ALL_APISERVICES: [(&str, &str, &str); 5] = [
     ("v1beta1.external.metrics.k8s.io", "external.metrics.k8s.io", "v1beta1"),
 ];
 
+/// The path of `to` relative to the directory `from` (both absolute), with `..` where they part.
+fn relative_path(from: &std::path::Path, to: &std::path::Path) -> String {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let up = std::iter::repeat_n("..".to_owned(), from.len() - common);
+    let down = to[common..].iter().map(|c| c.as_os_str().to_str().unwrap().to_owned());
+    up.chain(down).collect::<Vec<_>>().join("/")
+}
+
 /// Renders a kustomization written for the test under cargo's temporary directory, whose
 /// `resources` and `components` name directories of `deploy/` (kustomize refuses absolute
 /// roots, so they are given relative to the temporary kustomization).
@@ -620,8 +631,7 @@ fn mk_kustomization(name: &str, components: &[&str]) -> Vec<Value> {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("percolator-kustomize-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // CARGO_TARGET_TMPDIR is <repo>/target/tmp: the kustomization sits two levels below it.
-    let deploy = "../../../deploy";
+    let deploy = relative_path(&dir, &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"));
     let components: String = components.iter().map(|c| format!("  - {deploy}/components/{c}\n")).collect();
     std::fs::write(
         dir.join("kustomization.yaml"),
@@ -657,7 +667,7 @@ fn trust_components_reach_every_apiservice() {
         assert_eq!(api["spec"]["group"], group, "{name}");
         assert_eq!(api["spec"]["version"], version, "{name}");
         assert_eq!(api["spec"]["service"], stats_service, "{name}");
-        assert!(api["spec"].get("insecureSkipTLSVerify").is_none(), "{name}");
+        assert_eq!(api["spec"]["insecureSkipTLSVerify"], false, "{name}");
         assert_eq!(
             api["metadata"]["annotations"],
             serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"}),
