@@ -201,7 +201,9 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         kinds = kinds.with_resource_metrics(&sources, &cache);
     }
     let reload_metrics = metrics.clone();
-    config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| reload_metrics.config_reload(applied));
+    config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| {
+        reload_metrics.config_reload(crate::telemetry::CONFIG_FILE, applied);
+    });
 
     let inventory_for_custom = inventory.clone();
     let ready_metrics = metrics.clone();
@@ -218,7 +220,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
     let adapter = match &args.adapter.adapter_config {
-        Some(path) => Some(start_adapter(path, &args.adapter, prometheus.clone(), &config).await?),
+        Some(path) => Some(start_adapter(path, &args.adapter, prometheus.clone(), &config, &metrics).await?),
         None => None,
     };
     if let Some(adapter) = &adapter {
@@ -333,6 +335,7 @@ async fn start_adapter(
     args: &crate::config::AdapterArgs,
     prometheus: Arc<dyn PromSource>,
     config: &LiveConfig,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Arc<LiveAdapter>> {
     let max_age =
         args.metrics_max_age.unwrap_or(args.metrics_relist_interval).max(args.metrics_relist_interval);
@@ -362,7 +365,12 @@ async fn start_adapter(
             );
         }
     }
-    adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval);
+    let file = crate::telemetry::ADAPTER_CONFIG_FILE;
+    metrics.config_loaded(file);
+    let reload_metrics = metrics.clone();
+    adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval, move |applied| {
+        reload_metrics.config_reload(file, applied);
+    });
     Ok(adapter)
 }
 

@@ -79,11 +79,11 @@ pub struct Metrics {
     pub upstream_duration: Family<SourceLabels, Histogram, fn() -> Histogram>,
     /// 1 when the server is ready (inventory synced).
     pub ready: Gauge,
-    /// Configuration reload attempts by result (`success` or `failure`).
-    pub config_reloads: Family<ResultLabels, Counter>,
-    /// 1 when the last configuration reload attempt succeeded (or none was needed), 0 when the
-    /// last file was rejected.
-    pub config_last_reload_successful: Gauge,
+    /// Configuration reload attempts by file and result (`success` or `failure`).
+    pub config_reloads: Family<ReloadLabels, Counter>,
+    /// 1 when the last reload attempt of a file succeeded (or none was needed), 0 when its last
+    /// content was rejected.
+    pub config_last_reload_successful: Family<FileLabels, Gauge>,
     /// Objects not served, by resource and reason (a declared kind's name label value that is
     /// not a valid object name).
     pub skipped_objects: Family<SkipLabels, Counter>,
@@ -101,12 +101,27 @@ pub struct SkipLabels {
     pub reason: &'static str,
 }
 
-/// Labels of outcomes.
+/// The configuration file a reload read: [`CONFIG_FILE`] (`--config`) or
+/// [`ADAPTER_CONFIG_FILE`] (`--adapter-config`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
+pub struct FileLabels {
+    /// Which file.
+    pub file: &'static str,
+}
+
+/// Labels of configuration reloads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// Which file.
+    pub file: &'static str,
     /// `success` or `failure`.
     pub result: &'static str,
 }
+
+/// `file` of the `--config` file's reloads.
+pub const CONFIG_FILE: &str = "config";
+/// `file` of the `--adapter-config` file's reloads.
+pub const ADAPTER_CONFIG_FILE: &str = "adapter-config";
 
 fn latency_buckets() -> Histogram {
     // From 1 ms to ~16 s: request and upstream latencies both live in that range.
@@ -126,16 +141,22 @@ impl Metrics {
             upstream_duration: Family::new_with_constructor(latency_buckets),
             ready: Gauge::default(),
             config_reloads: Family::default(),
-            config_last_reload_successful: Gauge::default(),
+            config_last_reload_successful: Family::default(),
             skipped_objects: Family::default(),
             serving_certificate_expiration: Gauge::default(),
         };
-        m.config_last_reload_successful.set(1);
+        // --config is always read (its compiled-in defaults at least); --adapter-config's series
+        // appears when that file is given.
+        m.config_last_reload_successful.get_or_create(&FileLabels { file: CONFIG_FILE }).set(1);
         let r = &mut m.registry;
-        r.register("config_reloads", "Configuration reload attempts, by result", m.config_reloads.clone());
+        r.register(
+            "config_reloads",
+            "Configuration reload attempts, by file (config, adapter-config) and result",
+            m.config_reloads.clone(),
+        );
         r.register(
             "config_last_reload_successful",
-            "1 when the last configuration reload attempt succeeded, 0 when the file was rejected",
+            "1 when the last reload attempt of a configuration file succeeded, 0 when its content was rejected",
             m.config_last_reload_successful.clone(),
         );
         r.register("http_requests", "Requests served, by resource, verb and HTTP code", m.requests.clone());
@@ -173,11 +194,16 @@ impl Metrics {
         out
     }
 
-    /// Records one configuration reload attempt.
-    pub fn config_reload(&self, applied: bool) {
+    /// Records one reload attempt of `file` ([`CONFIG_FILE`] or [`ADAPTER_CONFIG_FILE`]).
+    pub fn config_reload(&self, file: &'static str, applied: bool) {
         let result = if applied { "success" } else { "failure" };
-        self.config_reloads.get_or_create(&ResultLabels { result }).inc();
-        self.config_last_reload_successful.set(i64::from(applied));
+        self.config_reloads.get_or_create(&ReloadLabels { file, result }).inc();
+        self.config_last_reload_successful.get_or_create(&FileLabels { file }).set(i64::from(applied));
+    }
+
+    /// Records that `file` was read at start: its last reload is successful until one fails.
+    pub fn config_loaded(&self, file: &'static str) {
+        self.config_last_reload_successful.get_or_create(&FileLabels { file }).set(1);
     }
 
     /// Records the `notAfter` (Unix seconds) of the serving certificate now in force, `None`

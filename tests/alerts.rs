@@ -118,7 +118,7 @@ fn mk_exported_names() -> BTreeSet<String> {
     let metrics = Metrics::new();
     // A labelled family is encoded once it has a series: give each one.
     metrics.observe("prometheus", "success", 0.1);
-    metrics.config_reload(true);
+    metrics.config_reload(percolator::telemetry::CONFIG_FILE, true);
     metrics.cache_lookup(&"pods".into(), true);
     metrics.skipped_object(&"pods".into(), "invalid_name");
     metrics.requests.get_or_create(&RequestLabels { resource: "pods".into(), verb: "list", code: 200 }).inc();

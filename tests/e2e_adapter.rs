@@ -155,6 +155,15 @@ async fn rules_and_external_rules_serve_the_truth_through_the_templates_expansio
         log.contains("externalRules[0].metricsQuery") && log.contains("range"),
         "the rejection names the rule, field and action"
     );
+    // Counted, per file, as --config's rejections are (the PercolatorConfigReloadFailed alert).
+    let (_, _, metrics) = env.get("/metrics", None).await;
+    for sample in [
+        "percolator_config_reloads_total{file=\"adapter-config\",result=\"failure\"} 1",
+        "percolator_config_last_reload_successful{file=\"adapter-config\"} 0",
+        "percolator_config_last_reload_successful{file=\"config\"} 1",
+    ] {
+        assert!(metrics.contains(sample), "{sample} in\n{metrics}");
+    }
     configmap_write(&config_dir, 3, &ADAPTER.replace("_rate", "_per_sec"));
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -166,6 +175,13 @@ async fn rules_and_external_rules_serve_the_truth_through_the_templates_expansio
         }
         assert!(Instant::now() < deadline, "the reload never applied: {served:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (_, _, metrics) = env.get("/metrics", None).await;
+    for sample in [
+        "percolator_config_reloads_total{file=\"adapter-config\",result=\"success\"} 1",
+        "percolator_config_last_reload_successful{file=\"adapter-config\"} 1",
+    ] {
+        assert!(metrics.contains(sample), "{sample} in\n{metrics}");
     }
     let (code, _, _) = env.get(&format!("{EM}/namespaces/shop/http_requests_rate"), None).await;
     assert_eq!(code, 404);

@@ -952,8 +952,12 @@ async fn declared_kinds_follow_the_file_and_invalid_files_are_rejected_whole() {
     assert!(v3["components"]["schemas"].get("cafe.une-tasse-de.stats.v1alpha1.ErrorTraffic").is_some());
     let v2 = env.get_json("/openapi/v2").await.to_string();
     assert!(!v2.contains("namespacetraffics") && !v2.contains("NamespaceTraffic"));
-    let metrics = wait_for_metric(&env, "percolator_config_reloads_total{result=\"success\"} 3").await;
-    assert!(!metrics.contains("percolator_config_reloads_total{result=\"failure\"}"), "{metrics}");
+    let metrics =
+        wait_for_metric(&env, "percolator_config_reloads_total{file=\"config\",result=\"success\"} 3").await;
+    assert!(
+        !metrics.contains("percolator_config_reloads_total{file=\"config\",result=\"failure\"}"),
+        "{metrics}"
+    );
 
     // Invalid files: each is rejected whole (counted, logged with the kind and field) and the
     // last good configuration keeps serving, unchanged.
@@ -962,12 +966,18 @@ async fn declared_kinds_follow_the_file_and_invalid_files_are_rejected_whole() {
     let invalid = invalid_files();
     for (n, (addition, _)) in invalid.iter().enumerate() {
         configmap_write(&dir, 5 + n as u32, &format!("{good}{addition}"));
-        wait_for_metric(&env, &format!("percolator_config_reloads_total{{result=\"failure\"}} {}", n + 1))
-            .await;
+        wait_for_metric(
+            &env,
+            &format!("percolator_config_reloads_total{{file=\"config\",result=\"failure\"}} {}", n + 1),
+        )
+        .await;
         assert_eq!(env.get(&format!("{GV}/namespaces/shop/apptraffics"), None).await.0, 200);
     }
-    let metrics = wait_for_metric(&env, "percolator_config_last_reload_successful 0").await;
-    assert!(metrics.contains("percolator_config_reloads_total{result=\"success\"} 3"), "{metrics}");
+    let metrics = wait_for_metric(&env, "percolator_config_last_reload_successful{file=\"config\"} 0").await;
+    assert!(
+        metrics.contains("percolator_config_reloads_total{file=\"config\",result=\"success\"} 3"),
+        "{metrics}"
+    );
     assert_eq!(env.get_json(GV).await, resources, "discovery is the last good configuration's");
     assert_eq!(aggregated(&env).await.1, etag3);
     assert_eq!(openapi_v3(&env).await.0, openapi3);

@@ -201,8 +201,14 @@ impl LiveAdapter {
         }
     }
 
-    /// Polls the file every `poll` and relists every `relist`, for as long as the process runs.
-    pub fn spawn(self: &Arc<Self>, poll: Duration, relist: Duration) {
+    /// Polls the file every `poll` and relists every `relist`, for as long as the process runs;
+    /// `on_reload` hears whether each changed content was applied.
+    pub fn spawn(
+        self: &Arc<Self>,
+        poll: Duration,
+        relist: Duration,
+        on_reload: impl Fn(bool) + Send + Sync + 'static,
+    ) {
         let live = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut since_relist = Duration::ZERO;
@@ -210,7 +216,8 @@ impl LiveAdapter {
                 tokio::time::sleep(poll).await;
                 let Some(live) = live.upgrade() else { return };
                 since_relist += poll;
-                if live.reload().await.is_some() {
+                if let Some(applied) = live.reload().await {
+                    on_reload(applied);
                     since_relist = Duration::ZERO;
                 } else if since_relist >= relist {
                     live.relist().await;

@@ -386,8 +386,11 @@ impl Env {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let (_, _, metrics) = self.get("/metrics", None).await;
-            if metrics.contains("percolator_config_reloads_total{result=\"failure\"} 1") {
-                assert!(metrics.contains("percolator_config_last_reload_successful 0"), "{metrics}");
+            if metrics.contains("percolator_config_reloads_total{file=\"config\",result=\"failure\"} 1") {
+                assert!(
+                    metrics.contains("percolator_config_last_reload_successful{file=\"config\"} 0"),
+                    "{metrics}"
+                );
                 return;
             }
             assert!(Instant::now() < deadline, "the rejected file was not counted");
