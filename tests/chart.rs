@@ -15,7 +15,13 @@
 //! - the certificate `tls.type=helm` generates is trusted for the Service's name by its CA,
 //!   which every APIService carries;
 //! - the schema refuses a wrong type or an unknown key, naming it, and inconsistent values
-//!   fail with a message naming them.
+//!   fail with a message naming them; metrics-server's and prometheus-adapter's value names
+//!   the chart supports render with their meaning;
+//! - every label value is valid (a digest-pinned image tag included) and the pod template does
+//!   not change with the chart's version;
+//! - what only a cluster's `lookup` answers shows (an APIService of another owner refused with
+//!   what to do, the previous Secret name's pair kept), through a copy of the chart whose lookups
+//!   answer as a cluster would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -51,11 +57,16 @@ fn python() -> String {
 /// Runs `helm_chart.py COMMAND charts/percolator` with `request` on its standard input: its
 /// JSON answer, or its error message.
 fn helm(command: &str, request: &Value) -> Result<Value, String> {
+    helm_in(&manifests::repo_path(CHART), command, request)
+}
+
+/// [`helm`] with the chart at `chart`.
+fn helm_in(chart: &std::path::Path, command: &str, request: &Value) -> Result<Value, String> {
     let root = manifests::repo_path("");
     let mut child = std::process::Command::new(python())
         .arg(root.join("tests/python/helm_chart.py"))
         .arg(command)
-        .arg(root.join(CHART))
+        .arg(chart)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -105,6 +116,33 @@ fn mk_render_all(cases: &[(&str, Value)]) -> Vec<Rendered> {
         cases.iter().map(|(_, v)| json!({"values": v, "name": RELEASE, "namespace": NAMESPACE})).collect();
     let answer = helm("render", &Value::Array(request)).unwrap_or_else(|e| panic!("render: {e}"));
     answer.as_array().unwrap().iter().map(rendered).collect()
+}
+
+/// A copy of the chart, changed by `edit` (given the copy's directory), for what the chart's
+/// own files cannot render offline: another chart version, a cluster's answers to lookup.
+fn mk_chart_copy(name: &str, edit: impl FnOnce(&std::path::Path)) -> std::path::PathBuf {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &to.join(entry.file_name()));
+            } else {
+                std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+            }
+        }
+    }
+    let chart = common::mk_dir(name).join("percolator");
+    copy(&manifests::repo_path(CHART), &chart);
+    edit(&chart);
+    chart
+}
+
+/// Replaces `from` (which must be there) by `to` in the file `path`.
+fn mk_edit(path: &std::path::Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{from:?} not in {}", path.display());
+    std::fs::write(path, text.replace(from, to)).unwrap();
 }
 
 /// The error of a rendering that must fail.
@@ -328,6 +366,19 @@ fn mk_matrix() -> Vec<(&'static str, Value)> {
             json!({"prometheus": {"bearerToken": {"serviceAccountToken": true}}}),
         ),
         (
+            // metrics-server's and prometheus-adapter's value names.
+            "their-values",
+            json!({"commonLabels": {"team": "cafe"}, "revisionHistoryLimit": 3,
+                   "deploymentAnnotations": {"a": "b"}, "dnsConfig": {"options": [{"name": "ndots", "value": "2"}]},
+                   "schedulerName": "custom-scheduler", "service": {"annotations": {"a": "b"}, "labels": {"c": "d"}},
+                   "livenessProbe": {"initialDelaySeconds": 5}, "startupProbe": {"tcpSocket": {"port": "https"}},
+                   "podDisruptionBudget": {"unhealthyPodEvictionPolicy": "AlwaysAllow"},
+                   "env": [{"name": "RUST_BACKTRACE", "value": "1"}], "logLevel": 3, "image": {"tag": 20240101},
+                   "updateStrategy": {"type": "Recreate"},
+                   "networkPolicy": {"enabled": true, "egress": {"dns": {"ports": [5353]},
+                                                               "prometheus": {"ports": [9090, "web"]}}}}),
+        ),
+        (
             "lean",
             json!({"rbac": {"create": false}, "serviceAccount": {"create": false, "name": "percolator-sa"},
                    "podDisruptionBudget": {"maxUnavailable": 1}, "priorityClassName": "", "affinity": null,
@@ -495,7 +546,7 @@ fn the_defaults_are_a_restricted_highly_available_install() {
     let Rendered { objects, notes } = mk_render(json!({}));
     let expected: BTreeSet<(String, String, String)> = [
         ("ServiceAccount", NAMESPACE, "percolator"),
-        ("Secret", NAMESPACE, "percolator-serving-cert"),
+        ("Secret", NAMESPACE, "percolator-tls"),
         ("ConfigMap", NAMESPACE, "percolator-config"),
         ("ClusterRole", "", "system:percolator"),
         ("ClusterRole", "", "system:percolator-aggregated-reader"),
@@ -595,18 +646,10 @@ const PAIRS: &[(&str, &[&str])] = &[
 
 #[test]
 fn the_chart_gives_the_kustomize_objects() {
-    let pairs: Vec<&(&str, &[&str])> = PAIRS
-        .iter()
-        .filter(|(dir, _)| {
-            let exists = manifests::repo_path(dir).join("kustomization.yaml").exists();
-            if !exists {
-                eprintln!("skipped: {dir} does not exist (yet)");
-            }
-            exists
-        })
-        .collect();
-    assert!(!pairs.is_empty());
-    let cases: Vec<(&str, Value)> = pairs
+    for (dir, _) in PAIRS {
+        assert!(manifests::repo_path(dir).join("kustomization.yaml").exists(), "{dir} is an overlay");
+    }
+    let cases: Vec<(&str, Value)> = PAIRS
         .iter()
         .map(|(dir, apis)| {
             let mut values = json!({"tls": {"type": "cert-manager"}});
@@ -700,13 +743,19 @@ fn the_generated_certificate_is_trusted_for_the_service() {
     let objects = mk_render(json!({"resourceMetrics": {"enabled": true}, "customMetrics": {"enabled": true},
                                    "externalMetrics": {"enabled": true}}))
     .objects;
-    let secret = find(&objects, "Secret", "percolator-serving-cert");
+    // Not cert-manager's Secret name (<fullname>-serving-cert): an upgrade may switch types.
+    let secret = find(&objects, "Secret", "percolator-tls");
     assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(
+        file_source(pod_spec(&objects), "/etc/percolator/tls/tls.crt"),
+        "secret percolator-tls tls.crt"
+    );
     let ca = b64(&secret["data"]["ca.crt"]);
     for name in ALL_APISERVICES {
         let api = find(&objects, "APIService", name);
         assert_eq!(b64(&api["spec"]["caBundle"]), ca, "{name} trusts the CA of the Secret");
-        assert!(api["spec"].get("insecureSkipTLSVerify").is_none(), "{name}");
+        // Explicit: taking over an APIService that had it true never leaves it true.
+        assert_eq!(api["spec"]["insecureSkipTLSVerify"], false, "{name}");
     }
     // percolator loads the pair (the key matches the certificate) ...
     let dir = common::mk_dir("chart-tls");
@@ -979,7 +1028,7 @@ fn optional_objects_follow_their_values() {
     assert_eq!(endpoint["interval"], "30s");
     assert_eq!(
         endpoint["tlsConfig"],
-        json!({"serverName": SERVICE_DNS, "ca": {"secret": {"name": "percolator-serving-cert", "key": "ca.crt"}}})
+        json!({"serverName": SERVICE_DNS, "ca": {"secret": {"name": "percolator-tls", "key": "ca.crt"}}})
     );
     let token = find(objects, "Secret", endpoint["authorization"]["credentials"]["name"].as_str().unwrap());
     let scraper = token["metadata"]["annotations"]["kubernetes.io/service-account.name"].as_str().unwrap();
@@ -1068,6 +1117,12 @@ fn the_schema_refuses_wrong_types_and_unknown_keys() {
             &["/prometheus/bearerToken", "'secretNme'"],
         ),
         (json!({"config": 3}), &["/config"]),
+        // Only what makes sense of their charts' values: the APIServices name port 443.
+        (json!({"service": {"type": "NodePort"}}), &["/service", "'type'"]),
+        (json!({"image": {"tag": true}}), &["/image/tag"]),
+        (json!({"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}}), &["/podDisruptionBudget"]),
+        // No rule allowing every port.
+        (json!({"networkPolicy": {"egress": {"dns": {"ports": []}}}}), &["/networkPolicy/egress/dns/ports"]),
     ] {
         let message = helm("validate", &json!({"values": values})).expect_err(&values.to_string());
         for part in expected {
@@ -1078,6 +1133,9 @@ fn the_schema_refuses_wrong_types_and_unknown_keys() {
         assert!(message.contains(expected[0]), "{values}: {message}");
     }
     assert_eq!(helm("validate", &json!({"values": {}})).unwrap(), json!({"valid": true}));
+    for values in [json!({"image": {"tag": 20240101}}), json!({"image": {"tag": "0.2.0@sha256:abc"}})] {
+        assert_eq!(helm("validate", &json!({"values": values})).unwrap(), json!({"valid": true}), "{values}");
+    }
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(manifests::repo_path("charts/percolator/values.schema.json")).unwrap(),
     )
@@ -1112,6 +1170,7 @@ fn inconsistent_values_fail_with_a_message() {
             json!({"prometheus": {"headers": {"X-Key": "a"}, "secretHeaders": {"X-Key": {"secretName": "s", "key": "k"}}}}),
             "prometheus.secretHeaders.X-Key: also in prometheus.headers",
         ),
+        (json!({"logLevel": 4, "args": ["-v=2"]}), "logLevel is --v=4: remove -v=2 from args/defaultArgs"),
     ] {
         let message = mk_render_error(values.clone());
         assert!(message.contains(expected), "{values}: {message}");
@@ -1296,6 +1355,10 @@ fn documented_helm_commands_render() {
             let flag = format!("--prometheus-url={url}:{port}{path}");
             assert!(args.contains(&flag), "{what}: {flag} in {args:?}");
         }
+        for (name, value) in values["prometheus"]["headers"].as_object().into_iter().flatten() {
+            let flag = format!("--prometheus-header={name}={}", value.as_str().unwrap());
+            assert!(args.contains(&flag), "{what}: {flag} in {args:?}");
+        }
         let mut expected = vec!["v1alpha1.stats.une-tasse-de.cafe"];
         for (api, names) in [
             ("resourceMetrics", &["v1beta1.metrics.k8s.io"][..]),
@@ -1320,4 +1383,374 @@ fn documented_helm_commands_render() {
             "{what}: system-cluster-critical outside kube-system (GKE refuses it): set priorityClassName="
         );
     }
+}
+
+/// Before registering an APIService the chart looks it up: one another owner registered
+/// (metrics-server's Helm release, a kustomize install, a managed add-on) is refused with a
+/// message naming it, the Service it points to, and what to do; this release's own passes, and
+/// so does any with `apiService.takeOwnership` (for `helm --take-ownership`). Offline, lookup
+/// finds nothing: a copy of the chart answers it as a cluster would.
+#[test]
+fn an_apiservice_of_another_owner_is_refused_with_what_to_do() {
+    let owned_by = |release: &str, namespace: &str| json!({"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace});
+    let cluster = json!({
+        // metrics-server's chart: its Helm release, insecureSkipTLSVerify true.
+        "v1beta1.metrics.k8s.io": {
+            "metadata": {"name": "v1beta1.metrics.k8s.io", "annotations": owned_by("metrics-server", "kube-system")},
+            "spec": {"service": {"name": "metrics-server", "namespace": "kube-system", "port": 443},
+                     "insecureSkipTLSVerify": true},
+        },
+        // This release's own (an upgrade).
+        "v1beta2.custom.metrics.k8s.io": {
+            "metadata": {"name": "v1beta2.custom.metrics.k8s.io", "annotations": owned_by(RELEASE, NAMESPACE)},
+            "spec": {"service": {"name": "percolator", "namespace": NAMESPACE, "port": 443}},
+        },
+        "v1beta1.custom.metrics.k8s.io": {
+            "metadata": {"name": "v1beta1.custom.metrics.k8s.io", "annotations": owned_by(RELEASE, NAMESPACE)},
+            "spec": {"service": {"name": "percolator", "namespace": NAMESPACE, "port": 443}},
+        },
+        // Applied by an add-on manager, not by Helm.
+        "v1beta1.external.metrics.k8s.io": {
+            "metadata": {"name": "v1beta1.external.metrics.k8s.io",
+                         "labels": {"addonmanager.kubernetes.io/mode": "Reconcile"}},
+            "spec": {"service": {"name": "keda-operator-metrics-apiserver", "namespace": "keda", "port": 443}},
+        },
+    });
+    let chart = mk_chart_copy("chart-lookup", |chart| {
+        mk_edit(
+            &chart.join("templates/_helpers.tpl"),
+            r#"toJson (lookup "apiregistration.k8s.io/v1" "APIService" "" .)"#,
+            &format!("toJson (get (fromJson `{cluster}`) . | default dict)"),
+        );
+    });
+    let render = |values: Value, name: &str| {
+        helm_in(&chart, "render", &json!({"values": values, "name": name, "namespace": NAMESPACE}))
+    };
+
+    // Absent (the stats APIService) or this release's: rendered.
+    let answer =
+        render(json!({"customMetrics": {"enabled": true}}), RELEASE).unwrap_or_else(|e| panic!("{e}"));
+    let objects = rendered(&answer).objects;
+    for name in
+        ["v1alpha1.stats.une-tasse-de.cafe", "v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io"]
+    {
+        assert_eq!(find(&objects, "APIService", name)["spec"]["insecureSkipTLSVerify"], false, "{name}");
+    }
+
+    // metrics-server's: refused, naming it, its Service and owner, and the ways out.
+    let message =
+        render(json!({"resourceMetrics": {"enabled": true}}), RELEASE).expect_err("metrics-server's");
+    for part in [
+        "APIService v1beta1.metrics.k8s.io already exists",
+        "Service kube-system/metrics-server",
+        "Helm release kube-system/metrics-server",
+        "kubectl delete apiservice v1beta1.metrics.k8s.io",
+        "uninstall it",
+        "Helm >= 3.17",
+        "--take-ownership --set apiService.takeOwnership=true",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    // Taken over on purpose: rendered, and verified (insecureSkipTLSVerify false, a caBundle).
+    let answer =
+        render(json!({"resourceMetrics": {"enabled": true}, "apiService": {"takeOwnership": true}}), RELEASE)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let api = find(&rendered(&answer).objects, "APIService", "v1beta1.metrics.k8s.io").clone();
+    assert_eq!(api["spec"]["insecureSkipTLSVerify"], false);
+    assert!(api["spec"]["caBundle"].is_string(), "{api}");
+
+    // An add-on manager's: refused, saying it cannot be replaced.
+    let message = render(json!({"externalMetrics": {"enabled": true}}), RELEASE).expect_err("an add-on's");
+    for part in [
+        "Service keda/keda-operator-metrics-apiserver",
+        "no Helm release of this name",
+        "managed add-on",
+        "cannot be replaced",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+
+    // Another release of percolator does not own this one's.
+    let message =
+        render(json!({"customMetrics": {"enabled": true}}), "metrics").expect_err("another release's");
+    assert!(
+        message.contains("owned by Helm release percolator/percolator, not by release percolator/metrics"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(chart.parent().unwrap()).unwrap();
+}
+
+/// Every label value is a valid one, whatever the image tag (a digest-pinned tag once made every
+/// object invalid): the version label is the chart's appVersion. The pod template carries only
+/// the selector labels and podLabels, so a chart-only release rolls no pod.
+#[test]
+fn labels_are_valid_and_the_pods_do_not_follow_the_chart() {
+    let label_value = regex::Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").unwrap();
+    let digest = format!("{}@sha256:{}", env!("CARGO_PKG_VERSION"), "0123456789abcdef".repeat(4));
+    let values = json!({
+        "image": {"tag": digest},
+        "commonLabels": {"cost-center": "42"},
+        "podLabels": {"team": "cafe"},
+        "resourceMetrics": {"enabled": true}, "customMetrics": {"enabled": true}, "externalMetrics": {"enabled": true},
+        "rules": {"default": true},
+        "serviceMonitor": {"enabled": true, "labels": {"release": "kps"}},
+        "prometheusRule": {"enabled": true},
+        "networkPolicy": {"enabled": true},
+        "service": {"labels": {"kubernetes.io/cluster-service": "true"}},
+    });
+    let check = |objects: &[Value], what: &str| {
+        for object in objects {
+            let pod_labels = &object["spec"]["template"]["metadata"]["labels"];
+            for labels in [&object["metadata"]["labels"], pod_labels] {
+                for (label, value) in labels.as_object().into_iter().flatten() {
+                    let value = value.as_str().unwrap_or_else(|| panic!("{what}: {label} is not a string"));
+                    assert!(
+                        value.len() <= 63 && label_value.is_match(value),
+                        "{what}: {label}={value:?} on {}",
+                        object["metadata"]["name"]
+                    );
+                }
+            }
+        }
+    };
+    let Rendered { objects, .. } = mk_render(values.clone());
+    check(&objects, "digest-pinned tag");
+    assert_eq!(container(&objects)["image"], format!("ghcr.io/une-tasse-de/percolator:{digest}"));
+    for object in &objects {
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/version"], env!("CARGO_PKG_VERSION"), "{object}");
+        assert_eq!(labels["cost-center"], "42", "commonLabels on {object}");
+    }
+    let service = find(&objects, "Service", "percolator");
+    assert_eq!(service["metadata"]["labels"]["kubernetes.io/cluster-service"], "true");
+    assert_eq!(find(&objects, "ServiceMonitor", "percolator")["metadata"]["labels"]["release"], "kps");
+    let pod_labels = deployment(&objects)["spec"]["template"]["metadata"]["labels"].clone();
+    assert_eq!(
+        pod_labels,
+        json!({"app.kubernetes.io/name": "percolator", "app.kubernetes.io/instance": RELEASE, "team": "cafe"}),
+        "the selector labels and podLabels only"
+    );
+    // commonLabels and podLabels never override the selector's.
+    let objects = mk_render(json!({"commonLabels": {"app.kubernetes.io/name": "other"},
+                                   "podLabels": {"app.kubernetes.io/instance": "other"}}))
+    .objects;
+    let deployment_ = deployment(&objects);
+    assert_eq!(deployment_["metadata"]["labels"]["app.kubernetes.io/name"], "percolator");
+    assert_eq!(deployment_["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/instance"], RELEASE);
+
+    // Another chart version and appVersion, with characters a label refuses and longer than a
+    // label: the labels are sanitised (the 63rd character, a '_', trimmed), and the pod
+    // template is the same, so the upgrade rolls no pod.
+    let prefix = format!("{}_build.7_sha256_", env!("CARGO_PKG_VERSION"));
+    let kept = "a".repeat(62 - prefix.len());
+    let app_version = format!("{}+build.7@sha256:{kept}:{}", env!("CARGO_PKG_VERSION"), "b".repeat(20));
+    let chart = mk_chart_copy("chart-version", |chart| {
+        let path = chart.join("Chart.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text: String = text
+            .lines()
+            .map(|line| {
+                if line.starts_with("version:") {
+                    "version: 0.3.0-rc.1+build.7".to_owned()
+                } else if line.starts_with("appVersion:") {
+                    format!("appVersion: \"{app_version}\"")
+                } else {
+                    line.to_owned()
+                }
+            })
+            .map(|line| line + "\n")
+            .collect();
+        std::fs::write(&path, text).unwrap();
+    });
+    let mut pinned = values.clone();
+    pinned["image"] = json!({"tag": env!("CARGO_PKG_VERSION")});
+    let answer =
+        helm_in(&chart, "render", &json!({"values": values, "name": RELEASE, "namespace": NAMESPACE}))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let other = rendered(&answer).objects;
+    check(&other, "another chart version");
+    let labels = &deployment(&other)["metadata"]["labels"];
+    assert_eq!(labels["helm.sh/chart"], "percolator-0.3.0-rc.1_build.7");
+    assert_eq!(labels["app.kubernetes.io/version"], format!("{prefix}{kept}"));
+    let this = mk_render(pinned.clone()).objects;
+    let answer =
+        helm_in(&chart, "render", &json!({"values": pinned, "name": RELEASE, "namespace": NAMESPACE}))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let other = rendered(&answer).objects;
+    assert_eq!(
+        deployment(&this)["spec"]["template"]["metadata"],
+        deployment(&other)["spec"]["template"]["metadata"],
+        "the pod template's labels and annotations do not follow the chart's version"
+    );
+    assert_ne!(deployment(&this)["metadata"]["labels"], deployment(&other)["metadata"]["labels"]);
+    std::fs::remove_dir_all(chart.parent().unwrap()).unwrap();
+}
+
+/// Values of metrics-server's and prometheus-adapter's charts, under their names and with their
+/// meaning.
+#[test]
+fn values_of_the_metrics_server_and_prometheus_adapter_charts_render() {
+    let cases = [
+        (
+            "deployment",
+            json!({
+                "revisionHistoryLimit": 3,
+                "deploymentAnnotations": {"reloader.stakater.com/auto": "true"},
+                "dnsConfig": {"options": [{"name": "ndots", "value": "2"}]},
+                "schedulerName": "custom-scheduler",
+                "service": {"annotations": {"a": "b"}, "labels": {"kubernetes.io/cluster-service": "true"}},
+                "livenessProbe": {"initialDelaySeconds": 5},
+                "readinessProbe": null,
+                "startupProbe": {"httpGet": {"path": "/livez", "port": "https", "scheme": "HTTPS"}, "failureThreshold": 30},
+                "podDisruptionBudget": {"unhealthyPodEvictionPolicy": "AlwaysAllow"},
+                "env": [{"name": "RUST_BACKTRACE", "value": "1"}],
+                "prometheus": {"secretHeaders": {"X-Api-Key": {"secretName": "k", "key": "key"}}},
+                "logLevel": 4,
+                "updateStrategy": {"type": "Recreate"},
+            }),
+        ),
+        ("numeric-tag", json!({"image": {"tag": 20240101}})),
+        (
+            "network-policy",
+            json!({"prometheus": {"url": "http://prometheus-server.monitoring.svc", "port": 80},
+                   "networkPolicy": {"enabled": true, "egress": {"dns": {"ports": [5353]},
+                                                               "prometheus": {"ports": [9090, "web"]}}}}),
+        ),
+    ];
+    let renders = mk_render_all(&cases);
+    let mut everything = Vec::new();
+    for ((name, _), render) in cases.iter().zip(&renders) {
+        if *name != "deployment" {
+            // (That one drops the readiness probe the check requires.)
+            manifests::assert_restricted_pod_spec(pod_spec(&render.objects), name);
+        }
+        parse_flags(&render.objects, name);
+        everything.extend(render.objects.iter().cloned());
+    }
+    manifests::kubernetes_validate(&everything, "metrics-server and prometheus-adapter values");
+
+    let objects = &renders[0].objects;
+    let deployment_ = deployment(objects);
+    assert_eq!(deployment_["spec"]["revisionHistoryLimit"], 3);
+    assert_eq!(deployment_["metadata"]["annotations"], json!({"reloader.stakater.com/auto": "true"}));
+    assert!(deployment_["spec"]["template"]["metadata"].get("annotations").is_none());
+    // Recreate without the default's rollingUpdate, which kube-apiserver refuses with it.
+    assert_eq!(deployment_["spec"]["strategy"], json!({"type": "Recreate"}));
+    let pod = pod_spec(objects);
+    assert_eq!(pod["dnsConfig"], json!({"options": [{"name": "ndots", "value": "2"}]}));
+    assert_eq!(pod["schedulerName"], "custom-scheduler");
+    let service = find(objects, "Service", "percolator");
+    assert_eq!(service["metadata"]["annotations"], json!({"a": "b"}));
+    assert_eq!(service["metadata"]["labels"]["kubernetes.io/cluster-service"], "true");
+    assert_eq!(service["metadata"]["labels"]["app.kubernetes.io/name"], "percolator");
+    let container_ = container(objects);
+    // A probe given in part is merged with the default one; null drops it.
+    assert_eq!(
+        container_["livenessProbe"],
+        json!({"httpGet": {"path": "/livez", "port": "https", "scheme": "HTTPS"},
+               "initialDelaySeconds": 5, "periodSeconds": 10, "failureThreshold": 3})
+    );
+    assert!(container_.get("readinessProbe").is_none(), "{container_}");
+    assert_eq!(container_["startupProbe"]["failureThreshold"], 30);
+    assert_eq!(
+        find(objects, "PodDisruptionBudget", "percolator")["spec"]["unhealthyPodEvictionPolicy"],
+        "AlwaysAllow"
+    );
+    let env: Vec<&str> =
+        container_["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(env, ["PROMETHEUS_HEADER_X_API_KEY", "RUST_BACKTRACE"]);
+    assert_eq!(parse_flags(objects, "logLevel").verbosity, 4);
+    assert!(args_of(objects).contains(&"--v=4".to_owned()));
+
+    // A numeric tag (--set image.tag=20240101) is written as its digits.
+    assert_eq!(container(&renders[1].objects)["image"], "ghcr.io/une-tasse-de/percolator:20240101");
+    let answer = helm(
+        "command",
+        &json!({"command": "helm install percolator charts/percolator --set image.tag=20240101"}),
+    )
+    .unwrap();
+    assert_eq!(container(&rendered(&answer).objects)["image"], "ghcr.io/une-tasse-de/percolator:20240101");
+    // helm upgrade's --reset-then-reuse-values and --take-ownership (Helm >= 3.17) take no value
+    // and change nothing rendered.
+    let plain = "helm upgrade --install percolator charts/percolator -n kube-system --set image.tag=20240101";
+    let flagged = format!("{plain} --reset-then-reuse-values --take-ownership");
+    let [plain, flagged] = [plain, flagged.as_str()].map(|command| {
+        let answer =
+            helm("command", &json!({"command": command})).unwrap_or_else(|e| panic!("{command}: {e}"));
+        (answer["values"].clone(), deployment(&rendered(&answer).objects).clone())
+    });
+    assert_eq!(plain, flagged);
+    // Unquoted in a values file, YAML reads it as a float: still the digits.
+    let file = std::env::temp_dir().join(format!("percolator-chart-tag-{}.yaml", std::process::id()));
+    std::fs::write(&file, "image:\n  tag: 20240101\n").unwrap();
+    let answer = helm(
+        "command",
+        &json!({"command": format!("helm install percolator charts/percolator -f {}", file.display())}),
+    );
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        container(&rendered(&answer.unwrap()).objects)["image"],
+        "ghcr.io/une-tasse-de/percolator:20240101"
+    );
+
+    // NetworkPolicy: the Prometheus pods' ports (after the Service's DNAT), not the Service's
+    // port 80; OpenShift's DNS port.
+    let policy = find(&renders[2].objects, "NetworkPolicy", "percolator");
+    let egress: BTreeSet<String> = policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["ports"].as_array().unwrap())
+        .map(|p| format!("{}/{}", p["port"].to_string().trim_matches('"'), p["protocol"].as_str().unwrap()))
+        .collect();
+    let expected: BTreeSet<String> =
+        ["5353/UDP", "5353/TCP", "443/TCP", "6443/TCP", "10250/TCP", "9090/TCP", "web/TCP"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    assert_eq!(egress, expected);
+}
+
+/// NOTES.txt says what values do not do: scrapes refused without RBAC, rules for an API that is
+/// off.
+#[test]
+fn notes_warn_of_values_that_do_nothing() {
+    let cases = [
+        ("no-rbac", json!({"serviceMonitor": {"enabled": true}, "rbac": {"create": false}})),
+        (
+            "rules-without-apis",
+            json!({"rules": {"default": true, "external": mk_rules()["external"],
+                                                "resource": mk_rules()["resource"]}}),
+        ),
+        ("rules-with-apis", {
+            let mut values = json!({"customMetrics": {"enabled": true}, "externalMetrics": {"enabled": true},
+                                    "resourceMetrics": {"enabled": true}, "serviceMonitor": {"enabled": true}});
+            values["rules"] = mk_rules();
+            values
+        }),
+    ];
+    let renders = mk_render_all(&cases);
+    let notes = &renders[0].notes;
+    for part in [
+        "WARNING: serviceMonitor.enabled with rbac.create=false",
+        "they get 403",
+        "--serviceaccount=percolator:percolator-metrics-scraper",
+    ] {
+        assert!(notes.contains(part), "{part:?} not in {notes}");
+    }
+    let notes = &renders[1].notes;
+    for part in [
+        "rules.default/rules.custom are unused",
+        "customMetrics.enabled=true",
+        "rules.external is unused",
+        "externalMetrics.enabled=true",
+        "rules.resource without resourceMetrics.enabled",
+    ] {
+        assert!(notes.contains(part), "{part:?} not in {notes}");
+    }
+    let notes = &renders[2].notes;
+    assert!(
+        !notes.contains("unused") && !notes.contains("WARNING") && !notes.contains("rules.resource"),
+        "{notes}"
+    );
 }

@@ -87,8 +87,9 @@ def merge(into, values):
 # Flags that take a value and do not change what is rendered, and those that take none.
 IGNORED_WITH_VALUE = {"--version", "--timeout", "--kube-context", "--kubeconfig"}
 IGNORED_ALONE = {
-    "--create-namespace", "--reuse-values", "--reset-values", "--install", "--wait", "--atomic",
-    "--rollback-on-failure", "--dry-run", "--debug", "--devel",
+    "--create-namespace", "--reuse-values", "--reset-values", "--reset-then-reuse-values",
+    "--take-ownership", "--install", "--wait", "--atomic", "--rollback-on-failure", "--dry-run",
+    "--debug", "--devel",
 }
 
 

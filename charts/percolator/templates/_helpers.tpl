@@ -23,19 +23,56 @@ kustomize manifests (deploy/) give it.
 {{- end }}
 {{- end }}
 
+{{/*
+A text made a valid label value: characters other than letters, digits, '-', '_' and '.'
+become '_' (a digest-pinned 0.2.0@sha256:... or a build 0.2.0+1), at most 63 characters,
+beginning and ending with a letter or digit.
+*/}}
+{{- define "percolator.labelValue" -}}
+{{- regexReplaceAll "[^-A-Za-z0-9_.]" (toString .) "_" | trunc 63 | trimAll "-_." }}
+{{- end }}
+
 {{- define "percolator.chart" -}}
-{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- include "percolator.labelValue" (printf "%s-%s" .Chart.Name .Chart.Version) }}
 {{- end }}
 
 {{/*
-Labels of every object.
+The chart's own labels of every object: the version is the chart's appVersion (never
+image.tag, which may be pinned by digest), as a label value.
 */}}
-{{- define "percolator.labels" -}}
-helm.sh/chart: {{ include "percolator.chart" . }}
+{{- define "percolator.ownLabels" -}}
+helm.sh/chart: {{ include "percolator.chart" . | quote }}
 {{ include "percolator.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+{{- with include "percolator.labelValue" (.Chart.AppVersion | default "") }}
+app.kubernetes.io/version: {{ . | quote }}
+{{- end }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: percolator
+{{- end }}
+
+{{/*
+Labels of an object, from (dict "ctx" $ "extra" (list MAP...)): commonLabels, then each extra
+map (e.g. serviceMonitor.labels), then the chart's own labels, a later one winning: no key
+twice, and the selector labels never overridden.
+*/}}
+{{- define "percolator.labelsWith" -}}
+{{- $labels := dict }}
+{{- range (prepend (.extra | default list) (.ctx.Values.commonLabels | default dict)) }}
+{{- range $key, $value := . }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := include "percolator.ownLabels" .ctx | fromYaml }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/*
+Labels of every object: commonLabels and the chart's own labels.
+*/}}
+{{- define "percolator.labels" -}}
+{{- include "percolator.labelsWith" (dict "ctx" . "extra" list) }}
 {{- end }}
 
 {{/*
@@ -45,6 +82,37 @@ NetworkPolicy's and the default anti-affinity's.
 {{- define "percolator.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "percolator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The pod template's labels: the selector labels and podLabels, nothing that changes with the
+chart's version (a chart-only upgrade rolls no pod). podLabels never override the selector's.
+*/}}
+{{- define "percolator.podLabels" -}}
+{{- $labels := dict }}
+{{- range $key, $value := include "percolator.selectorLabels" . | fromYaml }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- range $key, $value := .Values.podLabels }}
+{{- if not (hasKey $labels $key) }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- end }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/*
+The image: repository:tag, the tag being the chart's appVersion when empty. A tag given as a
+number (--set image.tag=20240101, or unquoted in a values file, which YAML reads as a float)
+is written as the digits.
+*/}}
+{{- define "percolator.image" -}}
+{{- $tag := .Values.image.tag }}
+{{- if kindIs "float64" $tag }}
+{{- if eq $tag (float64 (int64 $tag)) }}{{ $tag = int64 $tag }}{{ end }}
+{{- end }}
+{{- $tag = ternary "" (toString $tag) (kindIs "invalid" $tag) }}
+{{- printf "%s:%s" .Values.image.repository ($tag | default .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
@@ -81,14 +149,28 @@ tls.type, with metrics-server's spelling existingSecret read as existing-secret.
 {{- end }}
 
 {{/*
-The Secret holding the serving certificate (tls.crt, tls.key).
+The Secret holding the serving certificate (tls.crt, tls.key): cert-manager's is
+<fullname>-serving-cert (as deploy/overlays/cert-manager), the chart's own (tls.type=helm)
+<fullname>-tls, another name, so that switching between the two in an upgrade never has Helm
+and cert-manager fight over one Secret.
 */}}
 {{- define "percolator.servingSecretName" -}}
-{{- if eq (include "percolator.tlsType" .) "existing-secret" }}
+{{- $type := include "percolator.tlsType" . }}
+{{- if eq $type "existing-secret" }}
 {{- required "tls.existingSecret.name is required with tls.type=existing-secret: a kubernetes.io/tls Secret valid for the Service's DNS name" .Values.tls.existingSecret.name }}
-{{- else }}
+{{- else if eq $type "cert-manager" }}
 {{- printf "%s-serving-cert" (include "percolator.fullname" .) }}
+{{- else }}
+{{- printf "%s-tls" (include "percolator.fullname" .) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The APIService NAME as the cluster holds it, as JSON: {} when there is none, and offline
+(helm template, --dry-run=client, lint), where lookup returns nothing.
+*/}}
+{{- define "percolator.currentAPIService" -}}
+{{- toJson (lookup "apiregistration.k8s.io/v1" "APIService" "" .) }}
 {{- end }}
 
 {{/*
@@ -163,5 +245,12 @@ Refusals of inconsistent values, with a message naming them. Included by the Dep
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
 {{- fail "podDisruptionBudget.enabled: set minAvailable or maxUnavailable" }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.logLevel) }}
+{{- range concat (.Values.defaultArgs | default list) (.Values.args | default list) }}
+{{- if or (eq . "-v") (eq . "--v") (hasPrefix "-v=" .) (hasPrefix "--v=" .) }}
+{{- fail (printf "logLevel is --v=%v: remove %s from args/defaultArgs (a flag may be given once)" $.Values.logLevel .) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
