@@ -112,9 +112,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Builds everything from `args` and binds the listener; logs the address it serves on.
 pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let config = LiveConfig::load(args.queries.config.as_deref(), args.queries.window, config_check())?;
-    if let Some(path) = &args.adapter.adapter_config {
-        crate::adapter::live::load(path)?;
-    }
+    // Read first: a bad file stops the start at once, and its resourceRules decide the
+    // default resource source.
+    let adapter_file = match &args.adapter.adapter_config {
+        Some(path) => Some((path.as_path(), crate::adapter::live::load(path)?.1.resource_rules.is_some())),
+        None => None,
+    };
+    let resource_source = ResourceSourceChoice::resolve(
+        args.kubelet.resource_source,
+        adapter_file,
+        args.queries.config.is_some(),
+    );
+    tracing::info!(
+        source = %resource_source.source,
+        "resource source: {} ({})",
+        resource_source.source,
+        resource_source.reason
+    );
 
     let kube_config = match &args.cluster.kubeconfig {
         Some(path) => {
@@ -155,7 +169,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         "Prometheus connection"
     );
     let resource_plan = Arc::new(PlanSlot::new(Arc::new(ConfigQueries(config.clone()))));
-    let usage: Arc<dyn UsageSource> = match args.kubelet.resource_source {
+    let usage: Arc<dyn UsageSource> = match resource_source.source {
         ResourceSource::Kubelet => {
             // Watched: a rotated file applies to the next kubelet connection.
             let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
@@ -180,9 +194,6 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
             Arc::new(KubeletUsage::new(kubelet))
         }
         ResourceSource::Prometheus => {
-            tracing::info!(
-                "cpu and memory from Prometheus (resourceQueries of --config, or resourceRules of --adapter-config); no kubelet connection"
-            );
             // The adapter configuration is loaded below; its resourceRules are read through a
             // slot filled then.
             Arc::new(PromUsage::with_plan(prometheus.clone(), resource_plan.clone(), &cache))
@@ -223,18 +234,12 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         Some(path) => Some(start_adapter(path, &args.adapter, prometheus.clone(), &config, &metrics).await?),
         None => None,
     };
-    if let Some(adapter) = &adapter {
-        if adapter.current().config.resource_rules.is_some()
-            && args.kubelet.resource_source == ResourceSource::Kubelet
-        {
-            tracing::warn!(
-                "the resourceRules of --adapter-config are used with --resource-source=prometheus only; reading the kubelets"
-            );
-        }
+    if let (Some(adapter), Some((path, had_rules))) = (&adapter, adapter_file) {
         resource_plan.set(Arc::new(AdapterResourceQueries {
             adapter: adapter.clone(),
             fallback: Arc::new(ConfigQueries(config.clone())),
         }));
+        watch_resource_rules(adapter.clone(), path.to_path_buf(), resource_source.clone(), had_rules);
     }
     if args.metric_apis.enable_external_metrics {
         let names: Vec<String> =
@@ -293,6 +298,135 @@ fn export_serving_certificate_expiry(cert: &crate::tls::ReloadingCert, metrics: 
             tracing::warn!(%error, "cannot read the expiry of the serving certificate");
         }
         metrics.serving_certificate_expires(not_after.ok());
+    });
+}
+
+/// Which source serves pod, container and node CPU and memory (metrics.k8s.io and
+/// PodMetricsSummary alike), and why: decided once at start, logged, never switched by a
+/// reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ResourceSourceChoice {
+    /// The source.
+    source: ResourceSource,
+    /// Whether `--resource-source` (or `PERCOLATOR_RESOURCE_SOURCE`) was given.
+    explicit: bool,
+    /// Why, for the start-up log: `resource source: SOURCE (REASON)`.
+    reason: String,
+    /// What the Prometheus source falls back to without resourceRules.
+    config_queries: &'static str,
+}
+
+impl ResourceSourceChoice {
+    /// `--resource-source` when given; otherwise `prometheus` when the `--adapter-config` file
+    /// (`adapter`: its path and whether it has `resourceRules`) has resourceRules, as in
+    /// prometheus-adapter where they mean Prometheus serves metrics.k8s.io; `kubelet` else.
+    /// `config_given`: whether `--config` is (only for the wording of the reason).
+    fn resolve(
+        flag: Option<ResourceSource>,
+        adapter: Option<(&std::path::Path, bool)>,
+        config_given: bool,
+    ) -> Self {
+        let config_queries = if config_given {
+            "the resourceQueries of --config"
+        } else {
+            "the default resourceQueries (no --config)"
+        };
+        let rules = adapter
+            .filter(|(_, has_rules)| *has_rules)
+            .map(|(path, _)| format!("the resourceRules of --adapter-config {}", path.display()));
+        let (source, reason) = match (flag, rules) {
+            (None, None) => (ResourceSource::Kubelet, "the default".to_owned()),
+            (None, Some(rules)) => {
+                (ResourceSource::Prometheus, format!("{rules}; --resource-source not given"))
+            }
+            (Some(ResourceSource::Kubelet), None) => {
+                (ResourceSource::Kubelet, "--resource-source=kubelet given explicitly".to_owned())
+            }
+            (Some(ResourceSource::Kubelet), Some(rules)) => (
+                ResourceSource::Kubelet,
+                format!("--resource-source=kubelet given explicitly; {rules} are unused"),
+            ),
+            (Some(ResourceSource::Prometheus), None) => (
+                ResourceSource::Prometheus,
+                format!("--resource-source=prometheus given explicitly; {config_queries}"),
+            ),
+            (Some(ResourceSource::Prometheus), Some(rules)) => (
+                ResourceSource::Prometheus,
+                format!("--resource-source=prometheus given explicitly; {rules}"),
+            ),
+        };
+        Self { source, explicit: flag.is_some(), reason, config_queries }
+    }
+
+    /// What a reload that adds (`has_rules`) or removes the resourceRules of `path` means,
+    /// and whether it deserves a warning: the source stays; with Prometheus the queries follow
+    /// the file (`AdapterResourceQueries` falls back to `resourceQueries:` without rules).
+    fn on_rules_change(&self, path: &std::path::Path, has_rules: bool) -> (bool, String) {
+        let file = format!("--adapter-config {}", path.display());
+        match (self.source, has_rules) {
+            (ResourceSource::Kubelet, true) if self.explicit => (
+                false,
+                format!("resourceRules added to {file}: unused, --resource-source=kubelet given explicitly"),
+            ),
+            (ResourceSource::Kubelet, true) => (
+                true,
+                format!(
+                    "resourceRules added to {file}: restart percolator to read CPU and memory from Prometheus with them (the resource source is decided at start: still kubelet)"
+                ),
+            ),
+            (ResourceSource::Kubelet, false) => {
+                (false, format!("resourceRules removed from {file}: unused, the resource source is kubelet"))
+            }
+            (ResourceSource::Prometheus, true) => {
+                (false, format!("resourceRules added to {file}: CPU and memory now from them"))
+            }
+            (ResourceSource::Prometheus, false) => {
+                let restart = if self.explicit {
+                    ""
+                } else {
+                    "; after a restart, the kubelets (--resource-source not given)"
+                };
+                (
+                    true,
+                    format!(
+                        "resourceRules removed from {file}: CPU and memory now from {}{restart}",
+                        self.config_queries
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// Logs, as reloads and relists publish new adapter configurations, when the resourceRules of
+/// `path` appear or disappear (`had_rules`: at start), with what that means for the resource
+/// source (which stays what start decided). It keeps the adapter, and so its reloads, alive for
+/// the process's life even when no API serves from it (the kubelet source without custom or
+/// external metrics): a reload adding resourceRules is then still heard of.
+fn watch_resource_rules(
+    adapter: Arc<LiveAdapter>,
+    path: std::path::PathBuf,
+    choice: ResourceSourceChoice,
+    mut had_rules: bool,
+) {
+    tokio::spawn(async move {
+        // 0: the first look compares too (the file may have changed since it was first read).
+        let mut seen = 0;
+        loop {
+            let generation = adapter.generation();
+            if generation != seen {
+                seen = generation;
+                let has_rules = adapter.current().config.resource_rules.is_some();
+                if has_rules != had_rules {
+                    had_rules = has_rules;
+                    match choice.on_rules_change(&path, has_rules) {
+                        (true, message) => tracing::warn!("{message}"),
+                        (false, message) => tracing::info!("{message}"),
+                    }
+                }
+            }
+            tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
+        }
     });
 }
 
@@ -580,6 +714,131 @@ mod tests {
         let name = "percolator_tls_serving_certificate_expiration_timestamp_seconds ";
         let text = metrics.encode();
         text.lines().find_map(|l| l.strip_prefix(name)).unwrap().to_owned()
+    }
+
+    /// `--resource-source` given or not × the adapter file absent, without or with
+    /// resourceRules: the source and the reason the start-up log gives.
+    #[test]
+    fn the_resource_source_is_the_flag_else_prometheus_for_resource_rules_else_kubelet() {
+        use ResourceSource::{Kubelet, Prometheus};
+        let file = std::path::Path::new("/etc/adapter/config.yaml");
+        let rules = "the resourceRules of --adapter-config /etc/adapter/config.yaml";
+        for (flag, adapter, source, reason) in [
+            (None, None, Kubelet, "the default".to_owned()),
+            (None, Some((file, false)), Kubelet, "the default".to_owned()),
+            (None, Some((file, true)), Prometheus, format!("{rules}; --resource-source not given")),
+            (Some(Kubelet), None, Kubelet, "--resource-source=kubelet given explicitly".to_owned()),
+            (
+                Some(Kubelet),
+                Some((file, false)),
+                Kubelet,
+                "--resource-source=kubelet given explicitly".to_owned(),
+            ),
+            (
+                Some(Kubelet),
+                Some((file, true)),
+                Kubelet,
+                format!("--resource-source=kubelet given explicitly; {rules} are unused"),
+            ),
+            (
+                Some(Prometheus),
+                None,
+                Prometheus,
+                "--resource-source=prometheus given explicitly; the resourceQueries of --config".to_owned(),
+            ),
+            (
+                Some(Prometheus),
+                Some((file, false)),
+                Prometheus,
+                "--resource-source=prometheus given explicitly; the resourceQueries of --config".to_owned(),
+            ),
+            (
+                Some(Prometheus),
+                Some((file, true)),
+                Prometheus,
+                format!("--resource-source=prometheus given explicitly; {rules}"),
+            ),
+        ] {
+            let choice = ResourceSourceChoice::resolve(flag, adapter, true);
+            assert_eq!(
+                (choice.source, choice.reason.as_str()),
+                (source, reason.as_str()),
+                "{flag:?} {adapter:?}"
+            );
+            assert_eq!(choice.explicit, flag.is_some());
+        }
+        let without_config = ResourceSourceChoice::resolve(Some(Prometheus), None, false);
+        assert_eq!(
+            without_config.reason,
+            "--resource-source=prometheus given explicitly; the default resourceQueries (no --config)"
+        );
+    }
+
+    /// A reload never switches the source; what it changes is logged (a warning when a
+    /// restart would change something, or the queries left are the fallback).
+    #[test]
+    fn a_reload_adding_or_removing_resource_rules_says_what_it_changes() {
+        use ResourceSource::{Kubelet, Prometheus};
+        let file = std::path::Path::new("a.yaml");
+        let change = |flag, at_start, has_rules| {
+            ResourceSourceChoice::resolve(flag, Some((file, at_start)), true).on_rules_change(file, has_rules)
+        };
+        let m = |warn: bool, text: &str| (warn, text.to_owned());
+        for (flag, at_start, has_rules, expected) in [
+            (
+                None,
+                false,
+                true,
+                m(
+                    true,
+                    "resourceRules added to --adapter-config a.yaml: restart percolator to read CPU and memory from Prometheus with them (the resource source is decided at start: still kubelet)",
+                ),
+            ),
+            (
+                Some(Kubelet),
+                true,
+                true,
+                m(
+                    false,
+                    "resourceRules added to --adapter-config a.yaml: unused, --resource-source=kubelet given explicitly",
+                ),
+            ),
+            (
+                Some(Kubelet),
+                true,
+                false,
+                m(
+                    false,
+                    "resourceRules removed from --adapter-config a.yaml: unused, the resource source is kubelet",
+                ),
+            ),
+            (
+                None,
+                true,
+                false,
+                m(
+                    true,
+                    "resourceRules removed from --adapter-config a.yaml: CPU and memory now from the resourceQueries of --config; after a restart, the kubelets (--resource-source not given)",
+                ),
+            ),
+            (
+                Some(Prometheus),
+                true,
+                false,
+                m(
+                    true,
+                    "resourceRules removed from --adapter-config a.yaml: CPU and memory now from the resourceQueries of --config",
+                ),
+            ),
+            (
+                Some(Prometheus),
+                false,
+                true,
+                m(false, "resourceRules added to --adapter-config a.yaml: CPU and memory now from them"),
+            ),
+        ] {
+            assert_eq!(change(flag, at_start, has_rules), expected, "{flag:?} {at_start} {has_rules}");
+        }
     }
 
     #[test]

@@ -3,15 +3,21 @@
 //! discovered through Prometheus' series API and served by `custom.metrics.k8s.io` and
 //! `external.metrics.k8s.io` with values against the simulator's truth, the PromQL that ran (Prometheus' query log) being the template's
 //! expansion with escaped matchers; reload without restart; a bad file or a name declared twice
-//! stops the start with the rule, field and construct named.
+//! stops the start with the rule, field and construct named. Its `resourceRules` serve
+//! `metrics.k8s.io` from Prometheus without `--resource-source` (as in the adapter), unless
+//! `--resource-source=kubelet` is given.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, assert_close, configmap_write, kubelet_fetches, mk_dir, q, running_pods};
+use common::{
+    Env, Options, assert_close, auth_headers, configmap_write, kubelet_fetches, mk_dir, q, read_ready_line,
+    running_pods,
+};
 use serde_json::Value;
 
 const EM: &str = "/apis/external.metrics.k8s.io/v1beta1";
@@ -277,24 +283,124 @@ resourceRules:
   window: 1m
 "#;
 
+/// A second percolator against an [`Env`]'s simulator and Prometheus (cheaper than a second
+/// `Env`), at the default verbosity; killed when dropped.
+struct Beside {
+    url: String,
+    client: reqwest::Client,
+    log: PathBuf,
+    _process: tokio::process::Child,
+}
+
+impl Beside {
+    async fn start(env: &Env, name: &str, args: &[String], vars: &[(&str, &str)]) -> Beside {
+        let dir = env.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("percolator.log");
+        let mut process = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
+            .arg("--cert-dir")
+            .arg(dir.join("certs"))
+            .arg("--kubeconfig")
+            .arg(env.dir.join("sim/kubeconfig"))
+            .args(["--prometheus-url", &env.prometheus.url()])
+            .args(["--cache-ttl", "2s", "--window", "1m"])
+            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
+            .args(args)
+            // The default verbosity (-v=1), whatever the test runner's RUST_LOG.
+            .env_remove("RUST_LOG")
+            .envs(vars.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let address = read_ready_line(
+            &mut process,
+            name,
+            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
+            Some(&log),
+        )
+        .await;
+        let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .default_headers(auth_headers())
+            .build()
+            .unwrap();
+        let beside =
+            Beside { url: format!("https://{}", address.as_str().unwrap()), client, log, _process: process };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !beside
+            .client
+            .get(format!("{}/readyz", beside.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(Instant::now() < deadline, "{name} never became ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        beside
+    }
+
+    async fn get_json(&self, path: &str) -> Value {
+        let response = self.client.get(format!("{}{path}", self.url)).send().await.unwrap();
+        let status = response.status();
+        let body = response.text().await.unwrap();
+        assert!(status.is_success(), "GET {path}: {status} {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+/// The logged fields of the first line of `log` whose message `pick` accepts, waiting for it
+/// (10 s at most: the log is copied from a pipe).
+async fn log_line(log: &Path, pick: impl Fn(&str) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["fields"]["message"].as_str().is_some_and(&pick));
+        if let Some(line) = found {
+            return line["fields"].clone();
+        }
+        assert!(Instant::now() < deadline, "no such line in {}:\n{text}", log.display());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The start-up line naming the resource source and why.
+async fn resource_source_line(log: &Path) -> String {
+    let fields = log_line(log, |m| m.starts_with("resource source: ")).await;
+    fields["message"].as_str().unwrap().to_owned()
+}
+
+/// An adapter user's file unchanged: its `resourceRules` alone make Prometheus the resource
+/// source (no `--resource-source`, as in prometheus-adapter); an explicit
+/// `--resource-source=kubelet` beside it reads the kubelets and leaves the rules unused. A
+/// reload removing the rules falls back to `resourceQueries:` without switching the source.
 #[tokio::test(flavor = "multi_thread")]
 async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
     let config_dir = mk_dir("adapter-resource-config");
     configmap_write(&config_dir, 1, RESOURCE_RULES);
+    let file = config_dir.join("config.yaml").display().to_string();
     let env = Env::start(
         "adapter-resource",
         Options {
             cadvisor: true,
-            extra_args: vec![
-                "--enable-resource-metrics".into(),
-                "--resource-source=prometheus".into(),
-                "--adapter-config".into(),
-                config_dir.join("config.yaml").display().to_string(),
-            ],
+            extra_args: vec!["--enable-resource-metrics".into(), "--adapter-config".into(), file.clone()],
             ..Options::default()
         },
     )
     .await;
+    assert_eq!(
+        resource_source_line(&env.stderr_log).await,
+        format!(
+            "resource source: prometheus (the resourceRules of --adapter-config {file}; --resource-source not given)"
+        )
+    );
     let truth = env.truth().await;
     let running = running_pods(&truth, "shop");
     let mgv = "/apis/metrics.k8s.io/v1beta1";
@@ -345,4 +451,86 @@ async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
     );
     let fetches = kubelet_fetches(&env.sim_stats().await);
     assert_eq!(fetches, 0);
+
+    // The same file with an explicit --resource-source=kubelet: the kubelets serve (their
+    // samples' window, the simulator's fetch count), no resourceRules query runs. Its
+    // Prometheus headers come from PERCOLATOR_PROMETHEUS_HEADER, one per line.
+    let queried_before = env.prometheus.queries().len();
+    let beside = Beside::start(
+        &env,
+        "explicit-kubelet",
+        &[
+            "--enable-resource-metrics".into(),
+            "--resource-source=kubelet".into(),
+            "--adapter-config".into(),
+            file.clone(),
+        ],
+        &[("PERCOLATOR_PROMETHEUS_HEADER", "X-Percolator-Test=a,b\nX-Scope-OrgID=tenant-a")],
+    )
+    .await;
+    assert_eq!(
+        resource_source_line(&beside.log).await,
+        format!(
+            "resource source: kubelet (--resource-source=kubelet given explicitly; the resourceRules of --adapter-config {file} are unused)"
+        )
+    );
+    let connection = log_line(&beside.log, |m| m == "Prometheus connection").await;
+    assert_eq!(connection["headers"], r#"["x-percolator-test", "x-scope-orgid"]"#, "{connection}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let list = loop {
+        let list = beside.get_json(&format!("{mgv}/namespaces/shop/pods")).await;
+        if list["items"].as_array().unwrap().len() == running.len() {
+            break list;
+        }
+        assert!(Instant::now() < deadline, "the kubelets never covered the running pods: {list}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for item in list["items"].as_array().unwrap() {
+        let name = item["metadata"]["name"].as_str().unwrap();
+        let pod = running.iter().find(|p| p["name"] == name).unwrap();
+        // Two kubelet samples a few housekeeping periods (2 s) apart, not the rules' 1m.
+        assert_ne!(item["window"], "1m0s", "{item}");
+        for c in item["containers"].as_array().unwrap() {
+            let truth =
+                pod["containers"].as_array().unwrap().iter().find(|t| t["name"] == c["name"]).unwrap();
+            assert_close(q(&c["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "kubelet cpu");
+            assert_close(
+                q(&c["usage"]["memory"]),
+                truth["memoryBytes"].as_f64().unwrap(),
+                0.001,
+                "kubelet memory",
+            );
+        }
+    }
+    let nodes = beside.get_json(&format!("{mgv}/nodes")).await;
+    assert_eq!(nodes["items"].as_array().unwrap().len(), truth["nodes"].as_array().unwrap().len());
+    assert!(kubelet_fetches(&env.sim_stats().await) > 0, "{}", env.sim_stats().await);
+    let queries = env.prometheus.queries();
+    let usage_series = ["container_cpu_usage", "container_memory", "node_cpu_usage", "node_memory"];
+    let resource_queries: Vec<&String> =
+        queries[queried_before..].iter().filter(|q| usage_series.iter().any(|s| q.contains(s))).collect();
+    assert!(resource_queries.is_empty(), "{resource_queries:#?}");
+
+    // A reload removing the rules: the first falls back to resourceQueries (the defaults
+    // here) and says a restart would read the kubelets; the second notes they were unused.
+    configmap_write(&config_dir, 2, "rules: []\n");
+    let removed = log_line(&env.stderr_log, |m| m.starts_with("resourceRules removed")).await;
+    assert_eq!(
+        removed["message"],
+        format!(
+            "resourceRules removed from --adapter-config {file}: CPU and memory now from the default resourceQueries (no --config); after a restart, the kubelets (--resource-source not given)"
+        )
+    );
+    let unused = log_line(&beside.log, |m| m.starts_with("resourceRules removed")).await;
+    assert_eq!(
+        unused["message"],
+        format!("resourceRules removed from --adapter-config {file}: unused, the resource source is kubelet")
+    );
+    let default_query = r#"sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{container!="",container!="POD",namespace="shop"}[1m]))"#;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !env.prometheus.queries().iter().any(|q| q == default_query) {
+        assert!(Instant::now() < deadline, "the default resourceQueries never ran");
+        env.get_json(&format!("{mgv}/namespaces/shop/pods")).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

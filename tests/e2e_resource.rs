@@ -63,8 +63,32 @@ async fn wait_for_pod_metrics(env: &Env, namespace: &str, running: usize) -> Val
     }
 }
 
+/// The start-up line that names the resource source and why (logged before "serving", which
+/// the harness waits for; the copy from the pipe may lag a little).
+async fn resource_source_line(env: &Env) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&env.stderr_log).unwrap_or_default();
+        let line = log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find_map(|v| {
+            v["fields"]["message"].as_str().filter(|m| m.starts_with("resource source: ")).map(str::to_owned)
+        });
+        if let Some(line) = line {
+            return line;
+        }
+        assert!(Instant::now() < deadline, "no resource source line in\n{log}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
     let env = Env::start(&format!("resource-{mode:?}").to_lowercase(), options(mode)).await;
+    let expected = match mode {
+        Mode::Kubelet => "resource source: kubelet (the default)",
+        Mode::Prometheus => {
+            "resource source: prometheus (--resource-source=prometheus given explicitly; the default resourceQueries (no --config))"
+        }
+    };
+    assert_eq!(resource_source_line(&env).await, expected);
     env.wait_for_cpu(Some("shop")).await;
     let truth = env.truth().await;
     let running = running_pods(&truth, "shop");

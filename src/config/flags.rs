@@ -114,7 +114,7 @@ fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
                 .default_missing_value("true")
                 .action(clap::ArgAction::Set)
         }
-        // A header value may hold commas: one header per flag.
+        // A header value may hold commas: one header per flag, or per line (its own delimiter).
         clap::ArgAction::Append if arg.get_id() == "prometheus_headers" => arg,
         clap::ArgAction::Append => arg.value_delimiter(','),
         _ => arg,
@@ -145,18 +145,35 @@ pub enum ResourceSource {
     #[default]
     Kubelet,
     /// PromQL over the series Prometheus already has (cAdvisor's `container_*`, the kubelet's
-    /// `node_*`): the `resourceQueries` of --config; no kubelet connection at all.
+    /// `node_*`): the `resourceRules` of --adapter-config, else the `resourceQueries` of
+    /// --config; no kubelet connection at all.
     Prometheus,
+}
+
+impl std::fmt::Display for ResourceSource {
+    /// The flag's spelling (`kubelet`, `prometheus`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Kubelet => "kubelet",
+            Self::Prometheus => "prometheus",
+        })
+    }
 }
 
 /// Flags of kubelet scraping.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct KubeletArgs {
-    /// Where pod, container and node CPU and memory come from: `kubelet` (each node's
-    /// /metrics/resource) or `prometheus` (the resourceQueries of --config; the --kubelet-*
-    /// flags are then unused).
-    #[arg(long, value_enum, default_value_t = ResourceSource::Kubelet, env = "PERCOLATOR_RESOURCE_SOURCE")]
-    pub resource_source: ResourceSource,
+    /// Where pod, container and node CPU and memory come from, for metrics.k8s.io and
+    /// PodMetricsSummary alike: `kubelet` (each node's /metrics/resource) or `prometheus` (the
+    /// resourceRules of --adapter-config, else the resourceQueries of --config; the --kubelet-*
+    /// flags are then unused). Default: `prometheus` when the --adapter-config file has
+    /// resourceRules at start (they mean Prometheus serves metrics.k8s.io, as in
+    /// prometheus-adapter), `kubelet` otherwise. Decided at start: a reload that adds or
+    /// removes resourceRules does not switch it.
+    // `None` when neither the flag nor its variable is given: no clap default, so that
+    // "given explicitly" is known; the server resolves it once the adapter file is read.
+    #[arg(long, value_enum, env = "PERCOLATOR_RESOURCE_SOURCE")]
+    pub resource_source: Option<ResourceSource>,
     /// Port of the kubelets' HTTPS endpoint.
     #[arg(long, default_value_t = 10250, env = "PERCOLATOR_KUBELET_PORT")]
     pub kubelet_port: u16,
@@ -245,8 +262,15 @@ pub struct PrometheusArgs {
     pub prometheus_basic_auth_password_file: Option<PathBuf>,
     /// A header sent with every request to Prometheus, as NAME=VALUE (e.g.
     /// X-Scope-OrgID=tenant-a for Mimir, Cortex or Loki-style tenants). Repeat the flag for
-    /// more headers; values are never logged.
-    #[arg(long = "prometheus-header", value_name = "NAME=VALUE", value_parser = HeaderParser)]
+    /// more headers; in PERCOLATOR_PROMETHEUS_HEADER, one NAME=VALUE per line (newline-separated,
+    /// not comma-separated: a value may hold commas; no empty line). Values are never logged.
+    #[arg(
+        long = "prometheus-header",
+        value_name = "NAME=VALUE",
+        value_parser = HeaderParser,
+        value_delimiter = '\n',
+        env = "PERCOLATOR_PROMETHEUS_HEADER"
+    )]
     pub prometheus_headers: Vec<PrometheusHeader>,
     /// Largest Prometheus answer read, in bytes (a quantity: 64Mi, 1Gi); a larger one is
     /// aborted while it streams in and the fields it would fill are omitted with a Warning.
@@ -323,6 +347,10 @@ fn header_error(message: String) -> clap::Error {
 
 /// Parses `NAME=VALUE` (the split at the first `=`, as prometheus-adapter does).
 fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, String> {
+    if text.trim().is_empty() {
+        // A blank line of PERCOLATOR_PROMETHEUS_HEADER, or a trailing newline.
+        return Err("an empty header: give one NAME=VALUE per line, without empty lines".to_owned());
+    }
     let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
     let name = http::HeaderName::from_bytes(name.trim().as_bytes())
         .map_err(|_| format!("{:?} is not a valid header name", name.trim()))?;
@@ -362,8 +390,10 @@ pub struct QueryArgs {
 pub struct AdapterArgs {
     /// A prometheus-adapter configuration file (rules, externalRules, resourceRules), read as
     /// the adapter reads it and served beside --config's metrics: rules with
-    /// --enable-custom-metrics, externalRules with --enable-external-metrics, resourceRules
-    /// with --resource-source=prometheus. Reloaded when it changes.
+    /// --enable-custom-metrics, externalRules with --enable-external-metrics, resourceRules as
+    /// the CPU and memory queries (with --enable-resource-metrics for metrics.k8s.io; present
+    /// at start, they make `prometheus` the default --resource-source). Reloaded when it
+    /// changes.
     #[arg(long, env = "PERCOLATOR_ADAPTER_CONFIG")]
     pub adapter_config: Option<PathBuf>,
     /// How often the series of the adapter configuration's rules are listed again (the
@@ -492,6 +522,31 @@ mod tests {
         Args::command().debug_assert();
     }
 
+    /// Every flag can be set from `PERCOLATOR_<FLAG>` (upper case, dashes to underscores), as
+    /// the README promises: a flag added without one fails here. `-v` is `--v`, so
+    /// `PERCOLATOR_V`.
+    #[test]
+    fn every_flag_has_its_environment_variable() {
+        let mut command = Args::command();
+        command.build();
+        let mut checked = 0;
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let long = arg.get_long().unwrap_or_else(|| panic!("{id} has no long name"));
+            let expected = format!("PERCOLATOR_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(expected.as_str()),
+                "--{long} needs env = \"{expected}\""
+            );
+            checked += 1;
+        }
+        assert!(checked > 50, "only {checked} flags walked");
+    }
+
     #[test]
     fn defaults_parse() {
         let args = parse(&[]);
@@ -544,8 +599,14 @@ mod tests {
             message,
             "error: invalid value for --prometheus-header (not shown: it may be a secret): expected NAME=VALUE\n"
         );
-        let message = error(&["--prometheus-header", "X-A=eyJsecret\nmore"]);
+        let message = error(&["--prometheus-header", "X-A=eyJsecret\rmore"]);
         assert!(!message.contains("eyJsecret"), "{message}");
+        // One header per line (PERCOLATOR_PROMETHEUS_HEADER's form; clap splits the variable
+        // and the flag's value alike): commas stay in the value.
+        let lines = parse(&["--prometheus-header", "X-Scope-OrgID=a,b\r\nX-Extra=c"]).prometheus;
+        let headers: Vec<_> =
+            lines.prometheus_headers.iter().map(|h| (h.name.as_str(), h.value.to_str().unwrap())).collect();
+        assert_eq!(headers, [("x-scope-orgid", "a,b"), ("x-extra", "c")]);
         // An explicit false does not conflict with a CA file.
         let a =
             parse(&["--prometheus-ca-file=ca.crt", "--prometheus-insecure-skip-tls-verify=false"]).prometheus;
@@ -554,7 +615,8 @@ mod tests {
             (&["--prometheus-header", "X-Scope-OrgID"][..], "expected NAME=VALUE"),
             (&["--prometheus-header", "Bad Name=x"], "\"Bad Name\" is not a valid header name"),
             (&["--prometheus-header", "Host=evil"], "header host is set by the HTTP client"),
-            (&["--prometheus-header", "X-A=line\nbreak"], "the value of header x-a has characters"),
+            (&["--prometheus-header", "X-A=line\rbreak"], "the value of header x-a has characters"),
+            (&["--prometheus-header", "X-A=a\n"], "an empty header: give one NAME=VALUE per line"),
             (&["--prometheus-max-response-bytes=0"], "\"0\" is not a whole number of bytes above 0"),
             (&["--prometheus-max-response-bytes=1.5"], "\"1.5\" is not a whole number of bytes above 0"),
             (&["--prometheus-max-response-bytes=lots"], "--prometheus-max-response-bytes"),
@@ -610,10 +672,21 @@ mod tests {
         assert!(!parse(&["--authentication-skip-lookup=false"]).auth.authentication_skip_lookup);
         // Every boolean flag reads so, as in Go.
         assert!(parse(&["--kubelet-insecure-tls"]).kubelet.kubelet_insecure_tls);
-        assert_eq!(parse(&[]).kubelet.resource_source, ResourceSource::Kubelet);
+        // No default: whether it was given is known (the server resolves it).
+        assert_eq!(parse(&[]).kubelet.resource_source, None);
         assert_eq!(
             parse(&["--resource-source", "prometheus"]).kubelet.resource_source,
-            ResourceSource::Prometheus
+            Some(ResourceSource::Prometheus)
+        );
+        assert_eq!(
+            parse(&["--resource-source=kubelet"]).kubelet.resource_source,
+            Some(ResourceSource::Kubelet)
+        );
+        let help = Args::command().render_long_help().to_string();
+        assert!(
+            help.contains("Default: `prometheus` when the --adapter-config file has resourceRules")
+                && help.contains("PERCOLATOR_RESOURCE_SOURCE"),
+            "{help}"
         );
         let error =
             Args::try_parse_from(["percolator", "--resource-source=cadvisor"]).unwrap_err().to_string();
