@@ -44,16 +44,23 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     percolator::install_crypto_provider();
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     match (cli.command, cli.sim) {
-        (Some(Command::Demo(args)), _) => demo::run(args, percolator::server::shutdown_signal()).await,
-        (None, Some(sim)) => Ok(sim::run(sim, percolator::server::shutdown_signal()).await?),
+        (Some(Command::Demo(args)), _) => {
+            // The demo logs to files in its directory (see `demo::init_logging`).
+            let dir = demo::prepare_dir(&args)?;
+            demo::init_logging(&dir, args.verbosity)?;
+            demo::run(args, dir, percolator::server::shutdown_signal()).await
+        }
+        (None, Some(sim)) => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            Ok(sim::run(sim, percolator::server::shutdown_signal()).await?)
+        }
         (None, None) => anyhow::bail!("--state-dir is required (or use `percolator-sim demo`)"),
     }
 }

@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
+use super::aggregator::{self, Registry};
 use super::cluster::{Cluster, Event, EventType, Expired, Object, WatchStart, Watched};
 use super::controllers::{Controller, Resource};
 use super::kubelet::has_token;
@@ -54,6 +55,8 @@ pub(crate) struct ApiState {
     pub(crate) address: String,
     /// Tokens and rules for TokenReview and SubjectAccessReview.
     pub(crate) policy: Arc<Policy>,
+    /// The aggregated extension API server, once registered ([`super::aggregator`]).
+    pub(crate) aggregation: Arc<Registry>,
 }
 
 /// An API error: always rendered as a `metav1.Status`.
@@ -111,11 +114,22 @@ pub(crate) fn router(state: ApiState) -> axum::Router {
         )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), aggregator::aggregate))
         .with_state(state)
 }
 
+/// The service-account token may do everything served here; a user of the policy (kubectl in
+/// the demo) may read (`GET`) everything, without RBAC: only the aggregated groups, whose
+/// server asks SubjectAccessReviews, apply the policy's rules.
 async fn authenticate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    if has_token(&request, &state.cluster.token) {
+    let policy_user = request.method() == http::Method::GET
+        && request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| state.policy.authenticate(t.trim()).is_some());
+    if policy_user || has_token(&request, &state.cluster.token) {
         next.run(request).await
     } else {
         state.cluster.stats.api("unauthorized");
@@ -210,10 +224,46 @@ fn group_json(group: &str, version: &str) -> serde_json::Value {
     serde_json::json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
+/// The `APIGroup` entries of `/apis`.
+pub(crate) fn legacy_groups() -> Vec<serde_json::Value> {
+    GROUPS.iter().map(|(g, v)| group_json(g, v)).collect()
+}
+
+/// The `APIGroupDiscovery` entries (`apidiscovery.k8s.io/v2`) of the same groups.
+pub(crate) fn aggregated_groups() -> Vec<serde_json::Value> {
+    GROUPS
+        .iter()
+        .map(|(group, version)| {
+            let resources: Vec<serde_json::Value> = group_resources(group)
+                .iter()
+                .map(|r| {
+                    let mut resource = serde_json::json!({
+                        "resource": r["name"],
+                        "responseKind": {"group": group, "version": version, "kind": r["kind"]},
+                        "scope": if r["namespaced"] == true { "Namespaced" } else { "Cluster" },
+                        "singularResource": r["singularName"],
+                        "verbs": r["verbs"],
+                    });
+                    for key in ["shortNames", "categories"] {
+                        if let (Some(value), Some(object)) = (r.get(key), resource.as_object_mut()) {
+                            object.insert(key.into(), value.clone());
+                        }
+                    }
+                    resource
+                })
+                .collect();
+            serde_json::json!({
+                "metadata": {"name": group, "creationTimestamp": null},
+                "versions": [{"version": version, "resources": resources, "freshness": "Current"}],
+            })
+        })
+        .collect()
+}
+
 async fn api_groups(State(state): State<ApiState>) -> Response {
     state.cluster.stats.api("get discovery");
-    let groups: Vec<serde_json::Value> = GROUPS.iter().map(|(g, v)| group_json(g, v)).collect();
-    Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
+    Json(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": legacy_groups()}))
+        .into_response()
 }
 
 async fn api_group(State(state): State<ApiState>, Path(group): Path<String>) -> Result<Response, ApiError> {

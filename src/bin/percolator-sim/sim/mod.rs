@@ -16,12 +16,17 @@
 //!   trust ConfigMap `kube-system/extension-apiserver-authentication` (get/list/watch) built
 //!   from a generated client CA and front-proxy CA (`trust`), and TokenReview and
 //!   SubjectAccessReview answered from a [`policy::Policy`] (`reviews`).
+//! - kube-aggregator's part (`aggregator`): once percolator is registered
+//!   ([`RunningSim::register_api_service`]), its groups are proxied with the front-proxy
+//!   client certificate and the caller's identity, and discovery (`/apis`, `/openapi/v3`) is
+//!   merged, so kubectl talks to the simulated API as to a real cluster (the demo).
 //!
 //! [`start`] binds everything, writes `ca.crt`, `token`, `kubeconfig`, `sim.json` and the
 //! authentication PKI (`client-ca.*`, `front-proxy-*`, `users/*`, `bad/*`; see `trust`) into
 //! the state directory and returns a [`RunningSim`]; [`run`] also prints the ready line and
 //! serves until its shutdown future resolves.
 
+mod aggregator;
 mod api;
 pub mod apps;
 pub mod cadvisor;
@@ -53,6 +58,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use self::aggregator::AggregationError;
 pub use self::pki::PkiError;
 pub use self::policy::{Policy, PolicyError};
 
@@ -229,11 +235,35 @@ pub struct RunningSim {
     /// The trust material, for in-process tests.
     #[cfg(test)]
     trust: Arc<trust::Trust>,
+    aggregation: Arc<aggregator::Registry>,
     trigger: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
 
 impl RunningSim {
+    /// Aggregates the extension API server at `url` (`https://host:port`, its serving
+    /// certificate verified by `ca_pem`) into the simulated API, as an `APIService` for each
+    /// group its `/apis` lists does in kube-apiserver ([`aggregator`]); returns the groups.
+    /// The server must trust the state directory's front-proxy CA (as percolator does through
+    /// the `extension-apiserver-authentication` ConfigMap).
+    ///
+    /// # Errors
+    /// The front-proxy client files or `ca_pem` are invalid, or the server's `/apis` cannot be
+    /// read.
+    pub async fn register_api_service(
+        &self,
+        url: &str,
+        ca_pem: &[u8],
+    ) -> Result<Vec<String>, AggregationError> {
+        let dir = &self.ready.state_dir;
+        let read = |name: &str| {
+            std::fs::read(dir.join(name))
+                .map_err(|e| AggregationError::Tls(format!("{}: {e}", dir.join(name).display())))
+        };
+        let (cert, key) = (read("front-proxy-client.crt")?, read("front-proxy-client.key")?);
+        self.aggregation.register(url, ca_pem, &cert, &key).await
+    }
+
     /// Stops serving and waits for the listeners to close.
     pub async fn shutdown(mut self) {
         let _ = self.trigger.send(true);
@@ -381,10 +411,12 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     // Serve.
     let (trigger, shutdown) = Shutdown::new();
     let mut tasks = JoinSet::new();
+    let aggregation = Arc::new(aggregator::Registry::default());
     let api_router = api::router(api::ApiState {
         cluster: Arc::clone(&cluster),
         address: api_addr.to_string(),
         policy: Arc::clone(&policy),
+        aggregation: Arc::clone(&aggregation),
     });
     tasks.spawn(serve::serve_tls(api_listener, pki.api_config()?, api_router, shutdown.clone()));
     let apps_router = apps::router(apps::AppState {
@@ -436,6 +468,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         cluster,
         #[cfg(test)]
         trust,
+        aggregation,
         trigger,
         tasks,
     })

@@ -44,8 +44,9 @@
 //! rights of `system:auth-delegator`, of `extension-apiserver-authentication-reader` and to
 //! read pods, nodes, services and the `apps` workloads (deployments, replicasets,
 //! statefulsets, daemonsets: the objects of custom metrics). Its token also authenticates in
-//! a TokenReview. (The simulated API itself only checks that token; these rules answer
-//! SubjectAccessReviews.)
+//! a TokenReview. (The simulated API itself lets that token do everything and the policy's
+//! users read everything; these rules answer SubjectAccessReviews, which the aggregated
+//! extension server asks.)
 
 use std::collections::BTreeSet;
 use std::path::Path;
