@@ -49,9 +49,10 @@ const ALL_APISERVICES: [&str; 5] = [
     "v1beta1.external.metrics.k8s.io",
 ];
 
-/// The Python that has helm-python-sdk (scripts/install-deps.sh installs it for `python3`).
-fn python() -> String {
-    std::env::var("PERCOLATOR_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+/// The Python that has helm-python-sdk: `$PERCOLATOR_PYTHON`, or the venv's
+/// (scripts/install-deps.sh installs it there).
+fn python() -> std::path::PathBuf {
+    std::env::var_os("PERCOLATOR_PYTHON").map_or_else(common::python, Into::into)
 }
 
 /// Runs `helm_chart.py COMMAND charts/percolator` with `request` on its standard input: its
@@ -71,7 +72,7 @@ fn helm_in(chart: &std::path::Path, command: &str, request: &Value) -> Result<Va
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("python3 with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)");
+        .expect("the venv's python with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)");
     child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     if out.status.success() {
@@ -879,7 +880,7 @@ fn rendered_configuration_files_load_in_percolator() {
         "configMap percolator-adapter-config config.yaml"
     );
     let flags = parse_flags(declared, "declared");
-    assert_eq!(flags.kubelet.resource_source, percolator::config::ResourceSource::Prometheus);
+    assert_eq!(flags.kubelet.resource_source, Some(percolator::config::ResourceSource::Prometheus));
 
     assert_eq!(config_text(&renders[2].objects, "percolator-config"), text);
 

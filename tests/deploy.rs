@@ -76,7 +76,7 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
     for (example, name) in
         [("deploy/examples/hpa-cafe.yaml", "espresso-du-matin"), ("deploy/examples/hpa-web-pods.yaml", "web")]
     {
-        let out = std::process::Command::new("kubernetes-validate")
+        let out = std::process::Command::new(common::venv_bin("kubernetes-validate"))
             .args(["--strict", "-k", "1.33.0", example])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()

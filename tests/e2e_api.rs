@@ -259,11 +259,11 @@ async fn error_matrix_negotiation_and_documents() {
     for (file, doc) in [("v2.json", serde_json::to_string(&v2).unwrap()), ("v3.json", v3)] {
         let path = env.dir.join(file);
         std::fs::write(&path, doc).unwrap();
-        let out = std::process::Command::new("python3")
+        let out = std::process::Command::new(common::python())
             .args(["-m", "openapi_spec_validator"])
             .arg(&path)
             .output()
-            .expect("python3 runs");
+            .expect("the venv's python runs");
         assert!(
             out.status.success(),
             "openapi-spec-validator rejected {file}: {}{}",

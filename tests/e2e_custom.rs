@@ -235,7 +235,7 @@ fn python_items(
     metric_selector: &str,
 ) -> Vec<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/custom_metrics_client.py");
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new(common::python())
         .arg(script)
         .arg(&env.url)
         .arg(env.dir.join("certs/apiserver.crt"))

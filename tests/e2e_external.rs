@@ -151,7 +151,7 @@ async fn default_metrics_match_the_truth(env: &Env) {
     // An independent client: the official Python kubernetes package decodes the list and
     // parses every value as a Quantity.
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/external_metrics_client.py");
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new(common::python())
         .arg(script)
         .arg(&env.url)
         .arg(env.dir.join("certs/apiserver.crt"))

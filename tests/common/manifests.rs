@@ -72,11 +72,11 @@ pub fn kubernetes_validate(objects: &[Value], what: &str) {
     let yaml: String =
         checked.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect();
     std::fs::write(&file, yaml).unwrap();
-    let out = std::process::Command::new("kubernetes-validate")
+    let out = std::process::Command::new(super::venv_bin("kubernetes-validate"))
         .args(["--strict", "-k", KUBERNETES_VERSION])
         .arg(&file)
         .output()
-        .expect("kubernetes-validate (PyPI) is installed by scripts/install-deps.sh");
+        .expect("kubernetes-validate runs");
     let _ = std::fs::remove_file(&file);
     let report = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     for line in report.lines() {

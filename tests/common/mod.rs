@@ -592,6 +592,35 @@ pub fn kubectl_bin() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_string())
 }
 
+/// The virtual environment of the Python test tools, as `scripts/install-deps.sh` makes it:
+/// `$PERCOLATOR_VENV` (absolute, or relative to the repository) or `<repo>/.venv`.
+pub fn venv() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match std::env::var_os("PERCOLATOR_VENV") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join(".venv"),
+    }
+}
+
+/// `bin/NAME` of the [`venv`] (`python`, `kubernetes-validate`); panics saying how to make it
+/// when it is missing.
+pub fn venv_bin(name: &str) -> PathBuf {
+    let bin = venv().join("bin").join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/install-deps.sh, which installs the Python test tools in a \
+         virtual environment (<repo>/.venv, or $PERCOLATOR_VENV)",
+        bin.display()
+    );
+    bin
+}
+
+/// The Python of the [`venv`], which has every Python test tool (`tests/python/*.py` run with
+/// it).
+pub fn python() -> PathBuf {
+    venv_bin("python")
+}
+
 /// Parses a Quantity string to a float.
 pub fn q(v: &Value) -> f64 {
     percolator::k8s::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
