@@ -72,7 +72,9 @@ fn helm_in(chart: &std::path::Path, command: &str, request: &Value) -> Result<Va
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("the venv's python with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)");
+        .expect(
+            "the venv's python with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)",
+        );
     child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     if out.status.success() {
