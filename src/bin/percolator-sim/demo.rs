@@ -270,7 +270,11 @@ pub async fn run(
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        // Prometheus' own log (prometheus-<port>.log), not its query log (query.log).
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "log")
+                && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("prometheus-"))
+        })
         .unwrap_or_else(|| dir.join("prometheus"));
     let block = commands(&kubeconfig, &names);
     println!(
