@@ -113,11 +113,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     let config = LiveConfig::load(args.queries.config.as_deref(), args.queries.window, config_check())?;
     // Read first: a bad file stops the start at once, and its resourceRules decide the
-    // default resource source.
-    let adapter_file = match &args.adapter.adapter_config {
-        Some(path) => Some((path.as_path(), crate::adapter::live::load(path)?.1.resource_rules.is_some())),
+    // default resource source. It is read once: start_adapter serves what was read here.
+    let adapter_loaded = match &args.adapter.adapter_config {
+        Some(path) => Some((path.as_path(), crate::adapter::live::load(path)?)),
         None => None,
     };
+    let adapter_file =
+        adapter_loaded.as_ref().map(|(path, (_, config))| (*path, config.resource_rules.is_some()));
     let resource_source = ResourceSourceChoice::resolve(
         args.kubelet.resource_source,
         adapter_file,
@@ -230,8 +232,10 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .with_auth(auth)
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
-    let adapter = match &args.adapter.adapter_config {
-        Some(path) => Some(start_adapter(path, &args.adapter, prometheus.clone(), &config, &metrics).await?),
+    let adapter = match adapter_loaded {
+        Some((path, loaded)) => {
+            Some(start_adapter(path, loaded, &args.adapter, prometheus.clone(), &config, &metrics).await?)
+        }
         None => None,
     };
     if let (Some(adapter), Some((path, had_rules))) = (&adapter, adapter_file) {
@@ -410,7 +414,7 @@ fn watch_resource_rules(
     mut had_rules: bool,
 ) {
     tokio::spawn(async move {
-        // 0: the first look compares too (the file may have changed since it was first read).
+        // 0: the first look compares too (a reload may have come before this task runs).
         let mut seen = 0;
         loop {
             let generation = adapter.generation();
@@ -466,6 +470,7 @@ impl ResourceQueryPlan for PlanSlot {
 /// A metric name both the adapter's rules and `--config` serve stops the start, naming both.
 async fn start_adapter(
     path: &std::path::Path,
+    loaded: (String, crate::adapter::AdapterConfig),
     args: &crate::config::AdapterArgs,
     prometheus: Arc<dyn PromSource>,
     config: &LiveConfig,
@@ -473,7 +478,7 @@ async fn start_adapter(
 ) -> anyhow::Result<Arc<LiveAdapter>> {
     let max_age =
         args.metrics_max_age.unwrap_or(args.metrics_relist_interval).max(args.metrics_relist_interval);
-    let adapter = LiveAdapter::load(path, prometheus, max_age).await?;
+    let adapter = LiveAdapter::start(path, loaded, prometheus, max_age).await;
     let current = adapter.current();
     let snapshot = config.current();
     // A name --config declares cannot be taken; a default metric's can (the adapter's wins).

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::manifests::{self, find};
+use common::manifests::{self, find, kustomize as render};
 use common::{Env, Options};
 use serde_json::Value;
 
@@ -27,10 +27,6 @@ const KUSTOMIZATIONS: &[&str] = &[
 
 /// The APIServices of the custom metrics API.
 const CUSTOM_APISERVICES: [&str; 2] = ["v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io"];
-
-fn render(dir: &str) -> Vec<Value> {
-    manifests::kustomize(dir)
-}
 
 fn read_yaml(path: &str) -> Value {
     let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();

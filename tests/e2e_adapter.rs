@@ -15,8 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    Env, Options, assert_close, auth_headers, configmap_write, kubelet_fetches, mk_dir, q, read_ready_line,
-    running_pods,
+    Env, Options, assert_close, configmap_write, kubelet_fetches, mk_dir, q, read_ready_line, running_pods,
 };
 use serde_json::Value;
 
@@ -322,12 +321,7 @@ impl Beside {
             Some(&log),
         )
         .await;
-        let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
-        let client = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
-            .default_headers(auth_headers())
-            .build()
-            .unwrap();
+        let client = common::mk_percolator_client(&dir.join("certs"));
         let beside =
             Beside { url: format!("https://{}", address.as_str().unwrap()), client, log, _process: process };
         let deadline = Instant::now() + Duration::from_secs(30);

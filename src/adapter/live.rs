@@ -92,7 +92,17 @@ impl LiveAdapter {
         prometheus: Arc<dyn PromSource>,
         max_age: Duration,
     ) -> Result<Arc<Self>, AdapterError> {
-        let (text, config) = load(path)?;
+        Ok(Self::start(path, load(path)?, prometheus, max_age).await)
+    }
+
+    /// As [`LiveAdapter::load`], from the text and configuration [`load`] already read from
+    /// `path`.
+    pub async fn start(
+        path: &Path,
+        (text, config): (String, AdapterConfig),
+        prometheus: Arc<dyn PromSource>,
+        max_age: Duration,
+    ) -> Arc<Self> {
         let config = Arc::new(config);
         let live = Arc::new(Self {
             path: path.to_path_buf(),
@@ -109,7 +119,7 @@ impl LiveAdapter {
             desired: Mutex::new(config),
         });
         live.relist().await;
-        Ok(live)
+        live
     }
 
     /// What is served now.

@@ -316,12 +316,7 @@ impl Env {
             ),
         )
         .unwrap();
-        let ca = std::fs::read(dir.join("certs/apiserver.crt")).unwrap();
-        let client = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
-            .default_headers(auth_headers())
-            .build()
-            .unwrap();
+        let client = mk_percolator_client(&dir.join("certs"));
         let env = Env {
             dir,
             sim_api,
@@ -580,6 +575,17 @@ pub fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
 /// Kubelet fetches of every node so far, from the simulator's stats.
 pub fn kubelet_fetches(stats: &Value) -> u64 {
     stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
+}
+
+/// A client of the percolator whose `--cert-dir` is `cert_dir` (trusting the self-signed
+/// certificate it generated there), sending the test's credentials.
+pub fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
+    let ca = std::fs::read(cert_dir.join("apiserver.crt")).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .default_headers(auth_headers())
+        .build()
+        .unwrap()
 }
 
 pub fn auth_headers() -> reqwest::header::HeaderMap {
