@@ -584,6 +584,8 @@ fn kubelet_config(
         cache: cache.clone(),
         use_node_status_port: args.kubelet_use_node_status_port,
         reuse_connections: args.kubelet_reuse_connections,
+        max_rate_window: args.max_rate_window,
+        idle_after: args.idle_after,
         ..KubeletConfig::default()
     }
 }

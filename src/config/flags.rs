@@ -130,6 +130,16 @@ fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> 
     }
 }
 
+/// `--max-rate-window`: kubelet sample times are in milliseconds and a few apart at best, so
+/// less than a second could never hold a pair.
+fn parse_rate_window(text: &str) -> std::result::Result<Duration, String> {
+    match duration::parse(text) {
+        Ok(d) if d < Duration::from_secs(1) => Err("must be at least 1s".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Flags of cluster access.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct ClusterArgs {
@@ -204,6 +214,17 @@ pub struct KubeletArgs {
     /// on a real network).
     #[arg(long, default_value_t = true, env = "PERCOLATOR_KUBELET_REUSE_CONNECTIONS")]
     pub kubelet_reuse_connections: bool,
+    /// The widest window a CPU rate from kubelet samples may span (e.g. 60s): two samples
+    /// further apart give no CPU (the answer's Warning says when it will be there) rather than
+    /// an average over an idle period. It must exceed the kubelets' housekeeping period
+    /// (10–15s) plus the sampling interval (--cache-ttl, at most a third of this window).
+    #[arg(long, default_value = "60s", value_parser = parse_rate_window, env = "PERCOLATOR_MAX_RATE_WINDOW")]
+    pub max_rate_window: Duration,
+    /// How long nodes are still sampled in the background after a request last needed their
+    /// kubelet data (e.g. 5m), so CPU rates stay current between requests; after that an idle
+    /// percolator makes no kubelet requests. 0s: no background sampling (fetched on demand).
+    #[arg(long, default_value = "5m", value_parser = duration::parse, env = "PERCOLATOR_IDLE_AFTER")]
+    pub idle_after: Duration,
 }
 
 /// Flags of the Prometheus HTTP API. Its `Debug` leaves out a password in the URL and the

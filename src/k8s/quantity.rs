@@ -110,8 +110,9 @@ fn with_suffix(mut mantissa: i128, base: i128, suffixes: &[(i32, &str)]) -> Stri
     format!("{mantissa}{suffix}")
 }
 
-/// Canonical DecimalSI text of a value in nano units.
-fn format_decimal_nanos(nanos: i128) -> String {
+/// Canonical DecimalSI text of a value in nano units (`14000000` → `14m`, `2051777` →
+/// `2051777n`): exact, for values counted in whole nano units such as nanocores.
+pub fn format_decimal_nanos(nanos: i128) -> String {
     if nanos == 0 {
         return "0".to_owned();
     }

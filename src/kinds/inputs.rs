@@ -161,7 +161,7 @@ impl GroupUsage {
                 .sum()
         };
         Self {
-            cpu: sum(|c| c.cpu_cores).map(round_cpu),
+            cpu: sum(ContainerUsage::cpu_cores).map(round_cpu),
             memory: sum(|c| c.memory_bytes),
             newest: containers.iter().flatten().flat_map(|c| c.iter()).filter_map(|c| c.timestamp).max(),
         }

@@ -123,7 +123,7 @@ impl PodMetricsSummaries {
         };
         // Each container's CPU is published rounded; the pod's is the sum of those, so the
         // published containers add up to the published pod exactly.
-        let cpu = sum(|c| c.cpu_cores.map(round_cpu)).map(round_cpu);
+        let cpu = sum(|c| c.cpu_cores().map(round_cpu)).map(round_cpu);
         let memory = sum(|c| c.memory_bytes);
         let requests_value = requests.map(|s| s.value).filter(|v| v.is_finite());
         let errors_value = errors.map(|s| s.value).filter(|v| v.is_finite());
@@ -157,7 +157,7 @@ impl PodMetricsSummaries {
                 .iter()
                 .map(|c| ContainerMetrics {
                     name: &c.name,
-                    cpu: c.cpu_cores.map(round_cpu).map(quantity::decimal_si),
+                    cpu: c.cpu_cores().map(round_cpu).map(quantity::decimal_si),
                     memory: c.memory_bytes.map(quantity::binary_si),
                 })
                 .collect(),
@@ -632,7 +632,11 @@ mod tests {
             json!([{"name": "app", "cpu": "100m", "memory": "100Mi"}, {"name": "sidecar", "memory": "4Mi"}]);
         assert_eq!(mk_json(&listing.items[0]), expected);
         assert_eq!(mk_cells(&listing.items[0])[1..3], ["<none>", "104Mi"]);
-        assert_eq!(listing.warnings, Vec::<String>::new());
+        assert_eq!(
+            listing.warnings,
+            ["cpu not yet available for 1 pod (new containers, or the first request after an idle period): \
+              a CPU rate needs two kubelet samples at most 1m0s apart (--max-rate-window); ask again in 10s"]
+        );
     }
 
     #[tokio::test]

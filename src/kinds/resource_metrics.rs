@@ -15,6 +15,7 @@
 //! - Table columns `Name`, `cpu`, `memory`, `Window`, singular name empty, no short names.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
@@ -88,9 +89,10 @@ pub fn kinds(sources: &Sources) -> [Arc<dyn super::ServedKind>; 2] {
     })
 }
 
-/// CPU as metrics-server publishes it: whole nanocores, truncated.
-fn cpu_quantity(cores: f64) -> String {
-    quantity::decimal_si((cores * 1e9).floor() / 1e9)
+/// CPU as metrics-server publishes it: whole nanocores (the rate is rounded to them where it
+/// is computed).
+fn cpu_quantity(nanocores: u64) -> String {
+    quantity::format_decimal_nanos(i128::from(nanocores))
 }
 
 /// Memory as metrics-server publishes it: whole bytes, BinarySI.
@@ -106,12 +108,12 @@ struct Usage {
 }
 
 /// The usage of `sample`, its timestamp and window, when it has both resources.
-fn usage_of(sample: &ContainerUsage) -> Option<(Usage, Timestamp, f64)> {
-    let (cpu, memory) = (sample.cpu_cores?, sample.memory_bytes?);
+fn usage_of(sample: &ContainerUsage) -> Option<(Usage, Timestamp, Duration)> {
+    let (cpu, memory) = (sample.cpu_nanocores?, sample.memory_bytes?);
     Some((
         Usage { cpu: cpu_quantity(cpu), memory: memory_quantity(memory) },
         sample.timestamp?,
-        sample.window_seconds?,
+        sample.window?,
     ))
 }
 
@@ -176,14 +178,16 @@ impl ResourceMetrics {
             let Some(containers) = usage.get(&key).filter(|c| !c.is_empty()) else { continue };
             // Every container needs its rate, or the pod is absent (metrics-server).
             let Some(usages) =
-                containers.iter().map(usage_of).collect::<Option<Vec<(Usage, Timestamp, f64)>>>()
+                containers.iter().map(usage_of).collect::<Option<Vec<(Usage, Timestamp, Duration)>>>()
             else {
                 continue;
             };
             let Some((_, timestamp, window)) = usages.iter().min_by_key(|(_, at, _)| *at) else { continue };
-            let (timestamp, window) = (*timestamp, duration::seconds_string(*window));
-            let (cpu, memory) = containers.iter().fold((0.0, 0.0), |(cpu, memory), c| {
-                (cpu + c.cpu_cores.unwrap_or_default(), memory + c.memory_bytes.unwrap_or_default())
+            let (timestamp, window) = (*timestamp, duration::go_string(*window));
+            // Summed as metrics-server sums Quantities: whole nanocores and whole bytes.
+            let (cpu, memory) = containers.iter().fold((0u64, 0.0), |(cpu, memory), c| {
+                let bytes = c.memory_bytes.unwrap_or_default().floor();
+                (cpu.saturating_add(c.cpu_nanocores.unwrap_or_default()), memory + bytes)
             });
             let mut meta = Meta::of_pod(pod);
             meta.uid = None;
@@ -242,7 +246,7 @@ impl ResourceMetrics {
             let Some((usage, timestamp, window)) = usage.nodes.get(&node.name).and_then(usage_of) else {
                 continue;
             };
-            let window = duration::seconds_string(window);
+            let window = duration::go_string(window);
             let meta = Meta {
                 name: node.name.as_str().into(),
                 namespace: "".into(),
@@ -358,16 +362,12 @@ mod tests {
         Arc::get_mut(&mut inventory).unwrap().nodes =
             vec![mk_node("node-b", &[]), mk_node("node-a", &[("zone", "a")]), mk_node("node-c", &[])];
         let mut sidecar = mk_container("sidecar", Some(0.000_5), Some(10.0 * MI + 3.0), EARLIER);
-        sidecar.window_seconds = Some(10.405);
+        sidecar.window = Some(Duration::from_millis(10_405));
         let kubelet = FakeKubelet::default()
             .node(
                 "node-a",
                 vec![
-                    (
-                        "shop",
-                        "web-1",
-                        vec![mk_container("app", Some(0.250_000_000_9), Some(128.0 * MI), AT), sidecar],
-                    ),
+                    ("shop", "web-1", vec![mk_container("app", Some(0.25), Some(128.0 * MI), AT), sidecar]),
                     ("shop", "web-2", vec![mk_container("app", None, Some(MI), AT)]),
                 ],
             )

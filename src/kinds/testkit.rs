@@ -54,10 +54,10 @@ pub(crate) fn mk_pod(
 pub(crate) fn mk_container(name: &str, cpu: Option<f64>, memory: Option<f64>, at: &str) -> ContainerUsage {
     ContainerUsage {
         name: name.into(),
-        cpu_cores: cpu,
+        cpu_nanocores: cpu.map(|cores| (cores * 1e9).round() as u64),
         memory_bytes: memory,
         timestamp: Some(mk_time(at)),
-        window_seconds: cpu.map(|_| 15.0),
+        window: cpu.map(|_| std::time::Duration::from_secs(15)),
     }
 }
 

@@ -85,15 +85,23 @@ pub struct PodKey {
 pub struct ContainerUsage {
     /// Container name.
     pub name: Arc<str>,
-    /// CPU usage in cores, the rate between two cumulative samples; `None` until two distinct
-    /// samples have been seen (a single sample is never reported as a usage).
-    pub cpu_cores: Option<f64>,
+    /// CPU usage in whole nanocores, the rate between two cumulative samples; `None` until
+    /// two distinct samples at most `--max-rate-window` apart have been seen (a single sample
+    /// is never reported as a usage).
+    pub cpu_nanocores: Option<u64>,
     /// Memory working set in bytes.
     pub memory_bytes: Option<f64>,
     /// Time of the newest sample used.
     pub timestamp: Option<Timestamp>,
-    /// Time span between the two CPU samples, in seconds.
-    pub window_seconds: Option<f64>,
+    /// Time span between the two CPU samples (the range of a Prometheus `rate()`).
+    pub window: Option<std::time::Duration>,
+}
+
+impl ContainerUsage {
+    /// The CPU usage in cores.
+    pub fn cpu_cores(&self) -> Option<f64> {
+        self.cpu_nanocores.map(|n| n as f64 / 1e9)
+    }
 }
 
 /// Usage of every pod on one node, from one kubelet fetch.
@@ -139,6 +147,12 @@ pub trait KubeletSource: Send + Sync {
     /// Container usage of every pod on `node`. Implementations cache per node and make
     /// concurrent calls for the same node share one fetch.
     fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>>;
+
+    /// How CPU rates are kept current (the largest window, how often nodes are sampled),
+    /// for the warning of an answer with CPU still missing.
+    fn sampling(&self) -> kubelet::Sampling {
+        kubelet::KubeletConfig::default().sampling()
+    }
 }
 
 /// The usage of a set of pods: per pod, its containers' usage (a pod without usage is absent),

@@ -43,6 +43,27 @@ impl KubeletUsage {
     }
 }
 
+impl KubeletUsage {
+    /// Why `count` pods or nodes have no CPU yet, and when to ask again.
+    fn cpu_waiting(&self, count: usize, what: &str) -> String {
+        let sampling = self.kubelet.sampling();
+        let plural = if count == 1 { "" } else { "s" };
+        format!(
+            "cpu not yet available for {count} {what}{plural} (new containers, or the first request after \
+             an idle period): a CPU rate needs two kubelet samples at most {} apart (--max-rate-window); \
+             ask again in {}",
+            crate::k8s::duration::go_string(sampling.max_window),
+            crate::k8s::duration::go_string(sampling.interval),
+        )
+    }
+}
+
+/// The warnings that are there, in one line.
+fn join_warnings<const N: usize>(warnings: [Option<String>; N]) -> Option<String> {
+    let warnings: Vec<String> = warnings.into_iter().flatten().collect();
+    (!warnings.is_empty()).then(|| warnings.join("; "))
+}
+
 /// `failed` (error messages naming their node) as the tail of a warning.
 fn listed(failed: &BTreeSet<String>) -> String {
     let mut text = failed.iter().take(LISTED).cloned().collect::<Vec<_>>().join("; ");
@@ -70,11 +91,20 @@ impl UsageSource for KubeletUsage {
                     }
                 }
             }
-            usage.warning = match failed.len() {
+            let failed = match failed.len() {
                 0 => None,
                 1 => Some(format!("cpu and memory omitted for pods on 1 node: {}", listed(&failed))),
                 n => Some(format!("cpu and memory omitted for pods on {n} nodes: {}", listed(&failed))),
             };
+            let waiting = pods
+                .iter()
+                .filter(|p| {
+                    let key = PodKey { namespace: p.namespace.clone(), name: p.name.clone() };
+                    usage.pods.get(&key).is_some_and(|c| c.iter().any(|c| c.cpu_nanocores.is_none()))
+                })
+                .count();
+            let waiting = (waiting > 0).then(|| self.cpu_waiting(waiting, "pod"));
+            usage.warning = join_warnings([failed, waiting]);
             usage
         })
     }
@@ -97,13 +127,12 @@ impl UsageSource for KubeletUsage {
                     }
                 }
             }
-            if !failed.is_empty() {
-                usage.warning = Some(format!(
-                    "{} node(s) omitted, their kubelets failed: {}",
-                    failed.len(),
-                    listed(&failed)
-                ));
-            }
+            let failed = (!failed.is_empty()).then(|| {
+                format!("{} node(s) omitted, their kubelets failed: {}", failed.len(), listed(&failed))
+            });
+            let waiting = usage.nodes.values().filter(|n| n.cpu_nanocores.is_none()).count();
+            let waiting = (waiting > 0).then(|| self.cpu_waiting(waiting, "node"));
+            usage.warning = join_warnings([failed, waiting]);
             usage
         })
     }
@@ -125,7 +154,13 @@ pub const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
 /// CPU rates are rounded to the micro-core: `rate()` over float counters leaves noise in the
 /// last digits (`0.0090000012`), which would put a value on the wrong side of a millicore when
 /// `kubectl top` rounds it up.
-const RATE_PRECISION: f64 = 1e-6;
+const RATE_PRECISION_NANOCORES: f64 = 1_000.0;
+
+/// A `rate()` of core-seconds as whole nanocores, rounded to [`RATE_PRECISION_NANOCORES`]
+/// (the value is finite and not negative; `as` saturates).
+fn rounded_nanocores(cores: f64) -> u64 {
+    ((cores * 1e9 / RATE_PRECISION_NANOCORES).round() * RATE_PRECISION_NANOCORES) as u64
+}
 
 /// Labels a container query's result keeps.
 const CONTAINER_LABELS: [&str; 3] = ["namespace", "pod", "container"];
@@ -291,14 +326,13 @@ impl PromUsage {
         let (cpu, memory) =
             futures::join!(self.prometheus.query(query.cpu), self.prometheus.query(query.memory));
         let (cpu, memory) = (cpu?, memory?);
-        let window_seconds = window.as_secs_f64();
         let mut table: HashMap<K, Vec<ContainerUsage>> = HashMap::new();
         for sample in cpu.iter().filter(|s| s.value.is_finite() && s.value >= 0.0) {
             if let Some((key, name)) = key(sample)
                 && let Some(usage) = container(table.entry(key).or_default(), name, sample)
             {
-                usage.cpu_cores = Some((sample.value / RATE_PRECISION).round() * RATE_PRECISION);
-                usage.window_seconds = Some(window_seconds);
+                usage.cpu_nanocores = Some(rounded_nanocores(sample.value));
+                usage.window = Some(window);
             }
         }
         for sample in memory.iter().filter(|s| s.value.is_finite() && s.value >= 0.0) {
@@ -372,10 +406,10 @@ fn container<'a>(
     }
     containers.push(ContainerUsage {
         name,
-        cpu_cores: None,
+        cpu_nanocores: None,
         memory_bytes: None,
         timestamp: Some(sample.timestamp),
-        window_seconds: None,
+        window: None,
     });
     containers.last_mut()
 }
@@ -583,24 +617,21 @@ mod tests {
             web1[0],
             ContainerUsage {
                 name: "app".into(),
-                cpu_cores: Some(0.25),
+                cpu_nanocores: Some(250_000_000),
                 memory_bytes: Some(1000.0),
                 timestamp: Some(at),
-                window_seconds: Some(60.0),
+                window: Some(Duration::from_secs(60)),
             }
         );
         assert_eq!(
-            (&*web1[1].name, web1[1].cpu_cores, web1[1].memory_bytes),
-            ("sidecar", Some(0.01), Some(10.0))
+            (&*web1[1].name, web1[1].cpu_nanocores, web1[1].memory_bytes),
+            ("sidecar", Some(10_000_000), Some(10.0))
         );
         let web2 = &usage.pods[&key("web-2")];
         assert_eq!(web2.len(), 1, "the NaN sample is dropped");
-        assert_eq!((web2[0].cpu_cores, web2[0].memory_bytes), (Some(0.5), None));
+        assert_eq!((web2[0].cpu_nanocores, web2[0].memory_bytes), (Some(500_000_000), None));
         let web3 = &usage.pods[&key("web-3")];
-        assert_eq!(
-            (web3[0].cpu_cores, web3[0].memory_bytes, web3[0].window_seconds),
-            (None, Some(30.0), None)
-        );
+        assert_eq!((web3[0].cpu_nanocores, web3[0].memory_bytes, web3[0].window), (None, Some(30.0), None));
         assert!(!usage.pods.contains_key(&key("gone")));
         assert_eq!(usage.pods.len(), 3);
     }
@@ -701,9 +732,12 @@ resourceQueries:
             ]
         );
         let a = &usage.nodes["node-a"];
-        assert_eq!((a.cpu_cores, a.memory_bytes, a.window_seconds), (Some(1.5), Some(4096.0), Some(60.0)));
+        assert_eq!(
+            (a.cpu_nanocores, a.memory_bytes, a.window),
+            (Some(1_500_000_000), Some(4096.0), Some(Duration::from_secs(60)))
+        );
         let b = &usage.nodes["node-b"];
-        assert_eq!((b.cpu_cores, b.memory_bytes), (Some(0.5), None));
+        assert_eq!((b.cpu_nanocores, b.memory_bytes), (Some(500_000_000), None));
         assert_eq!(usage.nodes.len(), 2);
     }
 

@@ -4,7 +4,10 @@
 //! here:
 //!
 //! - `parse`: decoding one body ([`parse_resource_metrics`] → [`ParsedBatch`]);
-//! - `rates`: the rate state of a node, CPU rates from two cumulative samples ([`NodeSamples`]);
+//! - `rates`: the rate state of a node, CPU rates from two cumulative samples ([`NodeSamples`])
+//!   at most `--max-rate-window` apart ([`RateRules`]);
+//! - `sampler`: background sampling of the nodes asked for within `--idle-after`
+//!   ([`Sampling`]), so a pair stays fresh while requests come and nothing runs when idle;
 //! - `tls`: the rustls client configuration (`--kubelet-certificate-authority`, watched, or
 //!   the cluster CA; `--kubelet-insecure-tls`).
 //!
@@ -17,6 +20,7 @@
 
 mod parse;
 mod rates;
+mod sampler;
 mod tls;
 mod transport;
 
@@ -24,7 +28,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -43,7 +47,8 @@ use transport::Transport;
 
 pub use super::KubeletError;
 pub use parse::{ContainerKey, ContainerSample, ParsedBatch, Sample, parse_resource_metrics};
-pub use rates::NodeSamples;
+pub use rates::{NodeSamples, RateRules};
+pub use sampler::Sampling;
 
 /// The kubelet's default secure port.
 pub const DEFAULT_PORT: u16 = 10250;
@@ -178,6 +183,18 @@ pub struct KubeletConfig {
     /// (parked without hyper's buffers: about 16 KiB resident per node), or close it after
     /// each fetch (one TCP and TLS handshake per node per fetch).
     pub reuse_connections: bool,
+    /// `--max-rate-window`: two samples further apart give no CPU rate.
+    pub max_rate_window: Duration,
+    /// `--idle-after`: how long after a request needed a node's data the node is still sampled
+    /// in the background; zero: fetched on demand only.
+    pub idle_after: Duration,
+}
+
+impl KubeletConfig {
+    /// The background sampling these settings give.
+    pub fn sampling(&self) -> Sampling {
+        Sampling::new(self.cache.ttl, self.max_rate_window, self.idle_after)
+    }
 }
 
 impl Default for KubeletConfig {
@@ -200,6 +217,8 @@ impl Default for KubeletConfig {
             max_containers: DEFAULT_MAX_CONTAINERS,
             scheme: Scheme::Https,
             reuse_connections: true,
+            max_rate_window: RateRules::DEFAULT_MAX_WINDOW,
+            idle_after: Sampling::DEFAULT_IDLE_AFTER,
         }
     }
 }
@@ -207,12 +226,26 @@ impl Default for KubeletConfig {
 /// Reads kubelets' `/metrics/resource` and keeps their CPU rate state.
 pub struct KubeletClient {
     inner: Arc<Inner>,
-    /// Per node, its rate state as of its last fetch: the usage is read from it on each call
-    /// (cheap), so no second copy of every pod's usage is kept for the TTL.
-    cache: TtlCache<String, Arc<Mutex<NodeSamples>>>,
+    /// The background sampler, started by the first request that needs a node.
+    sampler: OnceLock<AbortOnDrop>,
+}
+
+/// A task aborted when its owner is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Inner {
+    /// Per node, its rate state as of its last fetch: the usage is read from it on each call
+    /// (cheap), so no second copy of every pod's usage is kept for the TTL.
+    cache: TtlCache<String, Arc<Mutex<NodeSamples>>>,
+    /// When each node's data was last asked for.
+    demand: sampler::Demand,
+    sampling: Sampling,
     transport: Transport,
     config: KubeletConfig,
     inventory: Arc<dyn Inventory>,
@@ -255,6 +288,9 @@ impl KubeletClient {
         let slots = Semaphore::new(config.max_concurrency.max(1));
         Ok(Self {
             inner: Arc::new(Inner {
+                cache,
+                demand: sampler::Demand::default(),
+                sampling: config.sampling(),
                 transport,
                 config,
                 inventory,
@@ -263,8 +299,22 @@ impl KubeletClient {
                 slots,
                 samples: Mutex::new(HashMap::new()),
             }),
-            cache,
+            sampler: OnceLock::new(),
         })
+    }
+
+    /// Notes that `node`'s data is wanted, starting the background sampler on first use.
+    fn ask(&self, node: &str) {
+        if self.inner.sampling.idle_after.is_zero() {
+            return;
+        }
+        self.inner.demand.ask(node);
+        self.sampler.get_or_init(|| {
+            let inner = Arc::clone(&self.inner);
+            AbortOnDrop(tokio::spawn(
+                async move { sampler::run(&*inner, &inner.demand, inner.sampling).await },
+            ))
+        });
     }
 }
 
@@ -272,13 +322,39 @@ impl KubeletSource for KubeletClient {
     fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>> {
         let node = node.to_owned();
         Box::pin(async move {
+            self.ask(&node);
             let fetch = self.inner.fetch(&node);
-            self.cache
+            self.inner
+                .cache
                 .get_or_try_compute(node.clone(), fetch)
                 .await
                 .map(|(state, _, _)| Arc::new(lock(&state).usage()))
                 .map_err(|e| (*e).clone())
         })
+    }
+
+    fn sampling(&self) -> Sampling {
+        self.inner.sampling
+    }
+}
+
+impl sampler::Sampler for Inner {
+    async fn is_fresh(&self, node: &str, age: Duration) -> bool {
+        // An entry's creation is its expiry less the TTL (entries here never carry their own).
+        let created = |expires_at: Instant| expires_at.checked_sub(self.config.cache.ttl);
+        match self.cache.peek(&node.to_owned()).await {
+            Some((_, expires_at)) => created(expires_at).is_some_and(|at| at.elapsed() < age),
+            None => false,
+        }
+    }
+
+    async fn sample(&self, node: &str) {
+        // A failure is recorded by the observer; the next request fetches on demand and says
+        // what failed.
+        if let Ok(state) = self.fetch(node).await {
+            let ttl = self.config.cache.ttl;
+            self.cache.insert_until(node.to_owned(), state, Instant::now() + ttl).await;
+        }
     }
 }
 
@@ -288,8 +364,9 @@ impl Inner {
         let info = match self.inventory.node(node) {
             Some(info) => info,
             None => {
-                // The node is gone: so is its rate state.
+                // The node is gone: so is its rate state, and its sampling.
                 lock(&self.samples).remove(node);
+                self.demand.forget(node);
                 return Err(KubeletError::NoAddress {
                     node: node.to_owned(),
                     reason: "node not in the inventory".to_owned(),
@@ -310,7 +387,12 @@ impl Inner {
         match result {
             Ok(batch) => {
                 self.observer.observe(SOURCE, outcome::SUCCESS, seconds);
-                let state = Arc::clone(lock(&self.samples).entry(node.to_owned()).or_default());
+                let rules = RateRules { max_window: self.config.max_rate_window };
+                let state = Arc::clone(
+                    lock(&self.samples)
+                        .entry(node.to_owned())
+                        .or_insert_with(|| Arc::new(Mutex::new(NodeSamples::with_rules(rules)))),
+                );
                 lock(&state).take(batch);
                 Ok(state)
             }
@@ -741,7 +823,17 @@ pub(super) mod tests {
         MkServer { port, ca_pem, state }
     }
 
+    /// A client of `server` as node-a, fetching on demand only (the tests count fetches) unless
+    /// `config` says otherwise.
     fn mk_client(server: &MkServer, config: KubeletConfig, observer: Arc<MkObserver>) -> KubeletClient {
+        mk_sampling_client(server, KubeletConfig { idle_after: Duration::ZERO, ..config }, observer)
+    }
+
+    fn mk_sampling_client(
+        server: &MkServer,
+        config: KubeletConfig,
+        observer: Arc<MkObserver>,
+    ) -> KubeletClient {
         let mut inventory = MkInventory::default();
         inventory.nodes.insert("node-a".to_owned(), Arc::new(mk_node(&[("InternalIP", "127.0.0.1")], None)));
         let config = KubeletConfig {
@@ -767,7 +859,7 @@ pub(super) mod tests {
         assert_eq!(usage.pods.len(), 3);
         let app = &usage.pods[&PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() }][0];
         assert_eq!(app.memory_bytes, Some(134_217_728.0));
-        assert_eq!(app.cpu_cores, None);
+        assert_eq!(app.cpu_nanocores, None);
         assert_eq!(
             *server.state.authorizations.lock().unwrap(),
             vec![Some("Bearer s3cr3t-token".to_owned())]
@@ -900,12 +992,40 @@ pub(super) mod tests {
         assert_eq!(server.state.hits.load(Ordering::SeqCst), 2);
         let pod = PodKey { namespace: "default".into(), name: "espresso-du-matin-5c9f8-qq7tn".into() };
         let brewer = &usage.pods[&pod][0];
-        assert!((brewer.cpu_cores.unwrap() - 0.25).abs() < 1e-9, "{brewer:?}");
-        assert_eq!(brewer.window_seconds, Some(10.0));
+        assert_eq!(brewer.cpu_nanocores, Some(250_000_000), "{brewer:?}");
+        assert_eq!(brewer.window, Some(Duration::from_secs(10)));
         assert_eq!(brewer.timestamp, Some(ts(1_764_496_819_876)));
         // The other containers' samples did not move: no rate yet.
         let coredns = PodKey { namespace: "kube-system".into(), name: "coredns-76f75df574-8xk2p".into() };
-        assert_eq!(usage.pods[&coredns][0].cpu_cores, None);
+        assert_eq!(usage.pods[&coredns][0].cpu_nanocores, None);
+    }
+
+    #[tokio::test]
+    async fn a_node_asked_for_is_sampled_in_the_background_until_idle() {
+        let server = mk_server().await;
+        let config = KubeletConfig {
+            ca_pem: Some(server.ca_pem.clone().into_bytes()),
+            cache: CacheSettings::uncounted(Duration::from_millis(200)),
+            idle_after: Duration::from_millis(1_000),
+            ..KubeletConfig::default()
+        };
+        let client = mk_sampling_client(&server, config, Arc::new(MkObserver::default()));
+        let hits = || server.state.hits.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(hits(), 0, "nothing is sampled before a request asks");
+        client.node_usage("node-a").await.unwrap();
+        // Sampled every 200 ms for a second after the request; the request's own fetch is not
+        // repeated at once.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let sampled = hits();
+        assert!((4..=8).contains(&sampled), "{sampled} fetches");
+        // Idle: no more fetches.
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert_eq!(hits(), sampled);
+        // A request after the idle period resumes sampling.
+        client.node_usage("node-a").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(hits() >= sampled + 3, "{} fetches", hits());
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 
@@ -39,10 +40,43 @@ impl From<Sample> for Reading {
     }
 }
 
+/// A cumulative CPU sample as kept: whole nanosecond-cores, as the kubelet counts them
+/// (`UsageCoreNanoSeconds`), and when it was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CpuReading {
+    nanos: u64,
+    at: Nanos,
+}
+
+impl From<Sample> for CpuReading {
+    fn from(sample: Sample) -> Self {
+        Self { nanos: core_nanoseconds(sample.value), at: nanos(sample.timestamp) }
+    }
+}
+
+/// A cumulative CPU value in core-seconds as the kubelet's integer core-nanoseconds. The
+/// kubelet writes `float64(nanoseconds) / 1e9` in Go's shortest form, so rounding recovers its
+/// integer exactly (below 2^52 ns, 52 core-days; above, to the float's own precision).
+/// metrics-server truncates (`uint64(value * 1e9)`), which loses a nanosecond whenever the
+/// product lands just below the integer. Parsed values are finite and above 0.
+fn core_nanoseconds(seconds: f64) -> u64 {
+    // `as` saturates: a value past u64 (584 core-years) is held at the maximum.
+    (seconds * 1e9).round() as u64
+}
+
+/// The CPU rate in whole nanocores between two cumulative samples `window` nanoseconds apart
+/// (`window` > 0), rounded to the nearest: integer arithmetic, so 0.14 core-seconds over 10 s
+/// is exactly `14m`, where `f64` gives `13999999n` for three samples in ten.
+fn nanocores(used: u64, window: Nanos) -> u64 {
+    let window = u128::from(window.unsigned_abs());
+    let rate = (u128::from(used) * 1_000_000_000 + window / 2) / window;
+    u64::try_from(rate).unwrap_or(u64::MAX)
+}
+
 /// One container's point: what a fetch said about it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Point {
-    cpu: Reading,
+    cpu: CpuReading,
     memory: Reading,
     start_time: Option<Nanos>,
     /// The CPU timestamp is the kubelet's own, not the scrape time.
@@ -66,17 +100,46 @@ impl From<ContainerSample> for Point {
 
 /// How long an unchanged CPU counter without a sample timestamp is taken for the sample
 /// already seen (the kubelet samples every housekeeping period, 10–15 s); past this the
-/// container is idle and its rate 0.
-const UNSTAMPED_REPEAT_WINDOW: Nanos = 60_000_000_000;
+/// container is idle and its rate 0. Never more than half the largest rate window, so an idle
+/// container's zero rate stays within it.
+const UNSTAMPED_REPEAT_WINDOW: Nanos = 30_000_000_000;
+
+/// The rules a rate obeys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateRules {
+    /// The widest window a CPU rate may span (`--max-rate-window`): two samples further apart
+    /// give no rate, rather than an average over an idle hour.
+    pub max_window: Duration,
+}
+
+impl RateRules {
+    /// metrics-server's largest sensible `--metric-resolution` (45 s) plus a kubelet
+    /// housekeeping period (15 s).
+    pub const DEFAULT_MAX_WINDOW: Duration = Duration::from_secs(60);
+
+    fn max_window_nanos(self) -> Nanos {
+        Nanos::try_from(self.max_window.as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
+    fn unstamped_repeat_window(self) -> Nanos {
+        UNSTAMPED_REPEAT_WINDOW.min(self.max_window_nanos() / 2)
+    }
+}
+
+impl Default for RateRules {
+    fn default() -> Self {
+        Self { max_window: Self::DEFAULT_MAX_WINDOW }
+    }
+}
 
 /// The newest point and the CPU reading of the previous distinct one (all a rate needs), in
 /// one flat struct: 64 bytes per container.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct History {
-    cpu: Reading,
+    cpu: CpuReading,
     memory: Reading,
     /// Meaningful when `has_prev`.
-    prev_cpu: Reading,
+    prev_cpu: CpuReading,
     /// [`NO_START`] when unknown (an `Option` would take 8 more bytes).
     start_time: Nanos,
     cpu_stamped: bool,
@@ -97,19 +160,19 @@ impl History {
     }
 
     /// Moves the history forward with a new point.
-    fn advance(self, new: Point) -> Self {
+    fn advance(self, new: Point, rules: RateRules) -> Self {
         let old_start = (self.start_time != NO_START).then_some(self.start_time);
         let restarted = match (old_start, new.start_time) {
             (Some(old), Some(start)) => start != old || start > self.cpu.at,
             (None, Some(start)) => start > self.cpu.at,
             _ => false,
         };
-        if restarted || new.cpu.value < self.cpu.value {
+        if restarted || new.cpu.nanos < self.cpu.nanos {
             return Self::first(new);
         }
         let unstamped_repeat = !new.cpu_stamped
-            && new.cpu.value == self.cpu.value
-            && new.cpu.at.saturating_sub(self.cpu.at) < UNSTAMPED_REPEAT_WINDOW;
+            && new.cpu.nanos == self.cpu.nanos
+            && new.cpu.at.saturating_sub(self.cpu.at) < rules.unstamped_repeat_window();
         if new.cpu.at <= self.cpu.at || unstamped_repeat {
             // A fetch inside the same housekeeping period returns the same sample: keep the
             // pair we have (a newer memory reading is still worth taking). Without sample
@@ -132,12 +195,13 @@ impl History {
         }
     }
 
-    /// The usage this history supports.
-    fn usage(&self, name: &Arc<str>) -> ContainerUsage {
+    /// The usage this history supports: a CPU rate only from two samples at most
+    /// `rules.max_window` apart.
+    fn usage(&self, name: &Arc<str>, rules: RateRules) -> ContainerUsage {
         let rate = self.has_prev.then_some(self.prev_cpu).and_then(|prev| {
-            let window = (i128::from(self.cpu.at) - i128::from(prev.at)) as f64 / 1e9;
-            let used = self.cpu.value - prev.value;
-            (window > 0.0 && used >= 0.0).then(|| (used / window, window))
+            let window = self.cpu.at.saturating_sub(prev.at);
+            let used = self.cpu.nanos.checked_sub(prev.nanos)?;
+            (window > 0 && window <= rules.max_window_nanos()).then(|| (nanocores(used, window), window))
         });
         let timestamp = match rate {
             Some(_) => self.cpu.at.max(self.memory.at),
@@ -145,10 +209,10 @@ impl History {
         };
         ContainerUsage {
             name: name.clone(),
-            cpu_cores: rate.map(|(cores, _)| cores),
+            cpu_nanocores: rate.map(|(cores, _)| cores),
             memory_bytes: Some(self.memory.value),
             timestamp: Some(time(timestamp)),
-            window_seconds: rate.map(|(_, window)| window),
+            window: rate.map(|(_, window)| Duration::from_nanos(window.unsigned_abs())),
         }
     }
 }
@@ -169,12 +233,18 @@ pub struct NodeSamples {
     words: Vec<Arc<str>>,
     /// The node's own series, as one more history.
     node: Option<History>,
+    rules: RateRules,
 }
 
 impl NodeSamples {
-    /// An empty state.
+    /// An empty state with the default rules.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state whose rates obey `rules`.
+    pub fn with_rules(rules: RateRules) -> Self {
+        Self { rules, ..Self::default() }
     }
 
     /// Number of containers tracked.
@@ -207,7 +277,7 @@ impl NodeSamples {
             // The key already held keeps its strings (shared with the usage), so the state of a
             // container does not move in memory from fetch to fetch.
             let entry = match held.next_if(|(old, _)| *old == key) {
-                Some((old, history)) => (old, history.advance(point)),
+                Some((old, history)) => (old, history.advance(point, self.rules)),
                 None => {
                     let key = self.share(key, next.last().map(|(k, _)| k), held.peek().map(|(k, _)| k));
                     (key, History::first(point))
@@ -224,7 +294,7 @@ impl NodeSamples {
                 let point =
                     Point { cpu: cpu.into(), memory: memory.into(), start_time: None, cpu_stamped: true };
                 Some(match self.node.take() {
-                    Some(old) => old.advance(point),
+                    Some(old) => old.advance(point, self.rules),
                     None => History::first(point),
                 })
             }
@@ -233,8 +303,9 @@ impl NodeSamples {
     }
 
     /// The node's usage as of the last batch: CPU is the rate between the previous and the
-    /// newest distinct sample (absent after a single sample, a restart, or a decreasing
-    /// counter), memory the newest working set. Containers are sorted by name within a pod.
+    /// newest distinct sample (absent after a single sample, a restart, a decreasing counter,
+    /// or two samples further apart than the rules' largest window), memory the newest
+    /// working set. Containers are sorted by name within a pod.
     pub fn usage(&self) -> NodeUsage {
         let pods = self.containers.chunk_by(|(a, _), (b, _)| a.namespace == b.namespace && a.pod == b.pod);
         let mut usage = NodeUsage { pods: HashMap::with_capacity(pods.clone().count()), node: None };
@@ -242,10 +313,11 @@ impl NodeSamples {
             let Some((key, _)) = containers.first() else { continue };
             let pod = PodKey { namespace: key.namespace.clone(), name: key.pod.clone() };
             // Exactly as long as the pod's containers.
-            let list = containers.iter().map(|(key, history)| history.usage(&key.container)).collect();
+            let list =
+                containers.iter().map(|(key, history)| history.usage(&key.container, self.rules)).collect();
             usage.pods.insert(pod, list);
         }
-        usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from("")));
+        usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from(""), self.rules));
         usage
     }
 
@@ -364,7 +436,7 @@ mod tests {
         state.take(mk_batch(&[("app", 102.5, T0 + 10_000, 6e6, START)]));
         let (first, second) = (state.usage(), state.usage());
         assert_eq!(first, second);
-        assert_eq!(usage_of(&first, "app").cpu_cores, Some(0.25));
+        assert_eq!(usage_of(&first, "app").cpu_nanocores, Some(250_000_000));
         assert_eq!(usage_of(&first, "app").timestamp, Some(ts(T0 + 10_000)));
     }
 
@@ -378,10 +450,10 @@ mod tests {
             batch
         };
         let first = state.update(node(100.0, T0, 4e9)).node.unwrap();
-        assert_eq!((first.cpu_cores, first.memory_bytes), (None, Some(4e9)), "one sample is no rate");
+        assert_eq!((first.cpu_nanocores, first.memory_bytes), (None, Some(4e9)), "one sample is no rate");
         let second = state.update(node(105.0, T0 + 10_000, 5e9)).node.unwrap();
-        assert_eq!(second.cpu_cores, Some(0.5));
-        assert_eq!(second.window_seconds, Some(10.0));
+        assert_eq!(second.cpu_nanocores, Some(500_000_000));
+        assert_eq!(second.window, Some(Duration::from_secs(10)));
         assert_eq!(second.memory_bytes, Some(5e9));
         assert_eq!(second.timestamp, Some(ts(T0 + 10_000)));
         assert_eq!(state.update(mk_batch(&[])).node, None, "a kubelet without node series");
@@ -392,8 +464,8 @@ mod tests {
         let mut samples = NodeSamples::new();
         let usage = samples.update(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
         let app = usage_of(&usage, "app");
-        assert_eq!(app.cpu_cores, None);
-        assert_eq!(app.window_seconds, None);
+        assert_eq!(app.cpu_nanocores, None);
+        assert_eq!(app.window, None);
         assert_eq!(app.memory_bytes, Some(5e6));
         assert_eq!(app.timestamp, Some(ts(T0)));
     }
@@ -405,8 +477,8 @@ mod tests {
         let second = mk_batch(&[("app", 102.5, T0 + 10_000, 6e6, START)]);
         let usage = samples.update(second.clone());
         let app = usage_of(&usage, "app");
-        assert_eq!(app.cpu_cores, Some(0.25));
-        assert_eq!(app.window_seconds, Some(10.0));
+        assert_eq!(app.cpu_nanocores, Some(250_000_000));
+        assert_eq!(app.window, Some(Duration::from_secs(10)));
         assert_eq!(app.memory_bytes, Some(6e6));
         assert_eq!(app.timestamp, Some(ts(T0 + 10_000)));
 
@@ -416,8 +488,8 @@ mod tests {
 
         let usage = samples.update(mk_batch(&[("app", 107.5, T0 + 20_000, 7e6, START)]));
         let app = usage_of(&usage, "app");
-        assert_eq!(app.cpu_cores, Some(0.5));
-        assert_eq!(app.window_seconds, Some(10.0));
+        assert_eq!(app.cpu_nanocores, Some(500_000_000));
+        assert_eq!(app.window, Some(Duration::from_secs(10)));
     }
 
     /// An older kubelet's body: no sample timestamps, `scrape_error`.
@@ -442,28 +514,28 @@ mod tests {
             assert!(batch.containers.values().all(|c| !c.cpu_stamped && c.cpu.timestamp == ts(ms)));
             usage_of(&samples.update(batch), "app")
         };
-        assert_eq!(fetch(unstamped(100.0, 5e6), T0).cpu_cores, None);
+        assert_eq!(fetch(unstamped(100.0, 5e6), T0).cpu_nanocores, None);
         // The kubelet has not sampled again: same counter, later scrape. Not a zero rate.
         let again = fetch(unstamped(100.0, 5e6), T0 + 4_000);
-        assert_eq!(again.cpu_cores, None);
+        assert_eq!(again.cpu_nanocores, None);
         assert_eq!(again.memory_bytes, Some(5e6));
         // A new sample: the rate runs from when each value was first seen.
         let app = fetch(unstamped(102.5, 6e6), T0 + 10_000);
-        assert_eq!(app.cpu_cores, Some(0.25));
-        assert_eq!(app.window_seconds, Some(10.0));
+        assert_eq!(app.cpu_nanocores, Some(250_000_000));
+        assert_eq!(app.window, Some(Duration::from_secs(10)));
         // Read again within the housekeeping period: the same rate, not 0.
         let app = fetch(unstamped(102.5, 6e6), T0 + 13_000);
-        assert_eq!(app.cpu_cores, Some(0.25));
+        assert_eq!(app.cpu_nanocores, Some(250_000_000));
         assert_eq!(app.memory_bytes, Some(6e6));
         assert_eq!(app.timestamp, Some(ts(T0 + 13_000)));
-        // Unchanged for more than a minute: the container is idle.
-        let app = fetch(unstamped(102.5, 6e6), T0 + 75_000);
-        assert_eq!(app.cpu_cores, Some(0.0));
+        // Unchanged for more than 30 s (two housekeeping periods): the container is idle.
+        let app = fetch(unstamped(102.5, 6e6), T0 + 45_000);
+        assert_eq!(app.cpu_nanocores, Some(0));
         // Stamped samples keep their meaning: the same value at a later time is idle time.
         let mut stamped = NodeSamples::new();
         stamped.update(mk_batch(&[("app", 100.0, T0, 5e6, START)]));
         let usage = stamped.update(mk_batch(&[("app", 100.0, T0 + 10_000, 5e6, START)]));
-        assert_eq!(usage_of(&usage, "app").cpu_cores, Some(0.0));
+        assert_eq!(usage_of(&usage, "app").cpu_nanocores, Some(0));
     }
 
     #[test]
@@ -480,19 +552,19 @@ mod tests {
             ("app", 0.5, T0 + 20_000, 5e6, restarted),
             ("side", 40.0, T0 + 20_000, 1e6, START),
         ]));
-        assert_eq!(usage_of(&usage, "app").cpu_cores, None);
-        assert_eq!(usage_of(&usage, "side").cpu_cores, None);
+        assert_eq!(usage_of(&usage, "app").cpu_nanocores, None);
+        assert_eq!(usage_of(&usage, "side").cpu_nanocores, None);
         // The next samples rate from the new baseline.
         let usage = samples.update(mk_batch(&[
             ("app", 1.5, T0 + 30_000, 5e6, restarted),
             ("side", 42.0, T0 + 30_000, 1e6, START),
         ]));
-        assert_eq!(usage_of(&usage, "app").cpu_cores, Some(0.1));
-        assert_eq!(usage_of(&usage, "side").cpu_cores, Some(0.2));
+        assert_eq!(usage_of(&usage, "app").cpu_nanocores, Some(100_000_000));
+        assert_eq!(usage_of(&usage, "side").cpu_nanocores, Some(200_000_000));
         // A restart whose counter happens to be higher is caught by the start time alone.
         let usage =
             samples.update(mk_batch(&[("app", 9.0, T0 + 40_000, 5e6, (T0 + 35_000) as f64 / 1000.0)]));
-        assert_eq!(usage_of(&usage, "app").cpu_cores, None);
+        assert_eq!(usage_of(&usage, "app").cpu_nanocores, None);
         // `side` vanished from the batch, so it is forgotten.
         assert_eq!(samples.len(), 1);
     }
@@ -506,5 +578,104 @@ mod tests {
         let web = PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() };
         let names: Vec<_> = usage.pods[&web].iter().map(|c| &*c.name).collect();
         assert_eq!(names, ["app", "envoy"]);
+    }
+
+    /// A kubelet body with one container's stamped samples, as a kubelet writes them (Go's
+    /// shortest float form, millisecond timestamps).
+    fn stamped(cpu: &str, memory: &str, ms: i64) -> ParsedBatch {
+        let body = format!(
+            "container_cpu_usage_seconds_total{{container=\"app\",namespace=\"ns\",pod=\"p\"}} {cpu} {ms}\n\
+             container_memory_working_set_bytes{{container=\"app\",namespace=\"ns\",pod=\"p\"}} {memory} {ms}\n"
+        );
+        parse_resource_metrics(&body, ts(ms)).unwrap()
+    }
+
+    #[test]
+    fn samples_further_apart_than_the_largest_window_give_no_rate() {
+        let rules = RateRules { max_window: Duration::from_secs(60) };
+        let mut samples = NodeSamples::with_rules(rules);
+        samples.update(stamped("100", "5e+06", T0));
+        // Exactly the largest window: a rate.
+        let app = usage_of(&samples.update(stamped("115", "5e+06", T0 + 60_000)), "app");
+        assert_eq!((app.cpu_nanocores, app.window), (Some(250_000_000), Some(Duration::from_secs(60))));
+        // An hour of quiet, then a busy container: no average over the hour, memory still.
+        let app = usage_of(&samples.update(stamped("1015", "6e+06", T0 + 3_660_000)), "app");
+        assert_eq!((app.cpu_nanocores, app.window, app.memory_bytes), (None, None, Some(6e6)));
+        assert_eq!(app.timestamp, Some(ts(T0 + 3_660_000)));
+        // The same sample read again keeps the stale pair: still nothing.
+        let app = usage_of(&samples.update(stamped("1015", "6e+06", T0 + 3_660_000)), "app");
+        assert_eq!(app.cpu_nanocores, None);
+        // One housekeeping period later the pair is fresh: the rate of now.
+        let app = usage_of(&samples.update(stamped("1025", "6e+06", T0 + 3_670_000)), "app");
+        assert_eq!((app.cpu_nanocores, app.window), (Some(1_000_000_000), Some(Duration::from_secs(10))));
+        // The node's own series obey the same window.
+        let mut batch = mk_batch(&[]);
+        batch.node_cpu = Some(Sample { value: 10.0, timestamp: ts(T0) });
+        batch.node_memory = Some(Sample { value: 1e9, timestamp: ts(T0) });
+        samples.update(batch.clone());
+        batch.node_cpu = Some(Sample { value: 20.0, timestamp: ts(T0 + 61_000) });
+        batch.node_memory = Some(Sample { value: 1e9, timestamp: ts(T0 + 61_000) });
+        assert_eq!(samples.update(batch).node.unwrap().cpu_nanocores, None);
+        // Unstamped repeats never stretch a pair past a small window either.
+        let small = RateRules { max_window: Duration::from_secs(20) };
+        assert_eq!(small.unstamped_repeat_window(), 10_000_000_000);
+    }
+
+    /// metrics-server `pkg/storage` `resourceUsage`, with Go's conversions: `uint64(value *
+    /// 1e9)` at decoding, then `uint64(float64(Δ) / window.Seconds())`.
+    fn metrics_server_nanocores(prev: f64, last: f64, window_ms: i64) -> u64 {
+        let (prev, last) = ((prev * 1e9) as u64, (last * 1e9) as u64);
+        ((last - prev) as f64 / (window_ms as f64 / 1e3)) as u64
+    }
+
+    #[test]
+    fn a_rate_is_whole_nanocores_rounded_as_metrics_server_gives_them() {
+        // Two samples of a container of namespace `shop` at exactly 14 millicores, which the
+        // floating-point rate wrote `13999999n`.
+        let (prev, last) = ("71055.92436474", "71056.06436474");
+        let float_rate = (last.parse::<f64>().unwrap() - prev.parse::<f64>().unwrap()) / 10.0;
+        assert_eq!((float_rate * 1e9).floor(), 13_999_999.0, "the float artefact this guards against");
+        let mut samples = NodeSamples::new();
+        samples.update(stamped(prev, "1.2e+07", T0));
+        let app = usage_of(&samples.update(stamped(last, "1.2e+07", T0 + 10_000)), "app");
+        assert_eq!(app.cpu_nanocores, Some(14_000_000));
+        assert_eq!(metrics_server_nanocores(71055.92436474, 71056.06436474, 10_000), 14_000_000);
+
+        // Counters and windows as kubelets have them: integer core-nanoseconds written as
+        // `float64(ns) / 1e9` in the shortest form, millisecond timestamps. Where the rate is a
+        // whole number of nanocores, metrics-server's value and ours are that number; where it
+        // is not, ours is the nearest and metrics-server's the one below.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for _ in 0..20_000 {
+            let window_ms = 1_000 + next(59_000) as i64;
+            let start = 1_000_000_000 + next(1 << 50);
+            let whole = next(4) == 0;
+            let used = if whole {
+                // A whole rate: nanocores × seconds, in nanoseconds of CPU.
+                next(8_000_000_000) * window_ms as u64 / 1_000 / 1_000 * 1_000
+            } else {
+                next(80_000_000_000)
+            };
+            let exact = (u128::from(used) * 1_000_000_000) as f64 / (window_ms as f64 * 1e6);
+            let (prev, last) = (start as f64 / 1e9, (start + used) as f64 / 1e9);
+            let mut samples = NodeSamples::with_rules(RateRules { max_window: Duration::from_secs(60) });
+            samples.update(stamped(&prev.to_string(), "1", T0));
+            let app = usage_of(&samples.update(stamped(&last.to_string(), "1", T0 + window_ms)), "app");
+            let ours = app.cpu_nanocores.unwrap();
+            assert!((ours as f64 - exact).abs() <= 0.5 + 1e-6, "{ours} vs {exact} ({prev} → {last})");
+            if whole && (u128::from(used) * 1_000) % window_ms as u128 == 0 {
+                assert_eq!(ours as f64, exact, "{prev} → {last} over {window_ms} ms");
+                let theirs = metrics_server_nanocores(prev, last, window_ms);
+                // metrics-server's own truncation of `value * 1e9` may lose one nanosecond of
+                // CPU, which over a window is at most one nanocore less.
+                assert!(theirs == ours || theirs + 1 == ours, "{theirs} vs {ours} ({prev} → {last})");
+            }
+        }
     }
 }

@@ -1,0 +1,203 @@
+//! Background sampling while kubelet data is asked for: a CPU rate is only as current as the
+//! two samples it comes from, and a rate over an idle hour is no usage of now. [`Demand`]
+//! records when each node's data was last asked for; while a node was asked for within
+//! `--idle-after`, [`run`] samples it every [`Sampling::interval`] (only when its cached sample
+//! is at least half an interval old, so a node a request just fetched is not fetched twice),
+//! which keeps a pair of samples at most about one interval plus a kubelet housekeeping period
+//! apart. Once no node was asked for within `--idle-after`, the loop parks on a [`Notify`]
+//! until the next request: an idle percolator makes no kubelet requests and wakes no timer.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tokio::sync::Notify;
+
+use super::lock;
+
+/// How often nodes are sampled in the background and for how long after the last request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampling {
+    /// The widest window a CPU rate may span (`--max-rate-window`).
+    pub max_window: Duration,
+    /// Time between two background samples of a node.
+    pub interval: Duration,
+    /// How long a node is sampled after its data was last asked for (`--idle-after`); zero
+    /// turns background sampling off (nodes are then fetched only on demand).
+    pub idle_after: Duration,
+}
+
+impl Sampling {
+    /// The default `--idle-after`: longer than any sensible HPA sync period or dashboard
+    /// refresh, short enough that a forgotten `watch kubectl top` stops costing soon after it
+    /// ends.
+    pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(300);
+
+    /// The settings for a cache TTL (`--cache-ttl`, how long a node's sample is served), a
+    /// largest rate window and an idle period: one sample per TTL, and at least three per
+    /// window so that a pair of distinct samples stays within it whatever the TTL.
+    pub fn new(cache_ttl: Duration, max_window: Duration, idle_after: Duration) -> Self {
+        let third = max_window / 3;
+        let interval = if cache_ttl.is_zero() { third } else { cache_ttl.min(third) };
+        Self { max_window, interval: interval.max(Duration::from_millis(100)), idle_after }
+    }
+}
+
+/// When each node's data was last asked for, and the wake-up of a parked sampler.
+#[derive(Debug, Default)]
+pub struct Demand {
+    asked: Mutex<HashMap<String, Instant>>,
+    wake: Notify,
+}
+
+impl Demand {
+    /// Records that `node`'s data is wanted now; wakes the sampler if nothing was wanted.
+    pub fn ask(&self, node: &str) {
+        let now = Instant::now();
+        let mut asked = lock(&self.asked);
+        let was_idle = asked.is_empty();
+        match asked.get_mut(node) {
+            Some(at) => *at = now,
+            None => {
+                asked.insert(node.to_owned(), now);
+            }
+        }
+        drop(asked);
+        if was_idle {
+            // A permit is stored if the sampler is not parked yet: no wake-up is lost.
+            self.wake.notify_one();
+        }
+    }
+
+    /// Forgets `node` (it left the inventory).
+    pub fn forget(&self, node: &str) {
+        lock(&self.asked).remove(node);
+    }
+
+    /// The nodes asked for within `idle_after`, sorted; the others are forgotten.
+    pub fn recent(&self, idle_after: Duration) -> Vec<String> {
+        let now = Instant::now();
+        let mut asked = lock(&self.asked);
+        asked.retain(|_, at| now.saturating_duration_since(*at) < idle_after);
+        let mut nodes: Vec<String> = asked.keys().cloned().collect();
+        nodes.sort_unstable();
+        nodes
+    }
+
+    /// Resolves at the next [`ask`](Self::ask) after nothing was wanted.
+    pub async fn asked(&self) {
+        self.wake.notified().await;
+    }
+}
+
+/// What the loop samples with.
+pub trait Sampler: Send + Sync {
+    /// The node's cached sample is younger than `age`.
+    fn is_fresh(&self, node: &str, age: Duration) -> impl Future<Output = bool> + Send;
+    /// Takes a new sample of `node` and caches it.
+    fn sample(&self, node: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// Samples the nodes of `demand` every `sampling.interval` while they are asked for; parks when
+/// none is. Runs until dropped (the client aborts it).
+pub async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampling) {
+    let mut active = false;
+    loop {
+        let nodes = demand.recent(sampling.idle_after);
+        if nodes.is_empty() {
+            if active {
+                tracing::info!(idle_after = ?sampling.idle_after, "kubelet sampling paused: no request needed kubelet data");
+                active = false;
+            }
+            demand.asked().await;
+            continue;
+        }
+        if !active {
+            tracing::info!(nodes = nodes.len(), interval = ?sampling.interval, "kubelet sampling resumed");
+            active = true;
+        }
+        let round = tokio::time::Instant::now();
+        let half = sampling.interval / 2;
+        futures::future::join_all(nodes.iter().map(|node| async move {
+            if !sampler.is_fresh(node, half).await {
+                sampler.sample(node).await;
+            }
+        }))
+        .await;
+        tokio::time::sleep_until(round + sampling.interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn the_interval_keeps_three_samples_in_a_window_and_follows_the_ttl() {
+        let s = |ttl, window| {
+            Sampling::new(Duration::from_secs(ttl), Duration::from_secs(window), Duration::ZERO)
+        };
+        assert_eq!(s(15, 60).interval, Duration::from_secs(15));
+        assert_eq!(s(60, 60).interval, Duration::from_secs(20));
+        assert_eq!(s(0, 60).interval, Duration::from_secs(20));
+        assert_eq!(s(5, 60).interval, Duration::from_secs(5));
+        assert_eq!(s(1, 0).interval, Duration::from_millis(100), "never a busy loop");
+    }
+
+    #[derive(Default)]
+    struct Counting {
+        samples: Mutex<Vec<String>>,
+        fresh: AtomicUsize,
+    }
+
+    impl Sampler for Counting {
+        async fn is_fresh(&self, _node: &str, _age: Duration) -> bool {
+            self.fresh.load(Ordering::SeqCst) > 0
+        }
+        async fn sample(&self, node: &str) {
+            lock(&self.samples).push(node.to_owned());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nodes_are_sampled_while_asked_for_and_not_after() {
+        let sampler = Arc::new(Counting::default());
+        let demand = Arc::new(Demand::default());
+        let sampling = Sampling {
+            max_window: Duration::from_secs(60),
+            interval: Duration::from_secs(15),
+            idle_after: Duration::from_secs(60),
+        };
+        let task = {
+            let (sampler, demand) = (sampler.clone(), demand.clone());
+            tokio::spawn(async move { run(&*sampler, &demand, sampling).await })
+        };
+        // Nothing asked: nothing sampled, however long.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(lock(&sampler.samples).is_empty());
+        // Asked once: sampled at once (the cache is empty) and every 15 s for the next minute.
+        demand.ask("node-b");
+        demand.ask("node-a");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(*lock(&sampler.samples), ["node-a", "node-b"]);
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert_eq!(lock(&sampler.samples).len(), 8, "rounds at 0, 15, 30 and 45 s");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(lock(&sampler.samples).len(), 8, "idle: no more samples");
+        assert!(lock(&demand.asked).is_empty(), "idle nodes are forgotten");
+        // A fresh cache entry is not sampled again.
+        sampler.fresh.store(1, Ordering::SeqCst);
+        demand.ask("node-a");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(lock(&sampler.samples).len(), 8);
+        // A node that left is forgotten.
+        demand.forget("node-a");
+        assert!(demand.recent(Duration::from_secs(60)).is_empty());
+        task.abort();
+    }
+}
