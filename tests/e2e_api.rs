@@ -446,7 +446,12 @@ async fn burst(client: &reqwest::Client, url: &str, n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_cold_lists_share_one_upstream_call_per_query_and_node() {
-    let env = Env::start("coalesce", Options { cache_ttl: "4s", ..Options::default() }).await;
+    // On demand only: background sampling would fetch kubelets between the bursts.
+    let env = Env::start(
+        "coalesce",
+        Options { cache_ttl: "4s", extra_args: vec!["--idle-after=0s".to_owned()], ..Options::default() },
+    )
+    .await;
     let truth = env.truth().await;
     let nodes: BTreeSet<String> = truth["pods"]
         .as_array()

@@ -27,8 +27,10 @@ enum Mode {
 
 fn options(mode: Mode) -> Options {
     let mut extra_args = vec!["--enable-resource-metrics".to_owned()];
-    if mode == Mode::Prometheus {
-        extra_args.push("--resource-source=prometheus".to_owned());
+    match mode {
+        Mode::Prometheus => extra_args.push("--resource-source=prometheus".to_owned()),
+        // On demand only, so the fetches counted are the requests' own.
+        Mode::Kubelet => extra_args.push("--idle-after=0s".to_owned()),
     }
     Options { extra_args, cadvisor: mode == Mode::Prometheus, ..Options::default() }
 }
@@ -287,6 +289,91 @@ async fn kubelet_mode_kubectl_top_prints_what_get_pms_prints_and_the_truth() {
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_mode_kubectl_top_prints_what_get_pms_prints_and_the_truth() {
     kubectl_top_prints_what_get_pms_prints_and_the_truth(Mode::Prometheus).await;
+}
+
+/// The seconds of a Go duration as percolator writes a window (`4s`, `2.5s`, `1m0s`).
+fn window_seconds(window: &str) -> f64 {
+    let (minutes, seconds) = match window.split_once('m') {
+        Some((m, s)) => (m.parse::<f64>().unwrap(), s),
+        None => (0.0, window),
+    };
+    minutes * 60.0
+        + seconds.strip_suffix('s').unwrap_or_else(|| panic!("window {window}")).parse::<f64>().unwrap()
+}
+
+/// Every CPU rate of a PodMetrics or NodeMetrics list spans at most `max` seconds.
+fn assert_windows_within(list: &Value, max: f64) {
+    for item in list["items"].as_array().unwrap() {
+        let window = window_seconds(item["window"].as_str().unwrap());
+        assert!(window > 0.0 && window <= max, "window {window}s over {max}s: {item}");
+    }
+}
+
+/// The kubelet samples while percolator is idle: once no request has needed kubelet data for
+/// `--idle-after`, nothing fetches the kubelets; the first answer after an idle period longer
+/// than `--max-rate-window` has no CPU averaged over that period (pods without CPU, a Warning
+/// saying when to ask again), and a few seconds later the rates are current again and match
+/// the truth; no answer ever has a window over `--max-rate-window`.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_an_idle_period_cpu_is_current_or_absent_never_a_stale_average() {
+    let max_window = 6.0;
+    let mut options = options(Mode::Kubelet);
+    options.extra_args = vec![
+        "--enable-resource-metrics".to_owned(),
+        format!("--max-rate-window={max_window}s"),
+        "--idle-after=3s".to_owned(),
+    ];
+    let env = Env::start("resource-idle", options).await;
+    env.wait_for_cpu(Some("shop")).await;
+    let running = running_pods(&env.truth().await, "shop").len();
+    let list = wait_for_pod_metrics(&env, "shop", running).await;
+    assert_windows_within(&list, max_window);
+    assert_windows_within(&env.get_json(&format!("{MGV}/nodes")).await, max_window);
+
+    // While asked for, the nodes are sampled in the background (every --cache-ttl, 2s).
+    let fetched = kubelet_fetches(&env.sim_stats().await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sampled = kubelet_fetches(&env.sim_stats().await);
+    assert!(sampled > fetched, "no background sample within the sampling interval");
+
+    // Idle: after --idle-after (3s) and the round under way, nothing fetches any more.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let idle = kubelet_fetches(&env.sim_stats().await);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(kubelet_fetches(&env.sim_stats().await), idle, "kubelets fetched while idle");
+
+    // 12 s since the last sample, twice the largest window: the first answer has no rate for
+    // any pod (each pod's pair spans the idle period) and says when to ask again.
+    let (status, headers, body) = env.get(&format!("{MGV}/namespaces/shop/pods"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    assert_windows_within(&first, max_window);
+    assert_eq!(first["items"].as_array().unwrap().len(), 0, "a stale average was served: {first}");
+    let warnings: Vec<&str> = headers.get_all("warning").iter().map(|w| w.to_str().unwrap()).collect();
+    let expected = format!(
+        "cpu omitted for {running} pods: their two newest kubelet samples are further apart than \
+         --max-rate-window (6s), as on the first request after an idle period; ask again in 2s"
+    );
+    assert!(warnings.iter().any(|w| w.contains(&expected)), "{warnings:?}");
+    // PodMetricsSummary omits the CPU the same way, and keeps the memory.
+    let pms = env.get_json(&format!("{GV}/namespaces/shop/podmetricssummaries")).await;
+    for item in pms["items"].as_array().unwrap() {
+        assert!(item.get("cpu").is_none() && item.get("memory").is_some(), "{item}");
+    }
+
+    // Asked again as the Warning says: current rates, from samples within the window, that
+    // match the truth.
+    let list = wait_for_pod_metrics(&env, "shop", running).await;
+    assert_windows_within(&list, max_window);
+    let truth = env.truth().await;
+    let pods = running_pods(&truth, "shop");
+    for item in list["items"].as_array().unwrap() {
+        let pod = pods.iter().find(|p| p["name"] == item["metadata"]["name"]).unwrap();
+        for c in item["containers"].as_array().unwrap() {
+            let t = pod["containers"].as_array().unwrap().iter().find(|t| t["name"] == c["name"]).unwrap();
+            assert_close(q(&c["usage"]["cpu"]), t["cpuCores"].as_f64().unwrap(), 0.02, "container cpu");
+        }
+    }
 }
 
 /// In Prometheus mode with Prometheus down, every list still answers (the objects from the

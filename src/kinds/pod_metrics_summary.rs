@@ -632,11 +632,7 @@ mod tests {
             json!([{"name": "app", "cpu": "100m", "memory": "100Mi"}, {"name": "sidecar", "memory": "4Mi"}]);
         assert_eq!(mk_json(&listing.items[0]), expected);
         assert_eq!(mk_cells(&listing.items[0])[1..3], ["<none>", "104Mi"]);
-        assert_eq!(
-            listing.warnings,
-            ["cpu not yet available for 1 pod (new containers, or the first request after an idle period): \
-              a CPU rate needs two kubelet samples at most 1m0s apart (--max-rate-window); ask again in 10s"]
-        );
+        assert_eq!(listing.warnings, Vec::<String>::new(), "a new container's missing CPU is no fault");
     }
 
     #[tokio::test]

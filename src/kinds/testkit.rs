@@ -58,6 +58,7 @@ pub(crate) fn mk_container(name: &str, cpu: Option<f64>, memory: Option<f64>, at
         memory_bytes: memory,
         timestamp: Some(mk_time(at)),
         window: cpu.map(|_| std::time::Duration::from_secs(15)),
+        cpu_stale: false,
     }
 }
 

@@ -95,6 +95,10 @@ pub struct ContainerUsage {
     pub timestamp: Option<Timestamp>,
     /// Time span between the two CPU samples (the range of a Prometheus `rate()`).
     pub window: Option<std::time::Duration>,
+    /// CPU is absent because the two newest samples are further apart than
+    /// `--max-rate-window` (the first request after an idle period), not because there is
+    /// only one.
+    pub cpu_stale: bool,
 }
 
 impl ContainerUsage {

@@ -44,14 +44,15 @@ impl KubeletUsage {
 }
 
 impl KubeletUsage {
-    /// Why `count` pods or nodes have no CPU yet, and when to ask again.
+    /// Why `count` pods or nodes have no CPU after an idle period, and when to ask again. (A
+    /// container seen once has no CPU either, as in metrics-server, without a warning: every
+    /// new pod would raise one.)
     fn cpu_waiting(&self, count: usize, what: &str) -> String {
         let sampling = self.kubelet.sampling();
         let plural = if count == 1 { "" } else { "s" };
         format!(
-            "cpu not yet available for {count} {what}{plural} (new containers, or the first request after \
-             an idle period): a CPU rate needs two kubelet samples at most {} apart (--max-rate-window); \
-             ask again in {}",
+            "cpu omitted for {count} {what}{plural}: their two newest kubelet samples are further apart \
+             than --max-rate-window ({}), as on the first request after an idle period; ask again in {}",
             crate::k8s::duration::go_string(sampling.max_window),
             crate::k8s::duration::go_string(sampling.interval),
         )
@@ -100,7 +101,7 @@ impl UsageSource for KubeletUsage {
                 .iter()
                 .filter(|p| {
                     let key = PodKey { namespace: p.namespace.clone(), name: p.name.clone() };
-                    usage.pods.get(&key).is_some_and(|c| c.iter().any(|c| c.cpu_nanocores.is_none()))
+                    usage.pods.get(&key).is_some_and(|c| c.iter().any(|c| c.cpu_stale))
                 })
                 .count();
             let waiting = (waiting > 0).then(|| self.cpu_waiting(waiting, "pod"));
@@ -130,7 +131,7 @@ impl UsageSource for KubeletUsage {
             let failed = (!failed.is_empty()).then(|| {
                 format!("{} node(s) omitted, their kubelets failed: {}", failed.len(), listed(&failed))
             });
-            let waiting = usage.nodes.values().filter(|n| n.cpu_nanocores.is_none()).count();
+            let waiting = usage.nodes.values().filter(|n| n.cpu_stale).count();
             let waiting = (waiting > 0).then(|| self.cpu_waiting(waiting, "node"));
             usage.warning = join_warnings([failed, waiting]);
             usage
@@ -410,6 +411,7 @@ fn container<'a>(
         memory_bytes: None,
         timestamp: Some(sample.timestamp),
         window: None,
+        cpu_stale: false,
     });
     containers.last_mut()
 }
@@ -621,6 +623,7 @@ mod tests {
                 memory_bytes: Some(1000.0),
                 timestamp: Some(at),
                 window: Some(Duration::from_secs(60)),
+                cpu_stale: false,
             }
         );
         assert_eq!(

@@ -198,10 +198,11 @@ impl History {
     /// The usage this history supports: a CPU rate only from two samples at most
     /// `rules.max_window` apart.
     fn usage(&self, name: &Arc<str>, rules: RateRules) -> ContainerUsage {
+        let window = self.cpu.at.saturating_sub(self.prev_cpu.at);
+        let stale = self.has_prev && window > rules.max_window_nanos();
         let rate = self.has_prev.then_some(self.prev_cpu).and_then(|prev| {
-            let window = self.cpu.at.saturating_sub(prev.at);
             let used = self.cpu.nanos.checked_sub(prev.nanos)?;
-            (window > 0 && window <= rules.max_window_nanos()).then(|| (nanocores(used, window), window))
+            (window > 0 && !stale).then(|| (nanocores(used, window), window))
         });
         let timestamp = match rate {
             Some(_) => self.cpu.at.max(self.memory.at),
@@ -213,6 +214,7 @@ impl History {
             memory_bytes: Some(self.memory.value),
             timestamp: Some(time(timestamp)),
             window: rate.map(|(_, window)| Duration::from_nanos(window.unsigned_abs())),
+            cpu_stale: stale,
         }
     }
 }
@@ -468,6 +470,7 @@ mod tests {
         assert_eq!(app.window, None);
         assert_eq!(app.memory_bytes, Some(5e6));
         assert_eq!(app.timestamp, Some(ts(T0)));
+        assert!(!app.cpu_stale, "one sample is not a stale pair");
     }
 
     #[test]
@@ -601,6 +604,7 @@ mod tests {
         // An hour of quiet, then a busy container: no average over the hour, memory still.
         let app = usage_of(&samples.update(stamped("1015", "6e+06", T0 + 3_660_000)), "app");
         assert_eq!((app.cpu_nanocores, app.window, app.memory_bytes), (None, None, Some(6e6)));
+        assert!(app.cpu_stale, "withheld, not missing");
         assert_eq!(app.timestamp, Some(ts(T0 + 3_660_000)));
         // The same sample read again keeps the stale pair: still nothing.
         let app = usage_of(&samples.update(stamped("1015", "6e+06", T0 + 3_660_000)), "app");
@@ -608,6 +612,7 @@ mod tests {
         // One housekeeping period later the pair is fresh: the rate of now.
         let app = usage_of(&samples.update(stamped("1025", "6e+06", T0 + 3_670_000)), "app");
         assert_eq!((app.cpu_nanocores, app.window), (Some(1_000_000_000), Some(Duration::from_secs(10))));
+        assert!(!app.cpu_stale);
         // The node's own series obey the same window.
         let mut batch = mk_batch(&[]);
         batch.node_cpu = Some(Sample { value: 10.0, timestamp: ts(T0) });
