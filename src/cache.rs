@@ -84,6 +84,22 @@ where
         F: Future<Output = Result<V, E>>,
         E: Send + Sync + 'static,
     {
+        let found = self.get_or_try_compute_uncounted(key, compute).await?;
+        self.count(!found.2);
+        Ok(found)
+    }
+
+    /// [`get_or_try_compute`](Self::get_or_try_compute) without counting a lookup: for
+    /// background refreshes, which are not requests.
+    pub async fn get_or_try_compute_uncounted<E, F>(
+        &self,
+        key: K,
+        compute: F,
+    ) -> Result<(V, Instant, bool), Arc<E>>
+    where
+        F: Future<Output = Result<V, E>>,
+        E: Send + Sync + 'static,
+    {
         let ttl = self.settings.ttl;
         let entry = self
             .cache
@@ -94,7 +110,6 @@ where
             })
             .await?;
         let computed = entry.is_fresh();
-        self.count(!computed);
         let entry = entry.into_value();
         Ok((entry.value, entry.expires_at, computed))
     }

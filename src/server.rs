@@ -192,6 +192,13 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
                 )
                 .context("building the kubelet client")?,
             );
+            let sampling = kubelet.sampling();
+            tracing::info!(
+                max_rate_window = ?sampling.max_window,
+                interval = ?sampling.interval,
+                idle_after = ?sampling.idle_after,
+                "kubelet sampling: nodes asked for are sampled every interval until idle_after without a request (the start-up warm-up counts as one)"
+            );
             tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
             Arc::new(KubeletUsage::new(kubelet))
         }

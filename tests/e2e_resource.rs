@@ -342,8 +342,9 @@ async fn after_an_idle_period_cpu_is_current_or_absent_never_a_stale_average() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(kubelet_fetches(&env.sim_stats().await), idle, "kubelets fetched while idle");
 
-    // 12 s since the last sample, twice the largest window: the first answer has no rate for
-    // any pod (each pod's pair spans the idle period) and says when to ask again.
+    // About 10 s since the last sample, more than the largest window: the first answer has no
+    // rate for any pod (each pod's pair spans the idle period) and says when to ask again
+    // (the answer's TTL, 2s, then a sampling interval, 2s).
     let (status, headers, body) = env.get(&format!("{MGV}/namespaces/shop/pods"), None).await;
     assert_eq!(status, 200, "{body}");
     let first: Value = serde_json::from_str(&body).unwrap();
@@ -352,7 +353,7 @@ async fn after_an_idle_period_cpu_is_current_or_absent_never_a_stale_average() {
     let warnings: Vec<&str> = headers.get_all("warning").iter().map(|w| w.to_str().unwrap()).collect();
     let expected = format!(
         "cpu omitted for {running} pods: their two newest kubelet samples are further apart than \
-         --max-rate-window (6s), as on the first request after an idle period; ask again in 2s"
+         --max-rate-window (6s), as on the first request after an idle period; ask again in 4s"
     );
     assert!(warnings.iter().any(|w| w.contains(&expected)), "{warnings:?}");
     // PodMetricsSummary omits the CPU the same way, and keeps the memory.

@@ -54,7 +54,7 @@ impl KubeletUsage {
             "cpu omitted for {count} {what}{plural}: their two newest kubelet samples are further apart \
              than --max-rate-window ({}), as on the first request after an idle period; ask again in {}",
             crate::k8s::duration::go_string(sampling.max_window),
-            crate::k8s::duration::go_string(sampling.interval),
+            crate::k8s::duration::go_string(sampling.retry_after),
         )
     }
 }

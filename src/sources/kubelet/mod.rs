@@ -243,6 +243,8 @@ struct Inner {
     /// Per node, its rate state as of its last fetch: the usage is read from it on each call
     /// (cheap), so no second copy of every pod's usage is kept for the TTL.
     cache: TtlCache<String, Arc<Mutex<NodeSamples>>>,
+    /// How long a node's sample is cached: `--cache-ttl`, at most a sampling interval.
+    sample_ttl: Duration,
     /// When each node's data was last asked for.
     demand: sampler::Demand,
     sampling: Sampling,
@@ -283,14 +285,18 @@ impl KubeletClient {
         // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
         let transport = Transport::new(https, config.reuse_connections);
-        let cache = TtlCache::new(CACHE_NAME, &config.cache, MAX_CACHED_NODES);
+        let sampling = config.sampling();
+        let cache_settings =
+            CacheSettings { ttl: sampling.sample_ttl(config.cache.ttl), ..config.cache.clone() };
+        let cache = TtlCache::new(CACHE_NAME, &cache_settings, MAX_CACHED_NODES);
         let token = config.bearer_token.clone().map(TokenProvider::new);
         let slots = Semaphore::new(config.max_concurrency.max(1));
         Ok(Self {
             inner: Arc::new(Inner {
                 cache,
+                sample_ttl: cache_settings.ttl,
                 demand: sampler::Demand::default(),
-                sampling: config.sampling(),
+                sampling,
                 transport,
                 config,
                 inventory,
@@ -339,21 +345,27 @@ impl KubeletSource for KubeletClient {
 }
 
 impl sampler::Sampler for Inner {
-    async fn is_fresh(&self, node: &str, age: Duration) -> bool {
-        // An entry's creation is its expiry less the TTL (entries here never carry their own).
-        let created = |expires_at: Instant| expires_at.checked_sub(self.config.cache.ttl);
-        match self.cache.peek(&node.to_owned()).await {
-            Some((_, expires_at)) => created(expires_at).is_some_and(|at| at.elapsed() < age),
-            None => false,
-        }
-    }
-
-    async fn sample(&self, node: &str) {
+    async fn refresh(&self, node: &str, age: Duration) {
         // A failure is recorded by the observer; the next request fetches on demand and says
         // what failed.
-        if let Ok(state) = self.fetch(node).await {
-            let ttl = self.config.cache.ttl;
-            self.cache.insert_until(node.to_owned(), state, Instant::now() + ttl).await;
+        let key = node.to_owned();
+        match self.cache.peek(&key).await {
+            // An entry's creation is its expiry less the TTL (entries here never carry their
+            // own): one younger than `age` is left alone.
+            Some((_, expires_at)) => {
+                if expires_at.checked_sub(self.sample_ttl).is_some_and(|at| at.elapsed() < age) {
+                    return;
+                }
+                // Still served while the new sample is taken.
+                if let Ok(state) = self.fetch(node).await {
+                    self.cache.insert_until(key, state, Instant::now() + self.sample_ttl).await;
+                }
+            }
+            // None cached: through the cache, so a request fetching it now is joined, not
+            // doubled.
+            None => {
+                let _ = self.cache.get_or_try_compute_uncounted(key, self.fetch(node)).await;
+            }
         }
     }
 }
@@ -1014,9 +1026,11 @@ pub(super) mod tests {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(hits(), 0, "nothing is sampled before a request asks");
         client.node_usage("node-a").await.unwrap();
-        // Sampled every 200 ms for a second after the request; the request's own fetch is not
-        // repeated at once.
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        // The sampler woken by the request joined the request's fetch instead of doubling it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(hits(), 1, "one fetch for the request and the sampler it woke");
+        // Sampled every 200 ms for a second after the request.
+        tokio::time::sleep(Duration::from_millis(2_450)).await;
         let sampled = hits();
         assert!((4..=8).contains(&sampled), "{sampled} fetches");
         // Idle: no more fetches.

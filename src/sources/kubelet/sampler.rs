@@ -2,9 +2,9 @@
 //! two samples it comes from, and a rate over an idle hour is no usage of now. [`Demand`]
 //! records when each node's data was last asked for; while a node was asked for within
 //! `--idle-after`, [`run`] samples it every [`Sampling::interval`] (only when its cached sample
-//! is at least half an interval old, so a node a request just fetched is not fetched twice),
-//! which keeps a pair of samples at most about one interval plus a kubelet housekeeping period
-//! apart. Once no node was asked for within `--idle-after`, the loop parks on a [`Notify`]
+//! is at least half an interval old; a missing one is fetched through the cache's single
+//! flight, so a node a request is fetching is not fetched twice), which keeps a pair of samples
+//! at most about one interval plus a kubelet housekeeping period apart. Once no node was asked for within `--idle-after`, the loop parks on a [`Notify`]
 //! until the next request: an idle percolator makes no kubelet requests and wakes no timer.
 
 use std::collections::HashMap;
@@ -24,9 +24,13 @@ pub struct Sampling {
     pub max_window: Duration,
     /// Time between two background samples of a node.
     pub interval: Duration,
-    /// How long a node is sampled after its data was last asked for (`--idle-after`); zero
-    /// turns background sampling off (nodes are then fetched only on demand).
+    /// How long a node is sampled after its data was last asked for (`--idle-after`, at least
+    /// the cache TTL plus an interval: answers served from the caches do not ask); zero turns
+    /// background sampling off (nodes are then fetched only on demand).
     pub idle_after: Duration,
+    /// When an answer whose CPU was withheld can be asked again with a fresh pair: the answer
+    /// is cached for the TTL, and a new sample comes within an interval after that.
+    pub retry_after: Duration,
 }
 
 impl Sampling {
@@ -35,13 +39,24 @@ impl Sampling {
     /// ends.
     pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(300);
 
-    /// The settings for a cache TTL (`--cache-ttl`, how long a node's sample is served), a
-    /// largest rate window and an idle period: one sample per TTL, and at least three per
-    /// window so that a pair of distinct samples stays within it whatever the TTL.
+    /// The settings for a cache TTL (`--cache-ttl`), a largest rate window and an idle
+    /// period: one sample per TTL, and at least three per window so that a pair of distinct
+    /// samples stays within it whatever the TTL. A node's sample is served for at most one
+    /// interval ([`sample_ttl`](Self::sample_ttl)).
     pub fn new(cache_ttl: Duration, max_window: Duration, idle_after: Duration) -> Self {
         let third = max_window / 3;
         let interval = if cache_ttl.is_zero() { third } else { cache_ttl.min(third) };
-        Self { max_window, interval: interval.max(Duration::from_millis(100)), idle_after }
+        let interval = interval.max(Duration::from_millis(100));
+        // Requests answered from the caches for a whole TTL never reach the kubelet client:
+        // an idle period shorter than that would stop sampling under steady requests.
+        let idle_after = if idle_after.is_zero() { idle_after } else { idle_after.max(cache_ttl + interval) };
+        Self { max_window, interval, idle_after, retry_after: cache_ttl + interval }
+    }
+
+    /// How long a node's fetched sample is served (`--cache-ttl`, at most one interval): a
+    /// sample older than that is not current enough to pair.
+    pub fn sample_ttl(&self, cache_ttl: Duration) -> Duration {
+        cache_ttl.min(self.interval)
     }
 }
 
@@ -94,10 +109,9 @@ impl Demand {
 
 /// What the loop samples with.
 pub trait Sampler: Send + Sync {
-    /// The node's cached sample is younger than `age`.
-    fn is_fresh(&self, node: &str, age: Duration) -> impl Future<Output = bool> + Send;
-    /// Takes a new sample of `node` and caches it.
-    fn sample(&self, node: &str) -> impl Future<Output = ()> + Send;
+    /// Takes a new sample of `node` and caches it, unless its cached sample is younger than
+    /// `age`.
+    fn refresh(&self, node: &str, age: Duration) -> impl Future<Output = ()> + Send;
 }
 
 /// Samples the nodes of `demand` every `sampling.interval` while they are asked for; parks when
@@ -120,12 +134,7 @@ pub async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampling) {
         }
         let round = tokio::time::Instant::now();
         let half = sampling.interval / 2;
-        futures::future::join_all(nodes.iter().map(|node| async move {
-            if !sampler.is_fresh(node, half).await {
-                sampler.sample(node).await;
-            }
-        }))
-        .await;
+        futures::future::join_all(nodes.iter().map(|node| sampler.refresh(node, half))).await;
         tokio::time::sleep_until(round + sampling.interval).await;
     }
 }
@@ -139,14 +148,25 @@ mod tests {
 
     #[test]
     fn the_interval_keeps_three_samples_in_a_window_and_follows_the_ttl() {
-        let s = |ttl, window| {
-            Sampling::new(Duration::from_secs(ttl), Duration::from_secs(window), Duration::ZERO)
-        };
-        assert_eq!(s(15, 60).interval, Duration::from_secs(15));
-        assert_eq!(s(60, 60).interval, Duration::from_secs(20));
-        assert_eq!(s(0, 60).interval, Duration::from_secs(20));
-        assert_eq!(s(5, 60).interval, Duration::from_secs(5));
+        let secs = Duration::from_secs;
+        let s = |ttl, window| Sampling::new(secs(ttl), secs(window), secs(300));
+        assert_eq!(
+            (s(15, 60).interval, s(15, 60).retry_after, s(15, 60).idle_after),
+            (secs(15), secs(30), secs(300))
+        );
+        assert_eq!(s(15, 60).sample_ttl(secs(15)), secs(15));
+        assert_eq!(s(60, 60).interval, secs(20));
+        assert_eq!(s(600, 60).sample_ttl(secs(600)), secs(20), "a sample is served one interval at most");
+        assert_eq!(s(600, 60).idle_after, secs(620), "idle only after the caches stop answering");
+        assert_eq!(s(0, 60).interval, secs(20));
+        assert_eq!(s(0, 60).sample_ttl(secs(0)), secs(0), "no caching stays no caching");
+        assert_eq!(s(5, 60).interval, secs(5));
         assert_eq!(s(1, 0).interval, Duration::from_millis(100), "never a busy loop");
+        assert_eq!(
+            Sampling::new(secs(15), secs(60), Duration::ZERO).idle_after,
+            Duration::ZERO,
+            "off stays off"
+        );
     }
 
     #[derive(Default)]
@@ -156,11 +176,10 @@ mod tests {
     }
 
     impl Sampler for Counting {
-        async fn is_fresh(&self, _node: &str, _age: Duration) -> bool {
-            self.fresh.load(Ordering::SeqCst) > 0
-        }
-        async fn sample(&self, node: &str) {
-            lock(&self.samples).push(node.to_owned());
+        async fn refresh(&self, node: &str, _age: Duration) {
+            if self.fresh.load(Ordering::SeqCst) == 0 {
+                lock(&self.samples).push(node.to_owned());
+            }
         }
     }
 
@@ -172,6 +191,7 @@ mod tests {
             max_window: Duration::from_secs(60),
             interval: Duration::from_secs(15),
             idle_after: Duration::from_secs(60),
+            retry_after: Duration::from_secs(30),
         };
         let task = {
             let (sampler, demand) = (sampler.clone(), demand.clone());
