@@ -1,6 +1,6 @@
 //! Cluster-scale benchmarks (BENCHMARKS.md): starts `percolator-sim` at a given size, a real
 //! Prometheus scraping it (history backfilled with promtool), and percolator (release
-//! builds), then measures B1–B8 with baselines taken in the same run:
+//! builds), then measures B1–B9 with baselines taken in the same run:
 //!
 //! - B1 cold `list` latency (one namespace, all namespaces) vs the same upstream work done
 //!   directly (the PromQL queries plus the kubelet fetches);
@@ -22,12 +22,26 @@
 //! - B6 CPU seconds per cache refresh (a cold all-namespaces list);
 //! - B7 a custom metrics `Pods` request over every pod of a namespace, cold vs its PromQL
 //!   query done directly, and warm throughput (B2's method);
-//! - B8 a declared kind's cold list of every namespace vs its PromQL queries done directly.
+//! - B8 a declared kind's cold list of every namespace vs its PromQL queries done directly;
+//! - B9 CPU seconds per minute of the percolator process (utime + stime) on a server of its
+//!   own (default `--cache-ttl`, 15s; `--idle-after=1m` when the binary has the flag): while
+//!   a client lists every namespace's PodMetricsSummary every 15 s for 3 minutes ("asked"),
+//!   then, the client stopped and `--idle-after` + 30 s (90 s, for a binary without the flag
+//!   too) passed, over 2 minutes ("idle"); with the kubelet fetches of each phase, and the
+//!   same of `PERCOLATOR_BASELINE_BIN` in the same run when set (about 7 minutes a binary).
+//!
+//! B1, B4, B5, B6, B7 (cold) and B8 run on a server with a 2 s `--cache-ttl`, and, when the
+//! binary has `--idle-after` (background kubelet sampling while requests need kubelet data),
+//! with `--idle-after=0s`: kubelets fetched on demand only, so that "cold" is the requests' own
+//! work (a sampler would fetch between the bench's requests, and B4's counts would not be
+//! exact). The warm server of B2, B3 and B7 (warm) runs with the defaults, as shipped (with
+//! `--idle-after`, it samples every node in the background while it is measured). Whether the
+//! binary has the flag is read from its `--help`; the report's first line says so.
 //!
 //! `cargo bench --bench cluster -- [SWITCHES] 1000 10000 150000` (sizes in pods; default 1000
 //! 10000). Switches:
 //!
-//! - `--only=b1,b2,...` runs only the named sections (default all of b1–b8); `--memory-only` is
+//! - `--only=b1,b2,...` runs only the named sections (default all of b1–b9); `--memory-only` is
 //!   `--only=b3`;
 //! - `--rounds N` (default 3): alternating rounds per B2/B7 throughput row, each measuring
 //!   percolator then the bare server; the row reports the medians (the upper one for an even
@@ -40,7 +54,9 @@
 //!   no kubelet connection), B1 against the raw PromQL of the same list and B3.
 //!
 //! The environment variable `PERCOLATOR_BIN` names the percolator binary to measure (default:
-//! this build's); the report's first line names it. percolator runs with the environment the
+//! this build's); the report's first line names it. `PERCOLATOR_BASELINE_BIN` names B9's
+//! baseline binary (e.g. a build of an older commit), measured after it in the same run: the
+//! B9 rows then give both figures and the ratio. percolator runs with the environment the
 //! container image gives it (the Dockerfile's `ENV` lines, e.g. `MIMALLOC_PURGE_DELAY=0`)
 //! unless the bench's own environment sets the same variable.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -121,6 +137,27 @@ fn pods_metric(base: &str, ns: &str) -> String {
 fn percolator_bin() -> PathBuf {
     std::env::var_os("PERCOLATOR_BIN")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_percolator")), PathBuf::from)
+}
+
+/// B9's baseline binary, measured in the same run after the measured one: `PERCOLATOR_BASELINE_BIN`.
+fn baseline_bin() -> Option<PathBuf> {
+    std::env::var_os("PERCOLATOR_BASELINE_BIN").filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// Whether `bin` has `--idle-after` (background kubelet sampling while requests need kubelet
+/// data), read from its `--help`: commits before it fetch only on demand.
+fn supports_idle_after(bin: &Path) -> bool {
+    let out = std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "{} --help failed: {}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).contains("--idle-after")
 }
 
 /// The environment the container image gives percolator: the Dockerfile's `ENV` lines.
@@ -236,8 +273,21 @@ async fn start_percolator(
     tag: &str,
     extra: &[String],
 ) -> Server {
+    start_percolator_bin(&percolator_bin(), dir, sim, prometheus, cache_ttl, tag, extra).await
+}
+
+/// [`start_percolator`] of the binary `bin` (B9's baseline is another binary).
+async fn start_percolator_bin(
+    bin: &Path,
+    dir: &Path,
+    sim: &Sim,
+    prometheus: &Prometheus,
+    cache_ttl: &str,
+    tag: &str,
+    extra: &[String],
+) -> Server {
     let log = dir.join(format!("percolator-{tag}.log"));
-    let mut child = Command::new(percolator_bin())
+    let mut child = Command::new(bin)
         .envs(shipped_env())
         .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
         .arg("--cert-dir")
@@ -721,7 +771,7 @@ struct Settings {
 }
 
 /// Every section, the default of `--only`.
-const SECTIONS: [&str; 8] = ["b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8"];
+const SECTIONS: [&str; 9] = ["b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8", "b9"];
 
 impl Settings {
     fn parse(args: impl IntoIterator<Item = String>) -> Self {
@@ -753,7 +803,7 @@ impl Settings {
                     settings.only =
                         value().split(',').filter(|s| !s.is_empty()).map(str::to_lowercase).collect();
                     for s in &settings.only {
-                        assert!(SECTIONS.contains(&s.as_str()), "--only: unknown section {s} (b1..b8)");
+                        assert!(SECTIONS.contains(&s.as_str()), "--only: unknown section {s} (b1..b9)");
                     }
                 }
                 "--rounds" => {
@@ -796,6 +846,9 @@ async fn run_size(settings: &Settings, pods: u32, min_rss: &mut Option<Rss>, rep
     }
     if ["b2", "b3", "b7"].iter().any(|s| settings.runs(s)) {
         warm(settings, &dir, &sim, &prometheus, pods, &truth, min_rss.as_ref(), report).await;
+    }
+    if settings.runs("b9") {
+        b9(&dir, &sim, &prometheus, pods, report).await;
     }
     drop(prometheus);
     drop(sim);
@@ -905,6 +958,9 @@ async fn warm(
 }
 
 /// B1, B4, B5, B6, B7 (cold) and B8 on a server with a short TTL: every measurement is cold.
+/// A binary with `--idle-after` runs with `--idle-after=0s` (no background sampling: kubelets
+/// are fetched only on demand, as before that flag), so that the work measured is the
+/// requests' own.
 async fn cold(
     settings: &Settings,
     dir: &Path,
@@ -923,8 +979,13 @@ async fn cold(
     // kubelet join.
     let config = dir.join("config.yaml");
     std::fs::write(&config, DECLARED_KIND).unwrap();
-    let declared =
-        ["--config".to_owned(), config.display().to_string(), "--enable-custom-metrics".to_owned()];
+    let mut declared =
+        vec!["--config".to_owned(), config.display().to_string(), "--enable-custom-metrics".to_owned()];
+    // Cold means request-driven work: no background sampling, which would fetch kubelets
+    // between the requests measured here (and break B4's exact counts).
+    if supports_idle_after(&percolator_bin()) {
+        declared.push("--idle-after=0s".to_owned());
+    }
     let server = start_percolator(dir, sim, prometheus, "2s", "cold", &declared).await;
     let client = mk_client(dir);
     // Let the warm-up fetch finish and the second kubelet sample exist.
@@ -1111,6 +1172,103 @@ async fn cold(
     ));
     }
     drop(server);
+}
+
+/// B9's `--idle-after` (when the binary has it): short enough for the idle phase to come
+/// within the run.
+const B9_IDLE_AFTER: Duration = Duration::from_secs(60);
+/// B9's request period (an HPA's sync period), the length of its asked phase, the wait after
+/// the client stops (`--idle-after` + 30 s, for a binary without the flag too: the same
+/// schedule for both) and the length of its idle phase.
+const B9_PERIOD: Duration = Duration::from_secs(15);
+const B9_ASKED: Duration = Duration::from_secs(180);
+const B9_WAIT: Duration = Duration::from_secs(B9_IDLE_AFTER.as_secs() + 30);
+const B9_IDLE: Duration = Duration::from_secs(120);
+
+/// One B9 phase of one binary: CPU seconds per minute and the kubelet fetches it made.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    cpu_per_minute: f64,
+    fetches: u64,
+}
+
+/// B9's two phases on a server of its own running `bin` (default `--cache-ttl`, 15s, and
+/// `--idle-after=1m` when it has the flag): one all-namespaces PodMetricsSummary list every
+/// 15 s for 3 minutes, then, the client stopped, `--idle-after` + 30 s of waiting and 2
+/// minutes idle. Returns (asked, idle).
+async fn b9_phases(bin: &Path, tag: &str, dir: &Path, sim: &Sim, prometheus: &Prometheus) -> (Phase, Phase) {
+    let mut extra = vec![];
+    if supports_idle_after(bin) {
+        extra.push(format!("--idle-after={}s", B9_IDLE_AFTER.as_secs()));
+    }
+    let server = start_percolator_bin(bin, dir, sim, prometheus, "15s", tag, &extra).await;
+    let pid = server.pid;
+    // Past the start's own work: the inventory's sync and the kubelet warm-up fetch.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let measure = |from: (f64, u64, tokio::time::Instant)| async move {
+        let (cpu, fetches, at) = from;
+        let minutes = at.elapsed().as_secs_f64() / 60.0;
+        Phase {
+            cpu_per_minute: (cpu_seconds(pid) - cpu) / minutes,
+            fetches: kubelet_fetches(sim).await - fetches,
+        }
+    };
+    let start = || async { (cpu_seconds(pid), kubelet_fetches(sim).await, tokio::time::Instant::now()) };
+
+    let client = mk_client(dir);
+    let url = format!("{}{GV}/podmetricssummaries", server.url);
+    let from = start().await;
+    let mut requests = 0u32;
+    while B9_PERIOD * requests < B9_ASKED {
+        tokio::time::sleep_until(from.2 + B9_PERIOD * requests).await;
+        timed_get(&client, &url).await;
+        requests += 1;
+    }
+    tokio::time::sleep_until(from.2 + B9_ASKED).await;
+    let asked = measure(from).await;
+    drop(client);
+    eprintln!("[{tag}] B9 asked ({requests} lists): {asked:?}");
+
+    tokio::time::sleep(B9_WAIT).await;
+    let from = start().await;
+    tokio::time::sleep(B9_IDLE).await;
+    let idle = measure(from).await;
+    eprintln!("[{tag}] B9 idle: {idle:?}");
+    drop(server);
+    (asked, idle)
+}
+
+/// B9: CPU per minute of percolator asked every 15 s, then idle, and of the baseline binary
+/// (`PERCOLATOR_BASELINE_BIN`) in the same run, one server at a time.
+async fn b9(dir: &Path, sim: &Sim, prometheus: &Prometheus, pods: u32, report: &mut Vec<String>) {
+    let ours = b9_phases(&percolator_bin(), "b9", dir, sim, prometheus).await;
+    let baseline = match baseline_bin() {
+        Some(bin) => Some(b9_phases(&bin, "b9-baseline", dir, sim, prometheus).await),
+        None => None,
+    };
+    let cell = |p: Phase| format!("{:.3} s ({} kubelet fetches)", p.cpu_per_minute, p.fetches);
+    let what = [
+        format!("CPU per minute, asked every {} s ({} min)", B9_PERIOD.as_secs(), B9_ASKED.as_secs() / 60),
+        format!("CPU per minute, idle after --idle-after ({} min)", B9_IDLE.as_secs() / 60),
+    ];
+    let phases = [(ours.0, baseline.map(|b| b.0)), (ours.1, baseline.map(|b| b.1))];
+    for (what, (ours, baseline)) in what.iter().zip(phases) {
+        let (base, ratio) = match baseline {
+            None => (String::new(), String::new()),
+            Some(b) => {
+                let ratio = if b.cpu_per_minute > 0.0 {
+                    format!("**{:.2}**", ours.cpu_per_minute / b.cpu_per_minute)
+                } else if ours.cpu_per_minute > 0.0 {
+                    "baseline 0".to_owned()
+                } else {
+                    "both 0".to_owned()
+                };
+                (format!("baseline {}", cell(b)), ratio)
+            }
+        };
+        report.push(format!("| B9 | {pods} | {what} | {} | {base} | {ratio} |", cell(ours)));
+        eprintln!("{}", report.last().unwrap());
+    }
 }
 
 /// Resident memory (KiB) after each of B3's steps, and the peak.
@@ -1329,11 +1487,18 @@ async fn main() {
     percolator::install_crypto_provider();
     let settings = Settings::parse(std::env::args().skip(1));
     let sections = settings.only.iter().map(String::as_str).collect::<Vec<_>>().join(",");
+    let idle_after = |bin: &Path| if supports_idle_after(bin) { "has" } else { "has no" };
+    let bin = percolator_bin();
+    let baseline = baseline_bin()
+        .filter(|_| settings.runs("b9"))
+        .map(|b| format!("; B9 baseline binary: `{}` ({} `--idle-after`)", b.display(), idle_after(&b)))
+        .unwrap_or_default();
     let mut report = vec![
         format!(
-            "percolator binary: `{}`; sections {sections}; {} rounds of {} s per throughput row; \
-             environment: {}",
-            percolator_bin().display(),
+            "percolator binary: `{}` ({} `--idle-after`){baseline}; sections {sections}; {} rounds of {} s \
+             per throughput row; environment: {}",
+            bin.display(),
+            idle_after(&bin),
             settings.rounds,
             settings.seconds,
             describe_env(),

@@ -4,7 +4,8 @@
 # `cargo bench --bench cluster` with the given arguments: sizes in pods (default: 1000 10000)
 # and the switches documented in benches/cluster.rs and BENCHMARKS.md (--only=b1,b2,...,
 # --rounds N, --duration SECS, --loadgen-check, --memory-only, --resource-source=prometheus;
-# env PERCOLATOR_BIN measures another percolator binary).
+# env PERCOLATOR_BIN measures another percolator binary; env PERCOLATOR_BASELINE_BIN is B9's
+# baseline binary, measured after it in the same run).
 # The table is printed and written to target/bench-report.md (under CARGO_TARGET_DIR if set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
