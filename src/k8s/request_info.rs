@@ -102,28 +102,7 @@ pub fn split_path(path: &str) -> Vec<Cow<'_, str>> {
 /// Percent-decodes a path segment (invalid escapes are kept verbatim, invalid UTF-8 is
 /// replaced), never failing.
 pub fn percent_decode(segment: &str) -> Cow<'_, str> {
-    if !segment.contains('%') {
-        return Cow::Borrowed(segment);
-    }
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let (Some(h), Some(l)) = (
-                bytes.get(i + 1).and_then(|c| (*c as char).to_digit(16)),
-                bytes.get(i + 2).and_then(|c| (*c as char).to_digit(16)),
-            )
-        {
-            // Two hex digits are < 256.
-            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    percent_encoding::percent_decode_str(segment).decode_utf8_lossy()
 }
 
 const SPECIAL_VERBS: &[&str] = &["proxy", "watch"];

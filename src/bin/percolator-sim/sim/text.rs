@@ -3,6 +3,9 @@
 
 use std::fmt::Write as _;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+
 /// Appends `v` formatted like Go's `strconv.FormatFloat(v, 'g', -1, 64)`, which is what the
 /// Prometheus Go client (and so a kubelet) writes: shortest round-trip digits, exponent
 /// notation (`1.253376e+07`) when the decimal exponent is below -4 or at least 6.
@@ -56,53 +59,19 @@ pub(crate) fn push_label_value(out: &mut String, value: &str) {
     }
 }
 
-const B64_STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-const B64_URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-fn b64_encode(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        let chars = chunk.len() + 1;
-        for i in 0..4 {
-            if i < chars {
-                out.push(char::from(alphabet[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else if pad {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 /// Standard base64 with padding (kubeconfig `certificate-authority-data`).
 pub(crate) fn base64_std(data: &[u8]) -> String {
-    b64_encode(data, B64_STD, true)
+    STANDARD.encode(data)
 }
 
 /// URL-safe base64 without padding (continue tokens, like Go's `base64.RawURLEncoding`).
 pub(crate) fn base64_url(data: &[u8]) -> String {
-    b64_encode(data, B64_URL, false)
+    URL_SAFE_NO_PAD.encode(data)
 }
 
 /// Decodes URL-safe base64 (padding optional); `None` on any invalid input.
 pub(crate) fn base64_url_decode(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for c in s.bytes() {
-        let v = B64_URL.iter().position(|&a| a == c)?;
-        acc = (acc << 6) | v as u32;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
+    URL_SAFE_NO_PAD.decode(s.trim_end_matches('=')).ok()
 }
 
 #[cfg(test)]
