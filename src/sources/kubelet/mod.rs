@@ -243,7 +243,7 @@ struct Inner {
     /// Per node, its rate state as of its last fetch: the usage is read from it on each call
     /// (cheap), so no second copy of every pod's usage is kept for the TTL.
     cache: TtlCache<String, Arc<Mutex<NodeSamples>>>,
-    /// How long a node's sample is cached: `--cache-ttl`, at most a sampling interval.
+    /// How long a node's sample is cached ([`Sampling::sample_ttl`]).
     sample_ttl: Duration,
     /// When each node's data was last asked for.
     demand: sampler::Demand,

@@ -41,7 +41,7 @@ impl Sampling {
 
     /// The settings for a cache TTL (`--cache-ttl`), a largest rate window and an idle
     /// period: one sample per TTL, and at least three per window so that a pair of distinct
-    /// samples stays within it whatever the TTL. A node's sample is served for at most one
+    /// samples stays within it whatever the TTL. A node's sample is served for about one
     /// interval ([`sample_ttl`](Self::sample_ttl)).
     pub fn new(cache_ttl: Duration, max_window: Duration, idle_after: Duration) -> Self {
         let third = max_window / 3;
@@ -53,10 +53,14 @@ impl Sampling {
         Self { max_window, interval, idle_after, retry_after: cache_ttl + interval }
     }
 
-    /// How long a node's fetched sample is served (`--cache-ttl`, at most one interval): a
-    /// sample older than that is not current enough to pair.
+    /// How long a node's fetched sample is served: `--cache-ttl`, at most one interval (a
+    /// sample older than that is not current enough to pair). While sampling, half an interval
+    /// more, so that the next round's sample lands before the last one expires and a request
+    /// between the two never fetches on its own (the rounds replace samples at one interval of
+    /// age; an idle client's samples expire after one and a half).
     pub fn sample_ttl(&self, cache_ttl: Duration) -> Duration {
-        cache_ttl.min(self.interval)
+        let ttl = cache_ttl.min(self.interval);
+        if ttl.is_zero() || self.idle_after.is_zero() { ttl } else { ttl + self.interval / 2 }
     }
 }
 
@@ -154,9 +158,11 @@ mod tests {
             (s(15, 60).interval, s(15, 60).retry_after, s(15, 60).idle_after),
             (secs(15), secs(30), secs(300))
         );
-        assert_eq!(s(15, 60).sample_ttl(secs(15)), secs(15));
+        assert_eq!(s(15, 60).sample_ttl(secs(15)), Duration::from_millis(22_500), "outlives the next round");
+        let on_demand = Sampling::new(secs(15), secs(60), Duration::ZERO);
+        assert_eq!(on_demand.sample_ttl(secs(15)), secs(15), "without a sampler, the TTL");
         assert_eq!(s(60, 60).interval, secs(20));
-        assert_eq!(s(600, 60).sample_ttl(secs(600)), secs(20), "a sample is served one interval at most");
+        assert_eq!(s(600, 60).sample_ttl(secs(600)), secs(30), "a sample is served about one interval");
         assert_eq!(s(600, 60).idle_after, secs(620), "idle only after the caches stop answering");
         assert_eq!(s(0, 60).interval, secs(20));
         assert_eq!(s(0, 60).sample_ttl(secs(0)), secs(0), "no caching stays no caching");
