@@ -28,7 +28,8 @@ pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
             return Err(Invalid::new(
                 section.clone(),
                 format!(
-                    "unknown field; expected window, externalMetrics or a kind's section ({})",
+                    "unknown field; expected window, externalMetrics, customMetrics, kinds, resourceQueries \
+                     or a kind's section ({})",
                     known.join(", ")
                 ),
             ));
@@ -313,6 +314,10 @@ mod tests {
         assert!(err.starts_with("--config f.yaml: field podMetricsSummary.requests: "), "{err}");
         assert!(err.contains("would read every namespace"), "{err}");
         let err = check("bogus:\n  a: b\n").unwrap_err();
-        assert!(err.starts_with("--config f.yaml: field bogus: unknown field"), "{err}");
+        assert_eq!(
+            err,
+            "--config f.yaml: field bogus: unknown field; expected window, externalMetrics, customMetrics, \
+             kinds, resourceQueries or a kind's section (podMetricsSummary, cafeBrewStats)"
+        );
     }
 }
