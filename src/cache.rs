@@ -120,6 +120,11 @@ where
         self.cache.get(key).await.map(|e| (e.value, e.expires_at))
     }
 
+    /// How long a computed value is served.
+    pub fn ttl(&self) -> Duration {
+        self.settings.ttl
+    }
+
     /// Caches `value` for `key` until `expires_at` (at most the TTL from now).
     pub async fn insert_until(&self, key: K, value: V, expires_at: Instant) {
         let expires_at = expires_at.min(Instant::now() + self.settings.ttl);

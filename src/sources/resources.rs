@@ -41,9 +41,7 @@ impl KubeletUsage {
     pub fn new(kubelet: Arc<dyn KubeletSource>) -> Self {
         Self { kubelet }
     }
-}
 
-impl KubeletUsage {
     /// Why `count` pods or nodes have no CPU after an idle period, and when to ask again. (A
     /// container seen once has no CPU either, as in metrics-server, without a warning: every
     /// new pod would raise one.)
@@ -155,12 +153,12 @@ pub const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
 /// CPU rates are rounded to the micro-core: `rate()` over float counters leaves noise in the
 /// last digits (`0.0090000012`), which would put a value on the wrong side of a millicore when
 /// `kubectl top` rounds it up.
-const RATE_PRECISION_NANOCORES: f64 = 1_000.0;
+const NANOCORES_PER_MICROCORE: u64 = 1_000;
 
-/// A `rate()` of core-seconds as whole nanocores, rounded to [`RATE_PRECISION_NANOCORES`]
-/// (the value is finite and not negative; `as` saturates).
+/// A `rate()` of core-seconds as whole nanocores, rounded to the micro-core (the value is
+/// finite and not negative; `as` saturates).
 fn rounded_nanocores(cores: f64) -> u64 {
-    ((cores * 1e9 / RATE_PRECISION_NANOCORES).round() * RATE_PRECISION_NANOCORES) as u64
+    ((cores * 1e6).round() as u64).saturating_mul(NANOCORES_PER_MICROCORE)
 }
 
 /// Labels a container query's result keeps.

@@ -243,8 +243,6 @@ struct Inner {
     /// Per node, its rate state as of its last fetch: the usage is read from it on each call
     /// (cheap), so no second copy of every pod's usage is kept for the TTL.
     cache: TtlCache<String, Arc<Mutex<NodeSamples>>>,
-    /// How long a node's sample is cached ([`Sampling::sample_ttl`]).
-    sample_ttl: Duration,
     /// When each node's data was last asked for.
     demand: sampler::Demand,
     sampling: Sampling,
@@ -294,7 +292,6 @@ impl KubeletClient {
         Ok(Self {
             inner: Arc::new(Inner {
                 cache,
-                sample_ttl: cache_settings.ttl,
                 demand: sampler::Demand::default(),
                 sampling,
                 transport,
@@ -353,12 +350,12 @@ impl sampler::Sampler for Inner {
             // An entry's creation is its expiry less the TTL (entries here never carry their
             // own): one younger than `age` is left alone.
             Some((_, expires_at)) => {
-                if expires_at.checked_sub(self.sample_ttl).is_some_and(|at| at.elapsed() < age) {
+                if expires_at.checked_sub(self.cache.ttl()).is_some_and(|at| at.elapsed() < age) {
                     return;
                 }
                 // Still served while the new sample is taken.
                 if let Ok(state) = self.fetch(node).await {
-                    self.cache.insert_until(key, state, Instant::now() + self.sample_ttl).await;
+                    self.cache.insert_until(key, state, Instant::now() + self.cache.ttl()).await;
                 }
             }
             // None cached: through the cache, so a request fetching it now is joined, not
