@@ -67,16 +67,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The local Prometheus helper, shared with `percolator-sim` (which owns the file); the
-/// benchmark uses only its Prometheus, not the fault proxy.
-#[path = "../src/bin/percolator-sim/devenv.rs"]
-#[allow(dead_code)]
-mod devenv;
 /// The load generator of the client-certificate rows.
 #[path = "cluster/loadgen.rs"]
 mod loadgen;
 
-use devenv::{Prometheus, PrometheusOptions, ScrapeJob};
+use percolator_sim::devenv::{self, Prometheus, PrometheusOptions, ScrapeJob};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -217,7 +212,7 @@ fn resource_queries(namespace: Option<&str>) -> [String; 2] {
 async fn start_sim(dir: &Path, pods: u32, mode: Mode) -> Sim {
     let nodes = pods.div_ceil(PODS_PER_NODE);
     let state = dir.join("sim");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_percolator-sim"))
+    let mut child = Command::new(percolator_sim::binary().unwrap())
         .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
         .args(["--namespaces", &namespaces(), "--cafes-per-namespace", "2", "--housekeeping", "10s"])
         .args((mode == Mode::Prometheus).then_some("--cadvisor"))
@@ -497,7 +492,7 @@ async fn bare_server(dir: &Path, body: bytes::Bytes, client_ca: Option<&Path>) -
             rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().unwrap();
         verifier
     });
-    let tls = percolator::tls::server_config(&args.serving, verifier).unwrap();
+    let tls = apiserver::tls::server_config(&args.serving, verifier).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
@@ -1484,7 +1479,7 @@ async fn cold_prometheus(
 
 #[tokio::main]
 async fn main() {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let settings = Settings::parse(std::env::args().skip(1));
     let sections = settings.only.iter().map(String::as_str).collect::<Vec<_>>().join(",");
     let idle_after = |bin: &Path| if supports_idle_after(bin) { "has" } else { "has no" };

@@ -23,4 +23,6 @@ if ! command -v h2load >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends nghttp2-client >/dev/null
 fi
+# The simulator is another package: Cargo builds only this package's binaries for its bench.
+cargo build --release -p percolator-sim --bin percolator-sim
 exec cargo bench --bench cluster -- "$@"

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 # End-to-end tests mostly wait on processes; four at a time keeps two cores busy. The
 # cluster benchmark (benches/) is not a test: `cargo bench --bench cluster` runs it.
-exec cargo test --lib --bins --tests -- --test-threads "${TEST_THREADS:-4}"
+exec cargo test --workspace --lib --bins --tests -- --test-threads "${TEST_THREADS:-4}"

@@ -35,22 +35,22 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::adapter::{LiveAdapter, resources};
-use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
 use crate::external::{
     MetricsError, Result, adapter_query_error, answer, check_metric_labels, check_metric_name,
     label_matchers, metric_quantity, prometheus_unavailable,
 };
-use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
-use crate::k8s::negotiate::{Endpoint, negotiate_headers};
-use crate::k8s::request_info::{ParsedRequest, RequestInfo, lower_case_method};
-use crate::k8s::selectors::{LabelSelector, Requirement};
-use crate::k8s::status::go_quote;
-use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
-use crate::k8s::{ApiError, GroupResource};
 use crate::sources::prometheus::{Matcher, keeps_label, render, validate_template};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
 use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
+use apiserver::cache::{CacheSettings, TtlCache};
+use k8s_wire::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::negotiate::{Endpoint, negotiate_headers};
+use k8s_wire::request_info::{ParsedRequest, RequestInfo, lower_case_method};
+use k8s_wire::selectors::{LabelSelector, Requirement};
+use k8s_wire::status::go_quote;
+use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
+use k8s_wire::{ApiError, GroupResource};
 
 /// API group of custom metrics.
 pub const GROUP: &str = "custom.metrics.k8s.io";

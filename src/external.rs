@@ -31,19 +31,19 @@ use kube::core::Expression;
 use serde::Serialize;
 
 use crate::adapter::{LiveAdapter, QueryError};
-use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Invalid, QueryFile, Snapshot};
+use apiserver::cache::{CacheSettings, TtlCache};
 
 use crate::config::{ExternalMetricConfig, LiveConfig};
-use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
-use crate::k8s::negotiate::{Endpoint, negotiate_headers};
-use crate::k8s::request_info::{ParsedRequest, RequestInfo, lower_case_method};
-use crate::k8s::selectors::{LabelSelector, Requirement};
-use crate::k8s::status::go_quote;
-use crate::k8s::validation::is_dns1123_label;
-use crate::k8s::{ApiError, GroupResource};
 use crate::sources::prometheus::{Matcher, is_valid_label_name, render, validate_template};
 use crate::sources::{PromError, PromSample, PromSource};
+use k8s_wire::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::negotiate::{Endpoint, negotiate_headers};
+use k8s_wire::request_info::{ParsedRequest, RequestInfo, lower_case_method};
+use k8s_wire::selectors::{LabelSelector, Requirement};
+use k8s_wire::status::go_quote;
+use k8s_wire::validation::is_dns1123_label;
+use k8s_wire::{ApiError, GroupResource};
 
 /// API group of external metrics.
 pub const GROUP: &str = "external.metrics.k8s.io";
@@ -465,7 +465,7 @@ fn round_to_micro(value: f64) -> f64 {
 
 /// A metric value as the metric APIs publish it: a Quantity of `value` rounded to micro units.
 pub fn metric_quantity(value: f64) -> String {
-    crate::k8s::quantity::decimal_si(round_to_micro(value))
+    k8s_wire::quantity::decimal_si(round_to_micro(value))
 }
 
 /// The `ExternalMetricValueList` JSON of a query result: one item per series with a finite

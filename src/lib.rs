@@ -1,49 +1,29 @@
 //! percolator: a read-only Kubernetes aggregated API server that computes live pod and cafe
 //! metrics at request time from kubelets and Prometheus.
 //!
-//! The binary is thin; everything lives here so tests can reach it. Modules by layer, top to
-//! bottom (a module imports only from its own layer or below; `tests/architecture.rs` checks
-//! it, `docs/architecture.md` is the map):
+//! This crate is the top of the workspace's layers (`docs/architecture.md` is the map): what
+//! percolator serves and from where. Below it, the `apiserver` crate (TLS, delegated auth,
+//! request limits, caches, telemetry) and the `k8s-wire` crate (Kubernetes wire types); the
+//! simulated cluster, the demo and the test machinery are the `percolator-sim` crate's. Its
+//! modules, top to bottom (a module imports only from its own layer or below;
+//! `tests/architecture.rs` checks it):
 //!
 //! - [`server`]: wiring (sources, kinds, APIs, auth, TLS) and serving;
-//! - [`api`] (routing, negotiation, discovery, OpenAPI, rendering) and [`auth`] (delegated
-//!   authentication and authorization);
+//! - [`api`]: routing, discovery, OpenAPI and rendering of the served kinds and groups;
 //! - [`external`] and [`custom`]: the opt-in `external.metrics.k8s.io` and
 //!   `custom.metrics.k8s.io` APIs for the HPA;
 //! - [`kinds`]: the served kinds, one unit each, and their registry;
-//! - [`adapter`]: prometheus-adapter configuration files: format, checks, discovery, naming and
-//!   query building (pure);
-//! - [`cache`]: TTL + single flight, generic over what it caches;
+//! - [`adapter`]: prometheus-adapter configuration files;
 //! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
-//! - [`config`] (flags and the query file), [`tls`] (serving certificates), [`telemetry`]
-//!   (own metrics and logs);
-//! - [`k8s`]: Kubernetes wire types (Status errors, RequestInfo, selectors, names, Quantity,
-//!   durations).
-//!
-//! The simulated cluster, the demo and the local Prometheus helper live with the
-//! `percolator-sim` binary (`src/bin/percolator-sim/`), not here.
+//! - [`config`]: flags and the query file.
 
 pub mod adapter;
 pub mod api;
-pub mod auth;
-pub mod cache;
 pub mod config;
 pub mod custom;
 pub mod external;
-pub mod k8s;
 pub mod kinds;
 pub mod server;
 pub mod sources;
-pub mod telemetry;
-pub mod tls;
-
-#[cfg(test)]
-pub(crate) mod testutil;
 
 pub use server::run;
-
-/// Installs the process-wide rustls crypto provider (ring). Idempotent.
-pub fn install_crypto_provider() {
-    // An error means a provider is already installed, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}

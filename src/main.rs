@@ -11,8 +11,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let args = percolator::config::Args::parse();
-    percolator::telemetry::init_logging(args.verbosity);
+    apiserver::telemetry::init_logging(args.verbosity);
     percolator::run(args).await
 }

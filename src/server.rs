@@ -22,11 +22,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::adapter::LiveAdapter;
 use crate::adapter::live::AdapterResourceQueries;
-use crate::api::batch;
-use crate::api::fairness::{self, ConnectionSlots};
 use crate::api::{self, ApiState};
-use crate::auth::PeerCertificates;
-use crate::cache::CacheSettings;
 use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile, ResourceSource};
 use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
@@ -37,7 +33,11 @@ use crate::sources::prometheus::{ConnectionSettings, PromClient};
 use crate::sources::resources::{ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryPlan};
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
-use crate::telemetry::Metrics;
+use apiserver::auth::PeerCertificates;
+use apiserver::cache::CacheSettings;
+use apiserver::serve::batch;
+use apiserver::serve::fairness::{self, ConnectionSlots};
+use apiserver::telemetry::Metrics;
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
 /// minute; polling a small file this often costs nothing).
@@ -90,7 +90,7 @@ impl Prepared {
             shutting_down.store(true, Ordering::SeqCst);
             metrics.ready.set(0);
             tracing::info!(
-                delay = %crate::k8s::duration::go_string(shutdown_delay),
+                delay = %k8s_wire::duration::go_string(shutdown_delay),
                 "shutting down: /readyz fails; still serving until the delay ends (signal again to skip it)"
             );
             tokio::select! {
@@ -142,10 +142,10 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         }
         None => kube::Config::infer().await.context("no --kubeconfig and no in-cluster configuration")?,
     };
-    let auth = crate::auth::Auth::start(&args.auth, &kube_config).await?;
+    let auth = apiserver::auth::Auth::start(&args.auth, &kube_config).await?;
     auth.trust().spawn_file_poller(args.serving.tls_reload_interval);
     let (tls, serving_cert) =
-        crate::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
+        apiserver::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
     let metrics = Metrics::new();
     export_serving_certificate_expiry(&serving_cert, &metrics);
@@ -176,7 +176,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
             // Watched: a rotated file applies to the next kubelet connection.
             let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
                 Some(path) => {
-                    let file = crate::tls::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
+                    let file = apiserver::tls::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
                     if !args.kubelet.kubelet_insecure_tls {
                         file.spawn_reloader(args.serving.tls_reload_interval);
                     }
@@ -222,7 +222,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     }
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| {
-        reload_metrics.config_reload(crate::telemetry::CONFIG_FILE, applied);
+        reload_metrics.config_reload(apiserver::telemetry::CONFIG_FILE, applied);
     });
 
     let inventory_for_custom = inventory.clone();
@@ -284,7 +284,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
         .await
         .with_context(|| format!("binding {}:{}", args.serving.bind_address, args.serving.secure_port))?;
     let address = listener.local_addr()?;
-    tracing::info!(%address, window = %crate::k8s::duration::go_string(config.current().window), "serving");
+    tracing::info!(%address, window = %k8s_wire::duration::go_string(config.current().window), "serving");
     Ok(Prepared {
         listener,
         tls,
@@ -298,13 +298,13 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
 
 /// Keeps `percolator_tls_serving_certificate_expiration_timestamp_seconds` on the `notAfter`
 /// of the serving leaf in force: set now, and after every reload that changes the pair.
-fn export_serving_certificate_expiry(cert: &crate::tls::ReloadingCert, metrics: &Arc<Metrics>) {
+fn export_serving_certificate_expiry(cert: &apiserver::tls::ReloadingCert, metrics: &Arc<Metrics>) {
     let metrics = Arc::clone(metrics);
     cert.on_change(move |chain| {
         let not_after = chain
             .first()
             .ok_or_else(|| "empty chain".to_owned())
-            .and_then(|leaf| crate::auth::x509::not_after(leaf.as_ref()));
+            .and_then(|leaf| apiserver::auth::x509::not_after(leaf.as_ref()));
         if let Err(error) = &not_after {
             tracing::warn!(%error, "cannot read the expiry of the serving certificate");
         }
@@ -511,7 +511,7 @@ async fn start_adapter(
             );
         }
     }
-    let file = crate::telemetry::ADAPTER_CONFIG_FILE;
+    let file = apiserver::telemetry::ADAPTER_CONFIG_FILE;
     metrics.config_loaded(file);
     let reload_metrics = metrics.clone();
     adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval, move |applied| {
@@ -560,7 +560,7 @@ pub fn config_check() -> Check {
 fn kubelet_config(
     args: &KubeletArgs,
     kube_config: &kube::Config,
-    ca_file: Option<Arc<crate::tls::WatchedCaFile>>,
+    ca_file: Option<Arc<apiserver::tls::WatchedCaFile>>,
     cache: &CacheSettings,
 ) -> KubeletConfig {
     use base64::Engine;
@@ -857,13 +857,13 @@ mod tests {
 
     #[test]
     fn the_serving_certificate_expiry_follows_the_pair_in_force() {
-        crate::install_crypto_provider();
+        apiserver::install_crypto_provider();
         let dir = std::env::temp_dir().join(format!("percolator-server-expiry-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         // 2031-01-02T00:00:00Z, then 2032-03-04T05:06:07Z.
         mk_pair(&dir, "first", 1_925_078_400);
-        let cert = crate::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+        let cert = apiserver::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
         let metrics = Metrics::new();
         assert_eq!(expiry(&metrics), "0");
         export_serving_certificate_expiry(&cert, &metrics);

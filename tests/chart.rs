@@ -765,17 +765,17 @@ fn the_generated_certificate_is_trusted_for_the_service() {
     for key in ["tls.crt", "tls.key", "ca.crt"] {
         std::fs::write(dir.join(key), b64(&secret["data"][key])).unwrap();
     }
-    percolator::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+    apiserver::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
     // ... and kube-apiserver's check passes: the chain to the caBundle, for the Service's name.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    for cert in percolator::tls::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
+    for cert in apiserver::tls::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
         roots.add(cert).unwrap();
     }
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
         .unwrap();
-    let chain = percolator::tls::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
+    let chain = apiserver::tls::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
     for server in [SERVICE_DNS, "percolator.percolator.svc.cluster.local"] {
         let name = rustls::pki_types::ServerName::try_from(server).unwrap();
         verifier

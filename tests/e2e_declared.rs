@@ -349,7 +349,7 @@ fn bucket_width(value: f64) -> f64 {
 }
 
 fn seconds(go_duration: &Value) -> f64 {
-    percolator::k8s::duration::parse(go_duration.as_str().unwrap()).unwrap().as_secs_f64()
+    k8s_wire::duration::parse(go_duration.as_str().unwrap()).unwrap().as_secs_f64()
 }
 
 fn unix(rfc3339: &Value) -> f64 {
@@ -740,7 +740,7 @@ async fn check_cafe_activity(env: &Env) {
         let p95: f64 = row[3].strip_suffix('s').unwrap().parse().unwrap();
         let expected = cafe["duration"]["p95"].as_f64().unwrap();
         assert!((p95 - expected).abs() <= bucket_width(expected), "{row:?}");
-        let age = percolator::k8s::duration::parse(&row[4]).unwrap().as_secs_f64();
+        let age = k8s_wire::duration::parse(&row[4]).unwrap().as_secs_f64();
         assert!(age <= last_brew_bound(cafe), "{row:?}");
         assert_eq!(row[5], cafe["pods"].as_array().unwrap().len().to_string());
         assert!(row[6].ends_with('m') && row[7].ends_with("Mi"), "{row:?}");

@@ -146,7 +146,7 @@ async fn kubectl_lists_match_the_simulators_truth_on(engine: Engine) {
         let cpu: f64 =
             pod["containers"].as_array().unwrap().iter().map(|c| c["cpuCores"].as_f64().unwrap()).sum();
         assert!(row[2].ends_with('m'), "cpu cell {row:?}");
-        assert_close(percolator::k8s::quantity::parse(&row[2]).unwrap(), cpu, 0.05, "cpu cell");
+        assert_close(k8s_wire::quantity::parse(&row[2]).unwrap(), cpu, 0.05, "cpu cell");
         assert!(row[3].ends_with("Mi"), "memory cell {row:?}");
         match pod["requestsPerSecond"].as_f64() {
             Some(r) => assert_close(row[4].parse().unwrap(), r, 0.05, "req/s cell"),

@@ -42,7 +42,7 @@ async fn fake_prometheus(delay: Duration) -> String {
 /// The simulated cluster; returns its kubeconfig.
 async fn start_sim(dir: &Path) -> (Child, PathBuf) {
     let state = dir.join("sim");
-    let mut sim = Command::new(env!("CARGO_BIN_EXE_percolator-sim"))
+    let mut sim = Command::new(percolator_sim::binary().unwrap())
         .args(["--seed", "7", "--nodes", "2", "--pods-per-node", "4", "--namespaces", "shop,default"])
         .args(["--housekeeping", "2s"])
         .arg("--state-dir")
@@ -66,7 +66,7 @@ struct Server {
 
 impl Server {
     async fn start(dir: &Path, prometheus_url: &str, extra: &[&str]) -> Server {
-        percolator::install_crypto_provider();
+        apiserver::install_crypto_provider();
         let (sim, kubeconfig) = start_sim(dir).await;
         let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
             .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "4"])
@@ -377,13 +377,13 @@ mod panicking {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     use clap::Parser;
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let dir = mk_dir("panic");
     let args = percolator::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
-    let tls = percolator::tls::server_config(&args.serving, None).unwrap();
+    let tls = apiserver::tls::server_config(&args.serving, None).unwrap();
     let kinds: percolator::kinds::Kinds = vec![Arc::new(panicking::Bomb)];
     let state =
-        percolator::api::ApiState::new(kinds, Arc::new(|| true), percolator::telemetry::Metrics::new());
+        percolator::api::ApiState::new(kinds, Arc::new(|| true), apiserver::telemetry::Metrics::new());
     let app = percolator::api::router(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());

@@ -188,7 +188,7 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
             .lines()
             .map(|l| {
                 let cell = l.split_whitespace().nth(column).unwrap();
-                percolator::k8s::quantity::parse(cell).unwrap_or_else(|e| panic!("{cell}: {e}"))
+                k8s_wire::quantity::parse(cell).unwrap_or_else(|e| panic!("{cell}: {e}"))
             })
             .collect();
         assert!(values.windows(2).all(|w| w[0] >= w[1]), "sorted by {sort}: {sorted}");

@@ -14,34 +14,31 @@
 //! The whole router (fake kinds, the external metrics API on a fake Prometheus: never 5xx,
 //! never a panic, only well-formed PromQL sent) is fuzzed by the unit tests of
 //! `src/api/fuzz_tests.rs`, since the fake kinds are not public. Both share the harness, the
-//! request strategies and the PromQL literal checkers of `src/api/fuzz_testutil.rs`, included
-//! here as a module.
+//! request strategies and the PromQL literal checkers of the `test-support` crate
+//! (`test_support::fuzz`).
 //!
 //! Each property first runs a fixed seed corpus, then random cases: a CI-sized number by
 //! default (the whole file takes seconds), `PROPTEST_CASES` for the long run documented in
 //! RELIABILITY.md. A failure prints the minimal input; `PROPTEST_RNG_SEED` replays a run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../src/api/fuzz_testutil.rs"]
-mod fuzz_testutil;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use fuzz_testutil::{
-    SELECTOR_TOKENS, assembled, check_promql_literals, go_unquote, literal_end, method, path, query, run,
-    text,
-};
+use k8s_wire::request_info::{QueryParams, RequestInfo, split_path};
+use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::validation::{is_qualified_name, is_valid_label_value};
 use kube::core::Expression;
 use percolator::config::{ExternalMetricConfig, QueryFile};
-use percolator::k8s::request_info::{QueryParams, RequestInfo, split_path};
-use percolator::k8s::selectors::{FieldSelector, LabelSelector, Requirement};
-use percolator::k8s::validation::{is_qualified_name, is_valid_label_value};
 use percolator::kinds::declared::DeclaredSpec;
 use percolator::sources::prometheus::{
     MatchOp, Matcher, keeps_label, render, validate_template, validate_unscoped_template,
 };
 use proptest::prelude::*;
+use test_support::fuzz::{
+    SELECTOR_TOKENS, assembled, check_promql_literals, go_unquote, literal_end, method, path, query, run,
+    text,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Selectors, RequestInfo, query parsing

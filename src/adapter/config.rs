@@ -13,9 +13,9 @@ use super::naming::{NameMapping, SeriesFilter};
 use super::query::{self, Part, QueryError};
 use super::resources::{self, ResourceMapping};
 use super::template::{Args, Field, Template};
-use crate::k8s::GroupResource;
-use crate::k8s::selectors::LabelSelector;
 use crate::sources::prometheus::{self, SCOPE_PLACEHOLDER, is_valid_label_name, validate_template};
+use k8s_wire::GroupResource;
+use k8s_wire::selectors::LabelSelector;
 
 /// A configuration file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::config::Rule;
-use crate::k8s::GroupResource;
+use k8s_wire::GroupResource;
 
 /// One series from the series API: its labels, with `__name__`.
 pub type Series = BTreeMap<String, String>;

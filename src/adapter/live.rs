@@ -37,7 +37,7 @@ impl Discovered {
     pub fn custom_metric(
         &self,
         name: &str,
-        resource: &crate::k8s::GroupResource,
+        resource: &k8s_wire::GroupResource,
     ) -> Option<(&CustomMetric, &super::Rule)> {
         let metric = self.custom.iter().find(|m| m.name == name && &m.resource == resource)?;
         Some((metric, self.config.rules.get(metric.rule)?))
@@ -268,7 +268,7 @@ impl ResourceQueryPlan for AdapterResourceQueries {
     fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
         let Some((config, window)) = self.rules() else { return self.fallback.pods(namespace) };
         let Some(rules) = &config.resource_rules else { return self.fallback.pods(namespace) };
-        let pods = crate::k8s::GroupResource::new("", "pods");
+        let pods = k8s_wire::GroupResource::new("", "pods");
         Ok(ResourceQuery {
             cpu: rules
                 .cpu
@@ -288,7 +288,7 @@ impl ResourceQueryPlan for AdapterResourceQueries {
     fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String> {
         let Some((config, window)) = self.rules() else { return self.fallback.nodes(nodes) };
         let Some(rules) = &config.resource_rules else { return self.fallback.nodes(nodes) };
-        let node = crate::k8s::GroupResource::new("", "nodes");
+        let node = k8s_wire::GroupResource::new("", "nodes");
         // The names, as the adapter passes them: templates such as `{<<.LabelMatchers>>,id='/'}`
         // need a matcher.
         let names = (!nodes.is_empty()).then_some(nodes);

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use kube::core::Expression;
 
 use super::template::{Args, Field, Template};
-use crate::k8s::selectors::{LabelSelector, Requirement};
 use crate::sources::prometheus::{self, Matcher};
+use k8s_wire::selectors::{LabelSelector, Requirement};
 
 /// Errors building one query; each is about the request or the rule, never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use regex::Regex;
 
 use super::template::{Args, Field, Template};
-use crate::k8s::GroupResource;
 use crate::sources::prometheus::is_valid_label_name;
+use k8s_wire::GroupResource;
 
 /// A resource of the fixed table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

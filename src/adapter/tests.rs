@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
-use crate::k8s::GroupResource;
-use crate::k8s::selectors::LabelSelector;
+use k8s_wire::GroupResource;
+use k8s_wire::selectors::LabelSelector;
 
 fn load(text: &str) -> AdapterConfig {
     AdapterConfig::from_yaml(text, "a.yaml").unwrap_or_else(|e| panic!("{e}"))

@@ -21,14 +21,14 @@ use serde_json::{Value, json};
 
 use super::testutil::{FakeWorkloads, MkProm, Reply, call_with, mk_defaults, mk_prom, mk_sample};
 use crate::api::{ApiState, router};
-use crate::cache::CacheSettings;
 use crate::config::LiveConfig;
 use crate::custom::CustomMetrics;
 use crate::kinds::testkit::{FakeInventory, mk_pod};
 use crate::sources::PromError;
 use crate::sources::workloads::{PodSelection, Workload};
-use crate::telemetry::Metrics;
-use crate::testutil::all_at_once;
+use apiserver::cache::CacheSettings;
+use apiserver::telemetry::Metrics;
+use test_support::all_at_once;
 
 const V2: &str = "/apis/custom.metrics.k8s.io/v1beta2";
 const V1: &str = "/apis/custom.metrics.k8s.io/v1beta1";

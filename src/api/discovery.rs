@@ -22,11 +22,11 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::k8s::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
-use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
-use crate::k8s::status::ApiError;
 use crate::kinds::registry::LiveKinds;
 use crate::kinds::{GroupVersion, STATS, ServedKind};
+use k8s_wire::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use k8s_wire::negotiate::{Endpoint, Representation, negotiate_headers};
+use k8s_wire::status::ApiError;
 
 /// The group-versions of the served kinds (`stats.une-tasse-de.cafe/v1alpha1` first, then
 /// any other the kinds name, in the order they first appear), each with one read-only (`get`,

@@ -12,14 +12,14 @@ use serde_json::{Value, json};
 
 use super::testutil::{MkProm, Reply, call_with, mk_check, mk_defaults, mk_prom, mk_sample};
 use crate::api::{ApiState, router};
-use crate::cache::CacheSettings;
 use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
 use crate::external::*;
-use crate::k8s::ApiError;
-use crate::k8s::selectors::LabelSelector;
 use crate::sources::PromError;
-use crate::telemetry::Metrics;
-use crate::testutil::all_at_once;
+use apiserver::cache::CacheSettings;
+use apiserver::telemetry::Metrics;
+use k8s_wire::ApiError;
+use k8s_wire::selectors::LabelSelector;
+use test_support::all_at_once;
 
 const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
 const V2_ACCEPT: &str =

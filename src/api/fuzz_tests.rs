@@ -1,7 +1,7 @@
 //! Hostile input to the whole router (RELIABILITY.md, "Hostile input"): `router(state).oneshot`
 //! on the fake kinds of `testutil` and the external metrics API on its recording fake
 //! Prometheus. Arbitrary methods, paths, queries and headers (the strategies of
-//! `fuzz_testutil`, shared with `tests/fuzz.rs`) are answered 2xx/4xx, never 5xx, never a
+//! `test_support::fuzz`, shared with `tests/fuzz.rs`) are answered 2xx/4xx, never 5xx, never a
 //! panic; every query the router sends to Prometheus has only well-formed PromQL string
 //! literals.
 //!
@@ -15,17 +15,17 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tower::ServiceExt;
 
-use super::fuzz_testutil::{check_promql_literals, method, path, query, run, text};
 use super::testutil::{
     Behavior, FakeKind, FakeWorkloads, GADGET, WIDGET, mk_defaults, mk_item, mk_prom, mk_sample,
 };
 use super::{ApiState, router};
-use crate::cache::CacheSettings;
 use crate::config::LiveConfig;
 use crate::custom::CustomMetrics;
 use crate::external::ExternalMetrics;
 use crate::kinds::{KindInfo, Kinds};
-use crate::telemetry::Metrics;
+use apiserver::cache::CacheSettings;
+use apiserver::telemetry::Metrics;
+use test_support::fuzz::{check_promql_literals, method, path, query, run, text};
 
 /// A fake kind with the names the path strategy favours (`w1`, `w2`) and a warning that needs
 /// escaping.
@@ -86,7 +86,7 @@ fn fuzz_request() -> BoxedStrategy<FuzzRequest> {
 
 #[test]
 fn router_answers_client_faults_with_4xx_and_sends_only_well_formed_promql() {
-    crate::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // One sample per query, with labels that need escaping.
     let sample = mk_sample(&[("namespace", "shop"), ("cafe", "c\"}"), ("type", "x")], 1.5);

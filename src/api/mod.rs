@@ -18,10 +18,7 @@
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
 //! kind.
 
-pub mod batch;
 pub mod discovery;
-pub mod fairness;
-pub mod guard;
 pub mod openapi;
 pub mod render;
 mod selections;
@@ -41,19 +38,19 @@ use bytes::Bytes;
 use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode, header};
 
-use crate::k8s::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use crate::k8s::negotiate::{Endpoint, Representation, negotiate_headers};
-use crate::k8s::request_info::{ParsedRequest, QueryParams, RequestInfo};
-use crate::k8s::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
-use crate::k8s::status;
-use crate::k8s::validation::{is_dns1123_label, is_dns1123_subdomain};
-use crate::k8s::{ApiError, GroupResource};
 use crate::kinds::registry::{KindSet, LiveKinds};
 use crate::kinds::{ComputeError, Item, Listing, ServedKind};
-use crate::telemetry::{LatencyLabels, Metrics, RequestLabels};
+use apiserver::serve::fairness::{self, ConnectionSlots};
+use apiserver::serve::guard::{self, Guard};
+use apiserver::telemetry::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, LiveDiscovery};
-use fairness::ConnectionSlots;
-use guard::Guard;
+use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::negotiate::{Endpoint, Representation, negotiate_headers};
+use k8s_wire::request_info::{ParsedRequest, QueryParams, RequestInfo};
+use k8s_wire::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
+use k8s_wire::status;
+use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
+use k8s_wire::{ApiError, GroupResource};
 use openapi::{LiveOpenApi, OpenApi};
 use render::{IncludeObject, RenderContext, render_list, render_object};
 
@@ -74,7 +71,7 @@ pub struct ApiState {
     openapi: Arc<LiveOpenApi>,
     ready: ReadyFn,
     metrics: Arc<Metrics>,
-    auth: Option<Arc<crate::auth::Auth>>,
+    auth: Option<Arc<apiserver::auth::Auth>>,
     groups: Vec<Arc<dyn GroupService>>,
     guard: Arc<Guard>,
     shutting_down: Arc<AtomicBool>,
@@ -127,7 +124,7 @@ impl ApiState {
 
     /// Authenticates and authorizes every request with `auth` (delegated to the cluster).
     /// Without it every request is served, which only tests should do.
-    pub fn with_auth(mut self, auth: Arc<crate::auth::Auth>) -> Self {
+    pub fn with_auth(mut self, auth: Arc<apiserver::auth::Auth>) -> Self {
         self.auth = Some(auth);
         self
     }
@@ -193,7 +190,7 @@ impl Drop for InFlight<'_> {
 ///    connection or the process down; count and time every request by resource (or route
 ///    template), verb and code — refused requests included;
 /// 2. the limits ([`guard`]): sizes, deadline, in-flight limit, before any webhook is called;
-/// 3. authentication and authorization ([`crate::auth::admit`]), when configured;
+/// 3. authentication and authorization ([`apiserver::auth::admit`]), when configured;
 /// 4. [`dispatch`].
 async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Response {
     // The request is parsed once, here; authentication, authorization, dispatch and the
@@ -227,7 +224,7 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
         }
         let response = guard::within_deadline(admission.timeout, uri.path(), async {
             if let Some(auth) = &state.auth
-                && let Err(response) = crate::auth::admit(auth, &mut request).await
+                && let Err(response) = apiserver::auth::admit(auth, &mut request).await
             {
                 return response;
             }
@@ -742,9 +739,6 @@ mod external_tests;
 
 #[cfg(test)]
 mod testutil;
-
-#[cfg(test)]
-mod fuzz_testutil;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -24,10 +24,10 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 
 use super::discovery::{if_none_match, sha512_hex};
-use crate::k8s::negotiate::{accepts_json, not_acceptable};
-use crate::k8s::request_info::QueryParams;
 use crate::kinds::registry::LiveKinds;
 use crate::kinds::{GroupVersion, KindInfo, OBJECT_META_SCHEMA, STATS, ServedKind};
+use k8s_wire::negotiate::{accepts_json, not_acceptable};
+use k8s_wire::request_info::QueryParams;
 
 /// Name of the shared ListMeta schema.
 pub const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";

@@ -23,10 +23,10 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::fairness::{self, ConnectionSlots, SlottedBody};
-use crate::k8s::negotiate::{MetaVersion, Representation, not_acceptable};
-use crate::k8s::status::ApiError;
 use crate::kinds::{Cell, CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
+use apiserver::serve::fairness::{self, ConnectionSlots, SlottedBody};
+use k8s_wire::negotiate::{MetaVersion, Representation, not_acceptable};
+use k8s_wire::status::ApiError;
 
 /// `includeObject` of a Table request: what each row's `object` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -50,7 +50,7 @@ impl IncludeObject {
             "Object" => Ok(Self::Object),
             other => Err(ApiError::BadRequest(format!(
                 "unrecognized includeObject value: {}",
-                crate::k8s::status::go_quote(other)
+                k8s_wire::status::go_quote(other)
             ))),
         }
     }

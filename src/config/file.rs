@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::k8s::duration;
+use k8s_wire::duration;
 
 /// Errors loading the configuration.
 #[derive(Debug, thiserror::Error)]

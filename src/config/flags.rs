@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 
-use crate::k8s::duration;
+pub use apiserver::options::{AuthArgs, ServingArgs};
+use apiserver::options::{kubernetes_style, parse_positive_duration};
+use k8s_wire::duration;
 
 /// All flags of the `percolator` binary.
 #[derive(Debug, Clone, Parser)]
@@ -15,7 +17,7 @@ use crate::k8s::duration;
     name = "percolator",
     version,
     about = "Read-only Kubernetes aggregated API for live pod and cafe metrics",
-    mut_args(kubernetes_style)
+    mut_args(flag_style)
 )]
 pub struct Args {
     /// Serving (HTTPS listener and certificates).
@@ -51,83 +53,10 @@ pub struct Args {
     pub verbosity: u8,
 }
 
-/// Flags of the HTTPS listener.
-#[derive(Debug, Clone, ClapArgs)]
-pub struct ServingArgs {
-    /// Port of the HTTPS listener (0 picks a free port and logs it).
-    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_SECURE_PORT")]
-    pub secure_port: u16,
-    /// Address of the HTTPS listener.
-    #[arg(long, default_value = "0.0.0.0", env = "PERCOLATOR_BIND_ADDRESS")]
-    pub bind_address: std::net::IpAddr,
-    /// Directory where the self-signed serving certificate is written when --tls-cert-file is
-    /// not given.
-    #[arg(long, default_value = "apiserver.local.config/certificates", env = "PERCOLATOR_CERT_DIR")]
-    pub cert_dir: PathBuf,
-    /// PEM serving certificate (with intermediates). Requires --tls-private-key-file.
-    #[arg(long, requires = "tls_private_key_file", env = "PERCOLATOR_TLS_CERT_FILE")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// PEM private key of --tls-cert-file.
-    #[arg(long, requires = "tls_cert_file", env = "PERCOLATOR_TLS_PRIVATE_KEY_FILE")]
-    pub tls_private_key_file: Option<PathBuf>,
-    /// Minimum TLS version: VersionTLS12 or VersionTLS13.
-    #[arg(long, default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"], env = "PERCOLATOR_TLS_MIN_VERSION")]
-    pub tls_min_version: String,
-    /// Maximum concurrent HTTP/2 streams per connection (kube-apiserver multiplexes every
-    /// proxied request over one connection).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..), env = "PERCOLATOR_HTTP2_MAX_STREAMS_PER_CONNECTION")]
-    pub http2_max_streams_per_connection: u32,
-    /// Maximum number of requests served at once (kube-apiserver's flag). Beyond it requests
-    /// are answered at once with 429 TooManyRequests and Retry-After: 1 instead of queueing.
-    /// Health, discovery, OpenAPI, /version and /metrics are exempt: they are precomputed,
-    /// cheap, and must keep answering under overload. 0 disables the limit.
-    #[arg(long, default_value_t = 400, env = "PERCOLATOR_MAX_REQUESTS_INFLIGHT")]
-    pub max_requests_inflight: u32,
-    /// Longest time a request may take (kube-apiserver's flag, e.g. 60s); a request still
-    /// running then is answered 504 Timeout. A request's `?timeout=` can only shorten it.
-    #[arg(long, default_value = "60s", value_parser = parse_positive_duration, env = "PERCOLATOR_REQUEST_TIMEOUT")]
-    pub request_timeout: Duration,
-    /// After SIGTERM, how long /readyz fails while requests are still served normally, so that
-    /// endpoints and load balancers stop sending traffic before the listener closes
-    /// (kube-apiserver's flag). In-flight requests are then drained. A second signal skips it.
-    #[arg(long, default_value = "5s", value_parser = duration::parse, env = "PERCOLATOR_SHUTDOWN_DELAY_DURATION")]
-    pub shutdown_delay_duration: Duration,
-    /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
-    /// --cert-dir) are checked for changes; a changed pair is served to new connections
-    /// without a restart. The CA files given as flags (--client-ca-file,
-    /// --requestheader-client-ca-file, --kubelet-certificate-authority, --prometheus-ca-file)
-    /// and --prometheus-client-tls-cert-file/--prometheus-client-tls-key-file are checked as often:
-    /// a changed, valid bundle applies to the next request or connection.
-    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "PERCOLATOR_TLS_RELOAD_INTERVAL")]
-    pub tls_reload_interval: Duration,
-}
-
-/// Makes a flag read as Kubernetes components' flags (Go's `flag` package) read: a boolean
-/// alone means true and takes an attached value (`--anonymous-auth=false`, never a following
-/// argument), and a list is comma-separated (`--requestheader-allowed-names=a,b`).
-fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
-    match arg.get_action() {
-        clap::ArgAction::SetTrue => {
-            let arg = if arg.get_default_values().is_empty() { arg.default_value("false") } else { arg };
-            arg.num_args(0..=1)
-                .require_equals(true)
-                .default_missing_value("true")
-                .action(clap::ArgAction::Set)
-        }
-        // A header value may hold commas: one header per flag, or per line (its own delimiter).
-        clap::ArgAction::Append if arg.get_id() == "prometheus_headers" => arg,
-        clap::ArgAction::Append => arg.value_delimiter(','),
-        _ => arg,
-    }
-}
-
-/// A duration flag that must be greater than zero.
-fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> {
-    match duration::parse(text) {
-        Ok(d) if d.is_zero() => Err("must be greater than 0".to_owned()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
-    }
+/// Kubernetes components' flag style ([`kubernetes_style`]), except that a header value may hold
+/// commas: `--prometheus-header` takes one header per flag, or per line (its own delimiter).
+fn flag_style(arg: clap::Arg) -> clap::Arg {
+    if arg.get_id() == "prometheus_headers" { arg } else { kubernetes_style(arg) }
 }
 
 /// `--max-rate-window`: kubelet sample times are in milliseconds and a few apart at best, so
@@ -386,7 +315,7 @@ fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, String> {
 
 /// A byte count written as a Kubernetes quantity (`128Mi`, `1G`, `1048576`), above zero.
 fn parse_byte_size(text: &str) -> std::result::Result<u64, String> {
-    let bytes = crate::k8s::quantity::parse(text).map_err(|e| e.to_string())?;
+    let bytes = k8s_wire::quantity::parse(text).map_err(|e| e.to_string())?;
     if !(bytes >= 1.0 && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
         return Err(format!("{text:?} is not a whole number of bytes above 0"));
     }
@@ -428,7 +357,7 @@ pub struct AdapterArgs {
 }
 
 /// Flags of caching: one TTL for every cache of computed results (served objects, external
-/// metric values, kubelet samples per node), all built by [`crate::cache`].
+/// metric values, kubelet samples per node), all built by [`apiserver::cache`].
 #[derive(Debug, Clone, ClapArgs)]
 pub struct CacheArgs {
     /// How long computed objects, external metric values and kubelet samples are cached
@@ -455,78 +384,6 @@ pub struct MetricApisArgs {
     /// metrics-server. Only one server per cluster may own that group, so it is off by default.
     #[arg(long, env = "PERCOLATOR_ENABLE_RESOURCE_METRICS")]
     pub enable_resource_metrics: bool,
-}
-
-/// Flags of delegated authentication (TokenReview, client certificates, the front proxy) and
-/// authorization (SubjectAccessReview).
-#[derive(Debug, Clone, ClapArgs)]
-pub struct AuthArgs {
-    /// kubeconfig used to create TokenReviews and to read the ConfigMap
-    /// kube-system/extension-apiserver-authentication; the cluster configuration (--kubeconfig
-    /// or in-cluster) when unset.
-    #[arg(long, env = "PERCOLATOR_AUTHENTICATION_KUBECONFIG")]
-    pub authentication_kubeconfig: Option<PathBuf>,
-    /// kubeconfig used to create SubjectAccessReviews; the cluster configuration (--kubeconfig
-    /// or in-cluster) when unset.
-    #[arg(long, env = "PERCOLATOR_AUTHORIZATION_KUBECONFIG")]
-    pub authorization_kubeconfig: Option<PathBuf>,
-    /// PEM bundle of the CAs that sign client certificates (user = CN, groups = O); read from
-    /// the ConfigMap key client-ca-file when unset.
-    #[arg(long, env = "PERCOLATOR_CLIENT_CA_FILE")]
-    pub client_ca_file: Option<PathBuf>,
-    /// PEM bundle of the CAs that sign the front proxy's (the aggregator's) client certificate.
-    /// When unset, it and every other --requestheader-* setting come from the ConfigMap.
-    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_CLIENT_CA_FILE")]
-    pub requestheader_client_ca_file: Option<PathBuf>,
-    /// Common names allowed for the front proxy's certificate (comma-separated); empty allows
-    /// any certificate signed by --requestheader-client-ca-file.
-    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_ALLOWED_NAMES")]
-    pub requestheader_allowed_names: Vec<String>,
-    /// Headers carrying the user name; the first non-empty one wins.
-    #[arg(long, default_value = "X-Remote-User", env = "PERCOLATOR_REQUESTHEADER_USERNAME_HEADERS")]
-    pub requestheader_username_headers: Vec<String>,
-    /// Headers carrying the groups; every value of every one is a group.
-    #[arg(long, default_value = "X-Remote-Group", env = "PERCOLATOR_REQUESTHEADER_GROUP_HEADERS")]
-    pub requestheader_group_headers: Vec<String>,
-    /// Prefixes of the headers carrying extra user attributes (the rest of the name is the key).
-    #[arg(long, default_value = "X-Remote-Extra-", env = "PERCOLATOR_REQUESTHEADER_EXTRA_HEADERS_PREFIX")]
-    pub requestheader_extra_headers_prefix: Vec<String>,
-    /// Headers carrying the user's UID; the first non-empty one wins.
-    #[arg(long, default_value = "X-Remote-Uid", env = "PERCOLATOR_REQUESTHEADER_UID_HEADERS")]
-    pub requestheader_uid_headers: Vec<String>,
-    /// Do not read the ConfigMap kube-system/extension-apiserver-authentication: only the CA
-    /// files given as flags are trusted.
-    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_SKIP_LOOKUP")]
-    pub authentication_skip_lookup: bool,
-    /// Start even when the ConfigMap kube-system/extension-apiserver-authentication cannot be
-    /// read (requests may then all be treated as anonymous).
-    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_TOLERATE_LOOKUP_FAILURE")]
-    pub authentication_tolerate_lookup_failure: bool,
-    /// Treat requests that no authenticator claims as user system:anonymous (group
-    /// system:unauthenticated); with false they get a 401.
-    #[arg(long, default_value_t = true, env = "PERCOLATOR_ANONYMOUS_AUTH")]
-    pub anonymous_auth: bool,
-    /// How long TokenReview results (authenticated or not) are cached.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL")]
-    pub authentication_token_webhook_cache_ttl: Duration,
-    /// How long allowed SubjectAccessReview results are cached.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_AUTHORIZED_TTL")]
-    pub authorization_webhook_cache_authorized_ttl: Duration,
-    /// How long denied SubjectAccessReview results are cached.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL")]
-    pub authorization_webhook_cache_unauthorized_ttl: Duration,
-    /// Non-resource paths anyone may get without a SubjectAccessReview (comma-separated; exact
-    /// match, a trailing * matches a prefix).
-    #[arg(
-        long,
-        default_value = "/healthz,/readyz,/livez",
-        env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_PATHS"
-    )]
-    pub authorization_always_allow_paths: Vec<String>,
-    /// Groups whose members are allowed everything without a SubjectAccessReview
-    /// (comma-separated).
-    #[arg(long, default_value = "system:masters", env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_GROUPS")]
-    pub authorization_always_allow_groups: Vec<String>,
 }
 
 #[cfg(test)]

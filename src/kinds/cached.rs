@@ -15,8 +15,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
-use crate::cache::{CacheSettings, TtlCache};
 use crate::config::LiveConfig;
+use apiserver::cache::{CacheSettings, TtlCache};
 
 /// Entries kept at most (one per namespace plus the all-namespaces entry).
 const MAX_ENTRIES: u64 = 10_000;
@@ -115,10 +115,10 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::Metrics;
-    use crate::testutil::all_at_once;
+    use apiserver::telemetry::Metrics;
     use std::sync::LazyLock;
     use std::time::Duration;
+    use test_support::all_at_once;
 
     static INFO: LazyLock<KindInfo> = LazyLock::new(|| KindInfo::new("Thing", true, "test"));
 

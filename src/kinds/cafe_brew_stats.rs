@@ -19,8 +19,8 @@ use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
     ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339, schema_name,
 };
-use crate::k8s::{duration, quantity};
 use crate::sources::{PodInfo, PodKey, PromSample};
+use k8s_wire::{duration, quantity};
 
 /// Pod label naming the cafe a pod serves.
 pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
@@ -171,7 +171,7 @@ impl CafeBrewStatsKind {
         list.reserve(cafes.len());
         for (key, pods) in &cafes {
             // A label value that is not a valid object name cannot be served (or fetched).
-            if crate::k8s::validation::is_dns1123_subdomain(&key.name).is_empty() {
+            if k8s_wire::validation::is_dns1123_subdomain(&key.name).is_empty() {
                 self.item(&mut list, key, pods, &series, &usage, (&window, w));
             }
         }

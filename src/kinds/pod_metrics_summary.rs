@@ -16,8 +16,8 @@ use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
     ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name,
 };
-use crate::k8s::{duration, quantity};
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
+use k8s_wire::{duration, quantity};
 
 static INFO: KindInfo = KindInfo {
     gv: super::STATS,

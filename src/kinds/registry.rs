@@ -12,9 +12,9 @@ use std::sync::RwLock;
 use super::cached::CachedKind;
 use super::declared::{DeclaredKind, DeclaredSpec, check_declared};
 use super::{Kinds, ServedKind, Sources};
-use crate::cache::CacheSettings;
 use crate::config::{Invalid, QueryFile};
 use crate::sources::prometheus::validate_template;
+use apiserver::cache::CacheSettings;
 
 /// Every built-in kind, in discovery order.
 pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::cafe_brew_stats::KIND];

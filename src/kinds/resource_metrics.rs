@@ -26,8 +26,8 @@ use super::{
     Cell, Column, Computation, ComputeError, GroupVersion, KindInfo, Listing, ListingBuilder, Meta,
     ObjectMeta, Sources, Text, Texts, kind_schema, rfc3339, schema_name,
 };
-use crate::k8s::{duration, quantity};
 use crate::sources::{ContainerUsage, NodeInfo, PodKey};
+use k8s_wire::{duration, quantity};
 
 /// `metrics.k8s.io/v1beta1`.
 pub const METRICS: GroupVersion =

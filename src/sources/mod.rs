@@ -238,4 +238,4 @@ pub trait PromSource: Send + Sync {
     }
 }
 
-pub use crate::telemetry::{NoopObserver, UpstreamObserver, outcome};
+pub use apiserver::telemetry::{NoopObserver, UpstreamObserver, outcome};

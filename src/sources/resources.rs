@@ -25,8 +25,8 @@ use super::{
     ContainerUsage, KubeletSource, NodeInfo, NodesUsage, PodInfo, PodKey, PodsUsage, PromError, PromSample,
     PromSource, UsageSource,
 };
-use crate::cache::{CacheSettings, TtlCache};
 use crate::config::{Invalid, LiveConfig, QueryFile};
+use apiserver::cache::{CacheSettings, TtlCache};
 
 /// Failed nodes named in one warning; the rest are counted.
 const LISTED: usize = 5;
@@ -51,8 +51,8 @@ impl KubeletUsage {
         format!(
             "cpu omitted for {count} {what}{plural}: their two newest kubelet samples are further apart \
              than --max-rate-window ({}), as on the first request after an idle period; ask again in {}",
-            crate::k8s::duration::go_string(sampling.max_window),
-            crate::k8s::duration::go_string(sampling.retry_after),
+            k8s_wire::duration::go_string(sampling.max_window),
+            k8s_wire::duration::go_string(sampling.retry_after),
         )
     }
 }
@@ -496,7 +496,7 @@ mod tests {
 
     use super::*;
     use crate::config::Check;
-    use crate::testutil::all_at_once;
+    use test_support::all_at_once;
 
     const AT: &str = "2026-07-01T10:00:00Z";
 

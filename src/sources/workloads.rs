@@ -19,7 +19,7 @@ use kube::Api;
 use kube::core::{Selector, SelectorExt};
 
 use super::Labels;
-use crate::cache::{CacheSettings, TtlCache};
+use apiserver::cache::{CacheSettings, TtlCache};
 
 /// A resource whose objects select pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

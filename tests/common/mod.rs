@@ -11,14 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// The local Prometheus and the fault proxy, shared with `percolator-sim` (which owns the file).
-#[path = "../../src/bin/percolator-sim/devenv.rs"]
-pub mod devenv;
+/// The local Prometheus and the fault proxy (the simulator's library).
+pub use percolator_sim::devenv;
 /// Kubernetes manifests: kustomize rendering, kubernetes-validate, the Pod Security checks.
 pub mod manifests;
-/// The TLS + token + tenant front, shared with `percolator-sim` (which owns the file).
-#[path = "../../src/bin/percolator-sim/securefront.rs"]
-pub mod securefront;
+/// The TLS + token + tenant front (the simulator's library).
+pub use percolator_sim::securefront;
 
 pub use devenv::Engine;
 use devenv::{FaultProxy, MetricsEngine, PrometheusOptions, ScrapeJob};
@@ -172,10 +170,10 @@ pub async fn read_ready_line(
 
 impl Env {
     pub async fn start(name: &str, options: Options) -> Env {
-        percolator::install_crypto_provider();
+        apiserver::install_crypto_provider();
         let dir = mk_dir(name);
         let state = dir.join("sim");
-        let mut sim = Command::new(env!("CARGO_BIN_EXE_percolator-sim"))
+        let mut sim = Command::new(percolator_sim::binary().unwrap())
             .args(["--seed", &options.seed.to_string()])
             .args(["--nodes", &options.nodes.to_string()])
             .args(["--pods-per-node", &options.pods_per_node.to_string()])
@@ -629,7 +627,7 @@ pub fn python() -> PathBuf {
 
 /// Parses a Quantity string to a float.
 pub fn q(v: &Value) -> f64 {
-    percolator::k8s::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
+    k8s_wire::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
 }
 
 /// Asserts `actual` is within `tolerance` (relative) of `expected`.

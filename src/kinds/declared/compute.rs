@@ -15,14 +15,14 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::DeclaredKind;
 use super::spec::{DeclaredSpec, FieldSpec, Format};
-use crate::k8s::validation::{is_dns1123_subdomain, is_valid_label_value};
-use crate::k8s::{duration, quantity};
 use crate::kinds::inputs::{GroupUsage, RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use crate::kinds::{
     API_VERSION, Cell, Computation, ComputeError, Listing, ListingBuilder, Meta, ObjectMeta, QueryError,
     rfc3339,
 };
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
+use k8s_wire::validation::{is_dns1123_subdomain, is_valid_label_value};
+use k8s_wire::{duration, quantity};
 
 /// The `reason` label of an object skipped because its name label value is not a valid
 /// Kubernetes object name.

@@ -18,7 +18,7 @@ use serde_json::json;
 pub use spec::{DeclaredSpec, FieldSpec, Format, check_declared};
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Sources, kind_schema, schema_name};
-use crate::telemetry::Metrics;
+use apiserver::telemetry::Metrics;
 
 /// A declared kind, computed at request time from its queries.
 pub struct DeclaredKind {

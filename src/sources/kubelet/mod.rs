@@ -41,8 +41,8 @@ use tokio::sync::Semaphore;
 use tokio::time::timeout_at;
 
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
-use crate::cache::{CacheSettings, TtlCache};
-use crate::tls::WatchedCaFile;
+use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::tls::WatchedCaFile;
 use transport::Transport;
 
 pub use super::KubeletError;
@@ -650,7 +650,7 @@ pub(super) mod tests {
     use super::parse::tests::{FIXTURE, ts};
     use super::*;
     use crate::sources::PodKey;
-    use crate::testutil::all_at_once;
+    use test_support::all_at_once;
 
     // ---- addresses ----
 

@@ -1,8 +1,8 @@
 //! The rustls client configuration for kubelet connections: verification against the
 //! `--kubelet-certificate-authority` file as it is when a connection is made (the file is
-//! watched, [`crate::tls::WatchedRootsVerifier`]), else against the cluster CA of the
+//! watched, [`apiserver::tls::WatchedRootsVerifier`]), else against the cluster CA of the
 //! kubeconfig (fixed), or, with `--kubelet-insecure-tls`, of nothing but the handshake
-//! signature (the verifier shared with the rest of the crate, [`crate::tls`]). HTTPS without
+//! signature (the verifier shared with the rest of the crate, [`apiserver::tls`]). HTTPS without
 //! any of them is refused.
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 use super::{Error, KubeletConfig, Result, Scheme};
-use crate::tls::{AnyServerCert, CaBoundSessions, WatchedRootsVerifier};
+use apiserver::tls::{AnyServerCert, CaBoundSessions, WatchedRootsVerifier};
 
 /// Builds the rustls configuration for kubelet connections.
 pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig> {

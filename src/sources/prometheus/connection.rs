@@ -6,7 +6,7 @@
 //!
 //! Credentials are read from files at each request when the file changed (one `stat`), so a
 //! rotated projected ServiceAccount token applies to the next query. Certificates and CA files
-//! are watched by the reloaders of [`crate::tls`].
+//! are watched by the reloaders of [`apiserver::tls`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use rustls::crypto::CryptoProvider;
 
 use super::{Error, Result};
 use crate::config::{PrometheusArgs, PrometheusHeader};
-use crate::tls::{AnyServerCert, ReloadingCert};
+use apiserver::tls::{AnyServerCert, ReloadingCert};
 
 /// What the flags say about reaching Prometheus. Its `Debug` shows the URL without its
 /// password and header names only.
@@ -427,13 +427,13 @@ fn tls_config(settings: &ConnectionSettings) -> Result<Option<rustls::ClientConf
         tracing::warn!("--prometheus-insecure-skip-tls-verify: Prometheus' certificate is not verified");
         builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider)))
     } else if let Some(ca_file) = &settings.ca_file {
-        let file = crate::tls::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
+        let file = apiserver::tls::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
             .map_err(|e| Error::Client(e.to_string()))?;
         file.spawn_reloader(settings.reload_interval);
-        let verifier = crate::tls::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
+        let verifier = apiserver::tls::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
             .map_err(|e| Error::Client(e.to_string()))?;
         // A resumed session is not verified again: forget them when the CA file changes.
-        resumption = Some(crate::tls::CaBoundSessions::new(file));
+        resumption = Some(apiserver::tls::CaBoundSessions::new(file));
         builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
     } else {
         let verifier = rustls_platform_verifier::Verifier::new(Arc::clone(&provider)).map_err(tls_error)?;
@@ -810,11 +810,11 @@ mod tests {
     /// An HTTPS server (certificate for 127.0.0.1 from `server_ca`) that requires a client
     /// certificate from `client_ca` and answers [`ONE`] to each request.
     async fn mk_tls_server(
-        server_ca: &crate::auth::testutil::MkCa,
-        client_ca: &crate::auth::testutil::MkCa,
+        server_ca: &test_support::pki::MkCa,
+        client_ca: &test_support::pki::MkCa,
     ) -> String {
         use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-        let leaf = crate::auth::testutil::mk_cert(server_ca, |params| {
+        let leaf = test_support::pki::mk_cert(server_ca, |params| {
             params.subject_alt_names = vec![rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap())];
             params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         });
@@ -863,15 +863,15 @@ mod tests {
     #[tokio::test]
     async fn tls_with_a_ca_file_and_a_client_certificate() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let server_ca = crate::auth::testutil::mk_ca("prometheus-ca");
-        let client_ca = crate::auth::testutil::mk_ca("client-ca");
-        let other_ca = crate::auth::testutil::mk_ca("other-ca");
+        let server_ca = test_support::pki::mk_ca("prometheus-ca");
+        let client_ca = test_support::pki::mk_ca("client-ca");
+        let other_ca = test_support::pki::mk_ca("other-ca");
         let url = mk_tls_server(&server_ca, &client_ca).await;
         let dir = temp("tls");
         std::fs::write(dir.join("ca.crt"), &server_ca.pem).unwrap();
         std::fs::write(dir.join("other.crt"), &other_ca.pem).unwrap();
-        let write_client = |ca: &crate::auth::testutil::MkCa, name: &str| {
-            let leaf = crate::auth::testutil::mk_cert(ca, |params| {
+        let write_client = |ca: &test_support::pki::MkCa, name: &str| {
+            let leaf = test_support::pki::mk_cert(ca, |params| {
                 params.distinguished_name.push(rcgen::DnType::CommonName, "percolator");
                 params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
             });

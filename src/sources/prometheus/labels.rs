@@ -52,7 +52,7 @@ pub fn keeps_label(template: &str, label: &str) -> std::result::Result<(), Strin
         Ok(Value::Vector(Ok(()))) | Err(Unparsed) => return Ok(()),
         Ok(Value::Vector(Err(reason)) | Value::Scalar(reason)) => reason,
     };
-    Err(format!("drops the label {} ({reason})", crate::k8s::status::go_quote(label)))
+    Err(format!("drops the label {} ({reason})", k8s_wire::status::go_quote(label)))
 }
 
 /// What an expression evaluates to, as far as one label is concerned.

@@ -23,8 +23,8 @@ use moka::future::Cache;
 
 use super::UserInfo;
 use super::review::{AccessReviewer, ReviewError};
-use crate::k8s::request_info::RequestInfo;
-use crate::k8s::selectors::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::request_info::RequestInfo;
+use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
 
 /// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
 const MAX_DECISIONS: u64 = 8192;
@@ -382,7 +382,7 @@ fn spec_with(
 /// The text after `is forbidden: ` (`responsewriters.forbiddenMessage`, HTML-escaped, then
 /// `: <reason>` when the authorizer gave one).
 pub fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
-    use crate::k8s::status::go_quote;
+    use k8s_wire::status::go_quote;
     let message = if !info.is_resource_request {
         format!("User {} cannot {} path {}", go_quote(&user.name), info.verb, go_quote(path))
     } else {

@@ -25,8 +25,6 @@ pub mod x509;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-pub(crate) mod testutil;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,11 +36,11 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
-pub use crate::config::AuthArgs;
-use crate::k8s::request_info::{ParsedRequest, RequestInfo, percent_decode};
-use crate::k8s::{ApiError, GroupResource};
+pub use crate::options::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
+use k8s_wire::request_info::{ParsedRequest, RequestInfo, percent_decode};
+use k8s_wire::{ApiError, GroupResource};
 pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, ReviewError, TokenReviewer};
 pub use trust::{RequestHeaderConfig, Trust, TrustMaterial};
 pub use x509::CaBundle;

@@ -24,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use http::{Method, Uri};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::k8s::request_info::{QueryParams, split_path};
-use crate::k8s::status::{ApiError, go_quote};
+use k8s_wire::request_info::{QueryParams, split_path};
+use k8s_wire::status::{ApiError, go_quote};
 
 /// Longest request URI (path and query) accepted: 8 KiB, the usual front-proxy limit. Longer
 /// ones are answered 414 before authentication. (hyper itself refuses URIs over 64 KiB on
@@ -168,7 +168,7 @@ pub async fn within_deadline(
 fn deadline(param: Option<&str>, max: Duration) -> Result<Duration, ApiError> {
     let Some(text) = param.filter(|t| !t.is_empty()) else { return Ok(max) };
     let negative = text.strip_prefix('-');
-    match crate::k8s::duration::parse(negative.unwrap_or(text)) {
+    match k8s_wire::duration::parse(negative.unwrap_or(text)) {
         Ok(_) if negative.is_some() => Ok(max),
         Ok(asked) if !asked.is_zero() && asked < max => Ok(asked),
         Ok(_) => Ok(max),

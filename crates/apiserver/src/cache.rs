@@ -147,8 +147,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::all_at_once;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use test_support::all_at_once;
 
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_errors_are_not_cached() {

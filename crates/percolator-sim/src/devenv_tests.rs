@@ -52,7 +52,7 @@ async fn upstream() -> String {
 
 #[tokio::test]
 async fn fault_proxy_injects_every_fault_and_recovers() {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let proxy = FaultProxy::start(&upstream().await).await.unwrap();
     let client = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
     let url = format!("{}/api/v1/query", proxy.url());
@@ -294,7 +294,7 @@ async fn echo_upstream() -> String {
 #[tokio::test]
 async fn secure_front_checks_certificate_token_and_tenant_and_forwards_the_rest() {
     use crate::securefront::{FrontCounts, SecureFront};
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let dir = std::env::temp_dir().join(format!("percolator-devenv-front-{}", std::process::id()));
     let front = SecureFront::start(&dir, &echo_upstream().await, "token-1", "team-a").await.unwrap();
     assert!(front.url().starts_with("https://127.0.0.1:"));

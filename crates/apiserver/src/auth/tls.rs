@@ -57,10 +57,10 @@ impl ClientCertVerifier for RequestClientCert {
 mod tests {
     use super::*;
     use crate::auth::PeerCertificates;
-    use crate::auth::testutil::{mk_ca, mk_leaf};
     use crate::tls::AnyServerCert;
     use rustls::SignatureScheme;
     use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use test_support::pki::{mk_ca, mk_leaf};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn provider() -> Arc<rustls::crypto::CryptoProvider> {

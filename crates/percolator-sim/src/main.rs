@@ -1,23 +1,10 @@
 //! `percolator-sim`: a simulated Kubernetes cluster (API, kubelets, app metrics) on
 //! loopback. Prints one `{"event":"ready",…}` JSON line on stdout once serving; logs go to
-//! stderr. See [`sim`]. `percolator-sim demo` runs the whole local demo (simulator,
-//! Prometheus, percolator); see [`demo`].
-//!
-//! This binary owns its module tree: the simulator, the demo and the local Prometheus helper
-//! ([`devenv`], which the tests and benchmarks include by path) are test and demo machinery,
-//! so none of it is compiled into the `percolator` library or binary.
-
-mod demo;
-mod devenv;
-#[cfg(test)]
-mod devenv_tests;
-/// The TLS + token + tenant front the end-to-end tests put before an engine: test machinery
-/// only (the tests include it by path; here, for `devenv_tests`).
-#[cfg(test)]
-mod securefront;
-mod sim;
+//! stderr. `percolator-sim demo` runs the whole local demo (simulator, Prometheus,
+//! percolator). The modules are the `percolator_sim` library's.
 
 use clap::{Parser, Subcommand};
+use percolator_sim::{demo, sim};
 
 /// mimalloc: fewer cycles per allocation than glibc's malloc on the request path, and less
 /// fragmentation across worker threads (BENCHMARKS.md).
@@ -42,7 +29,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let cli = Cli::parse();
     match (cli.command, cli.sim) {
         (Some(Command::Demo(args)), _) => {

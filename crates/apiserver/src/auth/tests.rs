@@ -24,9 +24,9 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::testutil::{MkCa, mk_ca, mk_cert, mk_leaf};
 use super::*;
-use crate::testutil::all_at_once;
+use test_support::all_at_once;
+use test_support::pki::{MkCa, mk_ca, mk_cert, mk_leaf};
 
 const G: &str = "stats.une-tasse-de.cafe";
 const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries";
@@ -34,7 +34,7 @@ const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/p
 /// The auth flags of a command line, parsed as the binary parses them.
 fn mk_args(flags: &[&str]) -> AuthArgs {
     let args = std::iter::once("percolator").chain(flags.iter().copied());
-    crate::config::Args::try_parse_from(args).unwrap().auth
+    crate::options::TestFlags::try_parse_from(args).unwrap().auth
 }
 
 // ---------------------------------------------------------------- fakes
@@ -203,7 +203,7 @@ fn mk_req(
     }
     // As the router's outermost layer does for every request.
     let uri: http::Uri = path.parse().unwrap();
-    let parsed = crate::k8s::request_info::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
+    let parsed = k8s_wire::request_info::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
     builder.extension(Arc::new(parsed)).body(Body::empty()).unwrap()
 }
 

@@ -27,7 +27,7 @@ fn config(ci: u32) -> Config {
 }
 
 /// Runs the corpus, then `strategy` through `check`; panics with the minimal failing input.
-pub(crate) fn run<S: Strategy>(
+pub fn run<S: Strategy>(
     ci: u32,
     corpus: impl IntoIterator<Item = S::Value>,
     strategy: S,
@@ -47,7 +47,7 @@ pub(crate) fn run<S: Strategy>(
 }
 
 /// Arbitrary text: any Unicode, or printable ASCII (more likely to get past the first check).
-pub(crate) fn text(max: usize) -> BoxedStrategy<String> {
+pub fn text(max: usize) -> BoxedStrategy<String> {
     prop_oneof![
         proptest::collection::vec(any::<char>(), 0..max).prop_map(|c| c.into_iter().collect()),
         proptest::string::string_regex(&format!("[ -~]{{0,{max}}}")).unwrap(),
@@ -56,7 +56,7 @@ pub(crate) fn text(max: usize) -> BoxedStrategy<String> {
 }
 
 /// Strings assembled from `vocabulary` and arbitrary text.
-pub(crate) fn assembled(vocabulary: &'static [&'static str], parts: usize) -> BoxedStrategy<String> {
+pub fn assembled(vocabulary: &'static [&'static str], parts: usize) -> BoxedStrategy<String> {
     let piece = prop_oneof![
         4 => proptest::sample::select(vocabulary).prop_map(str::to_owned),
         1 => text(8),
@@ -68,7 +68,7 @@ pub(crate) fn assembled(vocabulary: &'static [&'static str], parts: usize) -> Bo
 // Requests: selectors, paths, queries, methods
 // ---------------------------------------------------------------------------------------------
 
-pub(crate) const SELECTOR_TOKENS: &[&str] = &[
+pub const SELECTOR_TOKENS: &[&str] = &[
     "app",
     "tier",
     "a.b/c",
@@ -170,7 +170,7 @@ fn segment() -> BoxedStrategy<String> {
 
 /// Mostly well-formed resource and external metric paths (so that requests reach the
 /// handlers), with a random segment swapped in now and then; and free-form paths.
-pub(crate) fn path() -> BoxedStrategy<String> {
+pub fn path() -> BoxedStrategy<String> {
     let name = || prop_oneof![3 => proptest::sample::select(&["w1", "w2", "shop", "x"][..]).prop_map(str::to_owned), 1 => segment()];
     const TARGETS: &[(&str, &str, bool)] = &[
         ("stats.une-tasse-de.cafe/v1alpha1", "widgets", true),
@@ -236,7 +236,7 @@ const QUERY_KEYS: &[&str] = &[
     "x",
 ];
 
-pub(crate) fn query() -> BoxedStrategy<Option<String>> {
+pub fn query() -> BoxedStrategy<Option<String>> {
     let value = prop_oneof![
         assembled(SELECTOR_TOKENS, 8),
         proptest::sample::select(
@@ -270,7 +270,7 @@ pub(crate) fn query() -> BoxedStrategy<Option<String>> {
     .boxed()
 }
 
-pub(crate) fn method() -> BoxedStrategy<String> {
+pub fn method() -> BoxedStrategy<String> {
     prop_oneof![
         6 => Just("GET".to_owned()),
         4 => proptest::sample::select(&["HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT", "get"][..])
@@ -298,7 +298,7 @@ fn percent_encode(s: &str) -> String {
 
 /// Go's `strconv.Unquote` for a double-quoted literal (what Prometheus' parser applies to a
 /// string token): the bytes it stands for, or why Go would reject it.
-pub(crate) fn go_unquote(literal: &str) -> Result<Vec<u8>, String> {
+pub fn go_unquote(literal: &str) -> Result<Vec<u8>, String> {
     let inner = literal
         .strip_prefix('"')
         .and_then(|s| s.strip_suffix('"'))
@@ -362,7 +362,7 @@ pub(crate) fn go_unquote(literal: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Byte length of the string literal at the start of `s` (quotes included).
-pub(crate) fn literal_end(s: &str) -> Result<usize, String> {
+pub fn literal_end(s: &str) -> Result<usize, String> {
     let mut chars = s.char_indices();
     if chars.next().map(|(_, c)| c) != Some('"') {
         return Err(format!("no literal at {s:?}"));
@@ -381,7 +381,7 @@ pub(crate) fn literal_end(s: &str) -> Result<usize, String> {
 
 /// Every string literal of a rendered query (outside comments, which templates do not have)
 /// must unquote.
-pub(crate) fn check_promql_literals(promql: &str) -> Result<(), String> {
+pub fn check_promql_literals(promql: &str) -> Result<(), String> {
     let mut rest = promql;
     while let Some(start) = rest.find('"') {
         let end = literal_end(&rest[start..])?;

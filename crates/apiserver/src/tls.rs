@@ -29,7 +29,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::config::ServingArgs;
+use crate::options::ServingArgs;
 
 /// Errors building the serving TLS configuration.
 #[derive(Debug, thiserror::Error)]
@@ -390,13 +390,13 @@ pub(crate) use verify_handshake_signatures;
 /// holds the key of the one it presented (`--kubelet-insecure-tls`, and clients of tests that
 /// exercise only the server's side).
 #[derive(Debug)]
-pub(crate) struct AnyServerCert {
+pub struct AnyServerCert {
     algorithms: WebPkiSupportedAlgorithms,
 }
 
 impl AnyServerCert {
     /// Checks handshake signatures with the signature algorithms of `provider`.
-    pub(crate) fn new(provider: &CryptoProvider) -> Self {
+    pub fn new(provider: &CryptoProvider) -> Self {
         Self { algorithms: provider.signature_verification_algorithms }
     }
 }
@@ -717,7 +717,7 @@ mod tests {
         crate::install_crypto_provider();
         let dir = std::env::temp_dir().join(format!("percolator-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let args = crate::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
+        let args = crate::options::TestFlags::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
         let config = server_config(&args.serving, None).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
         let first = std::fs::read(dir.join(SELF_SIGNED_CERT)).unwrap();
@@ -728,7 +728,7 @@ mod tests {
 
     #[test]
     fn missing_file_names_the_flag() {
-        let args = crate::config::Args::parse_from([
+        let args = crate::options::TestFlags::parse_from([
             "percolator",
             "--tls-cert-file",
             "/nonexistent/c.pem",

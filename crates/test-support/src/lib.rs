@@ -1,11 +1,19 @@
-//! Helpers shared by the unit tests of every layer (compiled only for tests).
+//! Helpers shared by the tests of every crate of the workspace (a dev-dependency only):
+//! [`all_at_once`] makes identical calls overlap, [`pki`] mints CAs and certificates, [`fuzz`]
+//! is the proptest harness with its request strategies and PromQL literal checkers.
+
+// Test code: a failed expectation is a panic, as in the tests that use it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod fuzz;
+pub mod pki;
 
 use std::future::Future;
 use std::sync::Arc;
 
 /// Runs `task(0)`, …, `task(n - 1)` on `n` tasks released together by a barrier and returns
 /// their results in order: how the single-flight tests make identical calls overlap.
-pub(crate) async fn all_at_once<F, Fut, T>(n: usize, task: F) -> Vec<T>
+pub async fn all_at_once<F, Fut, T>(n: usize, task: F) -> Vec<T>
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = T> + Send + 'static,

@@ -112,15 +112,15 @@ pub struct SimConfig {
     pub metrics_port: u16,
 
     /// Kubelet sampling period (cAdvisor housekeeping), e.g. 10s.
-    #[arg(long, env = "PERCOLATOR_SIM_HOUSEKEEPING", default_value = "10s", value_parser = percolator::k8s::duration::parse)]
+    #[arg(long, env = "PERCOLATOR_SIM_HOUSEKEEPING", default_value = "10s", value_parser = k8s_wire::duration::parse)]
     pub housekeeping: Duration,
 
     /// Every interval, delete one running pod and create a replacement (0: never).
-    #[arg(long, env = "PERCOLATOR_SIM_CHURN_INTERVAL", default_value = "0", value_parser = percolator::k8s::duration::parse)]
+    #[arg(long, env = "PERCOLATOR_SIM_CHURN_INTERVAL", default_value = "0", value_parser = k8s_wire::duration::parse)]
     pub churn_interval: Duration,
 
     /// YAML file of tokens and authorization rules for TokenReview and SubjectAccessReview
-    /// (default: the built-in policy; format in src/bin/percolator-sim/sim/policy.rs).
+    /// (default: the built-in policy; format in crates/percolator-sim/src/sim/policy.rs).
     #[arg(long, env = "PERCOLATOR_SIM_POLICY")]
     pub policy: Option<PathBuf>,
 

@@ -168,7 +168,7 @@ pub async fn run(
     dir: PathBuf,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let mut sim_config = crate::sim::SimConfig::with_state_dir(dir.join("sim"));
     sim_config.seed = args.seed;
     sim_config.nodes = args.nodes;

@@ -87,7 +87,7 @@ impl Prometheus {
     /// Writes the configuration, backfills history, starts Prometheus on a free loopback port
     /// and waits until it is ready.
     pub async fn start(options: PrometheusOptions) -> Result<Self> {
-        percolator::install_crypto_provider();
+        apiserver::install_crypto_provider();
         std::fs::create_dir_all(options.dir.join("data"))?;
         if let Some(history) = &options.backfill {
             let file = options.dir.join("history.om");
@@ -348,7 +348,7 @@ impl Prometheus {
 }
 
 pub(crate) fn config_yaml(options: &PrometheusOptions) -> String {
-    let interval = percolator::k8s::duration::prometheus(options.scrape_interval);
+    let interval = k8s_wire::duration::prometheus(options.scrape_interval);
     let mut out = format!(
         "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n  query_log_file: {}\n",
         options.dir.join("query.log").display()
@@ -394,7 +394,7 @@ pub async fn sim_history(
     span: Duration,
     step: Duration,
 ) -> Result<String> {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let fail = |e: reqwest::Error| DevEnvError::Program {
         program: "percolator-sim /sim/history".into(),
         message: e.to_string(),
@@ -730,7 +730,7 @@ impl VictoriaMetrics {
     /// Writes the scrape configuration, starts VictoriaMetrics on a free loopback port, imports
     /// the backfill history and waits until it is searchable.
     pub async fn start(options: PrometheusOptions) -> Result<Self> {
-        percolator::install_crypto_provider();
+        apiserver::install_crypto_provider();
         std::fs::create_dir_all(options.dir.join("data"))?;
         std::fs::write(options.dir.join("scrape.yml"), victoria_metrics_config_yaml(&options))?;
         let history = options.backfill.clone();
@@ -852,7 +852,7 @@ impl VictoriaMetrics {
 /// `refresh_interval`).
 #[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
 pub(crate) fn victoria_metrics_config_yaml(options: &PrometheusOptions) -> String {
-    let interval = percolator::k8s::duration::prometheus(options.scrape_interval);
+    let interval = k8s_wire::duration::prometheus(options.scrape_interval);
     format!("global:\n  scrape_interval: {interval}\n{}", scrape_configs_yaml(options, false))
 }
 

@@ -131,7 +131,7 @@ fn path_with_kubectl() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_printed_command_runs_as_printed() {
-    percolator::install_crypto_provider();
+    apiserver::install_crypto_provider();
     let started = Instant::now();
     let temp = mk_temp_dir();
     let dir = temp.join("demo");

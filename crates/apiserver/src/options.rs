@@ -1,0 +1,170 @@
+//! The flags of the generic server, as k8s.io/apiserver's `options` package gives a Go extension
+//! server: the HTTPS listener ([`ServingArgs`]) and delegated authentication and authorization
+//! ([`AuthArgs`]), spelled as kube-apiserver and metrics-server spell them. A server composes
+//! them into its own clap `Parser` with `#[command(flatten)]` and [`kubernetes_style`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use k8s_wire::duration;
+
+/// Flags of the HTTPS listener.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ServingArgs {
+    /// Port of the HTTPS listener (0 picks a free port and logs it).
+    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_SECURE_PORT")]
+    pub secure_port: u16,
+    /// Address of the HTTPS listener.
+    #[arg(long, default_value = "0.0.0.0", env = "PERCOLATOR_BIND_ADDRESS")]
+    pub bind_address: std::net::IpAddr,
+    /// Directory where the self-signed serving certificate is written when --tls-cert-file is
+    /// not given.
+    #[arg(long, default_value = "apiserver.local.config/certificates", env = "PERCOLATOR_CERT_DIR")]
+    pub cert_dir: PathBuf,
+    /// PEM serving certificate (with intermediates). Requires --tls-private-key-file.
+    #[arg(long, requires = "tls_private_key_file", env = "PERCOLATOR_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file", env = "PERCOLATOR_TLS_PRIVATE_KEY_FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Minimum TLS version: VersionTLS12 or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"], env = "PERCOLATOR_TLS_MIN_VERSION")]
+    pub tls_min_version: String,
+    /// Maximum concurrent HTTP/2 streams per connection (kube-apiserver multiplexes every
+    /// proxied request over one connection).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..), env = "PERCOLATOR_HTTP2_MAX_STREAMS_PER_CONNECTION")]
+    pub http2_max_streams_per_connection: u32,
+    /// Maximum number of requests served at once (kube-apiserver's flag). Beyond it requests
+    /// are answered at once with 429 TooManyRequests and Retry-After: 1 instead of queueing.
+    /// Health, discovery, OpenAPI, /version and /metrics are exempt: they are precomputed,
+    /// cheap, and must keep answering under overload. 0 disables the limit.
+    #[arg(long, default_value_t = 400, env = "PERCOLATOR_MAX_REQUESTS_INFLIGHT")]
+    pub max_requests_inflight: u32,
+    /// Longest time a request may take (kube-apiserver's flag, e.g. 60s); a request still
+    /// running then is answered 504 Timeout. A request's `?timeout=` can only shorten it.
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration, env = "PERCOLATOR_REQUEST_TIMEOUT")]
+    pub request_timeout: Duration,
+    /// After SIGTERM, how long /readyz fails while requests are still served normally, so that
+    /// endpoints and load balancers stop sending traffic before the listener closes
+    /// (kube-apiserver's flag). In-flight requests are then drained. A second signal skips it.
+    #[arg(long, default_value = "5s", value_parser = duration::parse, env = "PERCOLATOR_SHUTDOWN_DELAY_DURATION")]
+    pub shutdown_delay_duration: Duration,
+    /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
+    /// --cert-dir) are checked for changes; a changed pair is served to new connections
+    /// without a restart. The CA files given as flags (--client-ca-file,
+    /// --requestheader-client-ca-file, --kubelet-certificate-authority, --prometheus-ca-file)
+    /// and --prometheus-client-tls-cert-file/--prometheus-client-tls-key-file are checked as often:
+    /// a changed, valid bundle applies to the next request or connection.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "PERCOLATOR_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Duration,
+}
+
+/// Makes a flag read as Kubernetes components' flags (Go's `flag` package) read: a boolean
+/// alone means true and takes an attached value (`--anonymous-auth=false`, never a following
+/// argument), and a list is comma-separated (`--requestheader-allowed-names=a,b`).
+pub fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
+    match arg.get_action() {
+        clap::ArgAction::SetTrue => {
+            let arg = if arg.get_default_values().is_empty() { arg.default_value("false") } else { arg };
+            arg.num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .action(clap::ArgAction::Set)
+        }
+        clap::ArgAction::Append => arg.value_delimiter(','),
+        _ => arg,
+    }
+}
+
+/// A duration flag that must be greater than zero.
+pub fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> {
+    match duration::parse(text) {
+        Ok(d) if d.is_zero() => Err("must be greater than 0".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Flags of delegated authentication (TokenReview, client certificates, the front proxy) and
+/// authorization (SubjectAccessReview).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct AuthArgs {
+    /// kubeconfig used to create TokenReviews and to read the ConfigMap
+    /// kube-system/extension-apiserver-authentication; the cluster configuration (--kubeconfig
+    /// or in-cluster) when unset.
+    #[arg(long, env = "PERCOLATOR_AUTHENTICATION_KUBECONFIG")]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// kubeconfig used to create SubjectAccessReviews; the cluster configuration (--kubeconfig
+    /// or in-cluster) when unset.
+    #[arg(long, env = "PERCOLATOR_AUTHORIZATION_KUBECONFIG")]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// PEM bundle of the CAs that sign client certificates (user = CN, groups = O); read from
+    /// the ConfigMap key client-ca-file when unset.
+    #[arg(long, env = "PERCOLATOR_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// PEM bundle of the CAs that sign the front proxy's (the aggregator's) client certificate.
+    /// When unset, it and every other --requestheader-* setting come from the ConfigMap.
+    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_CLIENT_CA_FILE")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names allowed for the front proxy's certificate (comma-separated); empty allows
+    /// any certificate signed by --requestheader-client-ca-file.
+    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_ALLOWED_NAMES")]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers carrying the user name; the first non-empty one wins.
+    #[arg(long, default_value = "X-Remote-User", env = "PERCOLATOR_REQUESTHEADER_USERNAME_HEADERS")]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers carrying the groups; every value of every one is a group.
+    #[arg(long, default_value = "X-Remote-Group", env = "PERCOLATOR_REQUESTHEADER_GROUP_HEADERS")]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of the headers carrying extra user attributes (the rest of the name is the key).
+    #[arg(long, default_value = "X-Remote-Extra-", env = "PERCOLATOR_REQUESTHEADER_EXTRA_HEADERS_PREFIX")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Headers carrying the user's UID; the first non-empty one wins.
+    #[arg(long, default_value = "X-Remote-Uid", env = "PERCOLATOR_REQUESTHEADER_UID_HEADERS")]
+    pub requestheader_uid_headers: Vec<String>,
+    /// Do not read the ConfigMap kube-system/extension-apiserver-authentication: only the CA
+    /// files given as flags are trusted.
+    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_SKIP_LOOKUP")]
+    pub authentication_skip_lookup: bool,
+    /// Start even when the ConfigMap kube-system/extension-apiserver-authentication cannot be
+    /// read (requests may then all be treated as anonymous).
+    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_TOLERATE_LOOKUP_FAILURE")]
+    pub authentication_tolerate_lookup_failure: bool,
+    /// Treat requests that no authenticator claims as user system:anonymous (group
+    /// system:unauthenticated); with false they get a 401.
+    #[arg(long, default_value_t = true, env = "PERCOLATOR_ANONYMOUS_AUTH")]
+    pub anonymous_auth: bool,
+    /// How long TokenReview results (authenticated or not) are cached.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL")]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// How long allowed SubjectAccessReview results are cached.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_AUTHORIZED_TTL")]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long denied SubjectAccessReview results are cached.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL")]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// Non-resource paths anyone may get without a SubjectAccessReview (comma-separated; exact
+    /// match, a trailing * matches a prefix).
+    #[arg(
+        long,
+        default_value = "/healthz,/readyz,/livez",
+        env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_PATHS"
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
+    /// Groups whose members are allowed everything without a SubjectAccessReview
+    /// (comma-separated).
+    #[arg(long, default_value = "system:masters", env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_GROUPS")]
+    pub authorization_always_allow_groups: Vec<String>,
+}
+
+#[cfg(test)]
+/// The generic flags alone, parsed as a server parses them, for this crate's tests.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "apiserver", mut_args(kubernetes_style))]
+pub(crate) struct TestFlags {
+    #[command(flatten)]
+    pub serving: ServingArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}

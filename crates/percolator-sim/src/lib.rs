@@ -1,0 +1,39 @@
+//! The simulated cluster and the machinery of percolator's demo, tests and benchmarks, none of
+//! it in the `percolator` library or binary:
+//!
+//! - [`sim`]: a simulated Kubernetes cluster on loopback (API with watches, TokenReview and
+//!   SubjectAccessReview, an aggregator in front of percolator, kubelets, cAdvisor, apps);
+//! - [`demo`]: `percolator-sim demo`, the simulator, a real Prometheus and percolator together;
+//! - [`devenv`]: the local Prometheus (or VictoriaMetrics) and the fault proxy, which the tests
+//!   and benchmarks start;
+//! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine.
+
+pub mod demo;
+pub mod devenv;
+#[cfg(test)]
+mod devenv_tests;
+pub mod securefront;
+pub mod sim;
+
+/// The `percolator-sim` binary of this build, for the tests and benchmarks of other packages
+/// (Cargo gives `CARGO_BIN_EXE_<name>` only for a package's own binaries): it sits next to the
+/// `deps/` directory of the running test or bench executable, in `target/<profile>/`. The
+/// workspace's test command builds it (this package has integration tests, so
+/// `cargo test --workspace` builds its binary); `scripts/bench.sh` builds the release one.
+pub fn binary() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let profile_dir =
+        exe.parent().and_then(|deps| if deps.ends_with("deps") { deps.parent() } else { Some(deps) });
+    let path = profile_dir.map(|dir| dir.join(format!("percolator-sim{}", std::env::consts::EXE_SUFFIX)));
+    match path {
+        Some(path) if path.is_file() => Ok(path),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "no percolator-sim binary beside {}: build it first (`cargo build -p percolator-sim`, \
+                 `--release` for benchmarks), or run the workspace's tests (`scripts/test.sh`)",
+                exe.display()
+            ),
+        )),
+    }
+}
