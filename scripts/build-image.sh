@@ -65,12 +65,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# The version of [package] in Cargo.toml: the image tag and the version label.
+# The workspace's version ([workspace.package] in Cargo.toml, which every crate inherits): the
+# image tag and the version label.
 version="$(awk '
-  /^\[/ { in_package = ($0 == "[package]") }
+  /^\[/ { in_package = ($0 == "[workspace.package]") }
   in_package && $1 == "version" { gsub(/^[^"]*"|".*$/, ""); print; exit }
 ' Cargo.toml)"
-[ -n "$version" ] || die "no version in Cargo.toml's [package]"
+[ -n "$version" ] || die "no version in Cargo.toml's [workspace.package]"
 tag="${tag:-$version}"
 ref="$image:$tag"
 revision="$(git rev-parse --verify HEAD 2>/dev/null || true)"

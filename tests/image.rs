@@ -835,9 +835,15 @@ fn check_bins(
         .args(&call.features);
     let shown = format!("{} (in {cwd}; Dockerfile line {line})", show(&metadata));
     let metadata: Value = serde_json::from_str(&run(metadata, &shown)).unwrap();
-    let packages = metadata["packages"].as_array().unwrap();
-    assert_eq!(packages.len(), 1, "one package expected in the layout");
-    let bins: BTreeMap<&str, &str> = packages[0]["targets"]
+    // A workspace: `cargo build` in its root builds the root package (the default member).
+    let root_manifest = dir.join("Cargo.toml");
+    let package = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| Path::new(p["manifest_path"].as_str().unwrap()) == root_manifest)
+        .unwrap_or_else(|| panic!("{shown}: no package at the layout's root"));
+    let bins: BTreeMap<&str, &str> = package["targets"]
         .as_array()
         .unwrap()
         .iter()
@@ -864,11 +870,13 @@ fn check_bins(
 }
 
 /// Files the compiler reads (`include_str!`/`include_bytes!` with a literal path) from the
-/// library's and the binaries' sources, outside test code, must be in the layout.
+/// sources of every crate of the workspace, outside test code, must be in the layout.
 fn check_includes(layout: &Path, cwd: &str) {
     let workdir = layout.join(cwd.trim_start_matches('/'));
-    let src = workdir.join("src");
-    let mut pending = vec![src];
+    let mut pending = vec![workdir.join("src")];
+    for member in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        pending.push(workdir.join("crates").join(member.file_name()).join("src"));
+    }
     let mut missing = Vec::new();
     while let Some(dir) = pending.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -987,19 +995,28 @@ fn entrypoint(runtime: &Stage) -> Vec<String> {
 }
 
 /// The context holds what the build reads and nothing the build does not: no target/, .git,
-/// editor files, tests/ or deploy/.
+/// editor files, tests/ (the crates' too) or deploy/.
 #[test]
 fn context_is_the_sources_and_the_manifest() {
     let context = mk_context(&root());
-    for needed in ["Cargo.toml", "Cargo.lock", "src/main.rs", "src/lib.rs", "benches/cluster.rs"] {
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src/main.rs",
+        "src/lib.rs",
+        "benches/cluster.rs",
+        "crates/k8s-wire/Cargo.toml",
+        "crates/apiserver/src/lib.rs",
+    ] {
         assert!(context.contains(needed), "{needed} is not in the context");
     }
     for file in &context {
         let top = file.split('/').next().unwrap();
         assert!(
-            matches!(top, "Cargo.toml" | "Cargo.lock" | "src" | "benches"),
+            matches!(top, "Cargo.toml" | "Cargo.lock" | "src" | "benches" | "crates"),
             "{file} is in the context, which the build does not read"
         );
+        assert!(!file.contains("/tests/"), "{file}: a test in the context");
         let name = file.rsplit('/').next().unwrap();
         assert!(
             !(name.ends_with('~') || name.ends_with(".swp") || name.starts_with(".#")),
@@ -1134,7 +1151,7 @@ fn runtime_stage_is_distroless_and_non_root() {
             panic!("the runtime stage has no LABEL org.opencontainers.image.{name} (labels: {labels:?})")
         })
     };
-    assert_eq!(label("licenses"), &toml_value(&manifest, "package", "license"));
+    assert_eq!(label("licenses"), &toml_value(&manifest, "workspace.package", "license"));
     let version = label("version");
     let arg = version.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
     assert!(version.starts_with('$'), "the version label should come from a build argument, not {version}");
@@ -1142,7 +1159,7 @@ fn runtime_stage_is_distroless_and_non_root() {
         .all("ARG")
         .find_map(|a| a.args.strip_prefix(arg).map(|d| d.trim_start_matches('=').to_owned()))
         .unwrap_or_else(|| panic!("ARG {arg} missing from the runtime stage"));
-    let cargo_version = toml_value(&manifest, "package", "version");
+    let cargo_version = toml_value(&manifest, "workspace.package", "version");
     assert!(
         default == cargo_version || !default.starts_with(|c: char| c.is_ascii_digit()),
         "ARG {arg}={default} disagrees with Cargo.toml's version {cargo_version}"
