@@ -1297,6 +1297,7 @@ fn mk_documented_helm_commands() -> Vec<(String, String)> {
     let mut commands = Vec::new();
     for doc in [
         "README.md",
+        "docs/deploy.md",
         "docs/operations.md",
         "charts/percolator/README.md",
         "charts/percolator/values.yaml",
@@ -1333,15 +1334,15 @@ fn mk_documented_helm_commands() -> Vec<(String, String)> {
     commands
 }
 
-/// The Helm commands of the README, the operations guide, the chart's README and values do
-/// what they say: Helm parses them (no flag it would refuse), the schema accepts their values,
-/// and they render an install whose objects validate, with the Prometheus URL and the
-/// APIServices their `--set`s ask for.
+/// The Helm commands of the README, docs/deploy.md, the operations guide, the chart's README
+/// and values do what they say: Helm parses them (no flag it would refuse), the schema accepts
+/// their values, and they render an install whose objects validate, with the Prometheus URL
+/// and the APIServices their `--set`s ask for.
 #[test]
 fn documented_helm_commands_render() {
     let commands = mk_documented_helm_commands();
     let docs: BTreeSet<&str> = commands.iter().map(|(doc, _)| doc.as_str()).collect();
-    for doc in ["README.md", "docs/operations.md", "charts/percolator/README.md"] {
+    for doc in ["README.md", "docs/deploy.md", "docs/operations.md", "charts/percolator/README.md"] {
         assert!(docs.contains(doc), "{doc} shows a helm command ({commands:?})");
     }
     for (doc, command) in &commands {

@@ -312,13 +312,13 @@ fn the_custom_metrics_overlay_registers_both_versions() {
     }
 }
 
-/// The `customMetrics:` configurations the README and the migration guide show load as they
-/// are written (percolator's own check of the file), and the README's table of defaults is the
-/// compiled-in list.
+/// The `customMetrics:` configurations the custom metrics reference and the migration guide
+/// show load as they are written (percolator's own check of the file), and the reference's
+/// table of defaults is the compiled-in list.
 #[test]
 fn documented_custom_metrics_configurations_load() {
     let check = percolator::server::config_check();
-    for doc in ["README.md", "docs/migrating-from-prometheus-adapter.md"] {
+    for doc in ["docs/reference/custom-metrics.md", "docs/migrating-from-prometheus-adapter.md"] {
         let text =
             std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
         let mut blocks = Vec::new();
@@ -346,7 +346,9 @@ fn documented_custom_metrics_configurations_load() {
             assert_eq!(metrics[0].name, "http_requests_per_second", "{doc}");
         }
     }
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/custom-metrics.md"))
+            .unwrap();
     for metric in percolator::custom::default_metrics() {
         let labels = if metric.labels.is_empty() {
             "none".to_owned()
@@ -354,7 +356,7 @@ fn documented_custom_metrics_configurations_load() {
             metric.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
         };
         let row = format!("| `{}` | {labels} | `{}` |", metric.name, metric.query);
-        assert!(readme.contains(&row), "README lists the default {row}");
+        assert!(reference.contains(&row), "docs/reference/custom-metrics.md lists the default {row}");
         assert_eq!(metric.aggregate, percolator::config::Aggregate::Sum);
     }
 }
@@ -718,10 +720,13 @@ fn one_version_everywhere() {
         changelog.lines().any(|l| l.starts_with(&format!("## [{version}] - "))),
         "CHANGELOG.md has a section for {version}"
     );
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    for tag in readme.match_indices("percolator:").map(|(i, _)| &readme[i + "percolator:".len()..]) {
-        let tag: String = tag.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
-        assert!(tag.is_empty() || tag == version, "README names image tag {tag}, not {version}");
+    for doc in ["README.md", "docs/deploy.md"] {
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
+        for tag in text.match_indices("percolator:").map(|(i, _)| &text[i + "percolator:".len()..]) {
+            let tag: String = tag.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+            assert!(tag.is_empty() || tag == version, "{doc} names image tag {tag}, not {version}");
+        }
     }
 }
 
@@ -731,7 +736,7 @@ fn one_version_everywhere() {
 /// left behind blocks namespace deletion cluster-wide).
 #[test]
 fn documented_kustomize_commands_name_real_kustomizations() {
-    let mut docs = vec!["README.md".to_owned(), "docs/operations.md".to_owned()];
+    let mut docs = vec!["README.md".to_owned(), "docs/deploy.md".to_owned(), "docs/operations.md".to_owned()];
     let mut stack = vec![std::path::PathBuf::from("deploy")];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     while let Some(dir) = stack.pop() {
