@@ -56,7 +56,7 @@ USER 65532:65532
 WORKDIR /tmp
 # mimalloc returns the pages freed after a cache refresh to the system at once instead of when
 # the allocator next works in the same place, which an idle server may never do: ~0.5 KiB per
-# pod less at rest and a lower peak, for 10-20% more CPU per refresh (BENCHMARKS.md, issue 18,
+# pod less at rest and a lower peak, for 10-20% more CPU per refresh (docs/benchmarks-history.md, issue 18,
 # sixth step). Set MIMALLOC_PURGE_DELAY=10 in the Deployment for mimalloc's default.
 ENV MIMALLOC_PURGE_DELAY=0
 EXPOSE 10250

@@ -5,7 +5,7 @@ use clap::Parser;
 /// mimalloc: fewer cycles per allocation than glibc's malloc on the request path, and less
 /// fragmentation across worker threads. Version 2 (the `v2` feature): it returns freed pages
 /// after 10 ms where version 3 waits a second and until it is next busy, which left ~15% of
-/// the resident memory at 150,000 pods freed but kept (BENCHMARKS.md, issue 18 third step).
+/// the resident memory at 150,000 pods freed but kept (docs/benchmarks-history.md, issue 18 third step).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -7,7 +7,7 @@
 //! stream back once the response has been read to its end (`without_shutdown`). An idle
 //! connection then holds what rustls keeps between records (a 4 KiB record buffer, the keys,
 //! the peer's certificate) and the socket: at 150,000 pods on 4,750 nodes, 0.55 KiB per pod
-//! less than hyper's pool kept (BENCHMARKS.md, issue 18, fourth step).
+//! less than hyper's pool kept (docs/benchmarks-history.md, issue 18, fourth step).
 //!
 //! A stream is parked only when the exchange ended cleanly, on a persistent HTTP/1.1 response
 //! read to its end with nothing left over; before reuse it is checked for a close from the
