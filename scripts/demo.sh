@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-exec cargo run --release --bin percolator-sim -- demo "$@"
+exec cargo run --release -p percolator-sim -- demo "$@"
