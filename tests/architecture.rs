@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     // authorization.
     &["api", "auth"],
     // The APIs of metrics, one module each.
-    &["external", "custom"],
+    &["metrics"],
     // The served kinds, one unit each, and their registry.
     &["kinds"],
     // prometheus-adapter configuration: format, discovery, naming, query building (pure).
