@@ -166,6 +166,52 @@ pub trait Declared: Sized + Send + Sync + 'static {
     }
 }
 
+/// Implements [`Declared`] for a `--config` list's type: `$field` is where the file holds it
+/// (`external_metrics`), `$defaults` its compiled-in metrics; further tokens go into the impl
+/// (a [`Declared::check_query`]).
+macro_rules! declared {
+    ($type:ty, $api:ident, $field:ident, $defaults:path $(; $($extra:tt)*)?) => {
+        impl $crate::metrics::core::Declared for $type {
+            const API: $crate::metrics::core::Api = $crate::metrics::core::Api::$api;
+
+            fn slot(file: &mut $crate::config::QueryFile) -> &mut Option<Vec<Self>> {
+                &mut file.$field
+            }
+
+            fn of(snapshot: &$crate::config::Snapshot) -> &[Self] {
+                snapshot.file.$field.as_deref().unwrap_or_default()
+            }
+
+            fn declared(snapshot: &$crate::config::Snapshot) -> bool {
+                snapshot.file.declares.$field
+            }
+
+            fn defaults() -> Vec<Self> {
+                $defaults()
+            }
+
+            fn name(&self) -> &str {
+                &self.name
+            }
+
+            fn query(&self) -> &str {
+                &self.query
+            }
+
+            fn labels(&self) -> &[String] {
+                &self.labels
+            }
+
+            fn window(&self) -> Option<std::time::Duration> {
+                self.window
+            }
+
+            $($($extra)*)?
+        }
+    };
+}
+pub(crate) use declared;
+
 /// Checks the file's metrics for `D`'s API and fills in its defaults when the key is absent.
 /// Never empty: an empty resource list makes every kubectl discovery report an error.
 pub fn check_metrics<D: Declared>(file: &mut QueryFile) -> std::result::Result<(), Invalid> {

@@ -24,7 +24,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -35,9 +34,10 @@ use kube::core::Expression;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::core::declared;
 use super::core::{
-    Api, Declared, MAX_ENTRIES, MetricsError, PROMETHEUS_RETRY_AFTER_SECONDS, Result, adapter_query_error,
-    answer, check_name, check_read, discovery_resource, json_response, metric_quantity, scoped_query,
+    Declared, MAX_ENTRIES, MetricsError, PROMETHEUS_RETRY_AFTER_SECONDS, Result, adapter_query_error, answer,
+    check_name, check_read, discovery_resource, json_response, metric_quantity, scoped_query,
 };
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::{Discovered, LiveAdapter, resources};
@@ -223,16 +223,7 @@ impl CustomMetrics {
             let ask = (version, namespace, target, metric);
             return self.handle_adapter(request, headers, discovered.as_deref(), ask).await;
         };
-        let pod_selector = match target {
-            Target::Pods(None) => {
-                LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
-                    .map_err(ApiError::from)?
-            }
-            _ => LabelSelector::everything(),
-        };
-        let metric_selector =
-            LabelSelector::parse(request.query.get("metricLabelSelector").unwrap_or_default())
-                .map_err(ApiError::from)?;
+        let (pod_selector, metric_selector) = selectors(request, target)?;
         let matchers = Backend::<CustomMetricConfig, Arc<PodValues>>::matchers(definition, &metric_selector)?;
         negotiate_headers(headers, Endpoint::Plain)?;
         if !self.inventory.is_synced() {
@@ -347,16 +338,7 @@ impl CustomMetrics {
         {
             return Err(not_found());
         }
-        let pod_selector = match target {
-            Target::Pods(None) => {
-                LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
-                    .map_err(ApiError::from)?
-            }
-            _ => LabelSelector::everything(),
-        };
-        let metric_selector =
-            LabelSelector::parse(request.query.get("metricLabelSelector").unwrap_or_default())
-                .map_err(ApiError::from)?;
+        let (pod_selector, metric_selector) = selectors(request, target)?;
         negotiate_headers(headers, Endpoint::Plain)?;
         // Namespaces are root-scoped: their query names them and carries no namespace of its own.
         let query_namespace = (found.namespaced && !namespace.is_empty()).then_some(namespace);
@@ -522,6 +504,20 @@ impl DynamicGroupVersions for CustomMetrics {
         }
         (generation, versions)
     }
+}
+
+/// The request's pod selector (`labelSelector`, for `pods/*` only) and metric selector
+/// (`metricLabelSelector`).
+fn selectors(
+    request: &ParsedRequest,
+    target: Target<'_>,
+) -> Result<(LabelSelector, LabelSelector), ApiError> {
+    let parse = |name: &str| LabelSelector::parse(request.query.get(name).unwrap_or_default());
+    let pods = match target {
+        Target::Pods(None) => parse("labelSelector")?,
+        _ => LabelSelector::everything(),
+    };
+    Ok((pods, parse("metricLabelSelector")?))
 }
 
 /// The values of `samples` per object `name_of` names (samples it names none of are left
@@ -755,41 +751,7 @@ pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
     super::core::check_metrics::<CustomMetricConfig>(file)
 }
 
-impl Declared for CustomMetricConfig {
-    const API: Api = Api::Custom;
-
-    fn slot(file: &mut QueryFile) -> &mut Option<Vec<Self>> {
-        &mut file.custom_metrics
-    }
-
-    fn of(snapshot: &Snapshot) -> &[Self] {
-        snapshot.file.custom_metrics.as_deref().unwrap_or_default()
-    }
-
-    fn declared(snapshot: &Snapshot) -> bool {
-        snapshot.file.declares.custom_metrics
-    }
-
-    fn defaults() -> Vec<Self> {
-        default_metrics()
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn query(&self) -> &str {
-        &self.query
-    }
-
-    fn labels(&self) -> &[String] {
-        &self.labels
-    }
-
-    fn window(&self) -> Option<Duration> {
-        self.window
-    }
-
+declared!(CustomMetricConfig, Custom, custom_metrics, default_metrics;
     /// The query keeps the labels that place each value on a pod ([`POD_LABELS`]).
     fn check_query(&self, field: &str) -> std::result::Result<(), Invalid> {
         for label in POD_LABELS {
@@ -799,7 +761,7 @@ impl Declared for CustomMetricConfig {
         }
         Ok(())
     }
-}
+);
 
 fn custom(name: &str, query: &str, labels: &[&str]) -> CustomMetricConfig {
     CustomMetricConfig {

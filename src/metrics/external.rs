@@ -29,9 +29,10 @@ use futures::future::BoxFuture;
 use http::{HeaderMap, Method};
 use serde::Serialize;
 
+use super::core::declared;
 use super::core::{
-    Api, Declared, MetricsError, Result, adapter_query_error, answer, check_name, check_read,
-    discovery_resource, json_response, metric_quantity, scoped_query,
+    Declared, MetricsError, Result, adapter_query_error, answer, check_name, check_read, discovery_resource,
+    json_response, metric_quantity, scoped_query,
 };
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::LiveAdapter;
@@ -274,41 +275,7 @@ pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
     super::core::check_metrics::<ExternalMetricConfig>(file)
 }
 
-impl Declared for ExternalMetricConfig {
-    const API: Api = Api::External;
-
-    fn slot(file: &mut QueryFile) -> &mut Option<Vec<Self>> {
-        &mut file.external_metrics
-    }
-
-    fn of(snapshot: &Snapshot) -> &[Self] {
-        snapshot.file.external_metrics.as_deref().unwrap_or_default()
-    }
-
-    fn declared(snapshot: &Snapshot) -> bool {
-        snapshot.file.declares.external_metrics
-    }
-
-    fn defaults() -> Vec<Self> {
-        default_metrics()
-    }
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn query(&self) -> &str {
-        &self.query
-    }
-
-    fn labels(&self) -> &[String] {
-        &self.labels
-    }
-
-    fn window(&self) -> Option<Duration> {
-        self.window
-    }
-}
+declared!(ExternalMetricConfig, External, external_metrics, default_metrics);
 
 fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
     ExternalMetricConfig {
