@@ -122,10 +122,10 @@ impl Api {
     }
 
     /// The API group.
-    pub fn group(self) -> &'static str {
+    pub const fn group(self) -> &'static str {
         match self {
-            Self::External => super::external::GROUP,
-            Self::Custom => super::custom::GROUP,
+            Self::External => "external.metrics.k8s.io",
+            Self::Custom => "custom.metrics.k8s.io",
         }
     }
 

@@ -2,6 +2,9 @@
 //! §6.2, CONTRACT §6.5): the HorizontalPodAutoscaler's `Pods` and `Object` metrics. Served only
 //! with `--enable-custom-metrics`; the router hands it every path under
 //! `/apis/custom.metrics.k8s.io/`.
+//! This module keeps the routes and the wire types; the shared steps (errors, checks,
+//! selector → matchers, the query cache, the two providers) are [`super::core`]'s and
+//! [`super::provider`]'s.
 //!
 //! Endpoints (the adapter library's routes, both versions):
 //!
@@ -36,8 +39,8 @@ use serde_json::{Value, json};
 
 use super::core::declared;
 use super::core::{
-    Declared, MAX_ENTRIES, MetricsError, PROMETHEUS_RETRY_AFTER_SECONDS, Result, adapter_query_error, answer,
-    check_name, check_read, discovery_resource, json_response, metric_quantity, scoped_query,
+    Api, Declared, MAX_ENTRIES, MetricsError, PROMETHEUS_RETRY_AFTER_SECONDS, Result, adapter_query_error,
+    answer, check_name, check_read, discovery_resource, json_response, metric_quantity, scoped_query,
 };
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::{Discovered, LiveAdapter, resources};
@@ -54,7 +57,7 @@ use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
 use k8s_wire::{ApiError, GroupResource};
 
 /// API group of custom metrics.
-pub const GROUP: &str = "custom.metrics.k8s.io";
+pub const GROUP: &str = Api::Custom.group();
 /// The versions served, preferred first (the HPA picks the preferred one).
 pub const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 /// Kind of the responses, and of every resource in discovery.

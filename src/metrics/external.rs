@@ -2,6 +2,9 @@
 //! which a HorizontalPodAutoscaler scales on Prometheus data. Served only with
 //! `--enable-external-metrics`; the router hands it every path under
 //! `/apis/external.metrics.k8s.io/`.
+//! This module keeps the routes and the wire types; the shared steps (errors, checks,
+//! selector → matchers, the query cache, the two providers) are [`super::core`]'s and
+//! [`super::provider`]'s.
 //!
 //! Endpoints (the one route the custom-metrics-apiserver library registers, and what it
 //! answers around it):
@@ -31,8 +34,8 @@ use serde::Serialize;
 
 use super::core::declared;
 use super::core::{
-    Declared, MetricsError, Result, adapter_query_error, answer, check_name, check_read, discovery_resource,
-    json_response, metric_quantity, scoped_query,
+    Api, Declared, MetricsError, Result, adapter_query_error, answer, check_name, check_read,
+    discovery_resource, json_response, metric_quantity, scoped_query,
 };
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::LiveAdapter;
@@ -48,7 +51,7 @@ use k8s_wire::validation::is_dns1123_label;
 use k8s_wire::{ApiError, GroupResource};
 
 /// API group of external metrics.
-pub const GROUP: &str = "external.metrics.k8s.io";
+pub const GROUP: &str = Api::External.group();
 /// The one version served.
 pub const VERSION: &str = "v1beta1";
 /// `apiVersion` of the responses.
