@@ -10,8 +10,8 @@
 //!
 //! - [`server`]: wiring (sources, kinds, APIs, auth, TLS) and serving;
 //! - [`api`]: routing, discovery, OpenAPI and rendering of the served kinds and groups;
-//! - [`external`] and [`custom`]: the opt-in `external.metrics.k8s.io` and
-//!   `custom.metrics.k8s.io` APIs for the HPA;
+//! - [`metrics`]: the opt-in `external.metrics.k8s.io` and `custom.metrics.k8s.io` APIs for
+//!   the HPA, over one core;
 //! - [`kinds`]: the served kinds, one unit each, and their registry;
 //! - [`adapter`]: prometheus-adapter configuration files;
 //! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
@@ -20,9 +20,8 @@
 pub mod adapter;
 pub mod api;
 pub mod config;
-pub mod custom;
-pub mod external;
 pub mod kinds;
+pub mod metrics;
 pub mod server;
 pub mod sources;
 

@@ -24,9 +24,9 @@ use crate::adapter::LiveAdapter;
 use crate::adapter::live::AdapterResourceQueries;
 use crate::api::{self, ApiState};
 use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile, ResourceSource};
-use crate::custom::CustomMetrics;
-use crate::external::ExternalMetrics;
 use crate::kinds::{Sources, registry};
+use crate::metrics::custom::CustomMetrics;
+use crate::metrics::external::ExternalMetrics;
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::{ConnectionSettings, PromClient};
@@ -254,7 +254,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     }
     if args.metric_apis.enable_external_metrics {
         let names: Vec<String> =
-            crate::external::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
+            crate::metrics::external::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
         tracing::info!(metrics = ?names, "serving external.metrics.k8s.io/v1beta1");
         let mut external = ExternalMetrics::new(prometheus.clone(), config.clone(), &cache);
         if let Some(adapter) = &adapter {
@@ -266,7 +266,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     }
     if args.metric_apis.enable_custom_metrics {
         let names: Vec<String> =
-            crate::custom::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
+            crate::metrics::custom::metrics_of(&config.current()).iter().map(|m| m.name.clone()).collect();
         tracing::info!(metrics = ?names, "serving custom.metrics.k8s.io v1beta2 and v1beta1");
         let workloads = Arc::new(KubeWorkloads::new(client, &cache));
         let mut custom =
@@ -491,7 +491,7 @@ async fn start_adapter(
     // A name --config declares cannot be taken; a default metric's can (the adapter's wins).
     for metric in &current.external {
         let declared = snapshot.file.declares.external_metrics;
-        if declared && crate::external::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
+        if declared && crate::metrics::external::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
             anyhow::bail!(
                 "external metric {:?} is declared twice: by --config (externalMetrics) and by --adapter-config {} ({}); rename one",
                 metric.name,
@@ -502,7 +502,7 @@ async fn start_adapter(
     }
     for metric in &current.custom {
         let declared = snapshot.file.declares.custom_metrics;
-        if declared && crate::custom::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
+        if declared && crate::metrics::custom::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
             anyhow::bail!(
                 "custom metric {:?} is declared twice: by --config (customMetrics) and by --adapter-config {} ({}); rename one",
                 metric.name,
@@ -549,8 +549,8 @@ pub fn config_check() -> Check {
     Arc::new(|file: &mut QueryFile| {
         registry::check_kinds(file)?;
         crate::sources::resources::check_resource_queries(file)?;
-        crate::external::check_metrics(file)?;
-        crate::custom::check_metrics(file)
+        crate::metrics::external::check_metrics(file)?;
+        crate::metrics::custom::check_metrics(file)
     })
 }
 

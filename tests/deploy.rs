@@ -112,7 +112,7 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
             .unwrap();
     assert!(text.contains("# each pod serves 50 requests/s"), "the target says what it means");
     assert!(
-        percolator::custom::default_metrics().iter().any(|m| m.name == "http_requests_per_second"),
+        percolator::metrics::custom::default_metrics().iter().any(|m| m.name == "http_requests_per_second"),
         "the example's metric is served by default"
     );
 
@@ -128,8 +128,8 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
             assert_eq!(shipped, Some(spec.default), "{}.{}", kind.section, spec.field);
         }
     }
-    assert_eq!(shipped.external_metrics, Some(percolator::external::default_metrics()));
-    assert_eq!(shipped.custom_metrics, Some(percolator::custom::default_metrics()));
+    assert_eq!(shipped.external_metrics, Some(percolator::metrics::external::default_metrics()));
+    assert_eq!(shipped.custom_metrics, Some(percolator::metrics::custom::default_metrics()));
 
     // It declares no kind, and its commented example of one is valid once uncommented.
     assert!(shipped.kinds.is_empty());
@@ -349,7 +349,7 @@ fn documented_custom_metrics_configurations_load() {
     let reference =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/custom-metrics.md"))
             .unwrap();
-    for metric in percolator::custom::default_metrics() {
+    for metric in percolator::metrics::custom::default_metrics() {
         let labels = if metric.labels.is_empty() {
             "none".to_owned()
         } else {

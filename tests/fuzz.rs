@@ -328,7 +328,7 @@ fn selectors_reaching_render_yield_exact_promql_literals() {
     let reached = std::cell::Cell::new(0usize);
     run(5000, corpus, selector, |input| {
         let Ok(selector) = LabelSelector::parse(&input) else { return Ok(()) };
-        let Ok(matchers) = percolator::external::selector_matchers(&definition, &selector) else {
+        let Ok(matchers) = percolator::metrics::external::selector_matchers(&definition, &selector) else {
             return Ok(());
         };
         let promql = render(&definition.query, &matchers, Duration::from_secs(60)).unwrap();

@@ -1,5 +1,6 @@
 //! Query building (prometheus-adapter's `metrics_query.go`, `Build` and `BuildExternal`): the
-//! template arguments of one request and the rendered PromQL.
+//! template arguments of one request and the rendered PromQL, and the one mapping of label
+//! selectors to matchers ([`requirement_matcher`]), which the metric APIs' own metrics use too.
 //!
 //! The label matchers come from the request (its `metricLabelSelector` or external selector,
 //! its namespace, the names of the objects) and are written with
@@ -90,25 +91,34 @@ pub fn selector_parts(selector: &LabelSelector) -> Result<Vec<Part>, QueryError>
     selector.requirements().iter().map(requirement_part).collect()
 }
 
-fn requirement_part(requirement: &Requirement) -> Result<Part, QueryError> {
+/// The matcher of one label-selector requirement, the one mapping of selectors to PromQL (the
+/// adapter's rules and the metric APIs' own metrics both use it): `=`/`==` → `l="v"`, `!=` →
+/// `l!="v"`, `in` → `l=~"v1|v2"`, `notin` → `l!~"v1|v2"` (values regex-escaped), exists →
+/// `l!=""`, does-not-exist → `l=""`; `>`/`<` have no Prometheus equivalent.
+pub fn requirement_matcher(requirement: &Requirement) -> Result<Matcher, QueryError> {
     let Requirement::Expr(expression) = requirement else {
         return Err(QueryError::UnsupportedOperator(requirement.key().to_owned()));
     };
-    let joined = |values: &std::collections::BTreeSet<String>| {
-        values.iter().map(String::as_str).collect::<Vec<_>>().join("|")
-    };
     Ok(match expression {
-        Expression::Equal(key, value) => Part::new(Matcher::eq(key, value)?, value.clone()),
-        Expression::NotEqual(key, value) => Part::new(Matcher::ne(key, value)?, value.clone()),
-        Expression::In(key, values) => {
-            Part::new(Matcher::any_of(key, &values.iter().collect::<Vec<_>>())?, joined(values))
-        }
-        Expression::NotIn(key, values) => {
-            Part::new(Matcher::none_of(key, &values.iter().collect::<Vec<_>>())?, joined(values))
-        }
-        Expression::Exists(key) => Part::new(Matcher::ne(key, "")?, String::new()),
-        Expression::DoesNotExist(key) => Part::new(Matcher::eq(key, "")?, String::new()),
+        Expression::Equal(key, value) => Matcher::eq(key, value)?,
+        Expression::NotEqual(key, value) => Matcher::ne(key, value)?,
+        Expression::In(key, values) => Matcher::any_of(key, &values.iter().collect::<Vec<_>>())?,
+        Expression::NotIn(key, values) => Matcher::none_of(key, &values.iter().collect::<Vec<_>>())?,
+        Expression::Exists(key) => Matcher::ne(key, "")?,
+        Expression::DoesNotExist(key) => Matcher::eq(key, "")?,
     })
+}
+
+fn requirement_part(requirement: &Requirement) -> Result<Part, QueryError> {
+    let matcher = requirement_matcher(requirement)?;
+    let raw = match requirement {
+        Requirement::Expr(Expression::Equal(_, value) | Expression::NotEqual(_, value)) => value.clone(),
+        Requirement::Expr(Expression::In(_, values) | Expression::NotIn(_, values)) => {
+            values.iter().map(String::as_str).collect::<Vec<_>>().join("|")
+        }
+        _ => String::new(),
+    };
+    Ok(Part::new(matcher, raw))
 }
 
 /// Renders a query template with the adapter's arguments: `.Series`, `.LabelMatchers` (the

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::testutil::{MkProm, Reply, call_with, mk_check, mk_defaults, mk_prom, mk_sample};
 use crate::api::{ApiState, router};
 use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
-use crate::external::*;
+use crate::metrics::external::*;
 use crate::sources::PromError;
 use apiserver::cache::CacheSettings;
 use apiserver::telemetry::Metrics;

@@ -20,9 +20,9 @@ use super::testutil::{
 };
 use super::{ApiState, router};
 use crate::config::LiveConfig;
-use crate::custom::CustomMetrics;
-use crate::external::ExternalMetrics;
 use crate::kinds::{KindInfo, Kinds};
+use crate::metrics::custom::CustomMetrics;
+use crate::metrics::external::ExternalMetrics;
 use apiserver::cache::CacheSettings;
 use apiserver::telemetry::Metrics;
 use test_support::fuzz::{check_promql_literals, method, path, query, run, text};

@@ -11,8 +11,8 @@
 //!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>` (`labelSelector`, `fieldSelector`,
 //!   JSON / Table / PartialObjectMetadata by `Accept`); `watch` and every write verb are a 405;
 //! - with [`ApiState::with_group`], everything under `/apis/<group>/` of that group's service
-//!   (`external.metrics.k8s.io`: [`crate::external`]; `custom.metrics.k8s.io`:
-//!   [`crate::custom`]), whose discovery follows the reloadable configuration.
+//!   (`external.metrics.k8s.io`: [`crate::metrics::external`]; `custom.metrics.k8s.io`:
+//!   [`crate::metrics::custom`]), whose discovery follows the reloadable configuration.
 //!
 //! Every error is a `metav1.Status` ([`status`]); paths and queries are parsed here from the raw
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete

@@ -301,8 +301,8 @@ impl WorkloadSource for FakeWorkloads {
 pub(crate) fn mk_check() -> Check {
     Arc::new(|file: &mut QueryFile| {
         crate::kinds::registry::check_queries(file)?;
-        crate::external::check_metrics(file)?;
-        crate::custom::check_metrics(file)
+        crate::metrics::external::check_metrics(file)?;
+        crate::metrics::custom::check_metrics(file)
     })
 }
 

@@ -2,6 +2,9 @@
 //! §6.2, CONTRACT §6.5): the HorizontalPodAutoscaler's `Pods` and `Object` metrics. Served only
 //! with `--enable-custom-metrics`; the router hands it every path under
 //! `/apis/custom.metrics.k8s.io/`.
+//! This module keeps the routes and the wire types; the shared steps (errors, checks,
+//! selector → matchers, the query cache, the two providers) are [`super::core`]'s and
+//! [`super::provider`]'s.
 //!
 //! Endpoints (the adapter library's routes, both versions):
 //!
@@ -25,46 +28,43 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{HeaderMap, HeaderValue, Method, header};
+use http::{HeaderMap, Method};
 use jiff::Timestamp;
 use kube::core::Expression;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::adapter::{LiveAdapter, resources};
-use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
-use crate::external::{
-    MetricsError, Result, adapter_query_error, answer, check_metric_labels, check_metric_name,
-    label_matchers, metric_quantity, prometheus_unavailable,
+use super::core::declared;
+use super::core::{
+    Api, Declared, MAX_ENTRIES, MetricsError, PROMETHEUS_RETRY_AFTER_SECONDS, Result, adapter_query_error,
+    answer, check_name, check_read, discovery_resource, json_response, metric_quantity, scoped_query,
 };
-use crate::sources::prometheus::{Matcher, keeps_label, render, validate_template};
+use super::provider::{Backend, CacheKey, Provider};
+use crate::adapter::{Discovered, LiveAdapter, resources};
+use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
+use crate::sources::prometheus::{Matcher, keeps_label};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
 use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
 use apiserver::cache::{CacheSettings, TtlCache};
-use k8s_wire::discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
 use k8s_wire::negotiate::{Endpoint, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo, lower_case_method};
+use k8s_wire::request_info::{ParsedRequest, RequestInfo};
 use k8s_wire::selectors::{LabelSelector, Requirement};
-use k8s_wire::status::go_quote;
 use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
 use k8s_wire::{ApiError, GroupResource};
 
 /// API group of custom metrics.
-pub const GROUP: &str = "custom.metrics.k8s.io";
+pub const GROUP: &str = Api::Custom.group();
 /// The versions served, preferred first (the HPA picks the preferred one).
 pub const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 /// Kind of the responses, and of every resource in discovery.
 pub const LIST_KIND: &str = "MetricValueList";
 
-/// Name of the cache in `percolator_cache_requests_total`.
-const CACHE_NAME: &str = "custom.metrics.k8s.io";
 /// Name of the rendered answers' cache in `percolator_cache_requests_total`.
 const RESPONSES_CACHE_NAME: &str = "custom.metrics.k8s.io responses";
-/// Entries kept at most: one per (metric, namespace, metric selector) asked for within a TTL.
-const MAX_ENTRIES: u64 = 10_000;
 /// Seconds a client is asked to wait while the inventory is not synced.
 const NOT_SYNCED_RETRY_AFTER_SECONDS: u32 = 1;
 
@@ -107,34 +107,21 @@ struct PodValue {
 /// The values of one metric in one namespace, by pod name.
 type PodValues = HashMap<String, PodValue>;
 
-/// What a cached query result is found by.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct CacheKey {
-    generation: u64,
-    metric: String,
-    namespace: String,
-    /// The metric selector's matchers, rendered, sorted and deduplicated.
-    selector: String,
-}
-
-/// The custom metrics service: definitions from the reloadable configuration, values through
-/// a [`PromSource`], pods from the [`Inventory`], objects from a [`WorkloadSource`].
+/// The custom metrics service: the `customMetrics` of the reloadable configuration and the
+/// `rules` of an adapter configuration, values through a [`PromSource`], pods from the
+/// [`Inventory`], objects from a [`WorkloadSource`].
 pub struct CustomMetrics {
-    prometheus: Arc<dyn PromSource>,
+    backend: Backend<CustomMetricConfig, Arc<PodValues>>,
     inventory: Arc<dyn Inventory>,
     workloads: Arc<dyn WorkloadSource>,
-    config: Arc<LiveConfig>,
-    cache: TtlCache<CacheKey, Arc<PodValues>>,
     /// Rendered answers, by request (version, path, both selectors), each kept until the
     /// values it was built from expire: a warm request is a lookup.
     responses: TtlCache<(u64, String), Bytes>,
-    /// The `rules` of an adapter configuration, served beside the own metrics.
-    adapter: Option<Arc<LiveAdapter>>,
 }
 
 impl std::fmt::Debug for CustomMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CustomMetrics").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("CustomMetrics").field("backend", &self.backend).finish_non_exhaustive()
     }
 }
 
@@ -148,15 +135,14 @@ impl CustomMetrics {
         cache: &CacheSettings,
     ) -> Self {
         let responses = TtlCache::new(RESPONSES_CACHE_NAME, cache, MAX_ENTRIES);
-        let cache = TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES);
-        Self { prometheus, inventory, workloads, config, cache, responses, adapter: None }
+        Self { backend: Backend::new(prometheus, config, cache), inventory, workloads, responses }
     }
 
     /// Also serves the `rules` of `adapter` (after the own metrics: a name both declare is the
     /// own metric's, for the resources the own metric serves).
     #[must_use]
     pub fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
-        self.adapter = Some(adapter);
+        self.backend.set_adapter(adapter);
         self
     }
 
@@ -164,15 +150,7 @@ impl CustomMetrics {
     /// workload resource's `R/M` (namespaced) and `namespaces/M` (cluster), get only, as the
     /// adapter library lists them.
     pub fn group_version_resources(definitions: &[CustomMetricConfig]) -> Vec<GroupVersionResources> {
-        let resource = |name: String, namespaced: bool| DiscoveryResource {
-            name,
-            singular_name: String::new(),
-            namespaced,
-            kind: LIST_KIND.to_owned(),
-            verbs: vec!["get".to_owned()],
-            short_names: Vec::new(),
-            categories: Vec::new(),
-        };
+        let resource = |name: String, namespaced: bool| discovery_resource(name, namespaced, LIST_KIND);
         let mut resources = Vec::new();
         for d in definitions {
             resources.push(resource(format!("pods/{}", d.name), true));
@@ -218,15 +196,7 @@ impl CustomMetrics {
             [resource, name, metric] => ("", Target::Other { resource, name, namespaced: false }, *metric),
             _ => return Err(ApiError::PathNotFound.into()),
         };
-        if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
-            let verb =
-                if info.verb.is_empty() { lower_case_method(method) } else { info.verb.clone() }.into_owned();
-            return Err(ApiError::MethodNotAllowed {
-                verb,
-                resource: GroupResource::new(GROUP, target.resource()),
-            }
-            .into());
-        }
+        check_read(info, method, GroupResource::new(GROUP, target.resource()))?;
         if !matches!(target, Target::Other { namespaced: false, .. }) {
             check_name("namespace", namespace, is_dns1123_label)?;
         }
@@ -244,31 +214,20 @@ impl CustomMetrics {
             Target::Pods(None) | Target::Namespace => {}
         }
 
-        // One snapshot for the whole request: a reload mid-request changes nothing here.
-        let snapshot = self.config.current();
-        // A default metric yields its name to an adapter rule; a declared one keeps it.
-        let yields = !snapshot.file.declares.custom_metrics
-            && self.adapter.as_ref().is_some_and(|a| a.current().custom.iter().any(|m| m.name == metric));
+        // One snapshot of each configuration for the whole request: a reload mid-request
+        // changes nothing here.
+        let snapshot = self.backend.config.current();
+        let discovered = self.backend.adapter.as_ref().map(|a| a.current());
         let own = match target {
             Target::Other { .. } => None,
-            _ if yields => None,
-            _ => metrics_of(&snapshot).iter().find(|m| m.name == metric),
+            _ => self.backend.own(&snapshot, discovered.as_deref(), metric),
         };
         let Some(definition) = own else {
-            return self.handle_adapter(request, headers, version, namespace, target, metric).await;
+            let ask = (version, namespace, target, metric);
+            return self.handle_adapter(request, headers, discovered.as_deref(), ask).await;
         };
-        let pod_selector = match target {
-            Target::Pods(None) => {
-                LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
-                    .map_err(ApiError::from)?
-            }
-            _ => LabelSelector::everything(),
-        };
-        let metric_selector =
-            LabelSelector::parse(request.query.get("metricLabelSelector").unwrap_or_default())
-                .map_err(ApiError::from)?;
-        let matchers =
-            label_matchers(&format!("the custom metric {metric}"), &definition.labels, &metric_selector)?;
+        let (pod_selector, metric_selector) = selectors(request, target)?;
+        let matchers = Backend::<CustomMetricConfig, Arc<PodValues>>::matchers(definition, &metric_selector)?;
         negotiate_headers(headers, Endpoint::Plain)?;
         if !self.inventory.is_synced() {
             return Err(ApiError::ServiceUnavailable {
@@ -364,13 +323,11 @@ impl CustomMetrics {
         &self,
         request: &ParsedRequest,
         headers: &HeaderMap,
-        version: &str,
-        namespace: &str,
-        target: Target<'_>,
-        metric: &str,
+        discovered: Option<&Discovered>,
+        (version, namespace, target, metric): (&str, &str, Target<'_>, &str),
     ) -> Result<Response> {
         let not_found = || MetricsError::not_found(metric, target.resource());
-        let discovered = self.adapter.as_ref().map(|a| a.current()).ok_or_else(not_found)?;
+        let discovered = discovered.ok_or_else(not_found)?;
         let (resource, names): (GroupResource, Option<Vec<&str>>) = match target {
             Target::Pods(_) => (GroupResource::new("", "pods"), None),
             Target::Namespace => (resources::namespaces(), Some(vec![namespace])),
@@ -384,16 +341,7 @@ impl CustomMetrics {
         {
             return Err(not_found());
         }
-        let pod_selector = match target {
-            Target::Pods(None) => {
-                LabelSelector::parse(request.query.get("labelSelector").unwrap_or_default())
-                    .map_err(ApiError::from)?
-            }
-            _ => LabelSelector::everything(),
-        };
-        let metric_selector =
-            LabelSelector::parse(request.query.get("metricLabelSelector").unwrap_or_default())
-                .map_err(ApiError::from)?;
+        let (pod_selector, metric_selector) = selectors(request, target)?;
         negotiate_headers(headers, Endpoint::Plain)?;
         // Namespaces are root-scoped: their query names them and carries no namespace of its own.
         let query_namespace = (found.namespaced && !namespace.is_empty()).then_some(namespace);
@@ -406,14 +354,16 @@ impl CustomMetrics {
             .map_err(|e| ApiError::Internal(format!("metric {metric} ({}): {e}", rule.field())))?;
         let key = CacheKey {
             generation: discovered.generation,
+            adapter_generation: 0,
             metric: format!("adapter:{metric}"),
             namespace: namespace.to_owned(),
             selector: promql.clone(),
         };
         // One value per object, by its label.
         let (values, _) = self
-            .cached_values(key, promql, metric, namespace, |sample| {
-                sample.labels.get(&label).map(String::as_str)
+            .backend
+            .fetch(key, promql, metric, |samples| {
+                pod_values(&samples, |sample| sample.labels.get(&label).map(String::as_str))
             })
             .await?;
         let items = match target {
@@ -464,7 +414,7 @@ impl CustomMetrics {
     }
 
     /// The values of `definition` in `namespace` under `matchers`: cached, one query for every
-    /// concurrent miss.
+    /// concurrent miss; with when they expire.
     async fn values(
         &self,
         snapshot: &Snapshot,
@@ -473,65 +423,23 @@ impl CustomMetrics {
         matchers: Vec<Matcher>,
     ) -> Result<(Arc<PodValues>, std::time::Instant)> {
         let metric = &definition.name;
-        let mut canonical: Vec<String> = matchers.iter().map(ToString::to_string).collect();
-        canonical.sort();
-        canonical.dedup();
-        let mut scope = vec![
-            Matcher::eq("namespace", namespace)
-                .map_err(|e| ApiError::Internal(format!("custom metric {metric}: {e}")))?,
-        ];
-        scope.extend(matchers);
         let window = definition.window.unwrap_or(snapshot.window);
-        let promql = render(&definition.query, &scope, window)
-            .map_err(|e| ApiError::Internal(format!("custom metric {metric}: {e}")))?;
+        let (promql, selector) = scoped_query(definition, namespace, matchers, window)?;
         let key = CacheKey {
             generation: snapshot.generation,
+            adapter_generation: 0,
             metric: metric.clone(),
             namespace: namespace.to_owned(),
-            selector: canonical.join(","),
+            selector,
         };
-        self.cached_values(key, promql, metric, namespace, |sample| {
-            let (ns, pod) = (sample.labels.get("namespace")?, sample.labels.get("pod")?);
-            (ns == namespace).then_some(pod.as_str())
-        })
-        .await
-    }
-
-    /// The values of `promql`, cached under `key` (one query for every concurrent miss): per
-    /// object `name_of` names (samples it names none of are left out), the series of one object
-    /// added up, non-finite values left out; with when they expire.
-    async fn cached_values(
-        &self,
-        key: CacheKey,
-        promql: String,
-        metric: &str,
-        namespace: &str,
-        name_of: impl Fn(&PromSample) -> Option<&str>,
-    ) -> Result<(Arc<PodValues>, std::time::Instant)> {
-        let fetch = async {
-            match self.prometheus.query(promql).await {
-                Ok(samples) => {
-                    let mut values = PodValues::new();
-                    for sample in samples.iter().filter(|s| s.value.is_finite()) {
-                        if let Some(name) = name_of(sample) {
-                            add_value(&mut values, name, sample);
-                        }
-                    }
-                    Ok(Arc::new(values))
-                }
-                Err(error) => {
-                    // Logged here, once per failed query, not once per waiting request.
-                    tracing::warn!(%error, metric, namespace, "custom metric query failed");
-                    Err(error)
-                }
-            }
-        };
-        let (values, expires_at, _) = self
-            .cache
-            .get_or_try_compute(key, fetch)
+        self.backend
+            .fetch(key, promql, metric, |samples| {
+                pod_values(&samples, |sample| {
+                    let (ns, pod) = (sample.labels.get("namespace")?, sample.labels.get("pod")?);
+                    (ns == namespace).then_some(pod.as_str())
+                })
+            })
             .await
-            .map_err(|error| prometheus_unavailable(&format!("the custom metric {metric}"), &error))?;
-        Ok((values, expires_at))
     }
 }
 
@@ -554,9 +462,9 @@ impl GroupService for CustomMetrics {
         };
         let served =
             resource == "pods" || Workload::from_resource(resource).is_some() || resource == "namespaces";
-        let own = served && metrics_of(&self.config.current()).iter().any(|m| m.name == metric);
+        let own = served && self.backend.config.serves(metric);
         let adapter = || {
-            self.adapter.as_ref().is_some_and(|a| {
+            self.backend.adapter.as_ref().is_some_and(|a| {
                 a.current()
                     .custom
                     .iter()
@@ -577,16 +485,15 @@ impl GroupService for CustomMetrics {
 }
 
 impl DynamicGroupVersions for CustomMetrics {
-    /// Both generations only grow, so their sum changes whenever either does.
     fn generation(&self) -> u64 {
-        self.config.current().generation + self.adapter.as_ref().map_or(0, |a| a.generation())
+        self.backend.generation()
     }
 
     fn group_versions(&self) -> (u64, Vec<GroupVersionResources>) {
         let generation = self.generation();
-        let snapshot = self.config.current();
+        let snapshot = self.backend.config.current();
         let mut versions = Self::group_version_resources(metrics_of(&snapshot));
-        if let Some(adapter) = &self.adapter {
+        if let Some(adapter) = &self.backend.adapter {
             let discovered = adapter.current();
             for version in &mut versions {
                 for metric in &discovered.custom {
@@ -594,15 +501,7 @@ impl DynamicGroupVersions for CustomMetrics {
                     if version.resources.iter().any(|r| r.name == name) {
                         continue;
                     }
-                    version.resources.push(DiscoveryResource {
-                        name,
-                        singular_name: String::new(),
-                        namespaced: metric.namespaced,
-                        kind: LIST_KIND.to_owned(),
-                        verbs: vec!["get".to_owned()],
-                        short_names: Vec::new(),
-                        categories: Vec::new(),
-                    });
+                    version.resources.push(discovery_resource(name, metric.namespaced, LIST_KIND));
                 }
             }
         }
@@ -610,25 +509,34 @@ impl DynamicGroupVersions for CustomMetrics {
     }
 }
 
-/// Adds `sample` to the value of `name` (the newest sample time wins).
-fn add_value(values: &mut PodValues, name: &str, sample: &PromSample) {
-    let entry = values.entry(name.to_owned()).or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
-    entry.value += sample.value;
-    entry.timestamp = entry.timestamp.max(sample.timestamp);
+/// The request's pod selector (`labelSelector`, for `pods/*` only) and metric selector
+/// (`metricLabelSelector`).
+fn selectors(
+    request: &ParsedRequest,
+    target: Target<'_>,
+) -> Result<(LabelSelector, LabelSelector), ApiError> {
+    let parse = |name: &str| LabelSelector::parse(request.query.get(name).unwrap_or_default());
+    let pods = match target {
+        Target::Pods(None) => parse("labelSelector")?,
+        _ => LabelSelector::everything(),
+    };
+    Ok((pods, parse("metricLabelSelector")?))
 }
 
-fn json_response(body: Bytes) -> Response {
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
-}
-
-/// 400 for a namespace or name that is not a valid Kubernetes name.
-fn check_name(what: &str, value: &str, valid: fn(&str) -> Vec<String>) -> Result<(), ApiError> {
-    let errors = valid(value);
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest(format!("invalid {what} {}: {}", go_quote(value), errors.join("; "))))
+/// The values of `samples` per object `name_of` names (samples it names none of are left
+/// out): the series of one object added up (the newest sample time wins), non-finite values
+/// left out.
+fn pod_values(samples: &[PromSample], name_of: impl Fn(&PromSample) -> Option<&str>) -> Arc<PodValues> {
+    let mut values = PodValues::new();
+    for sample in samples.iter().filter(|s| s.value.is_finite()) {
+        if let Some(name) = name_of(sample) {
+            let entry =
+                values.entry(name.to_owned()).or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
+            entry.value += sample.value;
+            entry.timestamp = entry.timestamp.max(sample.timestamp);
+        }
     }
+    Arc::new(values)
 }
 
 /// 503 (with `Retry-After`) when a workload object could not be read.
@@ -636,7 +544,7 @@ fn workload_unavailable(error: &WorkloadError) -> ApiError {
     tracing::warn!(%error, "reading a workload object for a custom metric failed");
     ApiError::ServiceUnavailable {
         message: format!("unable to read the object the metric describes: {error}"),
-        retry_after: Some(crate::external::PROMETHEUS_RETRY_AFTER_SECONDS),
+        retry_after: Some(PROMETHEUS_RETRY_AFTER_SECONDS),
     }
 }
 
@@ -837,8 +745,26 @@ fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[It
 /// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
 /// this is never empty.
 pub fn metrics_of(snapshot: &Snapshot) -> &[CustomMetricConfig] {
-    snapshot.file.custom_metrics.as_deref().unwrap_or_default()
+    CustomMetricConfig::of(snapshot)
 }
+
+/// Checks the file's `customMetrics` and fills in [`default_metrics`] when the key is absent.
+/// Never empty: an empty resource list makes every kubectl discovery report an error.
+pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
+    super::core::check_metrics::<CustomMetricConfig>(file)
+}
+
+declared!(CustomMetricConfig, Custom, custom_metrics, default_metrics;
+    /// The query keeps the labels that place each value on a pod ([`POD_LABELS`]).
+    fn check_query(&self, field: &str) -> std::result::Result<(), Invalid> {
+        for label in POD_LABELS {
+            keeps_label(&self.query, label).map_err(|message| {
+                Invalid::new(field, format!("{message}, which places each value on a pod"))
+            })?;
+        }
+        Ok(())
+    }
+);
 
 fn custom(name: &str, query: &str, labels: &[&str]) -> CustomMetricConfig {
     CustomMetricConfig {
@@ -865,41 +791,6 @@ pub fn default_metrics() -> Vec<CustomMetricConfig> {
             &[],
         ),
     ]
-}
-
-/// Checks the file's `customMetrics` and fills in [`default_metrics`] when the key is absent.
-/// Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
-    let metrics = file.custom_metrics.get_or_insert_with(default_metrics);
-    if metrics.is_empty() {
-        return Err(Invalid::new(
-            "customMetrics",
-            "must list at least one metric (an empty custom.metrics.k8s.io resource list makes \
-             every kubectl discovery report an error); leave the key out for the defaults",
-        ));
-    }
-    for (i, metric) in metrics.iter().enumerate() {
-        let field = |name: &str| format!("customMetrics[{i}].{name}");
-        let name = &metric.name;
-        check_metric_name(name).map_err(|message| Invalid::new(field("name"), message))?;
-        if let Some(first) = metrics[..i].iter().position(|m| m.name == *name) {
-            return Err(Invalid::new(
-                field("name"),
-                format!("duplicate name {name:?} (also customMetrics[{first}])"),
-            ));
-        }
-        validate_template(&metric.query).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
-        for label in POD_LABELS {
-            keeps_label(&metric.query, label).map_err(|message| {
-                Invalid::new(field("query"), format!("{message}, which places each value on a pod"))
-            })?;
-        }
-        check_metric_labels(&metric.labels, &format!("customMetrics[{i}]"))?;
-        if metric.window.is_some_and(|w| w < std::time::Duration::from_secs(1)) {
-            return Err(Invalid::new(field("window"), "must be at least 1s"));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
