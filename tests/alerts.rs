@@ -77,11 +77,11 @@ fn mk_path(relative: &str) -> PathBuf {
 }
 
 fn mk_rules() -> RuleFile {
-    serde_yaml::from_str(&std::fs::read_to_string(mk_path(RULES)).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(mk_path(RULES)).unwrap()).unwrap()
 }
 
 fn mk_rule_tests() -> TestFile {
-    serde_yaml::from_str(&std::fs::read_to_string(mk_path(RULE_TESTS)).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(mk_path(RULE_TESTS)).unwrap()).unwrap()
 }
 
 /// Every alerting rule, with its group.
@@ -266,9 +266,9 @@ fn mk_deployed_apiservices() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                serde_yaml::Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for value in docs {
             if value["kind"].as_str() == Some("APIService") {
                 names.insert(value["metadata"]["name"].as_str().unwrap().to_owned());
             }

@@ -233,7 +233,7 @@ fn identities(objects: &[Value]) -> BTreeSet<(String, String, String)> {
 
 /// Parses a YAML text to JSON.
 fn yaml(text: &str) -> Value {
-    serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(text).unwrap()).unwrap()
+    serde_saphyr::from_str(text).unwrap()
 }
 
 fn config_text(objects: &[Value], name: &str) -> String {

@@ -30,7 +30,7 @@ const CUSTOM_APISERVICES: [&str; 2] = ["v1beta2.custom.metrics.k8s.io", "v1beta1
 
 fn read_yaml(path: &str) -> Value {
     let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
-    serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap()).unwrap()
+    serde_saphyr::from_str(&text).unwrap()
 }
 
 fn args_of(objects: &[Value]) -> Vec<String> {

@@ -216,13 +216,12 @@ async fn kubectl_lists_match_the_simulators_truth_on(engine: Engine) {
     assert_eq!(rows[0][0], name);
 
     // A single get, as YAML.
-    let yaml: serde_yaml::Value =
-        serde_yaml::from_str(&env.kubectl_ok(&["get", "pms", "-n", ns, name, "-o", "yaml"])).unwrap();
-    let item: Value = serde_json::to_value(yaml).unwrap();
+    let item: Value =
+        serde_saphyr::from_str(&env.kubectl_ok(&["get", "pms", "-n", ns, name, "-o", "yaml"])).unwrap();
     check_against_truth(&item, target);
     // -o yaml of a list is the v1 List kubectl builds.
-    let yaml: serde_yaml::Value =
-        serde_yaml::from_str(&env.kubectl_ok(&["get", "pms", "-n", "api", "-o", "yaml"])).unwrap();
+    let yaml: Value =
+        serde_saphyr::from_str(&env.kubectl_ok(&["get", "pms", "-n", "api", "-o", "yaml"])).unwrap();
     assert_eq!(yaml["kind"], "List");
 
     // Not found and empty namespaces, as kubectl prints them. (`kubectl get pms NAME` would

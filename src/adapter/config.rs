@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::file::{self, ConfigFile};
 use super::naming::{NameMapping, SeriesFilter};
 use super::query::{self, Part, QueryError};
-use super::resources::{self, ResourceMapping};
+use super::resources::{self, LabelError, ResourceMapping};
 use super::template::{Args, Field, Template};
 use crate::sources::prometheus::{self, SCOPE_PLACEHOLDER, is_valid_label_name, validate_template};
 use k8s_wire::GroupResource;
@@ -41,10 +41,14 @@ pub enum AdapterError {
 }
 
 /// A field and what is wrong with it.
-type Invalid = (String, String);
+#[derive(Debug)]
+struct Invalid {
+    field: String,
+    message: String,
+}
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
-    (field.into(), message.into())
+    Invalid { field: field.into(), message: message.into() }
 }
 
 /// Whether a rule is one of `rules` or of `externalRules`.
@@ -125,8 +129,10 @@ impl Rule {
     ) -> Result<String, QueryError> {
         let mut parts = query::selector_parts(selector)?;
         if self.namespaced && !namespace.is_empty() {
-            let label =
-                self.resources.label_for_resource(&resources::namespaces()).map_err(QueryError::NoLabel)?;
+            let label = self
+                .resources
+                .label_for_resource(&resources::namespaces())
+                .map_err(|e| QueryError::NoLabel(e.to_string()))?;
             parts.push(Part::equal(&label, namespace)?);
         }
         query::render(&self.metrics_query, series, &parts, &[])
@@ -148,10 +154,13 @@ fn build<S: AsRef<str>>(
 ) -> Result<String, QueryError> {
     let mut parts = query::selector_parts(selector)?;
     if let Some(namespace) = namespace.filter(|ns| !ns.is_empty()) {
-        let label = mapping.label_for_resource(&resources::namespaces()).map_err(QueryError::NoLabel)?;
+        let label = mapping
+            .label_for_resource(&resources::namespaces())
+            .map_err(|e| QueryError::NoLabel(e.to_string()))?;
         parts.push(Part::equal(&label, namespace)?);
     }
-    let resource_label = mapping.label_for_resource(resource).map_err(QueryError::NoLabel)?;
+    let resource_label =
+        mapping.label_for_resource(resource).map_err(|e| QueryError::NoLabel(e.to_string()))?;
     if let Some(names) = names {
         parts.push(Part::names(&resource_label, names)?);
     }
@@ -227,7 +236,7 @@ impl ResourceRule {
     }
 
     /// The label of pods, namespaces or nodes in this rule's series.
-    pub fn label_for(&self, resource: &GroupResource) -> Result<String, String> {
+    pub fn label_for(&self, resource: &GroupResource) -> Result<String, LabelError> {
         self.resources.label_for_resource(resource)
     }
 }
@@ -247,9 +256,9 @@ impl AdapterConfig {
     /// Reads, checks and compiles a configuration file; `path` names it in errors. An empty
     /// document is an empty configuration.
     pub fn from_yaml(text: &str, path: &str) -> Result<Self, AdapterError> {
-        let file: Option<ConfigFile> = serde_yaml::from_str(text)
+        let file: Option<ConfigFile> = crate::config::yaml::from_str(text)
             .map_err(|e| AdapterError::Parse { path: path.to_owned(), message: e.to_string() })?;
-        Self::compile(&file.unwrap_or_default()).map_err(|(field, message)| AdapterError::Invalid {
+        Self::compile(&file.unwrap_or_default()).map_err(|Invalid { field, message }| AdapterError::Invalid {
             path: path.to_owned(),
             field,
             message,
@@ -257,7 +266,7 @@ impl AdapterConfig {
     }
 
     /// Checks and compiles a parsed file; the error is the field and what is wrong with it.
-    fn compile(file: &ConfigFile) -> Result<Self, (String, String)> {
+    fn compile(file: &ConfigFile) -> Result<Self, Invalid> {
         let rules = file
             .rules
             .iter()
@@ -294,7 +303,7 @@ fn query_template(field: &str, text: &str) -> Result<Template, Invalid> {
              and every request fails)",
         ));
     }
-    let template = Template::parse(text).map_err(|m| invalid(field, m))?;
+    let template = Template::parse(text).map_err(|e| invalid(field, e.to_string()))?;
     if let Some(other) = template.fields().into_iter().find(|f| !QUERY_FIELDS.contains(f)) {
         let allowed: Vec<String> = QUERY_FIELDS.iter().map(ToString::to_string).collect();
         return Err(invalid(
@@ -369,17 +378,20 @@ fn compile_rule(kind: RuleKind, index: usize, raw: &file::DiscoveryRule) -> Resu
         let compiled = match (filter.is.is_empty(), filter.is_not.is_empty()) {
             (false, false) => return Err(invalid(field, "both is and isNot")),
             (true, true) => return Err(invalid(field, "one of is and isNot is required")),
-            (false, true) => SeriesFilter::is(&filter.is).map_err(|m| invalid(format!("{field}.is"), m))?,
-            (true, false) => {
-                SeriesFilter::is_not(&filter.is_not).map_err(|m| invalid(format!("{field}.isNot"), m))?
+            (false, true) => {
+                SeriesFilter::is(&filter.is).map_err(|e| invalid(format!("{field}.is"), e.to_string()))?
             }
+            (true, false) => SeriesFilter::is_not(&filter.is_not)
+                .map_err(|e| invalid(format!("{field}.isNot"), e.to_string()))?,
         };
         filters.push(compiled);
     }
     let name = NameMapping::new(&raw.name.matches, &raw.name.as_)
         .map_err(|e| invalid(at(&format!("name.{}", e.field)), e.message))?;
     if !raw.name.matches.is_empty() {
-        filters.push(SeriesFilter::is(&raw.name.matches).map_err(|m| invalid(at("name.matches"), m))?);
+        filters.push(
+            SeriesFilter::is(&raw.name.matches).map_err(|e| invalid(at("name.matches"), e.to_string()))?,
+        );
     }
 
     let resources = compile_resources(&raw.resources, &at)?;

@@ -2,8 +2,9 @@
 //! keys, their shapes and the adapter's strict unmarshalling (an unknown key is an error).
 //! What the values mean, and which are valid, is [`super::config`]'s.
 //!
-//! Like `gopkg.in/yaml.v2`, a `null` reads as the zero value, a scalar reads as text where text
-//! is expected, and `namespaced` takes YAML 1.1 booleans (`yes`, `off`, …).
+//! Like `gopkg.in/yaml.v2`, a `null` reads as the zero value, a scalar reads as text (as
+//! written) where text is expected, `namespaced` takes YAML 1.1 booleans (`yes`, `off`, …) and a
+//! key twice in one mapping is an error (the file is read with [`crate::config::yaml`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -68,8 +69,8 @@ pub struct ResourceMapping {
     #[serde(default, deserialize_with = "text")]
     pub template: String,
     /// `overrides`: label → group-resource (a label twice is an error, as in yaml.v2's strict
-    /// mode).
-    #[serde(default, deserialize_with = "unique_map")]
+    /// mode: [`crate::config::yaml`] rejects a duplicate key).
+    #[serde(default, deserialize_with = "null_default")]
     pub overrides: BTreeMap<String, GroupResource>,
     /// `namespaced`: whether an external query carries the request's namespace (default true).
     #[serde(default, deserialize_with = "yaml11_bool")]
@@ -142,52 +143,9 @@ where
     Option::<T>::deserialize(d).map(Option::unwrap_or_default)
 }
 
-/// A map whose keys are unique (serde_yaml keeps the last of duplicates; yaml.v2's strict
-/// mode rejects them); `null` is empty.
-fn unique_map<'de, D, V>(d: D) -> Result<BTreeMap<String, V>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    V: Deserialize<'de>,
-{
-    struct UniqueMap<V>(std::marker::PhantomData<V>);
-
-    impl<'de, V: Deserialize<'de>> Visitor<'de> for UniqueMap<V> {
-        type Value = BTreeMap<String, V>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a map")
-        }
-
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
-        }
-
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
-        }
-
-        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_map(self)
-        }
-
-        fn visit_map<A: de::MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
-            let mut map = BTreeMap::new();
-            while let Some(key) = access.next_key::<String>()? {
-                if map.contains_key(&key) {
-                    return Err(de::Error::custom(format!("mapping key {key:?} already defined")));
-                }
-                let value = access.next_value()?;
-                map.insert(key, value);
-            }
-            Ok(map)
-        }
-    }
-
-    d.deserialize_option(UniqueMap(std::marker::PhantomData))
-}
-
-/// Text, or any scalar as its text (yaml.v2 reads `5` or `true` into a string field); `null`
-/// is empty. A visitor, so that an error is reported at the field's own path.
+/// Text, or any scalar as its text as written (yaml.v2 reads `5`, `yes` or `0x1F` into a string
+/// field as they are spelled); `null` is empty. A visitor, so that an error is reported at the
+/// field's own path.
 fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     struct Text;
 
@@ -207,7 +165,7 @@ fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         }
 
         fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<String, D2::Error> {
-            d.deserialize_any(self)
+            d.deserialize_str(self)
         }
 
         fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
@@ -234,7 +192,9 @@ fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     d.deserialize_option(Text)
 }
 
-/// A YAML 1.1 boolean, as yaml.v2 reads one (`true`, `yes`, `on`, `y` and their opposites).
+/// A YAML 1.1 boolean, as yaml.v2 reads one (`true`, `yes`, `on`, `y` and their opposites, in
+/// yaml.v2's spellings): the scalar's text is matched here, whatever YAML schema the reader
+/// resolves plain scalars with.
 fn yaml11_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     struct Yaml11Bool;
 
@@ -254,7 +214,7 @@ fn yaml11_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D
         }
 
         fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_any(self)
+            d.deserialize_str(self)
         }
 
         fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
@@ -321,10 +281,35 @@ fn prometheus_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<
     d.deserialize_option(PromDuration)
 }
 
+/// A Prometheus duration that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// The empty string.
+    #[error("empty duration string")]
+    Empty,
+    /// Not numbers with units, largest first, each once.
+    #[error("not a valid duration string: {text:?} (e.g. 30s, 5m, 1h30m, 1d)")]
+    Invalid {
+        /// The duration as written.
+        text: String,
+    },
+    /// A unit other than `y`, `w`, `d`, `h`, `m`, `s` and `ms`.
+    #[error("unknown unit {unit:?} in duration {text:?}")]
+    UnknownUnit {
+        /// The unit.
+        unit: String,
+        /// The duration as written.
+        text: String,
+    },
+    /// Longer than Go's `time.Duration` holds.
+    #[error("duration out of range")]
+    OutOfRange,
+}
+
 /// Parses a Prometheus duration as `model.ParseDuration` does: `0`, or whole numbers with
 /// units from largest to smallest, each at most once (`y`, `w`, `d`, `h`, `m`, `s`, `ms`; a year
 /// is 365 days): `30s`, `1h30m`, `1d`, `500ms`.
-pub fn parse_prometheus_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_prometheus_duration(text: &str) -> Result<Duration, DurationError> {
     const UNITS: [(&str, u64); 7] = [
         ("y", 365 * 24 * 3_600_000),
         ("w", 7 * 24 * 3_600_000),
@@ -334,10 +319,10 @@ pub fn parse_prometheus_duration(text: &str) -> Result<Duration, String> {
         ("s", 1_000),
         ("ms", 1),
     ];
-    let invalid = || format!("not a valid duration string: {text:?} (e.g. 30s, 5m, 1h30m, 1d)");
+    let invalid = || DurationError::Invalid { text: text.to_owned() };
     match text {
         "0" => return Ok(Duration::ZERO),
-        "" => return Err("empty duration string".to_owned()),
+        "" => return Err(DurationError::Empty),
         _ => {}
     }
     let mut rest = text;
@@ -357,7 +342,7 @@ pub fn parse_prometheus_duration(text: &str) -> Result<Duration, String> {
             return Err(if unit.is_empty() {
                 invalid()
             } else {
-                format!("unknown unit {unit:?} in duration {text:?}")
+                DurationError::UnknownUnit { unit: unit.to_owned(), text: text.to_owned() }
             });
         };
         if last_unit.is_some_and(|last| position <= last) {
@@ -368,7 +353,7 @@ pub fn parse_prometheus_duration(text: &str) -> Result<Duration, String> {
             .checked_mul(UNITS[position].1)
             .and_then(|ms| millis.checked_add(ms))
             .filter(|ms| *ms <= i64::MAX as u64 / 1_000_000)
-            .ok_or_else(|| "duration out of range".to_owned())?;
+            .ok_or(DurationError::OutOfRange)?;
     }
     Ok(Duration::from_millis(millis))
 }
@@ -378,7 +363,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ConfigFile, String> {
-        serde_yaml::from_str(text).map_err(|e| e.to_string())
+        crate::config::yaml::from_str(text).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -399,7 +384,10 @@ mod tests {
         {
             assert!(parse_prometheus_duration(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_prometheus_duration("5x").unwrap_err(), "unknown unit \"x\" in duration \"5x\"");
+        assert_eq!(
+            parse_prometheus_duration("5x").unwrap_err().to_string(),
+            "unknown unit \"x\" in duration \"5x\""
+        );
     }
 
     #[test]
@@ -466,9 +454,47 @@ resourceRules:
         assert!(e.starts_with("rules[0].resources.namespaced: invalid boolean \"maybe\""), "{e}");
         let e = parse("rules: [{resources: {overrides: {pod: {resource: pod}, pod: {resource: node}}}}]")
             .unwrap_err();
-        assert!(e.starts_with("rules[0].resources.overrides: mapping key \"pod\" already defined"), "{e}");
+        assert_eq!(
+            e,
+            "rules[0].resources.overrides: duplicate mapping key `pod` is not allowed here at line 1 column 56"
+        );
+        let e = parse("rules:\n- seriesQuery: a\n  metricsQuery: b\n  seriesQuery: c\n").unwrap_err();
+        assert_eq!(e, "rules[0]: duplicate mapping key `seriesQuery` is not allowed here at line 4 column 3");
         let e = parse("rules: [{seriesQuery: [a]}]").unwrap_err();
-        assert!(e.starts_with("rules[0].seriesQuery: invalid type: sequence, expected text"), "{e}");
+        assert_eq!(e, "rules[0].seriesQuery: expected string scalar at line 1 column 23");
+    }
+
+    #[test]
+    fn yaml11_booleans_are_booleans() {
+        for (value, namespaced) in [
+            ("yes", true),
+            ("off", false),
+            ("on", true),
+            ("no", false),
+            ("Y", true),
+            ("n", false),
+            ("TRUE", true),
+            ("False", false),
+            ("'yes'", true),
+        ] {
+            let file = parse(&format!("externalRules:\n- resources:\n    namespaced: {value}\n")).unwrap();
+            assert_eq!(file.external_rules[0].resources.namespaced, Some(namespaced), "{value}");
+        }
+        for value in ["1", "yEs", "maybe", "[yes]"] {
+            let e = parse(&format!("externalRules: [{{resources: {{namespaced: {value}}}}}]")).unwrap_err();
+            assert!(e.starts_with("externalRules[0].resources.namespaced: "), "{value}: {e}");
+        }
+    }
+
+    #[test]
+    fn scalars_read_as_text_as_written() {
+        let file =
+            parse("rules:\n- seriesQuery: yes\n  name: {matches: 0x1F, as: 1.50}\n  metricsQuery: off\n")
+                .unwrap();
+        assert_eq!(file.rules[0].series_query, "yes");
+        assert_eq!(file.rules[0].name.matches, "0x1F");
+        assert_eq!(file.rules[0].name.as_, "1.50");
+        assert_eq!(file.rules[0].metrics_query, "off");
     }
 
     #[test]

@@ -280,7 +280,7 @@ impl ResourceQueryPlan for AdapterResourceQueries {
                 .map_err(|e| format!("resourceRules.memory: {e}"))?,
             window,
             // Both rules group by their own labels; CPU's name the objects of both.
-            object_label: rules.cpu.label_for(&pods)?,
+            object_label: rules.cpu.label_for(&pods).map_err(|e| e.to_string())?,
             container_label: rules.cpu.container_label.clone(),
         })
     }
@@ -296,7 +296,7 @@ impl ResourceQueryPlan for AdapterResourceQueries {
             cpu: rules.cpu.query_nodes(names).map_err(|e| format!("resourceRules.cpu: {e}"))?,
             memory: rules.memory.query_nodes(names).map_err(|e| format!("resourceRules.memory: {e}"))?,
             window,
-            object_label: rules.cpu.label_for(&node)?,
+            object_label: rules.cpu.label_for(&node).map_err(|e| e.to_string())?,
             container_label: String::new(),
         })
     }

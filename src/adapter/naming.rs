@@ -18,12 +18,12 @@ pub struct SeriesFilter {
 
 impl SeriesFilter {
     /// An `is` filter.
-    pub fn is(pattern: &str) -> Result<Self, String> {
+    pub fn is(pattern: &str) -> Result<Self, RegexError> {
         Ok(Self { regex: compile(pattern)?, positive: true })
     }
 
     /// An `isNot` filter.
-    pub fn is_not(pattern: &str) -> Result<Self, String> {
+    pub fn is_not(pattern: &str) -> Result<Self, RegexError> {
         Ok(Self { regex: compile(pattern)?, positive: false })
     }
 
@@ -33,10 +33,21 @@ impl SeriesFilter {
     }
 }
 
+/// A regular expression that does not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid regex {pattern:?}: {reason}")]
+pub struct RegexError {
+    /// The expression.
+    pub pattern: String,
+    /// The `regex` crate's error, on one line.
+    pub reason: String,
+}
+
 /// Compiles a Go (RE2) regular expression; the error is the `regex` crate's, on one line.
-pub fn compile(pattern: &str) -> Result<Regex, String> {
-    Regex::new(pattern).map_err(|e| {
-        format!("invalid regex {pattern:?}: {}", e.to_string().lines().last().unwrap_or_default().trim())
+pub fn compile(pattern: &str) -> Result<Regex, RegexError> {
+    Regex::new(pattern).map_err(|e| RegexError {
+        pattern: pattern.to_owned(),
+        reason: e.to_string().lines().last().unwrap_or_default().trim().to_owned(),
     })
 }
 
@@ -63,7 +74,7 @@ impl NameMapping {
     /// `1_per_second`; `${1}_per_second` is what was meant).
     pub fn new(matches: &str, as_template: &str) -> Result<Self, NameError> {
         let pattern = if matches.is_empty() { ".*" } else { matches };
-        let regex = compile(pattern).map_err(|message| NameError { field: "matches", message })?;
+        let regex = compile(pattern).map_err(|e| NameError { field: "matches", message: e.to_string() })?;
         let as_template = if as_template.is_empty() {
             match regex.captures_len() {
                 1 => "$0".to_owned(),
@@ -230,7 +241,7 @@ mod tests {
         assert!(is_not.passes("your_label"));
         // Unanchored, as Go's MatchString.
         assert!(SeriesFilter::is("_total").unwrap().passes("http_requests_total"));
-        assert!(SeriesFilter::is("[").unwrap_err().starts_with("invalid regex \"[\""));
+        assert!(SeriesFilter::is("[").unwrap_err().to_string().starts_with("invalid regex \"[\""));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use super::template::{Args, Field, Template};
+use super::template::{Args, Field, Template, TemplateError};
 use crate::sources::prometheus::is_valid_label_name;
 use k8s_wire::GroupResource;
 
@@ -143,6 +143,35 @@ fn mapping_error(field: impl Into<String>, message: impl Into<String>) -> Mappin
     MappingError { field: field.into(), message: message.into() }
 }
 
+/// No label for a resource in a rule's series.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// Neither an override nor a template.
+    #[error("no label for {0}: the rule has no override for it and no resources.template")]
+    NoMapping(GroupResource),
+    /// The template needs the resource's singular, and the resource is not known.
+    #[error("no label for {0}: unknown resource")]
+    UnknownResource(GroupResource),
+    /// The template renders the empty string.
+    #[error("no label for {0}: resources.template renders nothing")]
+    EmptyLabel(GroupResource),
+}
+
+/// A `resources.template` that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum LabelTemplateError {
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error("field {0} is not available here (only .Group and .Resource are)")]
+    FieldNotAvailable(Field),
+    #[error("must use <<.Resource>>")]
+    NoResource,
+    #[error("cannot be reversed into a label pattern: {0}")]
+    NotReversible(String),
+    #[error("renders {0:?} for deployments.apps, which is not a Prometheus label name")]
+    NotALabelName(String),
+}
+
 /// A compiled `resources.template`.
 #[derive(Debug, Clone)]
 struct LabelTemplate {
@@ -198,7 +227,7 @@ impl ResourceMapping {
         }
         if !template.is_empty() {
             mapping.template =
-                Some(compile_label_template(template).map_err(|m| mapping_error("template", m))?);
+                Some(compile_label_template(template).map_err(|e| mapping_error("template", e.to_string()))?);
         }
         Ok(mapping)
     }
@@ -210,18 +239,16 @@ impl ResourceMapping {
 
     /// The label of a (normalized) resource (`LabelForResource`): its override, else the
     /// template rendered with the group (`.`, `-` → `_`) and the singular resource.
-    pub fn label_for_resource(&self, gr: &GroupResource) -> Result<String, String> {
+    pub fn label_for_resource(&self, gr: &GroupResource) -> Result<String, LabelError> {
         if let Some(label) = self.resource_to_label.get(&key(gr)) {
             return Ok(label.clone());
         }
         let Some(template) = &self.template else {
-            return Err(format!(
-                "no label for {gr}: the rule has no override for it and no resources.template"
-            ));
+            return Err(LabelError::NoMapping(gr.clone()));
         };
         let known = lookup(&gr.group, &gr.resource).filter(|k| k.group == gr.group);
         let Some(known) = known else {
-            return Err(format!("no label for {gr}: unknown resource"));
+            return Err(LabelError::UnknownResource(gr.clone()));
         };
         let label = template.template.render(&Args {
             group: gr.group.replace(['.', '-'], "_"),
@@ -229,7 +256,7 @@ impl ResourceMapping {
             ..Args::default()
         });
         if label.is_empty() {
-            return Err(format!("no label for {gr}: resources.template renders nothing"));
+            return Err(LabelError::EmptyLabel(gr.clone()));
         }
         Ok(label)
     }
@@ -292,14 +319,14 @@ fn known_list() -> String {
 }
 
 /// Parses a `resources.template` and builds its reverse regex (`newLabelGroupResExtractor`).
-fn compile_label_template(text: &str) -> Result<LabelTemplate, String> {
+fn compile_label_template(text: &str) -> Result<LabelTemplate, LabelTemplateError> {
     let template = Template::parse(text)?;
     let fields = template.fields();
     if let Some(other) = fields.iter().find(|f| !matches!(f, Field::Group | Field::Resource)) {
-        return Err(format!("field {other} is not available here (only .Group and .Resource are)"));
+        return Err(LabelTemplateError::FieldNotAvailable(*other));
     }
     if !fields.contains(&Field::Resource) {
-        return Err("must use <<.Resource>>".to_owned());
+        return Err(LabelTemplateError::NoResource);
     }
     let pattern = template.render(&Args {
         group: "(?P<group>.+?)".to_owned(),
@@ -307,17 +334,12 @@ fn compile_label_template(text: &str) -> Result<LabelTemplate, String> {
         ..Args::default()
     });
     let extractor = Regex::new(&format!("^{pattern}$")).map_err(|e| {
-        format!(
-            "cannot be reversed into a label pattern: {}",
-            e.to_string().lines().last().unwrap_or_default().trim()
-        )
+        LabelTemplateError::NotReversible(e.to_string().lines().last().unwrap_or_default().trim().to_owned())
     })?;
     let example =
         template.render(&Args { group: "apps".into(), resource: "deployment".into(), ..Args::default() });
     if !is_valid_label_name(&example) {
-        return Err(format!(
-            "renders {example:?} for deployments.apps, which is not a Prometheus label name"
-        ));
+        return Err(LabelTemplateError::NotALabelName(example));
     }
     Ok(LabelTemplate { template, extractor })
 }
@@ -353,7 +375,9 @@ mod tests {
         assert_eq!(m.resource_for_label("kubernetes_ingress"), Some(gr("networking.k8s.io", "ingresses")));
         assert_eq!(m.label_for_resource(&gr("apps", "deployments")).unwrap(), "microservice");
         assert_eq!(m.label_for_resource(&gr("", "pods")).unwrap(), "pod");
-        assert!(m.label_for_resource(&gr("", "nodes")).unwrap_err().contains("no resources.template"));
+        assert!(
+            m.label_for_resource(&gr("", "nodes")).unwrap_err().to_string().contains("no resources.template")
+        );
     }
 
     #[test]
@@ -382,7 +406,12 @@ mod tests {
             "kube_networking_k8s_io_ingress"
         );
         assert_eq!(m.label_for_resource(&gr("", "pods")).unwrap(), "kube__pod");
-        assert!(m.label_for_resource(&gr("cheese.io", "brands")).unwrap_err().contains("unknown resource"));
+        assert!(
+            m.label_for_resource(&gr("cheese.io", "brands"))
+                .unwrap_err()
+                .to_string()
+                .contains("unknown resource")
+        );
         let prefix = ResourceMapping::new("kube_<<.Resource>>", &BTreeMap::new()).unwrap();
         assert_eq!(prefix.label_for_resource(&gr("", "namespaces")).unwrap(), "kube_namespace");
         assert_eq!(prefix.label_for_resource(&gr("", "endpoints")).unwrap(), "kube_endpoints");

@@ -189,10 +189,64 @@ enum Token {
 const SUPPORTED: &str =
     "only <<.Field>>, <<.LabelValuesByName.label>> and <<index .LabelValuesByName \"label\">> are";
 
+/// A template that does not parse, or uses a construct that is not supported; `near` is the
+/// start of the template from the action or comment at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// `<</*` without `*/`.
+    #[error("unclosed comment {near}")]
+    UnclosedComment {
+        /// The template from the comment on.
+        near: String,
+    },
+    /// `<</* … */` not followed by `>>`.
+    #[error("comment ends before closing delimiter: {near}")]
+    CommentBeforeDelimiter {
+        /// The template from the comment on.
+        near: String,
+    },
+    /// `<<` without `>>`.
+    #[error("unclosed action {near}")]
+    UnclosedAction {
+        /// The template from the action on.
+        near: String,
+    },
+    /// A `"` string without its end, or with an escape Go rejects.
+    #[error("unterminated or invalid quoted string in {near}")]
+    QuotedString {
+        /// The template from the action on.
+        near: String,
+    },
+    /// A `` ` `` string without its end.
+    #[error("unterminated raw quoted string in {near}")]
+    RawString {
+        /// The template from the action on.
+        near: String,
+    },
+    /// `<<>>`.
+    #[error("empty template action <<{action}>>")]
+    EmptyAction {
+        /// The action's content.
+        action: String,
+    },
+    /// An action other than a field or `index .LabelValuesByName "label"`.
+    #[error("template action <<{action}>> is not supported ({why}; {SUPPORTED})")]
+    Unsupported {
+        /// The action's content.
+        action: String,
+        /// The construct.
+        why: String,
+    },
+}
+
+fn unsupported(action: &str, why: impl Into<String>) -> TemplateError {
+    TemplateError::Unsupported { action: action.to_owned(), why: why.into() }
+}
+
 impl Template {
     /// Parses `text`; the error names the construct (`template action <<if .Series>> is not
     /// supported (…)`, `unclosed action <<.Series`).
-    pub fn parse(text: &str) -> Result<Template, String> {
+    pub fn parse(text: &str) -> Result<Template, TemplateError> {
         let bytes = text.as_bytes();
         let mut nodes = Vec::new();
         let mut pos = 0;
@@ -217,12 +271,12 @@ impl Template {
             push_text(&mut nodes, segment);
             if bytes[at..].starts_with(b"/*") {
                 let Some(close) = text[at + 2..].find("*/") else {
-                    return Err(format!("unclosed comment {}", snippet(&text[open..])));
+                    return Err(TemplateError::UnclosedComment { near: snippet(&text[open..]) });
                 };
                 let after = at + 2 + close + 2;
                 let (delim, trim) = at_right_delim(&bytes[after..]);
                 if !delim {
-                    return Err(format!("comment ends before closing delimiter: {}", snippet(&text[open..])));
+                    return Err(TemplateError::CommentBeforeDelimiter { near: snippet(&text[open..]) });
                 }
                 pos = after + if trim { 4 } else { 2 };
                 trim_next = trim;
@@ -304,9 +358,9 @@ fn is_ident_char(c: char) -> bool {
 
 /// Lexes the action that starts at `at` (after `<<` and a trim marker): its tokens, the offset
 /// after its `>>`, the offset where its content ends and whether it ends with a trim marker.
-fn lex_action(text: &str, at: usize, open: usize) -> Result<(Vec<Token>, usize, usize, bool), String> {
+fn lex_action(text: &str, at: usize, open: usize) -> Result<(Vec<Token>, usize, usize, bool), TemplateError> {
     let bytes = text.as_bytes();
-    let unclosed = || format!("unclosed action {}", snippet(&text[open..]));
+    let unclosed = || TemplateError::UnclosedAction { near: snippet(&text[open..]) };
     let mut tokens = Vec::new();
     let mut i = at;
     loop {
@@ -343,16 +397,15 @@ fn lex_action(text: &str, at: usize, open: usize) -> Result<(Vec<Token>, usize, 
                 tokens.push(Token::Fields(chain));
             }
             '"' => {
-                let (value, next) = lex_quoted(text, i).ok_or_else(|| {
-                    format!("unterminated or invalid quoted string in {}", snippet(&text[open..]))
-                })?;
+                let (value, next) = lex_quoted(text, i)
+                    .ok_or_else(|| TemplateError::QuotedString { near: snippet(&text[open..]) })?;
                 tokens.push(Token::Str(value));
                 i = next;
             }
             '`' => {
                 let close = text[i + 1..]
                     .find('`')
-                    .ok_or_else(|| format!("unterminated raw quoted string in {}", snippet(&text[open..])))?;
+                    .ok_or_else(|| TemplateError::RawString { near: snippet(&text[open..]) })?;
                 tokens.push(Token::Str(text[i + 1..i + 1 + close].to_owned()));
                 i += close + 2;
             }
@@ -446,11 +499,10 @@ fn lex_quoted(text: &str, start: usize) -> Option<(String, usize)> {
 }
 
 /// Turns the tokens of one action into a node, or names why it is not supported.
-fn parse_action(tokens: &[Token], action: &str) -> Result<Node, String> {
-    let reject =
-        |why: &str| Err(format!("template action <<{action}>> is not supported ({why}; {SUPPORTED})"));
+fn parse_action(tokens: &[Token], action: &str) -> Result<Node, TemplateError> {
+    let reject = |why: &str| Err(unsupported(action, why));
     if tokens.is_empty() {
-        return Err(format!("empty template action <<{action}>>"));
+        return Err(TemplateError::EmptyAction { action: action.to_owned() });
     }
     if tokens.contains(&Token::Pipe) {
         return reject("a pipeline");
@@ -473,7 +525,7 @@ fn parse_action(tokens: &[Token], action: &str) -> Result<Node, String> {
         return reject("a parenthesized expression");
     }
     match tokens {
-        [Token::Fields(chain)] => field_node(chain).or_else(|why| reject(&why)),
+        [Token::Fields(chain)] => field_node(chain).map_err(|why| unsupported(action, why)),
         [Token::Ident(index), Token::Fields(chain), Token::Str(key)] if index == "index" => {
             if chain.len() == 1 && chain[0] == Field::LabelValuesByName.name() {
                 Ok(Node::Index(key.clone()))
@@ -492,7 +544,8 @@ fn parse_action(tokens: &[Token], action: &str) -> Result<Node, String> {
     }
 }
 
-/// A field chain as a node: `.Field`, or `.LabelValuesByName.key`.
+/// A field chain as a node: `.Field`, or `.LabelValuesByName.key`; the error is the construct
+/// that is not supported.
 fn field_node(chain: &[String]) -> Result<Node, String> {
     let Some(first) = chain.first() else {
         return Err("the dot, the whole argument".to_owned());
@@ -532,7 +585,7 @@ mod tests {
     }
 
     fn rejection(text: &str) -> String {
-        Template::parse(text).unwrap_err()
+        Template::parse(text).unwrap_err().to_string()
     }
 
     #[test]

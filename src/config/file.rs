@@ -251,7 +251,7 @@ pub struct DeclaredFieldConfig {
 }
 
 /// The file as YAML gives it: the known keys, and every other key as a kind section.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawFile {
     #[serde(default, deserialize_with = "de_duration")]
@@ -265,7 +265,7 @@ struct RawFile {
     #[serde(default)]
     resource_queries: ResourceQueriesConfig,
     #[serde(flatten)]
-    sections: BTreeMap<String, serde_yaml::Value>,
+    sections: BTreeMap<String, serde_json::Value>,
 }
 
 /// An optional Go duration (`5m`). Parsed inside the visitor, so a bad value is reported at
@@ -311,10 +311,12 @@ impl QueryFile {
         let mut file = if text.trim().is_empty() {
             QueryFile::default()
         } else {
-            let raw: RawFile = serde_yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+            let raw: RawFile = super::yaml::from_str::<Option<RawFile>>(text)
+                .map_err(|e| parse_error(e.to_string()))?
+                .unwrap_or_default();
             let mut kind_queries = BTreeMap::new();
             for (key, value) in raw.sections {
-                let queries: BTreeMap<String, String> = serde_yaml::from_value(value)
+                let queries: BTreeMap<String, String> = serde_json::from_value(value)
                     .map_err(|e| parse_error(format!("{key}: expected a map of field to PromQL: {e}")))?;
                 kind_queries.insert(key, queries);
             }

@@ -61,12 +61,56 @@ fn flag_style(arg: clap::Arg) -> clap::Arg {
 
 /// `--max-rate-window`: kubelet sample times are in milliseconds and a few apart at best, so
 /// less than a second could never hold a pair.
-fn parse_rate_window(text: &str) -> std::result::Result<Duration, String> {
+fn parse_rate_window(text: &str) -> std::result::Result<Duration, FlagValueError> {
     match duration::parse(text) {
-        Ok(d) if d < Duration::from_secs(1) => Err("must be at least 1s".to_owned()),
+        Ok(d) if d < Duration::from_secs(1) => Err(FlagValueError::RateWindowTooShort),
         Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(FlagValueError::Duration(e)),
     }
+}
+
+/// A flag value that does not parse (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FlagValueError {
+    /// `--max-rate-window` below a second.
+    #[error("must be at least 1s")]
+    RateWindowTooShort,
+    /// Not a duration.
+    #[error(transparent)]
+    Duration(#[from] duration::DurationError),
+    /// Not a quantity.
+    #[error(transparent)]
+    Quantity(#[from] k8s_wire::quantity::QuantityError),
+    /// A quantity, but not a whole number of bytes above zero.
+    #[error("{text:?} is not a whole number of bytes above 0")]
+    NotAByteCount {
+        /// The value as given.
+        text: String,
+    },
+    /// `--prometheus-header`: a blank line.
+    #[error("an empty header: give one NAME=VALUE per line, without empty lines")]
+    EmptyHeader,
+    /// `--prometheus-header`: no `=`.
+    #[error("expected NAME=VALUE")]
+    NotAHeader,
+    /// `--prometheus-header`: the name is not a header name.
+    #[error("{name:?} is not a valid header name")]
+    InvalidHeaderName {
+        /// The name as given.
+        name: String,
+    },
+    /// `--prometheus-header`: a header the HTTP client sets.
+    #[error("header {name} is set by the HTTP client and cannot be overridden")]
+    ReservedHeader {
+        /// The header's name.
+        name: String,
+    },
+    /// `--prometheus-header`: the value has characters a header cannot carry.
+    #[error("the value of header {name} has characters a header cannot carry")]
+    InvalidHeaderValue {
+        /// The header's name.
+        name: String,
+    },
 }
 
 /// Flags of cluster access.
@@ -284,7 +328,7 @@ impl clap::builder::TypedValueParser for HeaderParser {
         value: &std::ffi::OsStr,
     ) -> std::result::Result<PrometheusHeader, clap::Error> {
         let text = value.to_str().ok_or_else(|| header_error("the value is not UTF-8".to_owned()))?;
-        parse_header(text).map_err(header_error)
+        parse_header(text).map_err(|e| header_error(e.to_string()))
     }
 }
 
@@ -296,28 +340,28 @@ fn header_error(message: String) -> clap::Error {
 }
 
 /// Parses `NAME=VALUE` (the split at the first `=`, as prometheus-adapter does).
-fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, String> {
+fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, FlagValueError> {
     if text.trim().is_empty() {
         // A blank line of PERCOLATOR_PROMETHEUS_HEADER, or a trailing newline.
-        return Err("an empty header: give one NAME=VALUE per line, without empty lines".to_owned());
+        return Err(FlagValueError::EmptyHeader);
     }
-    let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
+    let (name, value) = text.split_once('=').ok_or(FlagValueError::NotAHeader)?;
     let name = http::HeaderName::from_bytes(name.trim().as_bytes())
-        .map_err(|_| format!("{:?} is not a valid header name", name.trim()))?;
+        .map_err(|_| FlagValueError::InvalidHeaderName { name: name.trim().to_owned() })?;
     if RESERVED_HEADERS.contains(&name.as_str()) {
-        return Err(format!("header {name} is set by the HTTP client and cannot be overridden"));
+        return Err(FlagValueError::ReservedHeader { name: name.to_string() });
     }
     let mut value = http::HeaderValue::from_str(value.trim())
-        .map_err(|_| format!("the value of header {name} has characters a header cannot carry"))?;
+        .map_err(|_| FlagValueError::InvalidHeaderValue { name: name.to_string() })?;
     value.set_sensitive(true);
     Ok(PrometheusHeader { name, value })
 }
 
 /// A byte count written as a Kubernetes quantity (`128Mi`, `1G`, `1048576`), above zero.
-fn parse_byte_size(text: &str) -> std::result::Result<u64, String> {
-    let bytes = k8s_wire::quantity::parse(text).map_err(|e| e.to_string())?;
+fn parse_byte_size(text: &str) -> std::result::Result<u64, FlagValueError> {
+    let bytes = k8s_wire::quantity::parse(text)?;
     if !(bytes >= 1.0 && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
-        return Err(format!("{text:?} is not a whole number of bytes above 0"));
+        return Err(FlagValueError::NotAByteCount { text: text.to_owned() });
     }
     Ok(bytes as u64)
 }

@@ -1,9 +1,10 @@
 //! Configuration: command-line flags ([`flags`]) and the query file with its live reload
-//! ([`file`]). A leaf: it knows the shapes of flags and file, not what the other modules make
+//! ([`file`]), and how their YAML is read ([`yaml`]). A leaf: it knows the shapes of flags and file, not what the other modules make
 //! of them. Every bad flag or file fails at start with a message naming the flag or field.
 
 pub mod file;
 pub mod flags;
+pub mod yaml;
 
 pub use file::{
     Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig,

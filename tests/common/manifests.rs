@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The Kubernetes version the objects are validated against.
@@ -25,10 +24,7 @@ pub fn repo_path(relative: &str) -> PathBuf {
 
 /// The objects of a multi-document YAML stream, empty documents left out.
 pub fn parse_stream(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
+    serde_saphyr::from_multiple::<Value>(text).unwrap().into_iter().filter(|v| !v.is_null()).collect()
 }
 
 /// `kubectl kustomize DIR` (DIR relative to the repository, or absolute), as objects.
@@ -70,7 +66,7 @@ pub fn kubernetes_validate(objects: &[Value], what: &str) {
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let yaml: String =
-        checked.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect();
+        checked.iter().map(|o| format!("---\n{}", serde_saphyr::to_string(o).unwrap())).collect();
     std::fs::write(&file, yaml).unwrap();
     let out = std::process::Command::new(super::venv_bin("kubernetes-validate"))
         .args(["--strict", "-k", KUBERNETES_VERSION])

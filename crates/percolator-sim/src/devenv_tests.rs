@@ -22,7 +22,7 @@ fn config_lists_jobs() {
         scrape_interval: Duration::from_secs(2),
         backfill: None,
     });
-    let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+    let parsed: serde_json::Value = percolator::config::yaml::from_str(&yaml).unwrap();
     assert_eq!(parsed["global"]["scrape_interval"], "2s");
     assert_eq!(parsed["scrape_configs"][0]["static_configs"][0]["targets"][0], "127.0.0.1:9");
 }
@@ -118,7 +118,7 @@ fn victoria_metrics_config_has_the_jobs_without_the_fields_it_refuses() {
          credentials: t\n    file_sd_configs:\n      - files: ['/tmp/x/targets.json']\n"
     );
     // Prometheus' own keeps them.
-    let prometheus: serde_yaml::Value = serde_yaml::from_str(&config_yaml(&options)).unwrap();
+    let prometheus: serde_json::Value = percolator::config::yaml::from_str(&config_yaml(&options)).unwrap();
     assert_eq!(prometheus["global"]["query_log_file"], "/tmp/x/query.log");
     assert_eq!(prometheus["scrape_configs"][0]["file_sd_configs"][0]["refresh_interval"], "1s");
 }

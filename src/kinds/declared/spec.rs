@@ -602,7 +602,7 @@ kinds:
             assert_eq!(load(&mk_file(&entries)), config_error("kinds[1].kind", message), "{entries:?}");
         }
         let err = load(&mk_file(&[format!("{{nameLabel: pod, {FIELD}}}")])).unwrap_err();
-        assert_eq!(err, "--config f.yaml: kinds[0]: missing field `kind` at line 2 column 3");
+        assert_eq!(err, "--config f.yaml: kinds[0]: missing field `kind` at line 2 column 20");
     }
 
     #[test]

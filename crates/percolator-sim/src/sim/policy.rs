@@ -53,6 +53,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use percolator::config::yaml;
+
 use super::rng::{SplitMix64, mix64};
 
 /// The built-in policy (used without `--policy`).
@@ -356,9 +358,9 @@ impl Policy {
     /// # Errors
     /// Invalid YAML, unknown keys, or an inconsistent token or rule.
     pub fn from_yaml(text: &str) -> Result<Self, PolicyError> {
-        let mut policy: Policy = serde_yaml::from_str(text).map_err(|e| PolicyError(e.to_string()))?;
+        let mut policy: Policy = yaml::from_str(text).map_err(|e| PolicyError(e.to_string()))?;
         let builtin: Policy =
-            serde_yaml::from_str(SERVICE_ACCOUNT_RULES).map_err(|e| PolicyError(e.to_string()))?;
+            yaml::from_str(SERVICE_ACCOUNT_RULES).map_err(|e| PolicyError(e.to_string()))?;
         policy.rules.extend(builtin.rules);
         let mut seen = BTreeSet::new();
         for (i, t) in policy.tokens.iter().enumerate() {
