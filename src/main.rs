@@ -14,5 +14,6 @@ async fn main() -> anyhow::Result<()> {
     apiserver::install_crypto_provider();
     let args = percolator::config::Args::parse();
     apiserver::telemetry::init_logging(args.verbosity);
-    percolator::run(args).await
+    percolator::run(args).await?;
+    Ok(())
 }
