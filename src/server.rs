@@ -374,14 +374,18 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
 fn export_serving_certificate_expiry(cert: &apiserver::tls::ReloadingCert, metrics: &Arc<Metrics>) {
     let metrics = Arc::clone(metrics);
     cert.on_change(move |chain| {
-        let not_after = chain
-            .first()
-            .ok_or_else(|| "empty chain".to_owned())
-            .and_then(|leaf| apiserver::auth::x509::not_after(leaf.as_ref()));
-        if let Err(error) = &not_after {
-            tracing::warn!(%error, "cannot read the expiry of the serving certificate");
-        }
-        metrics.serving_certificate_expires(not_after.ok());
+        let not_after = match chain.first().map(|leaf| apiserver::auth::x509::not_after(leaf.as_ref())) {
+            Some(Ok(not_after)) => Some(not_after),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cannot read the expiry of the serving certificate");
+                None
+            }
+            None => {
+                tracing::warn!(error = "empty chain", "cannot read the expiry of the serving certificate");
+                None
+            }
+        };
+        metrics.serving_certificate_expires(not_after);
     });
 }
 
