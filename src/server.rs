@@ -349,12 +349,9 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     }
     let app = api::router(state);
 
-    let listener = TcpListener::bind((args.serving.bind_address, args.serving.secure_port))
-        .await
-        .map_err(|source| StartError::Bind {
-            address: args.serving.bind_address,
-            port: args.serving.secure_port,
-            source,
+    let listener =
+        TcpListener::bind((args.serving.bind_address, args.serving.secure_port)).await.map_err(|source| {
+            StartError::Bind { address: args.serving.bind_address, port: args.serving.secure_port, source }
         })?;
     let address = listener.local_addr().map_err(StartError::LocalAddress)?;
     tracing::info!(%address, window = %k8s_wire::duration::go_string(config.current().window), "serving");

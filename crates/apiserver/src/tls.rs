@@ -673,7 +673,8 @@ impl WatchedRootsVerifier {
                 return Ok(Arc::clone(&built.1));
             }
         }
-        let verifier = build_server_verifier(&certs, &self.provider).map_err(|e| rustls::Error::General(e.to_string()))?;
+        let verifier = build_server_verifier(&certs, &self.provider)
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
         *self.built.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (certs, Arc::clone(&verifier));
         Ok(verifier)

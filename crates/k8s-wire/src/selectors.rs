@@ -326,9 +326,7 @@ impl Parser {
             let (tok, lit) = self.lookahead(Ctx::Values);
             match tok {
                 Tok::Identifier | Tok::DoesNotExist => {
-                    let r = self
-                        .parse_requirement()
-                        .map_err(SelectorError::Requirement)?;
+                    let r = self.parse_requirement().map_err(SelectorError::Requirement)?;
                     requirements.push(r);
                     let (t, l) = self.consume(Ctx::Values);
                     match t {
@@ -346,10 +344,7 @@ impl Parser {
                 }
                 Tok::EndOfString => return Ok(requirements),
                 _ => {
-                    return Err(SelectorError::Syntax(unexpected(
-                        lit,
-                        "!, identifier, or 'end of string'",
-                    )));
+                    return Err(SelectorError::Syntax(unexpected(lit, "!, identifier, or 'end of string'")));
                 }
             }
         }
@@ -470,11 +465,7 @@ impl Parser {
             return Ok(BTreeSet::from([String::new()]));
         }
         let (tok, lit) = self.consume(Ctx::Values);
-        if tok == Tok::Identifier {
-            Ok(BTreeSet::from([lit]))
-        } else {
-            Err(unexpected(lit, "identifier"))
-        }
+        if tok == Tok::Identifier { Ok(BTreeSet::from([lit])) } else { Err(unexpected(lit, "identifier")) }
     }
 }
 
@@ -920,7 +911,11 @@ mod tests {
             ("metadata.name=a\\", "invalid field selector: invalid escape sequence: \\"),
             ("metadata.name<a", "invalid selector: 'metadata.name<a'; can't understand 'metadata.name<a'"),
         ] {
-            assert_eq!(FieldSelector::parse_supported(selector).unwrap_err().to_string(), message, "{selector:?}");
+            assert_eq!(
+                FieldSelector::parse_supported(selector).unwrap_err().to_string(),
+                message,
+                "{selector:?}"
+            );
         }
     }
 

@@ -362,8 +362,7 @@ impl Connection {
                 format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
             }
         };
-        let mut value = HeaderValue::from_str(&value)
-            .map_err(|_| CredentialError::NotHeaderText)?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| CredentialError::NotHeaderText)?;
         value.set_sensitive(true);
         Ok(Some(value))
     }

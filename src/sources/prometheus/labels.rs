@@ -684,7 +684,11 @@ mod tests {
             ("sum by (namespace, pod) (rate(a{SCOPE}[WINDOW])) # sum(x)\n", "pod", Ok(())),
         ];
         for (template, label, expected) in cases {
-            assert_eq!(&keeps_label(template, label).map_err(|e| e.to_string()), expected, "{template} keeps {label}?");
+            assert_eq!(
+                &keeps_label(template, label).map_err(|e| e.to_string()),
+                expected,
+                "{template} keeps {label}?"
+            );
         }
     }
 

@@ -152,15 +152,11 @@ impl Authorizer {
                 .map_err(AuthorizeError::Review)?
         } else {
             let spec = spec_with(user, info, path, selectors);
-            Arc::new(
-                self.reviewer.review(spec).await.map_err(|e| AuthorizeError::Review(Arc::new(e)))?,
-            )
+            Arc::new(self.reviewer.review(spec).await.map_err(|e| AuthorizeError::Review(Arc::new(e)))?)
         };
         let reason = status.reason.clone().unwrap_or_default();
         match (status.allowed, status.denied == Some(true)) {
-            (true, true) => {
-                Err(AuthorizeError::AllowedAndDenied)
-            }
+            (true, true) => Err(AuthorizeError::AllowedAndDenied),
             (true, false) => Ok(Decision::Allow),
             (false, _) => Ok(Decision::Forbid(reason)),
         }

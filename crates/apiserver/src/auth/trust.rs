@@ -418,7 +418,9 @@ pub enum ConfigMapError {
 /// request-header CA.
 pub fn material_from_configmap(data: &BTreeMap<String, String>) -> Result<TrustMaterial, ConfigMapError> {
     let bundle = |key: &'static str| match data.get(key) {
-        Some(pem) => CaBundle::from_pem(pem.as_bytes()).map_err(|error| ConfigMapError::Bundle { key, error }),
+        Some(pem) => {
+            CaBundle::from_pem(pem.as_bytes()).map_err(|error| ConfigMapError::Bundle { key, error })
+        }
         None => Ok(None),
     };
     let client_ca = bundle("client-ca-file")?;

@@ -97,9 +97,8 @@ impl CaBundle {
     /// ConfigMap key, for instance); an error when a block does not parse or no certificate is
     /// usable as a trust anchor.
     pub fn from_pem(pem: &[u8]) -> Result<Option<Self>, CaBundleError> {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<_, _>>()
-            .map_err(CaBundleError::Pem)?;
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(pem).collect::<Result<_, _>>().map_err(CaBundleError::Pem)?;
         Self::from_der(certs)
     }
 
@@ -173,7 +172,8 @@ pub struct VerifiedChain {
     /// SHA-256 of the leaf (the x509 authenticator's credential id).
     pub leaf_sha256: [u8; 32],
     /// The x509 authenticator's answer for this chain, computed once.
-    pub(crate) x509_user: OnceLock<Result<Option<Arc<super::UserInfo>>, super::authn::ClientCertificateError>>,
+    pub(crate) x509_user:
+        OnceLock<Result<Option<Arc<super::UserInfo>>, super::authn::ClientCertificateError>>,
 }
 
 impl PeerChain {
