@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -30,7 +29,9 @@ use crate::metrics::external::ExternalMetrics;
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
 use crate::sources::prometheus::{ConnectionSettings, PromClient};
-use crate::sources::resources::{ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryPlan};
+use crate::sources::resources::{
+    ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryError, ResourceQueryPlan,
+};
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
 use apiserver::auth::PeerCertificates;
@@ -56,6 +57,76 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 /// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
 /// kube-aggregator forwards.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Why percolator could not start: each variant names the step that failed, and the cause
+/// (when there is one) is its [`source`](std::error::Error::source).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `--config` cannot be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// `--adapter-config` cannot be read or is invalid.
+    #[error(transparent)]
+    Adapter(#[from] crate::adapter::AdapterError),
+    /// `--kubeconfig` cannot be read or used.
+    #[error("--kubeconfig {}", .path.display())]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// Neither `--kubeconfig` nor an in-cluster configuration (nor a default kubeconfig).
+    #[error("no --kubeconfig and no in-cluster configuration")]
+    NoClusterConfig(#[source] kube::config::InferConfigError),
+    /// Delegated authentication or authorization could not be set up.
+    #[error(transparent)]
+    Auth(#[from] apiserver::auth::AuthError),
+    /// The serving certificate or a CA file cannot be used.
+    #[error(transparent)]
+    Tls(#[from] apiserver::tls::TlsError),
+    /// The Kubernetes client could not be built.
+    #[error("building the Kubernetes client")]
+    KubeClient(#[source] kube::Error),
+    /// The Prometheus client could not be built.
+    #[error("connecting to Prometheus")]
+    Prometheus(#[source] crate::sources::prometheus::Error),
+    /// The kubelet client could not be built.
+    #[error("building the kubelet client")]
+    Kubelet(#[source] crate::sources::kubelet::Error),
+    /// A metric name both `--config` and `--adapter-config` serve.
+    #[error(
+        "{api} metric {name:?} is declared twice: by --config ({section}) and by --adapter-config {} ({rule}); rename one",
+        .path.display()
+    )]
+    DeclaredTwice {
+        /// `external` or `custom`.
+        api: &'static str,
+        /// The metric.
+        name: String,
+        /// The section of `--config` declaring it.
+        section: &'static str,
+        /// The adapter configuration.
+        path: std::path::PathBuf,
+        /// The adapter rule serving it (`externalRules[0]`).
+        rule: String,
+    },
+    /// The serving address cannot be bound.
+    #[error("binding {address}:{port}")]
+    Bind {
+        /// `--bind-address`.
+        address: std::net::IpAddr,
+        /// `--secure-port`.
+        port: u16,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bound listener has no local address.
+    #[error(transparent)]
+    LocalAddress(std::io::Error),
+}
 
 /// A configured server, bound but not yet serving.
 pub struct Prepared {
@@ -103,14 +174,14 @@ impl Prepared {
 }
 
 /// Runs percolator with `args` until SIGTERM or Ctrl-C.
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub async fn run(args: Args) -> Result<(), StartError> {
     let prepared = prepare(args).await?;
     prepared.serve(shutdown_signal()).await;
     Ok(())
 }
 
 /// Builds everything from `args` and binds the listener; logs the address it serves on.
-pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
+pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     let config = LiveConfig::load(args.queries.config.as_deref(), args.queries.window, config_check())?;
     // Read first: a bad file stops the start at once, and its resourceRules decide the
     // default resource source. It is read once: start_adapter serves what was read here.
@@ -134,13 +205,11 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
 
     let kube_config = match &args.cluster.kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("--kubeconfig {}", path.display()))?
+            let error = |source| StartError::Kubeconfig { path: path.clone(), source };
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(error)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.map_err(error)?
         }
-        None => kube::Config::infer().await.context("no --kubeconfig and no in-cluster configuration")?,
+        None => kube::Config::infer().await.map_err(StartError::NoClusterConfig)?,
     };
     let auth = apiserver::auth::Auth::start(&args.auth, &kube_config).await?;
     auth.trust().spawn_file_poller(args.serving.tls_reload_interval);
@@ -151,13 +220,13 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
-    let client = kube::Client::try_from(kube_config.clone()).context("building the Kubernetes client")?;
+    let client = kube::Client::try_from(kube_config.clone()).map_err(StartError::KubeClient)?;
     let inventory: Arc<dyn Inventory> = KubeInventory::start(client.clone());
 
     let prometheus_settings =
         ConnectionSettings::from_args(&args.prometheus, args.serving.tls_reload_interval);
     let prometheus: Arc<dyn PromSource> = Arc::new(
-        PromClient::connect(&prometheus_settings, observer.clone()).context("connecting to Prometheus")?,
+        PromClient::connect(&prometheus_settings, observer.clone()).map_err(StartError::Prometheus)?,
     );
     tracing::info!(
         url = %prometheus_settings.display_url(),
@@ -190,7 +259,7 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
                     inventory.clone(),
                     observer,
                 )
-                .context("building the kubelet client")?,
+                .map_err(StartError::Kubelet)?,
             );
             let sampling = kubelet.sampling();
             tracing::info!(
@@ -280,10 +349,11 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
     }
     let app = api::router(state);
 
-    let listener = TcpListener::bind((args.serving.bind_address, args.serving.secure_port))
-        .await
-        .with_context(|| format!("binding {}:{}", args.serving.bind_address, args.serving.secure_port))?;
-    let address = listener.local_addr()?;
+    let listener =
+        TcpListener::bind((args.serving.bind_address, args.serving.secure_port)).await.map_err(|source| {
+            StartError::Bind { address: args.serving.bind_address, port: args.serving.secure_port, source }
+        })?;
+    let address = listener.local_addr().map_err(StartError::LocalAddress)?;
     tracing::info!(%address, window = %k8s_wire::duration::go_string(config.current().window), "serving");
     Ok(Prepared {
         listener,
@@ -301,14 +371,18 @@ pub async fn prepare(args: Args) -> anyhow::Result<Prepared> {
 fn export_serving_certificate_expiry(cert: &apiserver::tls::ReloadingCert, metrics: &Arc<Metrics>) {
     let metrics = Arc::clone(metrics);
     cert.on_change(move |chain| {
-        let not_after = chain
-            .first()
-            .ok_or_else(|| "empty chain".to_owned())
-            .and_then(|leaf| apiserver::auth::x509::not_after(leaf.as_ref()));
-        if let Err(error) = &not_after {
-            tracing::warn!(%error, "cannot read the expiry of the serving certificate");
-        }
-        metrics.serving_certificate_expires(not_after.ok());
+        let not_after = match chain.first().map(|leaf| apiserver::auth::x509::not_after(leaf.as_ref())) {
+            Some(Ok(not_after)) => Some(not_after),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cannot read the expiry of the serving certificate");
+                None
+            }
+            None => {
+                tracing::warn!(error = "empty chain", "cannot read the expiry of the serving certificate");
+                None
+            }
+        };
+        metrics.serving_certificate_expires(not_after);
     });
 }
 
@@ -464,11 +538,11 @@ impl ResourceQueryPlan for PlanSlot {
         self.get().generation()
     }
 
-    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, ResourceQueryError> {
         self.get().pods(namespace)
     }
 
-    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String> {
+    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError> {
         self.get().nodes(nodes)
     }
 }
@@ -482,7 +556,7 @@ async fn start_adapter(
     prometheus: Arc<dyn PromSource>,
     config: &LiveConfig,
     metrics: &Arc<Metrics>,
-) -> anyhow::Result<Arc<LiveAdapter>> {
+) -> Result<Arc<LiveAdapter>, StartError> {
     let max_age =
         args.metrics_max_age.unwrap_or(args.metrics_relist_interval).max(args.metrics_relist_interval);
     let adapter = LiveAdapter::start(path, loaded, prometheus, max_age).await;
@@ -492,23 +566,25 @@ async fn start_adapter(
     for metric in &current.external {
         let declared = snapshot.file.declares.external_metrics;
         if declared && crate::metrics::external::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
-            anyhow::bail!(
-                "external metric {:?} is declared twice: by --config (externalMetrics) and by --adapter-config {} ({}); rename one",
-                metric.name,
-                path.display(),
-                current.config.external_rules.get(metric.rule).map(|r| r.field()).unwrap_or_default()
-            );
+            return Err(StartError::DeclaredTwice {
+                api: "external",
+                name: metric.name.clone(),
+                section: "externalMetrics",
+                path: path.to_path_buf(),
+                rule: current.config.external_rules.get(metric.rule).map(|r| r.field()).unwrap_or_default(),
+            });
         }
     }
     for metric in &current.custom {
         let declared = snapshot.file.declares.custom_metrics;
         if declared && crate::metrics::custom::metrics_of(&snapshot).iter().any(|m| m.name == metric.name) {
-            anyhow::bail!(
-                "custom metric {:?} is declared twice: by --config (customMetrics) and by --adapter-config {} ({}); rename one",
-                metric.name,
-                path.display(),
-                current.config.rules.get(metric.rule).map(|r| r.field()).unwrap_or_default()
-            );
+            return Err(StartError::DeclaredTwice {
+                api: "custom",
+                name: metric.name.clone(),
+                section: "customMetrics",
+                path: path.to_path_buf(),
+                rule: current.config.rules.get(metric.rule).map(|r| r.field()).unwrap_or_default(),
+            });
         }
     }
     let file = apiserver::telemetry::ADAPTER_CONFIG_FILE;

@@ -17,7 +17,7 @@ use super::{
     AdapterConfig, AdapterError, CustomMetric, ExternalMetric, Series, custom_metrics, external_metrics,
 };
 use crate::sources::PromSource;
-use crate::sources::resources::{ResourceQuery, ResourceQueryPlan};
+use crate::sources::resources::{ResourceQuery, ResourceQueryError, ResourceQueryPlan};
 
 /// What the adapter configuration serves right now.
 #[derive(Debug)]
@@ -265,7 +265,7 @@ impl ResourceQueryPlan for AdapterResourceQueries {
         self.adapter.generation() + self.fallback.generation()
     }
 
-    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, ResourceQueryError> {
         let Some((config, window)) = self.rules() else { return self.fallback.pods(namespace) };
         let Some(rules) = &config.resource_rules else { return self.fallback.pods(namespace) };
         let pods = k8s_wire::GroupResource::new("", "pods");
@@ -285,7 +285,7 @@ impl ResourceQueryPlan for AdapterResourceQueries {
         })
     }
 
-    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String> {
+    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError> {
         let Some((config, window)) = self.rules() else { return self.fallback.nodes(nodes) };
         let Some(rules) = &config.resource_rules else { return self.fallback.nodes(nodes) };
         let node = k8s_wire::GroupResource::new("", "nodes");

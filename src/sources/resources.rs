@@ -232,15 +232,34 @@ pub struct ResourceQuery {
     pub container_label: String,
 }
 
+/// Why the resource queries could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceQueryError {
+    /// A `resourceQueries:` template does not render for the scope asked for.
+    #[error(transparent)]
+    Template(#[from] super::prometheus::Error),
+    /// An adapter configuration's `resourceRules` do not give a query; the message names the
+    /// rule.
+    #[error("{0}")]
+    Rule(String),
+}
+
+/// The adapter's rule errors are worded (and name their field) where the rules live.
+impl From<String> for ResourceQueryError {
+    fn from(message: String) -> Self {
+        Self::Rule(message)
+    }
+}
+
 /// Where `--resource-source=prometheus` takes its queries from: the `resourceQueries:` of
 /// `--config` ([`ConfigQueries`]), or an adapter configuration's `resourceRules`.
 pub trait ResourceQueryPlan: Send + Sync {
     /// Changes whenever the queries may have.
     fn generation(&self) -> u64;
     /// The queries of the pods of `namespace` (never reading another namespace).
-    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String>;
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, ResourceQueryError>;
     /// The queries of `nodes`.
-    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, String>;
+    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError>;
 }
 
 /// The `resourceQueries:` of `--config`.
@@ -251,14 +270,12 @@ impl ResourceQueryPlan for ConfigQueries {
         self.0.current().generation
     }
 
-    fn pods(&self, namespace: &str) -> Result<ResourceQuery, String> {
+    fn pods(&self, namespace: &str) -> Result<ResourceQuery, ResourceQueryError> {
         let snapshot = self.0.current();
         let queries = &snapshot.file.resource_queries;
         let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
-        let scope = [Matcher::eq("namespace", namespace).map_err(|e| e.to_string())?];
-        let render = |q: &Option<String>| {
-            render(q.as_deref().unwrap_or_default(), &scope, window).map_err(|e| e.to_string())
-        };
+        let scope = [Matcher::eq("namespace", namespace)?];
+        let render = |q: &Option<String>| render(q.as_deref().unwrap_or_default(), &scope, window);
         Ok(ResourceQuery {
             cpu: render(&queries.container_cpu)?,
             memory: render(&queries.container_memory)?,
@@ -268,13 +285,11 @@ impl ResourceQueryPlan for ConfigQueries {
         })
     }
 
-    fn nodes(&self, _nodes: &[&str]) -> Result<ResourceQuery, String> {
+    fn nodes(&self, _nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError> {
         let snapshot = self.0.current();
         let queries = &snapshot.file.resource_queries;
         let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
-        let render = |q: &Option<String>| {
-            render(q.as_deref().unwrap_or_default(), &[], window).map_err(|e| e.to_string())
-        };
+        let render = |q: &Option<String>| render(q.as_deref().unwrap_or_default(), &[], window);
         Ok(ResourceQuery {
             cpu: render(&queries.node_cpu)?,
             memory: render(&queries.node_memory)?,
@@ -352,7 +367,7 @@ impl PromUsage {
     async fn scope(&self, namespace: Arc<str>) -> ScopeResult {
         let generation = self.plan.generation();
         let compute = async {
-            let query = self.plan.pods(&namespace).map_err(PromError::Query)?;
+            let query = self.plan.pods(&namespace).map_err(|e| PromError::Query(e.to_string()))?;
             let (pod_label, container_label) = (query.object_label.clone(), query.container_label.clone());
             // Scoped to the namespace: every result belongs to it, whether or not the query
             // keeps the label (one that names another namespace is not this one's).
@@ -381,7 +396,7 @@ impl PromUsage {
         let generation = self.plan.generation();
         let compute = async {
             let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-            let query = self.plan.nodes(&names).map_err(PromError::Query)?;
+            let query = self.plan.nodes(&names).map_err(|e| PromError::Query(e.to_string()))?;
             let node_label = query.object_label.clone();
             let key = |s: &PromSample| Some((s.labels.get(&node_label)?.clone(), Arc::<str>::from("")));
             let table = self.run_pair(query, key).await?;

@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Api;
-use kube::core::{Selector, SelectorExt};
+use kube::core::{ParseExpressionError, Selector, SelectorExt};
 
 use super::Labels;
 use apiserver::cache::{CacheSettings, TtlCache};
@@ -97,8 +97,8 @@ impl PodSelection {
         }
     }
 
-    fn of_label_selector(selector: LabelSelector) -> Result<Self, String> {
-        Selector::try_from(selector).map(Self::Matching).map_err(|e| e.to_string())
+    fn of_label_selector(selector: LabelSelector) -> Result<Self, ParseExpressionError> {
+        Selector::try_from(selector).map(Self::Matching)
     }
 
     fn of_map(selector: Option<BTreeMap<String, String>>) -> Self {
@@ -216,7 +216,7 @@ impl KubeWorkloads {
                 resource: workload.resource(),
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
-                reason,
+                reason: reason.to_string(),
             }),
         }
     }
@@ -229,7 +229,7 @@ async fn selector_of<K>(
     namespace: &str,
     name: &str,
     selector: fn(K) -> Option<LabelSelector>,
-) -> Result<Option<Result<PodSelection, String>>, kube::Error>
+) -> Result<Option<Result<PodSelection, ParseExpressionError>>, kube::Error>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

@@ -77,12 +77,22 @@ pub fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
     }
 }
 
+/// Why a duration flag's value was refused (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationFlagError {
+    /// Not a Go duration.
+    #[error(transparent)]
+    Invalid(#[from] duration::DurationError),
+    /// Zero.
+    #[error("must be greater than 0")]
+    NotPositive,
+}
+
 /// A duration flag that must be greater than zero.
-pub fn parse_positive_duration(text: &str) -> std::result::Result<Duration, String> {
-    match duration::parse(text) {
-        Ok(d) if d.is_zero() => Err("must be greater than 0".to_owned()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
+pub fn parse_positive_duration(text: &str) -> std::result::Result<Duration, DurationFlagError> {
+    match duration::parse(text)? {
+        d if d.is_zero() => Err(DurationFlagError::NotPositive),
+        d => Ok(d),
     }
 }
 

@@ -237,16 +237,25 @@ impl UpstreamObserver for Metrics {
 }
 
 /// Initialises logging: JSON lines on stderr; `verbosity` maps Kubernetes `-v` levels onto
-/// tracing levels (0 warn, 1-2 info, 3-4 debug, 5+ trace). `RUST_LOG` overrides it.
-pub fn init_logging(verbosity: u8) {
+/// tracing levels (0 warn, 1-2 info, 3-4 debug, 5+ trace) for the server's own crates (`own`,
+/// plus this crate and `k8s_wire`); other dependencies log warnings and errors only, unless
+/// tracing. `RUST_LOG` overrides it.
+pub fn init_logging(verbosity: u8, own: &[&str]) {
     let level = match verbosity {
         0 => "warn",
         1 | 2 => "info",
         3 | 4 => "debug",
         _ => "trace",
     };
-    // Our own crate at the chosen level; dependencies one notch quieter unless tracing.
-    let default = if verbosity >= 5 { level.to_string() } else { format!("warn,percolator={level}") };
+    let default = if verbosity >= 5 {
+        level.to_string()
+    } else {
+        let crates = own.iter().copied().chain(["apiserver", "k8s_wire"]);
+        std::iter::once("warn".to_owned())
+            .chain(crates.map(|c| format!("{c}={level}")))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()

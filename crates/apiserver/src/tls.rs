@@ -651,10 +651,10 @@ impl WatchedRootsVerifier {
     /// Verifies against `file`'s current bundle with the algorithms of `provider`.
     pub fn new(file: Arc<WatchedCaFile>, provider: &Arc<CryptoProvider>) -> Result<Self> {
         let certs = file.current();
-        let verifier = build_server_verifier(&certs, provider).map_err(|message| TlsError::Pem {
+        let verifier = build_server_verifier(&certs, provider).map_err(|e| TlsError::Pem {
             flag: file.flag,
             path: file.path.clone(),
-            message,
+            message: e.to_string(),
         })?;
         Ok(Self {
             algorithms: provider.signature_verification_algorithms,
@@ -673,7 +673,8 @@ impl WatchedRootsVerifier {
                 return Ok(Arc::clone(&built.1));
             }
         }
-        let verifier = build_server_verifier(&certs, &self.provider).map_err(rustls::Error::General)?;
+        let verifier = build_server_verifier(&certs, &self.provider)
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
         *self.built.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (certs, Arc::clone(&verifier));
         Ok(verifier)
@@ -683,14 +684,19 @@ impl WatchedRootsVerifier {
 fn build_server_verifier(
     certs: &CaCerts,
     provider: &Arc<CryptoProvider>,
-) -> std::result::Result<Arc<rustls::client::WebPkiServerVerifier>, String> {
+) -> std::result::Result<Arc<rustls::client::WebPkiServerVerifier>, BuildVerifierError> {
     rustls::client::WebPkiServerVerifier::builder_with_provider(
         Arc::clone(&certs.roots),
         Arc::clone(provider),
     )
     .build()
-    .map_err(|e| format!("building the certificate verifier: {e}"))
+    .map_err(BuildVerifierError)
 }
+
+/// A server certificate verifier that could not be built from a CA bundle.
+#[derive(Debug, thiserror::Error)]
+#[error("building the certificate verifier: {0}")]
+struct BuildVerifierError(rustls::client::VerifierBuilderError);
 
 impl ServerCertVerifier for WatchedRootsVerifier {
     fn verify_server_cert(

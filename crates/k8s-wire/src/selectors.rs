@@ -22,12 +22,86 @@ use super::validation::{is_qualified_name, is_valid_label_value};
 /// A selector that does not parse or names something unsupported; its message is the
 /// apimachinery wording and becomes a 400 `BadRequest`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SelectorError(pub String);
+pub enum SelectorError {
+    /// A label selector requirement that does not parse or whose key or values are invalid.
+    #[error("unable to parse requirement: {0}")]
+    Requirement(RequirementError),
+    /// A label selector token where another was expected, between requirements.
+    #[error(transparent)]
+    Syntax(UnexpectedToken),
+    /// A field selector term without an operator.
+    #[error("invalid selector: '{input}'; can't understand '{term}'")]
+    Term {
+        /// The whole selector.
+        input: String,
+        /// The term.
+        term: String,
+    },
+    /// A field selector on a field other than `metadata.name` and `metadata.namespace`.
+    #[error("field label not supported: {0}")]
+    UnsupportedField(String),
+    /// A backslash in a field selector value followed by something other than `\`, `,` or
+    /// `=` (`None`: by nothing).
+    #[error(
+        "invalid field selector: invalid escape sequence: \\{}",
+        .0.map(String::from).unwrap_or_default()
+    )]
+    InvalidEscape(Option<char>),
+    /// A bare `,` or `=` in a field selector value (the message gives its code point).
+    #[error("invalid field selector: unescaped character in value: {}", u32::from(*.0))]
+    UnescapedCharacter(char),
+}
+
+/// A label selector requirement that does not parse (`labels.Parse`'s wording).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequirementError {
+    /// A token where another was expected.
+    #[error(transparent)]
+    Syntax(UnexpectedToken),
+    /// `in` or `notin` not followed by `(` (apimachinery's wording has no comma here).
+    #[error("found '{0}' expected: '('")]
+    NoOpenParenthesis(String),
+    /// The key or values do not validate (`NewRequirement`); several are listed in brackets,
+    /// as `errors.NewAggregate` does.
+    #[error("{}", aggregate(.0))]
+    Invalid(Vec<InvalidValue>),
+}
+
+/// A token of a label selector where another was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("found '{found}', expected: {expected}")]
+pub struct UnexpectedToken {
+    /// The literal found.
+    pub found: String,
+    /// What the grammar allows there.
+    pub expected: &'static str,
+}
+
+/// `field.Invalid(path, value, detail)`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: Invalid value: {}: {detail}", super::status::go_quote(.value))]
+pub struct InvalidValue {
+    /// The field path (`<nil>` for a key, `values[0][app]` for a value).
+    pub path: String,
+    /// The value.
+    pub value: String,
+    /// Why (the validation messages joined with `; `).
+    pub detail: String,
+}
+
+fn unexpected(found: String, expected: &'static str) -> UnexpectedToken {
+    UnexpectedToken { found, expected }
+}
+
+impl From<UnexpectedToken> for RequirementError {
+    fn from(e: UnexpectedToken) -> Self {
+        Self::Syntax(e)
+    }
+}
 
 impl From<SelectorError> for ApiError {
     fn from(e: SelectorError) -> Self {
-        ApiError::BadRequest(e.0)
+        ApiError::BadRequest(e.to_string())
     }
 }
 
@@ -252,9 +326,7 @@ impl Parser {
             let (tok, lit) = self.lookahead(Ctx::Values);
             match tok {
                 Tok::Identifier | Tok::DoesNotExist => {
-                    let r = self
-                        .parse_requirement()
-                        .map_err(|e| SelectorError(format!("unable to parse requirement: {e}")))?;
+                    let r = self.parse_requirement().map_err(SelectorError::Requirement)?;
                     requirements.push(r);
                     let (t, l) = self.consume(Ctx::Values);
                     match t {
@@ -262,29 +334,23 @@ impl Parser {
                         Tok::Comma => {
                             let (t2, l2) = self.lookahead(Ctx::Values);
                             if t2 != Tok::Identifier && t2 != Tok::DoesNotExist {
-                                return Err(SelectorError(format!(
-                                    "found '{l2}', expected: identifier after ','"
-                                )));
+                                return Err(SelectorError::Syntax(unexpected(l2, "identifier after ','")));
                             }
                         }
                         _ => {
-                            return Err(SelectorError(format!(
-                                "found '{l}', expected: ',' or 'end of string'"
-                            )));
+                            return Err(SelectorError::Syntax(unexpected(l, "',' or 'end of string'")));
                         }
                     }
                 }
                 Tok::EndOfString => return Ok(requirements),
                 _ => {
-                    return Err(SelectorError(format!(
-                        "found '{lit}', expected: !, identifier, or 'end of string'"
-                    )));
+                    return Err(SelectorError::Syntax(unexpected(lit, "!, identifier, or 'end of string'")));
                 }
             }
         }
     }
 
-    fn parse_requirement(&mut self) -> Result<Requirement, String> {
+    fn parse_requirement(&mut self) -> Result<Requirement, RequirementError> {
         let (key, op) = self.parse_key_and_infer_operator()?;
         let (op, values) = match op {
             Some(op) => (op, BTreeSet::new()),
@@ -300,7 +366,7 @@ impl Parser {
         new_requirement(key, op, values)
     }
 
-    fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<Op>), String> {
+    fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<Op>), RequirementError> {
         let mut op = None;
         let (mut tok, mut lit) = self.consume(Ctx::Values);
         if tok == Tok::DoesNotExist {
@@ -308,11 +374,11 @@ impl Parser {
             (tok, lit) = self.consume(Ctx::Values);
         }
         if tok != Tok::Identifier {
-            return Err(format!("found '{lit}', expected: identifier"));
+            return Err(unexpected(lit, "identifier").into());
         }
         let errs = is_qualified_name(&lit);
         if !errs.is_empty() {
-            return Err(invalid("<nil>", &lit, &errs.join("; ")));
+            return Err(RequirementError::Invalid(vec![invalid("<nil>", &lit, &errs.join("; "))]));
         }
         let (next, _) = self.lookahead(Ctx::Values);
         if (next == Tok::EndOfString || next == Tok::Comma) && op.is_none() {
@@ -321,7 +387,7 @@ impl Parser {
         Ok((lit, op))
     }
 
-    fn parse_operator(&mut self) -> Result<Op, String> {
+    fn parse_operator(&mut self) -> Result<Op, UnexpectedToken> {
         let (tok, lit) = self.consume(Ctx::KeyAndOperator);
         Ok(match tok {
             Tok::In => Op::In,
@@ -331,15 +397,15 @@ impl Parser {
             Tok::NotIn => Op::NotIn,
             Tok::NotEquals => Op::NotEquals,
             _ => {
-                return Err(format!("found '{lit}', expected: in, notin, =, ==, !=, gt, lt"));
+                return Err(unexpected(lit, "in, notin, =, ==, !=, gt, lt"));
             }
         })
     }
 
-    fn parse_values(&mut self) -> Result<BTreeSet<String>, String> {
+    fn parse_values(&mut self) -> Result<BTreeSet<String>, RequirementError> {
         let (tok, lit) = self.consume(Ctx::Values);
         if tok != Tok::OpenPar {
-            return Err(format!("found '{lit}' expected: '('"));
+            return Err(RequirementError::NoOpenParenthesis(lit));
         }
         let (tok, lit) = self.lookahead(Ctx::Values);
         match tok {
@@ -347,7 +413,7 @@ impl Parser {
                 let values = self.parse_identifiers_list()?;
                 let (tok, _) = self.consume(Ctx::Values);
                 if tok != Tok::ClosedPar {
-                    return Err(format!("found '{lit}', expected: ')'"));
+                    return Err(unexpected(lit, "')'").into());
                 }
                 Ok(values)
             }
@@ -355,11 +421,11 @@ impl Parser {
                 self.consume(Ctx::Values);
                 Ok(BTreeSet::from([String::new()]))
             }
-            _ => Err(format!("found '{lit}', expected: ',', ')' or identifier")),
+            _ => Err(unexpected(lit, "',', ')' or identifier").into()),
         }
     }
 
-    fn parse_identifiers_list(&mut self) -> Result<BTreeSet<String>, String> {
+    fn parse_identifiers_list(&mut self) -> Result<BTreeSet<String>, UnexpectedToken> {
         let mut values = BTreeSet::new();
         loop {
             let (tok, lit) = self.consume(Ctx::Values);
@@ -370,7 +436,7 @@ impl Parser {
                     match tok2 {
                         Tok::Comma => continue,
                         Tok::ClosedPar => return Ok(values),
-                        _ => return Err(format!("found '{lit2}', expected: ',' or ')'")),
+                        _ => return Err(unexpected(lit2, "',' or ')'")),
                     }
                 }
                 Tok::Comma => {
@@ -388,22 +454,18 @@ impl Parser {
                         values.insert(String::new());
                     }
                 }
-                _ => return Err(format!("found '{lit}', expected: ',', or identifier")),
+                _ => return Err(unexpected(lit, "',', or identifier")),
             }
         }
     }
 
-    fn parse_exact_value(&mut self) -> Result<BTreeSet<String>, String> {
+    fn parse_exact_value(&mut self) -> Result<BTreeSet<String>, UnexpectedToken> {
         let (tok, _) = self.lookahead(Ctx::Values);
         if tok == Tok::EndOfString || tok == Tok::Comma {
             return Ok(BTreeSet::from([String::new()]));
         }
         let (tok, lit) = self.consume(Ctx::Values);
-        if tok == Tok::Identifier {
-            Ok(BTreeSet::from([lit]))
-        } else {
-            Err(format!("found '{lit}', expected: identifier"))
-        }
+        if tok == Tok::Identifier { Ok(BTreeSet::from([lit])) } else { Err(unexpected(lit, "identifier")) }
     }
 }
 
@@ -414,15 +476,15 @@ fn map_ctx(tok: Tok, ctx: Ctx) -> Tok {
     }
 }
 
-/// `field.Invalid(path, value, detail).Error()`.
-fn invalid(path: &str, value: &str, detail: &str) -> String {
-    format!("{path}: Invalid value: {}: {detail}", super::status::go_quote(value))
+/// `field.Invalid(path, value, detail)`.
+fn invalid(path: &str, value: &str, detail: &str) -> InvalidValue {
+    InvalidValue { path: path.to_owned(), value: value.to_owned(), detail: detail.to_owned() }
 }
 
 /// `errors.NewAggregate(errs).Error()`: one message as is, several deduplicated in brackets.
-fn aggregate(errs: Vec<String>) -> String {
+fn aggregate(errs: &[InvalidValue]) -> String {
     let mut seen: Vec<String> = Vec::new();
-    for e in errs {
+    for e in errs.iter().map(ToString::to_string) {
         if !seen.contains(&e) {
             seen.push(e);
         }
@@ -431,7 +493,7 @@ fn aggregate(errs: Vec<String>) -> String {
 }
 
 /// `labels.NewRequirement`'s value validation, then conversion to our requirement type.
-fn new_requirement(key: String, op: Op, values: BTreeSet<String>) -> Result<Requirement, String> {
+fn new_requirement(key: String, op: Op, values: BTreeSet<String>) -> Result<Requirement, RequirementError> {
     let mut errs = Vec::new();
     let mut bound = None;
     if matches!(op, Op::GreaterThan | Op::LessThan) {
@@ -454,7 +516,7 @@ fn new_requirement(key: String, op: Op, values: BTreeSet<String>) -> Result<Requ
         }
     }
     if !errs.is_empty() {
-        return Err(aggregate(errs));
+        return Err(RequirementError::Invalid(errs));
     }
     let single = || values.iter().next().cloned().unwrap_or_default();
     Ok(match op {
@@ -500,7 +562,7 @@ impl FieldSelector {
         let mut terms = Vec::new();
         for part in parts.into_iter().filter(|p| !p.is_empty()) {
             let Some((lhs, op, rhs)) = split_term(part) else {
-                return Err(SelectorError(format!("invalid selector: '{input}'; can't understand '{part}'")));
+                return Err(SelectorError::Term { input: input.to_owned(), term: part.to_owned() });
             };
             terms.push(FieldTerm { field: lhs.to_owned(), equal: op != "!=", value: unescape_value(rhs)? });
         }
@@ -512,7 +574,7 @@ impl FieldSelector {
     pub fn parse_supported(input: &str) -> Result<Self, SelectorError> {
         let selector = Self::parse(input)?;
         if let Some(t) = selector.terms.iter().find(|t| t.field != FIELD_NAME && t.field != FIELD_NAMESPACE) {
-            return Err(SelectorError(format!("field label not supported: {}", t.field)));
+            return Err(SelectorError::UnsupportedField(t.field.clone()));
         }
         Ok(selector)
     }
@@ -590,9 +652,7 @@ fn unescape_value(s: &str) -> Result<String, SelectorError> {
             match c {
                 '\\' | ',' | '=' => out.push(c),
                 _ => {
-                    return Err(SelectorError(format!(
-                        "invalid field selector: invalid escape sequence: \\{c}"
-                    )));
+                    return Err(SelectorError::InvalidEscape(Some(c)));
                 }
             }
             in_slash = false;
@@ -601,16 +661,13 @@ fn unescape_value(s: &str) -> Result<String, SelectorError> {
         match c {
             '\\' => in_slash = true,
             ',' | '=' => {
-                return Err(SelectorError(format!(
-                    "invalid field selector: unescaped character in value: {}",
-                    c as u32
-                )));
+                return Err(SelectorError::UnescapedCharacter(c));
             }
             _ => out.push(c),
         }
     }
     if in_slash {
-        return Err(SelectorError("invalid field selector: invalid escape sequence: \\".to_owned()));
+        return Err(SelectorError::InvalidEscape(None));
     }
     Ok(out)
 }
@@ -628,7 +685,7 @@ mod tests {
     }
 
     fn err(s: &str) -> String {
-        LabelSelector::parse(s).unwrap_err().0
+        LabelSelector::parse(s).unwrap_err().to_string()
     }
 
     /// Asserts that every selector of `selecting` selects `l` and that none of `others` does.
@@ -854,7 +911,11 @@ mod tests {
             ("metadata.name=a\\", "invalid field selector: invalid escape sequence: \\"),
             ("metadata.name<a", "invalid selector: 'metadata.name<a'; can't understand 'metadata.name<a'"),
         ] {
-            assert_eq!(FieldSelector::parse_supported(selector).unwrap_err().0, message, "{selector:?}");
+            assert_eq!(
+                FieldSelector::parse_supported(selector).unwrap_err().to_string(),
+                message,
+                "{selector:?}"
+            );
         }
     }
 

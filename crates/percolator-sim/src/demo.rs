@@ -128,6 +128,8 @@ pub fn init_logging(dir: &Path, verbosity: u8) -> anyhow::Result<()> {
     let percolator = Targets::new()
         .with_default(LevelFilter::WARN)
         .with_target("percolator", level)
+        .with_target("apiserver", level)
+        .with_target("k8s_wire", level)
         .with_target("percolator_sim", LevelFilter::OFF);
     let sim = Targets::new().with_default(LevelFilter::OFF).with_target("percolator_sim", level);
     tracing_subscriber::registry()

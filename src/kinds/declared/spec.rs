@@ -180,29 +180,36 @@ impl Claimed {
     }
 
     /// Why `kind` cannot be declared, if it cannot.
-    fn check_kind(&self, kind: &str) -> Result<(), String> {
-        let quoted = go_quote(kind);
+    fn check_kind(&self, kind: &str) -> Result<(), NameError> {
         if kind.is_empty() {
-            return Err("must not be empty".to_owned());
+            return Err(NameError::Empty);
         }
         let mut bytes = kind.bytes();
         let camel =
             bytes.next().is_some_and(|b| b.is_ascii_uppercase()) && bytes.all(|b| b.is_ascii_alphanumeric());
         if !camel {
-            return Err(format!("{quoted} is not UpperCamelCase ([A-Z][A-Za-z0-9]*)"));
+            return Err(NameError::NotUpperCamelCase(kind.to_owned()));
         }
         if kind.len() > MAX_KIND_LEN {
-            return Err(format!("{quoted} is longer than {MAX_KIND_LEN} characters"));
+            return Err(NameError::TooLong(kind.to_owned()));
         }
         for other in &self.kinds {
             if other.kind == kind {
-                return Err(format!("{quoted} is already {}", other.owner()));
+                return Err(NameError::KindTaken { kind: kind.to_owned(), owner: other.owner() });
             }
             if format!("{}List", other.kind) == kind {
-                return Err(format!("{quoted} is the list kind of {}, {}", other.kind, other.owner()));
+                return Err(NameError::ListKindOf {
+                    kind: kind.to_owned(),
+                    other: other.kind.clone(),
+                    owner: other.owner(),
+                });
             }
             if format!("{kind}List") == other.kind {
-                return Err(format!("{quoted} would list as {}, already {}", other.kind, other.owner()));
+                return Err(NameError::WouldListAs {
+                    kind: kind.to_owned(),
+                    other: other.kind.clone(),
+                    owner: other.owner(),
+                });
             }
         }
         Ok(())
@@ -210,39 +217,80 @@ impl Claimed {
 
     /// Claims `name` as the `role` of the kind `of`, unless another kind (or this one, in
     /// another role) already has it.
-    fn claim(&mut self, name: &str, role: &'static str, of: &str) -> Result<(), String> {
+    fn claim(&mut self, name: &str, role: &'static str, of: &str) -> Result<(), NameError> {
         if let Some(taken) = self.names.iter().find(|n| n.name == name) {
-            return Err(format!("{} is already the {} of {}", go_quote(name), taken.role, taken.of));
+            return Err(NameError::NameTaken {
+                name: name.to_owned(),
+                role: taken.role,
+                of: taken.of.clone(),
+            });
         }
         self.names.push(ResourceName { name: name.to_owned(), role, of: of.to_owned() });
         Ok(())
     }
 }
 
+/// Why a declared kind's name, one of its resource names or a label is refused: the message
+/// of the field's [`Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NameError {
+    /// An empty kind.
+    #[error("must not be empty")]
+    Empty,
+    /// A kind that is not `[A-Z][A-Za-z0-9]*`.
+    #[error("{} is not UpperCamelCase ([A-Z][A-Za-z0-9]*)", go_quote(.0))]
+    NotUpperCamelCase(String),
+    /// A kind longer than [`MAX_KIND_LEN`].
+    #[error("{} is longer than {MAX_KIND_LEN} characters", go_quote(.0))]
+    TooLong(String),
+    /// A kind another kind has.
+    #[error("{} is already {owner}", go_quote(.kind))]
+    KindTaken { kind: String, owner: String },
+    /// The list kind of another kind.
+    #[error("{} is the list kind of {other}, {owner}", go_quote(.kind))]
+    ListKindOf { kind: String, other: String, owner: String },
+    /// A kind whose list kind another kind has.
+    #[error("{} would list as {other}, already {owner}", go_quote(.kind))]
+    WouldListAs { kind: String, other: String, owner: String },
+    /// A resource name (plural, singular, short name) another kind has, or this one in
+    /// another role.
+    #[error("{} is already the {role} of {of}", go_quote(.name))]
+    NameTaken { name: String, role: &'static str, of: String },
+    /// Not a DNS-1123 label.
+    #[error("{} is not a valid {what}: {}", go_quote(.value), .errors.join("; "))]
+    DnsLabel { value: String, what: &'static str, errors: Vec<String> },
+    /// Not a Kubernetes label key.
+    #[error("{} is not a valid Kubernetes label key: {}", go_quote(.value), .errors.join("; "))]
+    LabelKey { value: String, errors: Vec<String> },
+    /// Not a Prometheus label name.
+    #[error("{} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)", go_quote(.0))]
+    PrometheusLabel(String),
+}
+
 /// `value` as a DNS-1123 label, the `what` of a kind.
-fn check_dns_label(value: &str, what: &str) -> Result<(), String> {
+fn check_dns_label(value: &str, what: &'static str) -> Result<(), NameError> {
     let errors = is_dns1123_label(value);
     if errors.is_empty() {
         return Ok(());
     }
-    Err(format!("{} is not a valid {what}: {}", go_quote(value), errors.join("; ")))
+    Err(NameError::DnsLabel { value: value.to_owned(), what, errors })
 }
 
 /// `value` as a Kubernetes label key.
-fn check_label_key(value: &str) -> Result<(), String> {
+fn check_label_key(value: &str) -> Result<(), NameError> {
     let errors = is_qualified_name(value);
     if errors.is_empty() {
         return Ok(());
     }
-    Err(format!("{} is not a valid Kubernetes label key: {}", go_quote(value), errors.join("; ")))
+    Err(NameError::LabelKey { value: value.to_owned(), errors })
 }
 
 /// `value` as a Prometheus label name.
-fn check_prometheus_label(value: &str) -> Result<(), String> {
+fn check_prometheus_label(value: &str) -> Result<(), NameError> {
     if is_valid_label_name(value) {
         return Ok(());
     }
-    Err(format!("{} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)", go_quote(value)))
+    Err(NameError::PrometheusLabel(value.to_owned()))
 }
 
 /// Checks the `kinds:` list of `file` against itself and the built-in kinds, and fills the
@@ -260,12 +308,12 @@ pub fn check_declared(file: &mut QueryFile, builtin: &[&Builtin]) -> Result<(), 
 /// Checks one declared kind (the one at `index`) and fills its defaults in.
 fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claimed) -> Result<(), Invalid> {
     let kind = config.kind.clone();
-    claimed.check_kind(&kind).map_err(|message| Invalid::new(format!("kinds[{index}].kind"), message))?;
+    claimed.check_kind(&kind).map_err(|e| Invalid::new(format!("kinds[{index}].kind"), e.to_string()))?;
     claimed.kinds.push(KindName { kind: kind.clone(), declared: Some(index) });
     let at = |field: &str| format!("kinds[{kind}].{field}");
     let invalid = |field: &str| {
         let path = at(field);
-        move |message: String| Invalid::new(path, message)
+        move |e: NameError| Invalid::new(path, e.to_string())
     };
 
     let plural = config.plural.get_or_insert_with(|| default_plural(&kind)).clone();

@@ -455,7 +455,7 @@ impl Inner {
         headers.insert(http::header::ACCEPT, http::HeaderValue::from_static("text/plain;version=0.0.4"));
         let mut token = None;
         if let Some(provider) = &self.token {
-            let value = provider.get().await.map_err(|reason| request_error(outcome::ERROR, reason))?;
+            let value = provider.get().await.map_err(|e| request_error(outcome::ERROR, e.to_string()))?;
             let mut header = http::HeaderValue::from_str(&format!("Bearer {value}")).map_err(|_| {
                 request_error(outcome::ERROR, "the bearer token is not a valid header value".to_owned())
             })?;
@@ -597,6 +597,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The bearer token file cannot be read and no token was read from it before.
+#[derive(Debug, thiserror::Error)]
+#[error("reading bearer token file {}: {error}", .path.display())]
+struct TokenFileError {
+    path: std::path::PathBuf,
+    error: std::io::Error,
+}
+
 /// Supplies the bearer token, re-reading a token file at most every [`TOKEN_REFRESH`].
 struct TokenProvider {
     source: BearerToken,
@@ -609,7 +617,7 @@ impl TokenProvider {
     }
 
     /// The current token; the error names the file, never the token.
-    async fn get(&self) -> Result<String, String> {
+    async fn get(&self) -> Result<String, TokenFileError> {
         let path = match &self.source {
             BearerToken::Static(token) => return Ok(token.clone()),
             BearerToken::File(path) => path,
@@ -629,7 +637,7 @@ impl TokenProvider {
             Err(e) => lock(&self.cached)
                 .as_ref()
                 .map(|(token, _)| token.clone())
-                .ok_or_else(|| format!("reading bearer token file {}: {e}", path.display())),
+                .ok_or_else(|| TokenFileError { path: path.clone(), error: e }),
         }
     }
 }

@@ -122,6 +122,32 @@ struct SecretFile {
     state: Mutex<SecretState>,
 }
 
+/// Why no credential can be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    /// The credential file is empty and no earlier value is known.
+    #[error("{flag} {} is empty", .path.display())]
+    Empty {
+        /// The flag naming the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The credential file cannot be read and no earlier value is known.
+    #[error("{flag} {}: {error}", .path.display())]
+    Unreadable {
+        /// The flag naming the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The credentials cannot be an HTTP header's value.
+    #[error("a credential file holds characters a header cannot carry")]
+    NotHeaderText,
+}
+
 #[derive(Default)]
 struct SecretState {
     /// The file's identity when last read: a change of any part re-reads it.
@@ -171,13 +197,13 @@ impl SecretFile {
     /// Reads the file once now, so a missing or empty file fails the start.
     fn load(path: &Path, flag: &'static str) -> Result<Self> {
         let file = Self { path: path.to_path_buf(), flag, state: Mutex::new(SecretState::default()) };
-        file.current().map_err(Error::Client)?;
+        file.current().map_err(|e| Error::Client(e.to_string()))?;
         Ok(file)
     }
 
     /// The value in force: re-read when the file changed. A file that cannot be read or is
     /// empty keeps the last good value (logged); without one it is an error naming the flag.
-    fn current(&self) -> std::result::Result<Arc<str>, String> {
+    fn current(&self) -> std::result::Result<Arc<str>, CredentialError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let stamp = FileStamp::of(&self.path);
         let fresh = state.read_at.is_some_and(|at| at.elapsed() < REREAD_AFTER);
@@ -193,7 +219,7 @@ impl SecretFile {
                 let value = text.trim();
                 if value.is_empty() {
                     state.stamp = Some(stamp);
-                    format!("{} {} is empty", self.flag, self.path.display())
+                    CredentialError::Empty { flag: self.flag, path: self.path.clone() }
                 } else {
                     if state.current.as_deref() != Some(value) {
                         if let Some(old) = state.current.take() {
@@ -206,13 +232,15 @@ impl SecretFile {
                     state.stamp = Some(stamp);
                     state.read_at = Some(std::time::Instant::now());
                     state.failure = None;
-                    return state.current.clone().ok_or_else(String::new);
+                    // Set just above.
+                    return Ok(state.current.clone().unwrap_or_else(|| Arc::from(value)));
                 }
             }
-            Err(error) => format!("{} {}: {error}", self.flag, self.path.display()),
+            Err(error) => CredentialError::Unreadable { flag: self.flag, path: self.path.clone(), error },
         };
         match state.current.clone() {
             Some(current) => {
+                let failure = failure.to_string();
                 if state.failure.as_deref() != Some(failure.as_str()) {
                     tracing::warn!(error = %failure, "keeping the last value read");
                     state.failure = Some(failure);
@@ -325,7 +353,7 @@ impl Connection {
 
     /// The `Authorization` header of the next request, from the credential files as they are
     /// now.
-    pub fn authorization(&self) -> std::result::Result<Option<HeaderValue>, String> {
+    pub fn authorization(&self) -> std::result::Result<Option<HeaderValue>, CredentialError> {
         let value = match &self.credentials {
             Credentials::None => return Ok(None),
             Credentials::Bearer(token) => format!("Bearer {}", token.current()?),
@@ -334,8 +362,7 @@ impl Connection {
                 format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
             }
         };
-        let mut value = HeaderValue::from_str(&value)
-            .map_err(|_| "a credential file holds characters a header cannot carry".to_owned())?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| CredentialError::NotHeaderText)?;
         value.set_sensitive(true);
         Ok(Some(value))
     }

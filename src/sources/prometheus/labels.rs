@@ -44,15 +44,32 @@ const SCALAR_FUNCTIONS: [&str; 3] = ["scalar", "time", "pi"];
 /// reports invalid PromQL at query time). Keywords are case-insensitive, as in PromQL.
 ///
 /// The error reads `drops the label "pod" (sum by (namespace) keeps only namespace)`.
-pub fn keeps_label(template: &str, label: &str) -> std::result::Result<(), String> {
-    let tokens = tokenize(template).map_err(|e| e.to_string())?;
+pub fn keeps_label(template: &str, label: &str) -> std::result::Result<(), LabelCheckError> {
+    let tokens = tokenize(template)?;
     let mut parser = LabelParser { template, tokens, pos: 0, label };
     let reason = match parser.expression(1) {
         Ok(_) if parser.pos < parser.tokens.len() => return Ok(()),
         Ok(Value::Vector(Ok(()))) | Err(Unparsed) => return Ok(()),
         Ok(Value::Vector(Err(reason)) | Value::Scalar(reason)) => reason,
     };
-    Err(format!("drops the label {} ({reason})", k8s_wire::status::go_quote(label)))
+    Err(LabelCheckError::Dropped { label: label.to_owned(), reason })
+}
+
+/// Why [`keeps_label`] rejected a template.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelCheckError {
+    /// The template does not tokenize.
+    #[error(transparent)]
+    Template(#[from] super::Error),
+    /// The result loses the label; `reason` names the operation (`sum by (namespace) keeps
+    /// only namespace`).
+    #[error("drops the label {} ({reason})", k8s_wire::status::go_quote(.label))]
+    Dropped {
+        /// The label.
+        label: String,
+        /// Which part of the expression drops it.
+        reason: String,
+    },
 }
 
 /// What an expression evaluates to, as far as one label is concerned.
@@ -667,7 +684,11 @@ mod tests {
             ("sum by (namespace, pod) (rate(a{SCOPE}[WINDOW])) # sum(x)\n", "pod", Ok(())),
         ];
         for (template, label, expected) in cases {
-            assert_eq!(&keeps_label(template, label), expected, "{template} keeps {label}?");
+            assert_eq!(
+                &keeps_label(template, label).map_err(|e| e.to_string()),
+                expected,
+                "{template} keeps {label}?"
+            );
         }
     }
 
@@ -677,7 +698,7 @@ mod tests {
             assert_eq!(keeps_label(template, "pod"), Ok(()), "{template}");
         }
         assert_eq!(
-            keeps_label("x{a=\"b}", "pod"),
+            keeps_label("x{a=\"b}", "pod").map_err(|e| e.to_string()),
             Err("PromQL template, at byte 4: unterminated string".to_owned())
         );
     }

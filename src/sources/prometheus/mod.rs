@@ -18,8 +18,8 @@ use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
 use connection::{BodyError, Connection};
-pub use connection::{ConnectionSettings, REDACTED};
-pub use labels::keeps_label;
+pub use connection::{ConnectionSettings, CredentialError, REDACTED};
+pub use labels::{LabelCheckError, keeps_label};
 
 /// Default of `--prometheus-max-response-bytes`: 128 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
@@ -148,7 +148,7 @@ impl PromClient {
 
     /// The `Authorization` header of the next request (credential files read as they are now).
     fn authorization(&self) -> Result<Option<http::HeaderValue>, (&'static str, PromError)> {
-        self.connection.authorization().map_err(|message| (outcome::ERROR, PromError::Unreachable(message)))
+        self.connection.authorization().map_err(|e| (outcome::ERROR, PromError::Unreachable(e.to_string())))
     }
 
     /// Reads an answer within the size limit and checks its envelope: the raw `data` of a

@@ -16,7 +16,7 @@ use moka::future::Cache;
 
 use super::review::TokenReviewer;
 use super::trust::{RequestHeaderConfig, TrustMaterial};
-use super::x509::{CaBundle, VerifiedChain};
+use super::x509::{CaBundle, CertificateError, VerifiedChain};
 use super::{PeerCertificates, UserInfo};
 
 /// `user.Anonymous`.
@@ -36,20 +36,45 @@ const DEFAULT_IDENTITY_HEADERS: &[&str] = &["x-remote-user", "x-remote-uid", "x-
 const DEFAULT_EXTRA_PREFIX: &str = "x-remote-extra-";
 
 /// Why a request could not be authenticated (logged at debug, never sent).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AuthnError {
     /// The front proxy certificate did not verify or its CN is not allowed.
     #[error("request-header: {0}")]
-    RequestHeader(String),
-    /// The client certificate did not verify against the client CA.
+    RequestHeader(RequestHeaderError),
+    /// The client certificate did not verify against the client CA or does not make a user.
     #[error("x509: {0}")]
-    X509(String),
+    X509(ClientCertificateError),
     /// The token was rejected or could not be reviewed.
     #[error("token: {0}")]
     Token(String),
     /// No authenticator accepted the request and anonymous access is off.
     #[error("no credentials and anonymous access is disabled")]
     NoCredentials,
+}
+
+/// Why the front proxy authenticator refused a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequestHeaderError {
+    /// The peer chain did not verify against the request-header CA.
+    #[error(transparent)]
+    Certificate(#[from] CertificateError),
+    /// The chain verified but its CN is not in `requestheader-allowed-names`.
+    #[error("x509: subject with cn={0} is not in the allowed list")]
+    NameNotAllowed(String),
+}
+
+/// Why the x509 authenticator refused a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientCertificateError {
+    /// The peer chain did not verify against the client CA.
+    #[error(transparent)]
+    Certificate(#[from] CertificateError),
+    /// The Kubernetes UID attribute is present but empty.
+    #[error("UID cannot be an empty string")]
+    EmptyUid,
+    /// The Kubernetes UID attribute is present more than once.
+    #[error("expected 1 UID, but found multiple: {0:?}")]
+    MultipleUids(Vec<String>),
 }
 
 /// The TokenReview authenticator with its cache (keyed by the SHA-256 of the token, both
@@ -166,12 +191,12 @@ fn request_header(
     config: &RequestHeaderConfig,
     peer: &PeerCertificates,
     headers: &HeaderMap,
-) -> Result<Option<UserInfo>, String> {
+) -> Result<Option<UserInfo>, RequestHeaderError> {
     let verified = peer.verify(&config.ca)?;
     if !config.allowed_names.is_empty() {
         let cn = &verified.subject.common_name;
         if !config.allowed_names.contains(cn) {
-            return Err(format!("x509: subject with cn={cn} is not in the allowed list"));
+            return Err(RequestHeaderError::NameNotAllowed(cn.clone()));
         }
     }
     let Some(name) = first_value(headers, &config.username_headers) else {
@@ -239,21 +264,24 @@ fn header_text(value: &http::HeaderValue) -> String {
 /// The x509 authenticator: the chain must verify against the client CA (clientAuth); user =
 /// CN (an empty CN is "not mine"), groups = O, UID from the Kubernetes UID attribute. The user
 /// (with `system:authenticated`) is built once per verified chain.
-fn client_certificate(ca: &CaBundle, peer: &PeerCertificates) -> Result<Option<Arc<UserInfo>>, String> {
+fn client_certificate(
+    ca: &CaBundle,
+    peer: &PeerCertificates,
+) -> Result<Option<Arc<UserInfo>>, ClientCertificateError> {
     let verified = peer.verify(ca)?;
     verified.x509_user.get_or_init(|| x509_user(&verified)).clone()
 }
 
-fn x509_user(verified: &VerifiedChain) -> Result<Option<Arc<UserInfo>>, String> {
+fn x509_user(verified: &VerifiedChain) -> Result<Option<Arc<UserInfo>>, ClientCertificateError> {
     let subject = &verified.subject;
     if subject.common_name.is_empty() {
         return Ok(None);
     }
     let uid = match subject.uids.as_slice() {
         [] => String::new(),
-        [uid] if uid.is_empty() => return Err("UID cannot be an empty string".to_owned()),
+        [uid] if uid.is_empty() => return Err(ClientCertificateError::EmptyUid),
         [uid] => uid.clone(),
-        many => return Err(format!("expected 1 UID, but found multiple: {many:?}")),
+        many => return Err(ClientCertificateError::MultipleUids(many.to_vec())),
     };
     let id: String = verified.leaf_sha256.iter().map(|b| format!("{b:02x}")).collect();
     Ok(Some(Arc::new(add_authenticated(UserInfo {

@@ -101,6 +101,17 @@ impl Expiry<Vec<u8>, Arc<SubjectAccessReviewStatus>> for ByOutcome {
     }
 }
 
+/// Why no decision could be made (the request is answered 500).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuthorizeError {
+    /// The SubjectAccessReview call failed.
+    #[error("SubjectAccessReview failed: {0}")]
+    Review(Arc<ReviewError>),
+    /// The webhook's answer is contradictory.
+    #[error("webhook subject access review returned both allow and deny response")]
+    AllowedAndDenied,
+}
+
 impl Authorizer {
     /// Builds the chain.
     pub fn new(
@@ -124,7 +135,7 @@ impl Authorizer {
         user: &UserInfo,
         info: &RequestInfo,
         path: &str,
-    ) -> Result<Decision, String> {
+    ) -> Result<Decision, AuthorizeError> {
         if user.groups.iter().any(|g| self.groups.contains(g)) {
             return Ok(Decision::Allow);
         }
@@ -138,18 +149,14 @@ impl Authorizer {
                     self.reviewer.review(spec_with(user, info, path, selectors.clone())).await.map(Arc::new)
                 })
                 .await
-                .map_err(|e: Arc<ReviewError>| format!("SubjectAccessReview failed: {e}"))?
+                .map_err(AuthorizeError::Review)?
         } else {
             let spec = spec_with(user, info, path, selectors);
-            Arc::new(
-                self.reviewer.review(spec).await.map_err(|e| format!("SubjectAccessReview failed: {e}"))?,
-            )
+            Arc::new(self.reviewer.review(spec).await.map_err(|e| AuthorizeError::Review(Arc::new(e)))?)
         };
         let reason = status.reason.clone().unwrap_or_default();
         match (status.allowed, status.denied == Some(true)) {
-            (true, true) => {
-                Err("webhook subject access review returned both allow and deny response".to_owned())
-            }
+            (true, true) => Err(AuthorizeError::AllowedAndDenied),
             (true, false) => Ok(Decision::Allow),
             (false, _) => Ok(Decision::Forbid(reason)),
         }

@@ -95,7 +95,7 @@ impl PeerCertificates {
     /// remembered for this connection and this bundle (by content) until the first
     /// certificate of the chain expires: a request on the same connection skips the
     /// signature checks, a changed bundle verifies again, an expired chain fails as before.
-    pub fn verify(&self, ca: &CaBundle) -> Result<Arc<x509::VerifiedChain>, String> {
+    pub fn verify(&self, ca: &CaBundle) -> Result<Arc<x509::VerifiedChain>, x509::CertificateError> {
         self.0.verify(ca)
     }
 }
@@ -126,10 +126,18 @@ pub enum AuthError {
     /// A CA file flag names a file that cannot be read or holds no usable certificate.
     #[error(transparent)]
     CaFile(#[from] crate::tls::TlsError),
-    /// The trust ConfigMap could not be read or is invalid (the message names it and the RBAC
-    /// needed).
-    #[error("{0}")]
-    Lookup(String),
+    /// The trust ConfigMap is invalid.
+    #[error("ConfigMap {}/{}: {}", trust::CONFIGMAP_NAMESPACE, trust::CONFIGMAP_NAME, .0)]
+    InvalidConfigMap(trust::ConfigMapError),
+    /// The trust ConfigMap could not be read (the message names the RBAC needed).
+    #[error(
+        "unable to read ConfigMap {}/{}: {}; {}",
+        trust::CONFIGMAP_NAMESPACE,
+        trust::CONFIGMAP_NAME,
+        .0,
+        trust::RBAC_HINT
+    )]
+    UnreadableConfigMap(kube::Error),
     /// The Kubernetes client could not be built.
     #[error("building the Kubernetes client for {what}: {message}")]
     Client {
@@ -301,7 +309,7 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
             tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
             return Err(forbidden(&user, info, &path, &reason));
         }
-        Err(detail) => return Err(ApiError::Internal(detail).into_response()),
+        Err(detail) => return Err(ApiError::Internal(detail.to_string()).into_response()),
     }
     request.extensions_mut().insert(user);
     Ok(())

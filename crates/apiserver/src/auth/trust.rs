@@ -23,7 +23,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::AuthError;
-use super::x509::CaBundle;
+use super::x509::{CaBundle, CaBundleError};
 use super::{AuthArgs, non_empty};
 use crate::tls::WatchedCaFile;
 
@@ -33,7 +33,7 @@ pub const CONFIGMAP_NAMESPACE: &str = "kube-system";
 pub const CONFIGMAP_NAME: &str = "extension-apiserver-authentication";
 
 /// What to do when reading the ConfigMap is refused (printed in the start error).
-const RBAC_HINT: &str = "the server's identity needs get, list and watch on it: bind the Role \
+pub(crate) const RBAC_HINT: &str = "the server's identity needs get, list and watch on it: bind the Role \
 kube-system/extension-apiserver-authentication-reader (e.g. 'kubectl create rolebinding -n kube-system \
 ROLEBINDING_NAME --role=extension-apiserver-authentication-reader --serviceaccount=YOUR_NS:YOUR_SA'), \
 or start with --authentication-tolerate-lookup-failure or --authentication-skip-lookup";
@@ -183,9 +183,7 @@ impl Trust {
 
         let api: Api<ConfigMap> = Api::namespaced(client, CONFIGMAP_NAMESPACE);
         let initial = match api.get_opt(CONFIGMAP_NAME).await {
-            Ok(Some(cm)) => trust
-                .apply(Some(&cm))
-                .map_err(|e| format!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}: {e}")),
+            Ok(Some(cm)) => trust.apply(Some(&cm)).map_err(AuthError::InvalidConfigMap),
             Ok(None) => {
                 tracing::warn!(
                     "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} not found: client certificates and the \
@@ -193,13 +191,11 @@ impl Trust {
                 );
                 Ok(())
             }
-            Err(error) => Err(format!(
-                "unable to read ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME}: {error}; {RBAC_HINT}"
-            )),
+            Err(error) => Err(AuthError::UnreadableConfigMap(error)),
         };
         if let Err(message) = initial {
             if !args.authentication_tolerate_lookup_failure {
-                return Err(AuthError::Lookup(message));
+                return Err(message);
             }
             tracing::error!(error = %message, "error looking up in-cluster authentication configuration");
             tracing::error!(
@@ -217,7 +213,7 @@ impl Trust {
 
     /// Folds the ConfigMap (or its absence) into the current material. On a parse error the
     /// current material stays.
-    pub(crate) fn apply(&self, cm: Option<&ConfigMap>) -> Result<(), String> {
+    pub(crate) fn apply(&self, cm: Option<&ConfigMap>) -> Result<(), ConfigMapError> {
         let from_cm = match cm.and_then(|cm| cm.data.as_ref()) {
             Some(data) => material_from_configmap(data)?,
             None => TrustMaterial::default(),
@@ -391,17 +387,40 @@ fn bundle_of(file: &WatchedCaFile) -> Result<CaBundle, AuthError> {
     let error =
         |message: String| AuthError::File { flag: file.flag(), path: file.path().to_path_buf(), message };
     CaBundle::from_der(file.current().certs.clone())
-        .map_err(error)?
+        .map_err(|e| error(e.to_string()))?
         .ok_or_else(|| error("no CERTIFICATE block found".to_owned()))
+}
+
+/// Why the ConfigMap's trust material was not taken (the current material stays).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigMapError {
+    /// A CA bundle key holds no usable bundle.
+    #[error("{key}: {error}")]
+    Bundle {
+        /// `client-ca-file` or `requestheader-client-ca-file`.
+        key: &'static str,
+        /// Why.
+        error: CaBundleError,
+    },
+    /// A header list or the allowed names are not a JSON array of strings.
+    #[error("{key}: not a JSON array of strings: {error}")]
+    NotStrings {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        error: serde_json::Error,
+    },
 }
 
 /// Reads the ConfigMap's data the way the generic server does: PEM bundles under
 /// `client-ca-file` and `requestheader-client-ca-file`, JSON string arrays for the header
 /// lists and allowed names (missing = empty). Request-header settings exist only with a
 /// request-header CA.
-pub fn material_from_configmap(data: &BTreeMap<String, String>) -> Result<TrustMaterial, String> {
-    let bundle = |key: &str| match data.get(key) {
-        Some(pem) => CaBundle::from_pem(pem.as_bytes()).map_err(|e| format!("{key}: {e}")),
+pub fn material_from_configmap(data: &BTreeMap<String, String>) -> Result<TrustMaterial, ConfigMapError> {
+    let bundle = |key: &'static str| match data.get(key) {
+        Some(pem) => {
+            CaBundle::from_pem(pem.as_bytes()).map_err(|error| ConfigMapError::Bundle { key, error })
+        }
         None => Ok(None),
     };
     let client_ca = bundle("client-ca-file")?;
@@ -420,11 +439,11 @@ pub fn material_from_configmap(data: &BTreeMap<String, String>) -> Result<TrustM
 }
 
 /// `deserializeStrings`: empty = none, else a JSON array of strings (or `null`).
-fn json_strings(data: &BTreeMap<String, String>, key: &str) -> Result<Vec<String>, String> {
+fn json_strings(data: &BTreeMap<String, String>, key: &'static str) -> Result<Vec<String>, ConfigMapError> {
     match data.get(key).map(|s| s.trim()) {
         None | Some("") => Ok(Vec::new()),
         Some(text) => serde_json::from_str::<Option<Vec<String>>>(text)
             .map(Option::unwrap_or_default)
-            .map_err(|e| format!("{key}: not a JSON array of strings: {e}")),
+            .map_err(|error| ConfigMapError::NotStrings { key, error }),
     }
 }

@@ -12,6 +12,66 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
+/// Why a CA bundle could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum CaBundleError {
+    /// A PEM block does not parse.
+    #[error("invalid PEM: {0}")]
+    Pem(rustls::pki_types::pem::Error),
+    /// A certificate is not usable as a trust anchor.
+    #[error("unusable CA certificate: {0}")]
+    UnusableCertificate(rustls::Error),
+    /// The verifier could not be built from the anchors.
+    #[error("building the verifier: {0}")]
+    Verifier(rustls::server::VerifierBuilderError),
+}
+
+/// Why a presented chain was not accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CertificateError {
+    /// The chain is empty.
+    #[error("no certificate")]
+    NoCertificate,
+    /// The chain does not verify against the bundle (rustls' wording).
+    #[error("{0}")]
+    Rejected(rustls::Error),
+    /// The verified leaf's subject cannot be read.
+    #[error(transparent)]
+    Der(#[from] DerError),
+}
+
+/// Why a certificate's DER could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DerError {
+    /// Truncated, or a length that does not fit.
+    #[error("malformed DER")]
+    Malformed,
+    /// A high tag number (never in a certificate's fields read here).
+    #[error("unsupported DER tag")]
+    UnsupportedTag,
+    /// Another element where this one belongs.
+    #[error("malformed DER: expected {0}")]
+    Expected(&'static str),
+    /// A time that is not text.
+    #[error("malformed DER: time")]
+    TimeNotText,
+    /// A time that is neither `UTCTime` nor `GeneralizedTime`, or not a valid instant.
+    #[error("malformed DER: time {0:?}")]
+    Time(String),
+    /// A `UTF8String` that is not UTF-8.
+    #[error("invalid UTF8String")]
+    Utf8String,
+    /// A `NumericString`, `PrintableString` or `IA5String` that is not ASCII.
+    #[error("invalid ASCII string")]
+    AsciiString,
+    /// A `BMPString` that is not UCS-2.
+    #[error("invalid BMPString")]
+    BmpString,
+    /// A string type Go's `parseASN1String` does not accept.
+    #[error("unsupported string type: {0}")]
+    UnsupportedStringType(u8),
+}
+
 /// A CA bundle ready to verify client certificate chains.
 #[derive(Clone)]
 pub struct CaBundle {
@@ -36,15 +96,14 @@ impl CaBundle {
     /// Builds a bundle from PEM text. `Ok(None)` when it holds no certificate (an empty
     /// ConfigMap key, for instance); an error when a block does not parse or no certificate is
     /// usable as a trust anchor.
-    pub fn from_pem(pem: &[u8]) -> Result<Option<Self>, String> {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("invalid PEM: {e}"))?;
+    pub fn from_pem(pem: &[u8]) -> Result<Option<Self>, CaBundleError> {
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(pem).collect::<Result<_, _>>().map_err(CaBundleError::Pem)?;
         Self::from_der(certs)
     }
 
     /// Builds a bundle from DER certificates; `Ok(None)` when there are none.
-    pub fn from_der(certs: Vec<CertificateDer<'static>>) -> Result<Option<Self>, String> {
+    pub fn from_der(certs: Vec<CertificateDer<'static>>) -> Result<Option<Self>, CaBundleError> {
         if certs.is_empty() {
             return Ok(None);
         }
@@ -52,13 +111,13 @@ impl CaBundle {
         let mut roots = RootCertStore::empty();
         for cert in &certs {
             digest.update(cert.as_ref());
-            roots.add(cert.clone()).map_err(|e| format!("unusable CA certificate: {e}"))?;
+            roots.add(cert.clone()).map_err(CaBundleError::UnusableCertificate)?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .allow_unauthenticated()
             .build()
-            .map_err(|e| format!("building the verifier: {e}"))?;
+            .map_err(CaBundleError::Verifier)?;
         let mut fingerprint = [0u8; 32];
         fingerprint.copy_from_slice(digest.finish().as_ref());
         Ok(Some(Self { verifier, certs: certs.len(), fingerprint }))
@@ -76,14 +135,14 @@ impl CaBundle {
 
     /// Verifies `chain` (leaf first, then intermediates as the peer sent them) against this
     /// bundle for client authentication, now.
-    pub fn verify(&self, chain: &[CertificateDer<'static>]) -> Result<(), String> {
+    pub fn verify(&self, chain: &[CertificateDer<'static>]) -> Result<(), CertificateError> {
         let Some((leaf, intermediates)) = chain.split_first() else {
-            return Err("no certificate".to_owned());
+            return Err(CertificateError::NoCertificate);
         };
         self.verifier
             .verify_client_cert(leaf, intermediates, UnixTime::now())
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(CertificateError::Rejected)
     }
 }
 
@@ -113,7 +172,8 @@ pub struct VerifiedChain {
     /// SHA-256 of the leaf (the x509 authenticator's credential id).
     pub leaf_sha256: [u8; 32],
     /// The x509 authenticator's answer for this chain, computed once.
-    pub(crate) x509_user: OnceLock<Result<Option<Arc<super::UserInfo>>, String>>,
+    pub(crate) x509_user:
+        OnceLock<Result<Option<Arc<super::UserInfo>>, super::authn::ClientCertificateError>>,
 }
 
 impl PeerChain {
@@ -125,7 +185,7 @@ impl PeerChain {
         &self.chain
     }
 
-    pub(crate) fn verify(&self, ca: &CaBundle) -> Result<Arc<VerifiedChain>, String> {
+    pub(crate) fn verify(&self, ca: &CaBundle) -> Result<Arc<VerifiedChain>, CertificateError> {
         let now = UnixTime::now().as_secs();
         {
             let verdicts = self.verdicts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -134,7 +194,7 @@ impl PeerChain {
             }
         }
         ca.verify(&self.chain)?;
-        let leaf = self.chain.first().ok_or_else(|| "no certificate".to_owned())?;
+        let leaf = self.chain.first().ok_or(CertificateError::NoCertificate)?;
         let mut leaf_sha256 = [0u8; 32];
         leaf_sha256.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, leaf.as_ref()).as_ref());
         let verified = Arc::new(VerifiedChain {
@@ -184,7 +244,7 @@ const TAG_INTEGER: u8 = 0x02;
 const TAG_VERSION: u8 = 0xa0;
 
 /// Reads the subject of a DER certificate.
-pub fn subject(cert: &[u8]) -> Result<Subject, String> {
+pub fn subject(cert: &[u8]) -> Result<Subject, DerError> {
     let (certificate, _) = expect(cert, TAG_SEQUENCE, "certificate")?;
     let (tbs, _) = expect(certificate, TAG_SEQUENCE, "tbsCertificate")?;
     let mut rest = tbs;
@@ -220,7 +280,7 @@ pub fn subject(cert: &[u8]) -> Result<Subject, String> {
 }
 
 /// The end of a certificate's validity (`notAfter`), in seconds since the Unix epoch.
-pub fn not_after(cert: &[u8]) -> Result<u64, String> {
+pub fn not_after(cert: &[u8]) -> Result<u64, DerError> {
     let (certificate, _) = expect(cert, TAG_SEQUENCE, "certificate")?;
     let (tbs, _) = expect(certificate, TAG_SEQUENCE, "tbsCertificate")?;
     let mut rest = tbs;
@@ -239,8 +299,8 @@ pub fn not_after(cert: &[u8]) -> Result<u64, String> {
 
 /// `UTCTime` (`YYMMDDHHMMSSZ`, years 1950–2049 as RFC 5280 reads them) or `GeneralizedTime`
 /// (`YYYYMMDDHHMMSSZ`), the two forms a certificate's validity takes, in Unix seconds.
-fn asn1_time(tag: u8, value: &[u8]) -> Result<u64, String> {
-    let text = std::str::from_utf8(value).map_err(|_| "malformed DER: time".to_owned())?;
+fn asn1_time(tag: u8, value: &[u8]) -> Result<u64, DerError> {
+    let text = std::str::from_utf8(value).map_err(|_| DerError::TimeNotText)?;
     let digits = text.strip_suffix('Z').filter(|d| d.bytes().all(|b| b.is_ascii_digit()));
     let field = |d: &str, at: usize, len: usize| d.get(at..at + len).and_then(|v| v.parse::<i16>().ok());
     let parsed = match (tag, digits) {
@@ -263,54 +323,53 @@ fn asn1_time(tag: u8, value: &[u8]) -> Result<u64, String> {
         let timestamp = date.to_datetime(time).to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
         u64::try_from(timestamp.as_second()).ok()
     });
-    time.ok_or_else(|| format!("malformed DER: time {text:?}"))
+    time.ok_or_else(|| DerError::Time(text.to_owned()))
 }
 
 /// Reads one TLV: (tag, content, rest). DER only: definite lengths, low tag numbers.
-fn tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
-    let malformed = || "malformed DER".to_owned();
-    let (&tag, rest) = input.split_first().ok_or_else(malformed)?;
+fn tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), DerError> {
+    let (&tag, rest) = input.split_first().ok_or(DerError::Malformed)?;
     if tag & 0x1f == 0x1f {
-        return Err("unsupported DER tag".to_owned());
+        return Err(DerError::UnsupportedTag);
     }
-    let (&first, mut rest) = rest.split_first().ok_or_else(malformed)?;
+    let (&first, mut rest) = rest.split_first().ok_or(DerError::Malformed)?;
     let len = if first < 0x80 {
         usize::from(first)
     } else {
         let n = usize::from(first & 0x7f);
         if n == 0 || n > 4 || rest.len() < n {
-            return Err(malformed());
+            return Err(DerError::Malformed);
         }
         let (bytes, after) = rest.split_at(n);
         rest = after;
         bytes.iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b))
     };
     if rest.len() < len {
-        return Err(malformed());
+        return Err(DerError::Malformed);
     }
     let (content, rest) = rest.split_at(len);
     Ok((tag, content, rest))
 }
 
-fn expect<'a>(input: &'a [u8], want: u8, what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
+fn expect<'a>(input: &'a [u8], want: u8, what: &'static str) -> Result<(&'a [u8], &'a [u8]), DerError> {
     let (tag, content, rest) = tlv(input)?;
     if tag != want {
-        return Err(format!("malformed DER: expected {what}"));
+        return Err(DerError::Expected(what));
     }
     Ok((content, rest))
 }
 
 /// The string types Go's `parseASN1String` accepts.
-fn asn1_string(tag: u8, value: &[u8]) -> Result<String, String> {
+fn asn1_string(tag: u8, value: &[u8]) -> Result<String, DerError> {
     match tag {
         // UTF8String
-        0x0c => String::from_utf8(value.to_vec()).map_err(|_| "invalid UTF8String".to_owned()),
+        0x0c => String::from_utf8(value.to_vec()).map_err(|_| DerError::Utf8String),
         // NumericString, PrintableString, IA5String
         0x12 | 0x13 | 0x16 => {
             if value.is_ascii() {
                 Ok(value.iter().map(|b| char::from(*b)).collect())
             } else {
-                Err("invalid ASCII string".to_owned())
+                Err(DerError::AsciiString)
             }
         }
         // T61String: Go keeps the bytes; read them as Latin-1.
@@ -318,11 +377,11 @@ fn asn1_string(tag: u8, value: &[u8]) -> Result<String, String> {
         // BMPString: UCS-2 big endian.
         0x1e => {
             if !value.len().is_multiple_of(2) {
-                return Err("invalid BMPString".to_owned());
+                return Err(DerError::BmpString);
             }
             let units: Vec<u16> = value.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
-            String::from_utf16(&units).map_err(|_| "invalid BMPString".to_owned())
+            String::from_utf16(&units).map_err(|_| DerError::BmpString)
         }
-        _ => Err(format!("unsupported string type: {tag}")),
+        _ => Err(DerError::UnsupportedStringType(tag)),
     }
 }
