@@ -164,10 +164,19 @@ fn module_path(file: &Path) -> Vec<String> {
     parts
 }
 
+/// `#[cfg(test)]` or `#[cfg(all(test, …))]`: compiled for tests only (`cfg(not(test))`,
+/// `cfg(any(test, …))` and features that merely contain "test" are production code).
 fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        a.path().is_ident("cfg") && a.meta.require_list().is_ok_and(|l| l.tokens.to_string().contains("test"))
-    })
+    fn test_only(meta: &syn::Meta) -> bool {
+        match meta {
+            syn::Meta::Path(path) => path.is_ident("test"),
+            syn::Meta::List(list) if list.path.is_ident("all") => list
+                .parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
+                .is_ok_and(|metas| metas.iter().any(test_only)),
+            _ => false,
+        }
+    }
+    attrs.iter().any(|a| a.path().is_ident("cfg") && a.parse_args::<syn::Meta>().is_ok_and(|m| test_only(&m)))
 }
 
 /// Collects the paths a file names, outside test code, resolved against its module.
@@ -176,18 +185,31 @@ struct Names<'a> {
     found: Vec<Vec<String>>,
     /// `mod name;` declarations under `#[cfg(test)]`: their files are test code.
     test_modules: Vec<String>,
+    /// Globs of the crate root or of an ancestor module (`use super::*` in production code).
+    opaque_globs: Vec<String>,
+    /// `use a::b as c`: the alias and the path it stands for.
+    aliases: Vec<(String, Vec<String>)>,
 }
 
-impl Names<'_> {
+impl<'a> Names<'a> {
+    fn new(module: &'a [String]) -> Self {
+        Names {
+            module,
+            found: Vec::new(),
+            test_modules: Vec::new(),
+            opaque_globs: Vec::new(),
+            aliases: Vec::new(),
+        }
+    }
+
     /// `crate::a::b` → [a, b]; `super::x` and `self::x` relative to the file's module; other
-    /// paths (external crates, local names) are not imports of the crate's modules.
-    fn resolve(&mut self, segments: &[String]) {
-        let Some(first) = segments.first() else { return };
+    /// paths (external crates, local names) are not paths into the crate's modules: None.
+    fn absolute(&self, segments: &[String]) -> Option<Vec<String>> {
+        let first = segments.first()?;
         let mut base: Vec<String> = match first.as_str() {
             "crate" => Vec::new(),
-            "self" => self.module.to_vec(),
-            "super" => self.module.to_vec(),
-            _ => return,
+            "self" | "super" => self.module.to_vec(),
+            _ => return None,
         };
         let mut rest = &segments[1..];
         if first == "super" {
@@ -198,8 +220,12 @@ impl Names<'_> {
             rest = &rest[1..];
         }
         base.extend(rest.iter().cloned());
-        if !base.is_empty() {
-            self.found.push(base);
+        Some(base)
+    }
+
+    fn resolve(&mut self, segments: &[String]) {
+        if let Some(path) = self.absolute(segments).filter(|p| !p.is_empty()) {
+            self.found.push(path);
         }
     }
 
@@ -220,12 +246,18 @@ impl Names<'_> {
             syn::UseTree::Rename(r) => {
                 let mut path = prefix.clone();
                 path.push(r.ident.to_string());
+                if let Some(absolute) = self.absolute(&path).filter(|p| !p.is_empty()) {
+                    self.aliases.push((r.rename.to_string(), absolute));
+                }
                 self.resolve(&path);
             }
-            syn::UseTree::Glob(_) => {
-                let path = prefix.clone();
-                self.resolve(&path);
-            }
+            syn::UseTree::Glob(_) => match self.absolute(prefix) {
+                // A glob of the crate root or of an ancestor brings names this scan cannot
+                // follow (bare `metrics::…` paths afterwards): refused rather than unseen.
+                Some(base) if self.module.starts_with(&base) => self.opaque_globs.push(prefix.join("::")),
+                Some(base) => self.found.push(base),
+                None => {}
+            },
             syn::UseTree::Group(g) => {
                 for tree in &g.items {
                     self.use_tree(prefix, tree);
@@ -273,8 +305,9 @@ impl<'ast> Visit<'ast> for Names<'_> {
     }
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-        // Macro arguments are tokens, not syntax: read `crate :: a :: b` sequences in them.
-        let text = mac.tokens.to_string();
+        // Macro arguments are tokens, not syntax: read `crate :: a :: b` sequences in them
+        // (a group's delimiter is printed against its first token: `(crate`).
+        let text = mac.tokens.to_string().replace(['(', ')', '[', ']', '{', '}', ','], " ");
         let words: Vec<&str> = text.split_whitespace().collect();
         for (at, word) in words.iter().enumerate() {
             if matches!(*word, "crate" | "super" | "self") && words.get(at + 1) == Some(&"::") {
@@ -322,18 +355,29 @@ fn library() -> Vec<SourceFile> {
         let text = std::fs::read_to_string(&path).unwrap();
         let parsed = syn::parse_file(&text).unwrap_or_else(|e| panic!("src/{}: {e}", file.display()));
         let module = module_path(&file);
-        let mut names = Names { module: &module, found: Vec::new(), test_modules: Vec::new() };
+        let mut names = Names::new(&module);
         names.visit_file(&parsed);
         for name in &names.test_modules {
             let mut child = module.clone();
             child.push(name.clone());
             test_files.insert(child);
         }
+        let opaque = names.opaque_globs;
         let found = names.found;
-        files.push(SourceFile { file, module, names: found });
+        files.push((SourceFile { file, module, names: found }, opaque));
     }
     // A test module's file, and everything under it, is test code.
-    files.retain(|f| !test_files.iter().any(|t| f.module.starts_with(t)));
+    files.retain(|(f, _)| !test_files.iter().any(|t| f.module.starts_with(t)));
+    let opaque: Vec<String> = files
+        .iter()
+        .filter(|(_, globs)| !globs.is_empty())
+        .map(|(f, globs)| format!("src/{}: {}", f.file.display(), globs.join(", ")))
+        .collect();
+    assert!(
+        opaque.is_empty(),
+        "globs of the crate root or an ancestor hide imports from this check: {opaque:?}"
+    );
+    let files: Vec<SourceFile> = files.into_iter().map(|(f, _)| f).collect();
     assert!(files.len() >= 40, "the scan parsed too few files of src/: {}", files.len());
     files
 }
@@ -351,12 +395,15 @@ fn root_reexports(files: &[SourceFile]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for item in parsed.items {
         if let syn::Item::Use(u) = item {
-            let mut names = Names { module: &[], found: Vec::new(), test_modules: Vec::new() };
+            let mut names = Names::new(&[]);
             names.use_tree(&mut vec!["crate".to_owned()], &u.tree);
             for path in names.found {
                 if path.len() >= 2 {
                     out.insert(path.last().unwrap().clone(), path[0].clone());
                 }
+            }
+            for (alias, path) in names.aliases {
+                out.insert(alias, path[0].clone());
             }
         }
     }
@@ -518,20 +565,28 @@ fn the_scanner_resolves_what_the_compiler_would() {
         use crate::{a::B, b::{c::D, e}};
         use super::sibling::Thing;
         fn f() { let x = crate::f::g("http://example.com"); crate::h::i(); }
-        fn m() { format!("{}", crate::j::K); }
+        fn m() { format!("{}", crate::j::K); format!("{}", f(crate::q::R)); }
+        #[cfg(not(test))]
+        fn n() { crate::p::f(); }
         #[cfg(test)]
         mod tests { use crate::z; }
         #[cfg(test)]
         fn t() { crate::y::f(); }
     "#;
     let module = vec!["sources".to_owned(), "prometheus".to_owned()];
-    let mut names = Names { module: &module, found: Vec::new(), test_modules: Vec::new() };
+    let mut names = Names::new(&module);
     names.visit_file(&syn::parse_file(text).unwrap());
     let firsts: BTreeSet<String> = names.found.iter().map(|p| p.join("::")).collect();
-    for expected in ["a::B", "b::c::D", "b::e", "sources::sibling::Thing", "f::g", "h::i", "j::K"] {
+    for expected in
+        ["a::B", "b::c::D", "b::e", "sources::sibling::Thing", "f::g", "h::i", "j::K", "q::R", "p::f"]
+    {
         assert!(firsts.contains(expected), "{expected} in {firsts:?}");
     }
     assert!(!firsts.iter().any(|p| p.starts_with('z') || p.starts_with('y')), "test code read: {firsts:?}");
+    let mut glob = Names::new(&module);
+    glob.visit_file(&syn::parse_file("use super::*; use crate::*; use crate::kinds::*;").unwrap());
+    assert_eq!(glob.opaque_globs, ["super", "crate"]);
+    assert_eq!(glob.found, [vec!["kinds".to_owned()]]);
     let edges: BTreeSet<(String, String)> = [("a", "b"), ("b", "c"), ("c", "a")]
         .iter()
         .map(|(x, y)| ((*x).to_owned(), (*y).to_owned()))

@@ -9,6 +9,9 @@
 //!   parser events, 50,000 aliases and 50,000 anchors, nesting 64 deep), and so is alias
 //!   expansion (at most 1,000,000 replayed events, aliases nested 64 deep): an alias bomb is
 //!   rejected instead of expanded.
+//! - Merge keys (`<<: *defaults`) are expanded, explicit keys winning over merged ones, as
+//!   `yaml.v2` does; many aliases of one anchor are fine (only their expansion is bounded).
+//! - `null`, `~` are the text they spell where text is expected, as in the Go readers.
 //! - An error names the key path, what is wrong and where:
 //!   `rules[0].resources.namespaced: invalid boolean "maybe" at line 3 column 17`.
 
@@ -34,10 +37,18 @@ pub struct YamlError {
 /// alias limits (see the module's documentation), no source snippet in messages (they are
 /// one line, in a log or a flag error).
 fn options() -> serde_saphyr::Options {
+    // Many aliases of one anchor (`resources: *podns` in every rule) are an ordinary adapter
+    // file, not an attack: the expansion limits bound what aliases cost.
+    let mut budget = serde_saphyr::budget::Budget::default();
+    budget.enforce_alias_anchor_ratio = false;
     serde_saphyr::options! {
         strict_booleans: false,
         duplicate_keys: DuplicateKeyPolicy::Error,
         with_snippet: false,
+        budget: Some(budget),
+        // As the Go readers do, `name: null` is the text "null" where text is expected
+        // (`Option` fields still read it as absent).
+        null_as_string: true,
     }
 }
 
@@ -176,6 +187,40 @@ mod tests {
         }
         let e = from_str::<BTreeMap<String, serde_json::Value>>(&text).unwrap_err().to_string();
         assert!(e.contains("YAML document too large or too complex"), "{e}");
+    }
+
+    /// An adapter file that names one anchor in every rule (150 aliases of one anchor) and
+    /// merges defaults with `<<` reads as `yaml.v2` reads it.
+    #[test]
+    fn many_aliases_of_one_anchor_and_merge_keys_are_ordinary_yaml() {
+        let mut text = "defaults: &defaults {name: d, on: yes}
+items:
+"
+        .to_owned();
+        for i in 0..150 {
+            text.push_str(&format!(
+                "- {{<<: *defaults, name: n{i}}}
+"
+            ));
+        }
+        let doc = from_str::<BTreeMap<String, serde_json::Value>>(&text).unwrap();
+        let items = doc["items"].as_array().unwrap();
+        assert_eq!(items.len(), 150);
+        assert_eq!(items[149], serde_json::json!({"name": "n149", "on": true}));
+        let typed: Doc = from_str(
+            &text
+                .replacen("defaults: &defaults {name: d, on: yes}\n", "", 1)
+                .replace("items:\n", "items:\n- &defaults {name: d, on: yes}\n"),
+        )
+        .unwrap();
+        assert_eq!(typed.items[150], Item { name: "n149".to_owned(), on: Some(true) });
+    }
+
+    #[test]
+    fn null_is_text_where_text_is_expected() {
+        let doc: Doc = from_str("items:\n- {name: null}\n- {name: ~, on: null}\n").unwrap();
+        assert_eq!(doc.items[0], Item { name: "null".to_owned(), on: None });
+        assert_eq!(doc.items[1], Item { name: "~".to_owned(), on: None });
     }
 
     #[test]
