@@ -212,15 +212,11 @@ fn resource_queries(namespace: Option<&str>) -> [String; 2] {
 async fn start_sim(dir: &Path, pods: u32, mode: Mode) -> Sim {
     let nodes = pods.div_ceil(PODS_PER_NODE);
     let state = dir.join("sim");
-    let mut child = Command::new(percolator_sim::binary().unwrap())
+    let mut child = percolator_sim::command(dir)
+        .unwrap()
         .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
         .args(["--namespaces", &namespaces(), "--cafes-per-namespace", "2", "--housekeeping", "10s"])
         .args((mode == Mode::Prometheus).then_some("--cadvisor"))
-        .arg("--state-dir")
-        .arg(&state)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -244,13 +240,7 @@ async fn start_prometheus(dir: &Path, sim: &Sim, pods: u32) -> Prometheus {
     let history = devenv::sim_history(&sim.metrics, "sim-apps", &target, span, SCRAPE).await.unwrap();
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
-        jobs: vec![ScrapeJob {
-            job: "sim-apps".into(),
-            target,
-            scheme: "http".into(),
-            bearer_token: None,
-            targets_file: None,
-        }],
+        jobs: vec![ScrapeJob::http("sim-apps", target)],
         scrape_interval: SCRAPE,
         backfill: Some(history),
     })
@@ -260,19 +250,8 @@ async fn start_prometheus(dir: &Path, sim: &Sim, pods: u32) -> Prometheus {
     prometheus
 }
 
+/// Starts the percolator binary `bin` ([`percolator_bin`], or B9's baseline) on the simulator.
 async fn start_percolator(
-    dir: &Path,
-    sim: &Sim,
-    prometheus: &Prometheus,
-    cache_ttl: &str,
-    tag: &str,
-    extra: &[String],
-) -> Server {
-    start_percolator_bin(&percolator_bin(), dir, sim, prometheus, cache_ttl, tag, extra).await
-}
-
-/// [`start_percolator`] of the binary `bin` (B9's baseline is another binary).
-async fn start_percolator_bin(
     bin: &Path,
     dir: &Path,
     sim: &Sim,
@@ -364,6 +343,26 @@ async fn timed_get(client: &reqwest::Client, url: &str) -> (Duration, usize) {
     assert!(response.status().is_success(), "{url}: {}", response.status());
     let body = response.bytes().await.unwrap();
     (started.elapsed(), body.len())
+}
+
+/// Five rounds, each once the cache entry of `url` has expired (`ttl`): a cold GET of `url`,
+/// then the upstream work it stands for done directly (`direct`). The medians in ms (cold,
+/// direct) and the size of the last answer.
+async fn cold_against_direct<F: Future<Output = Duration>>(
+    client: &reqwest::Client,
+    url: &str,
+    ttl: Duration,
+    direct: impl Fn() -> F,
+) -> (f64, f64, usize) {
+    let (mut cold, mut directs, mut size) = (vec![], vec![], 0);
+    for _ in 0..5 {
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        let (elapsed, bytes) = timed_get(client, url).await;
+        size = bytes;
+        cold.push(elapsed.as_secs_f64() * 1000.0);
+        directs.push(direct().await.as_secs_f64() * 1000.0);
+    }
+    (median(cold), median(directs), size)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -822,25 +821,41 @@ impl Settings {
     }
 }
 
-async fn run_size(settings: &Settings, pods: u32, min_rss: &mut Option<Rss>, report: &mut Vec<String>) {
-    // The minimal cluster first, alone on the machine.
+/// The minimal cluster of `mode` first, alone on the machine (when B3 runs and it is not
+/// measured yet), then a fresh directory with the simulator of `pods` pods and Prometheus.
+async fn start_size(
+    settings: &Settings,
+    pods: u32,
+    mode: Mode,
+    min_rss: &mut Option<Rss>,
+) -> (PathBuf, Sim, Prometheus) {
     if settings.runs("b3") && min_rss.is_none() {
-        *min_rss = Some(minimal_rss(Mode::Kubelet).await);
+        *min_rss = Some(minimal_rss(mode).await);
     }
-    let dir = std::env::temp_dir().join(format!("percolator-bench-{pods}-{}", std::process::id()));
+    let (tag, label) = match mode {
+        Mode::Kubelet => ("", ""),
+        Mode::Prometheus => ("prom-", ", prometheus"),
+    };
+    let dir = std::env::temp_dir().join(format!("percolator-bench-{tag}{pods}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let started = Instant::now();
-    let sim = start_sim(&dir, pods, Mode::Kubelet).await;
+    let sim = start_sim(&dir, pods, mode).await;
     let prometheus = start_prometheus(&dir, &sim, pods).await;
-    eprintln!("[{pods}] simulator + prometheus ready in {:.0?}", started.elapsed());
+    eprintln!("[{pods}{label}] simulator + prometheus ready in {:.0?}", started.elapsed());
+    (dir, sim, prometheus)
+}
+
+async fn run_size(settings: &Settings, pods: u32, min_rss: &mut Option<Rss>, report: &mut Vec<String>) {
+    let (dir, sim, prometheus) = start_size(settings, pods, Mode::Kubelet, min_rss).await;
     let truth: Value =
         reqwest::get(format!("{}/sim/truth", sim.metrics)).await.unwrap().json().await.unwrap();
+    let size = Size { settings, dir: &dir, sim: &sim, prometheus: &prometheus, pods, truth: &truth };
     if ["b1", "b4", "b5", "b6", "b7", "b8"].iter().any(|s| settings.runs(s)) {
-        cold(settings, &dir, &sim, &prometheus, pods, &truth, report).await;
+        cold(size, report).await;
     }
     if ["b2", "b3", "b7"].iter().any(|s| settings.runs(s)) {
-        warm(settings, &dir, &sim, &prometheus, pods, &truth, min_rss.as_ref(), report).await;
+        warm(size, min_rss.as_ref(), report).await;
     }
     if settings.runs("b9") {
         b9(&dir, &sim, &prometheus, pods, report).await;
@@ -850,18 +865,21 @@ async fn run_size(settings: &Settings, pods: u32, min_rss: &mut Option<Rss>, rep
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// B3 (with the marginal rows over `min_rss`), B2 and B7's warm row on the warm server.
-#[allow(clippy::too_many_arguments)]
-async fn warm(
-    settings: &Settings,
-    dir: &Path,
-    sim: &Sim,
-    prometheus: &Prometheus,
+/// One size's cluster, which the cold and warm sections measure on.
+#[derive(Clone, Copy)]
+struct Size<'a> {
+    settings: &'a Settings,
+    dir: &'a Path,
+    sim: &'a Sim,
+    prometheus: &'a Prometheus,
     pods: u32,
-    truth: &Value,
-    min_rss: Option<&Rss>,
-    report: &mut Vec<String>,
-) {
+    /// The simulator's truth when the sections start.
+    truth: &'a Value,
+}
+
+/// B3 (with the marginal rows over `min_rss`), B2 and B7's warm row on the warm server.
+async fn warm(size: Size<'_>, min_rss: Option<&Rss>, report: &mut Vec<String>) {
+    let Size { settings, dir, sim, prometheus, pods, truth } = size;
     let ns = "ns-3";
     let front_proxy = mk_front_proxy(dir);
     let (server, rss) = warm_server(
@@ -956,15 +974,8 @@ async fn warm(
 /// A binary with `--idle-after` runs with `--idle-after=0s` (no background sampling: kubelets
 /// are fetched only on demand, as before that flag), so that the work measured is the
 /// requests' own.
-async fn cold(
-    settings: &Settings,
-    dir: &Path,
-    sim: &Sim,
-    prometheus: &Prometheus,
-    pods: u32,
-    truth: &Value,
-    report: &mut Vec<String>,
-) {
+async fn cold(size: Size<'_>, report: &mut Vec<String>) {
+    let Size { settings, dir, sim, prometheus, pods, truth } = size;
     let token = std::fs::read_to_string(sim.state.join("token")).unwrap();
     let sim_ca = std::fs::read(sim.state.join("ca.crt")).unwrap();
     let kubelets = kubelet_urls(sim).await;
@@ -981,7 +992,7 @@ async fn cold(
     if supports_idle_after(&percolator_bin()) {
         declared.push("--idle-after=0s".to_owned());
     }
-    let server = start_percolator(dir, sim, prometheus, "2s", "cold", &declared).await;
+    let server = start_percolator(&percolator_bin(), dir, sim, prometheus, "2s", "cold", &declared).await;
     let client = mk_client(dir);
     // Let the warm-up fetch finish and the second kubelet sample exist.
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -1050,19 +1061,9 @@ async fn cold(
         // B8: a declared kind's cold list of every namespace (one object per pod) vs its two
         // PromQL queries done directly.
         let declared_url = format!("{}{GV}/podtraffics", server.url);
-        let (mut cold_declared, mut direct_queries) = (vec![], vec![]);
-        let mut declared_bytes = 0;
-        for _ in 0..5 {
-            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-            let (elapsed, bytes) = timed_get(&client, &declared_url).await;
-            declared_bytes = bytes;
-            cold_declared.push(elapsed.as_secs_f64() * 1000.0);
-            direct_queries.push(
-                direct_upstream(&prometheus.url(), None, &[], token.trim(), &sim_ca, &[]).await.as_secs_f64()
-                    * 1000.0,
-            );
-        }
-        let (cd, dq) = (median(cold_declared), median(direct_queries));
+        let prometheus_url = prometheus.url();
+        let direct = || direct_upstream(&prometheus_url, None, &[], token.trim(), &sim_ca, &[]);
+        let (cd, dq, declared_bytes) = cold_against_direct(&client, &declared_url, ttl, direct).await;
         report.push(format!("| B8 | {pods} | declared kind, cold list, all namespaces ({declared_bytes} B) | {cd:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", cd / dq));
         // The built-in kind's list of the same pods (B1 above) against the same raw PromQL.
         report.push(format!("| B8 | {pods} | built-in PodMetricsSummary, cold list, all namespaces (B1) | {call:.1} ms | direct PromQL {dq:.1} ms | **{:.2}** |", call / dq));
@@ -1073,16 +1074,9 @@ async fn cold(
         // the one PromQL query it needs done directly.
         let custom_url = pods_metric(&server.url, ns);
         let query = format!("sum by (namespace, pod) (rate(http_requests_total{{namespace=\"{ns}\"}}[5m]))");
-        let (mut cold_custom, mut direct_custom) = (vec![], vec![]);
-        let mut custom_bytes = 0;
-        for _ in 0..5 {
-            tokio::time::sleep(ttl + Duration::from_millis(300)).await;
-            let (elapsed, bytes) = timed_get(&client, &custom_url).await;
-            custom_bytes = bytes;
-            cold_custom.push(elapsed.as_secs_f64() * 1000.0);
-            direct_custom.push(direct_promql(&prometheus.url(), &query).await.as_secs_f64() * 1000.0);
-        }
-        let (cc, dc) = (median(cold_custom), median(direct_custom));
+        let prometheus_url = prometheus.url();
+        let direct = || direct_promql(&prometheus_url, &query);
+        let (cc, dc, custom_bytes) = cold_against_direct(&client, &custom_url, ttl, direct).await;
         report.push(format!("| B7 | {pods} | custom metric, Pods form, cold, {} pods of {ns} ({custom_bytes} B) | {cc:.1} ms | direct PromQL {dc:.1} ms | **{:.2}** |", pods as usize / NAMESPACES, cc / dc));
     }
 
@@ -1196,7 +1190,7 @@ async fn b9_phases(bin: &Path, tag: &str, dir: &Path, sim: &Sim, prometheus: &Pr
     if supports_idle_after(bin) {
         extra.push(format!("--idle-after={}s", B9_IDLE_AFTER.as_secs()));
     }
-    let server = start_percolator_bin(bin, dir, sim, prometheus, "15s", tag, &extra).await;
+    let server = start_percolator(bin, dir, sim, prometheus, "15s", tag, &extra).await;
     let pid = server.pid;
     // Past the start's own work: the inventory's sync and the kubelet warm-up fetch.
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -1294,7 +1288,7 @@ async fn warm_server(
         args.push("--resource-source=prometheus".to_owned());
     }
     args.extend_from_slice(extra);
-    let server = start_percolator(dir, sim, prometheus, "10m", "warm", &args).await;
+    let server = start_percolator(&percolator_bin(), dir, sim, prometheus, "10m", "warm", &args).await;
     let client = mk_client(dir);
     tokio::time::sleep(Duration::from_secs(12)).await;
     timed_get(&client, &format!("{}/readyz", server.url)).await;
@@ -1403,16 +1397,7 @@ async fn run_size_prometheus(
     min_rss: &mut Option<Rss>,
     report: &mut Vec<String>,
 ) {
-    if settings.runs("b3") && min_rss.is_none() {
-        *min_rss = Some(minimal_rss(Mode::Prometheus).await);
-    }
-    let dir = std::env::temp_dir().join(format!("percolator-bench-prom-{pods}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let started = Instant::now();
-    let sim = start_sim(&dir, pods, Mode::Prometheus).await;
-    let prometheus = start_prometheus(&dir, &sim, pods).await;
-    eprintln!("[{pods}, prometheus] simulator + prometheus ready in {:.0?}", started.elapsed());
+    let (dir, sim, prometheus) = start_size(settings, pods, Mode::Prometheus, min_rss).await;
     if settings.runs("b1") {
         cold_prometheus(&dir, &sim, &prometheus, pods, report).await;
     }
@@ -1440,7 +1425,7 @@ async fn cold_prometheus(
     let ns = "ns-3";
     let ttl = Duration::from_secs(2);
     let args = ["--enable-resource-metrics".to_owned(), "--resource-source=prometheus".to_owned()];
-    let server = start_percolator(dir, sim, prometheus, "2s", "cold-prom", &args).await;
+    let server = start_percolator(&percolator_bin(), dir, sim, prometheus, "2s", "cold-prom", &args).await;
     let client = mk_client(dir);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pms = |scope: &str| format!("{}{GV}/{scope}podmetricssummaries", server.url);

@@ -15,7 +15,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    Env, Options, assert_close, configmap_write, kubelet_fetches, mk_dir, q, read_ready_line, running_pods,
+    Env, Options, assert_close, assert_usage_close, configmap_write, kubelet_fetches, mk_dir, q,
+    read_ready_line, running_pods,
 };
 use serde_json::Value;
 
@@ -410,26 +411,14 @@ async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
         for c in containers {
             let truth =
                 pod["containers"].as_array().unwrap().iter().find(|t| t["name"] == c["name"]).unwrap();
-            assert_close(q(&c["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "container cpu");
-            assert_close(
-                q(&c["usage"]["memory"]),
-                truth["memoryBytes"].as_f64().unwrap(),
-                0.001,
-                "container memory",
-            );
+            assert_usage_close(&c["usage"], truth, (0.02, 0.001), "container");
         }
     }
     let nodes = env.get_json(&format!("{mgv}/nodes")).await;
     for node in nodes["items"].as_array().unwrap() {
         let name = node["metadata"]["name"].as_str().unwrap();
         let truth = truth["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
-        assert_close(q(&node["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "node cpu");
-        assert_close(
-            q(&node["usage"]["memory"]),
-            truth["memoryBytes"].as_f64().unwrap(),
-            0.05,
-            "node memory",
-        );
+        assert_usage_close(&node["usage"], truth, (0.02, 0.05), "node");
     }
     assert_eq!(nodes["items"].as_array().unwrap().len(), truth["nodes"].as_array().unwrap().len());
     // The templates' expansions: the namespace's matcher, grouped by the pod and container
@@ -487,13 +476,7 @@ async fn resource_rules_serve_kubectl_top_from_cadvisor_series() {
         for c in item["containers"].as_array().unwrap() {
             let truth =
                 pod["containers"].as_array().unwrap().iter().find(|t| t["name"] == c["name"]).unwrap();
-            assert_close(q(&c["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "kubelet cpu");
-            assert_close(
-                q(&c["usage"]["memory"]),
-                truth["memoryBytes"].as_f64().unwrap(),
-                0.001,
-                "kubelet memory",
-            );
+            assert_usage_close(&c["usage"], truth, (0.02, 0.001), "kubelet");
         }
     }
     let nodes = beside.get_json(&format!("{mgv}/nodes")).await;

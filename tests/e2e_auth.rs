@@ -321,19 +321,6 @@ fn replace_file(path: &std::path::Path, content: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// Makes `version` (a directory holding `ca.crt` with `pem`) the `..data` of the Secret-like
-/// volume `dir`, whose `ca.crt` is the symlink `..data/ca.crt`.
-fn volume_swap(dir: &std::path::Path, version: &str, pem: &str) {
-    std::fs::create_dir_all(dir.join(version)).unwrap();
-    std::fs::write(dir.join(version).join("ca.crt"), pem).unwrap();
-    let _ = std::fs::remove_file(dir.join("..data_tmp"));
-    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    if std::fs::symlink_metadata(dir.join("ca.crt")).is_err() {
-        std::os::unix::fs::symlink("..data/ca.crt", dir.join("ca.crt")).unwrap();
-    }
-}
-
 /// percolator's log lines (JSON) whose message is `message`, as `fields` objects.
 fn log_lines(env: &Env, message: &str) -> Vec<Value> {
     std::fs::read_to_string(&env.stderr_log)
@@ -368,7 +355,7 @@ async fn ca_files_given_as_flags_are_watched() {
     // one that did not sign the simulator's kubelets.
     let volume = files.join("client-ca");
     std::fs::create_dir_all(&volume).unwrap();
-    volume_swap(&volume, "..2026_01", &client_1.pem);
+    test_support::volume_swap(&volume, "..2026_01", &client_1.pem);
     let proxy_file = files.join("front-proxy-ca.crt");
     replace_file(&proxy_file, &proxy_1.pem);
     let kubelet_file = files.join("kubelet-ca.crt");
@@ -411,7 +398,7 @@ async fn ca_files_given_as_flags_are_watched() {
     assert_eq!(statuses().await, [200, 401, 200, 401]);
 
     // Rotation: CA 2 only, in both files.
-    volume_swap(&volume, "..2026_02", &client_2.pem);
+    test_support::volume_swap(&volume, "..2026_02", &client_2.pem);
     replace_file(&proxy_file, &proxy_2.pem);
     eventually(10, "the rotated CA files were not applied", || async {
         statuses().await == [401, 200, 401, 200]

@@ -7,12 +7,12 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Engine, Env, Options, assert_close, q, table};
+use common::{
+    Engine, Env, Options, assert_cafe_rates, assert_close, assert_usage_close, bucket_width, key, q, table,
+};
 use serde_json::Value;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
-/// Upper bounds of the simulator's brew-duration buckets.
-const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
 
 fn seconds(duration: &Value) -> f64 {
     let text = duration.as_str().unwrap();
@@ -21,22 +21,6 @@ fn seconds(duration: &Value) -> f64 {
         None => (0.0, text),
     };
     minutes * 60.0 + rest.trim_end_matches('s').parse::<f64>().unwrap_or(0.0)
-}
-
-/// Width of the histogram bucket holding `value`.
-fn bucket_width(value: f64) -> f64 {
-    let mut lower = 0.0;
-    for &upper in BUCKETS {
-        if value <= upper {
-            return upper - lower;
-        }
-        lower = upper;
-    }
-    f64::INFINITY
-}
-
-fn key(v: &Value) -> (String, String) {
-    (v["namespace"].as_str().unwrap().to_string(), v["name"].as_str().unwrap().to_string())
 }
 
 async fn wait_for_cafe_cpu(env: &Env) -> Value {
@@ -102,23 +86,12 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
         assert_eq!(item["kind"], "CafeBrewStats");
         assert_eq!(item["type"], cafe["type"], "{what}");
         assert_eq!(item["window"], "1m0s");
-        assert_close(
-            q(&item["brewsPerMinute"]),
-            cafe["brewsPerMinute"].as_f64().unwrap(),
-            0.05,
-            &format!("{what} brews/min"),
-        );
+        assert_cafe_rates(item, cafe, &what);
         assert_close(
             item["brews"].as_f64().unwrap(),
             cafe["brewsPerMinute"].as_f64().unwrap(),
             0.05 + 1.0 / cafe["brewsPerMinute"].as_f64().unwrap(),
             &format!("{what} brews in the 1m window"),
-        );
-        assert_close(
-            q(&item["failureRatio"]),
-            cafe["failureRatio"].as_f64().unwrap(),
-            0.05,
-            &format!("{what} failure ratio"),
         );
         for p in ["p50", "p95", "p99"] {
             let expected = cafe["duration"][p].as_f64().unwrap();
@@ -155,13 +128,7 @@ async fn cafe_brew_stats_match_the_simulators_truth_on(engine: Engine) {
             cafe["pods"].as_array().unwrap().len(),
             "{what} pods"
         );
-        assert_close(q(&item["cpu"]), cafe["cpuCores"].as_f64().unwrap(), 0.05, &format!("{what} cpu"));
-        assert_close(
-            q(&item["memory"]),
-            cafe["memoryBytes"].as_f64().unwrap(),
-            0.05,
-            &format!("{what} memory"),
-        );
+        assert_usage_close(item, cafe, (0.05, 0.05), &what);
         // ready: temperature within 60–95 °C and at least one serving pod.
         let t = cafe["temperature"].as_f64().unwrap();
         let expected_ready = (60.0..=95.0).contains(&t) && !cafe["pods"].as_array().unwrap().is_empty();

@@ -75,6 +75,23 @@ async fn custom(
     (code, body)
 }
 
+/// Asks `path` of `version` without selectors for its one `RPS` item, about `described`: the
+/// item's value.
+async fn rps_of_one(env: &Env, version: &str, path: &str, described: Value) -> f64 {
+    let (code, list) = custom(env, version, path, None, None).await;
+    let items = ok_list(version, code, &list);
+    assert_eq!(items.len(), 1, "{path}: {list}");
+    assert_item_fields(version, &items[0], RPS, &Value::Null);
+    assert_eq!(items[0]["describedObject"], described, "{path}");
+    q(&items[0]["value"])
+}
+
+/// Asks `path` of `version` without selectors and asserts a 404 NotFound with `message`.
+async fn assert_not_found(env: &Env, version: &str, path: &str, message: &str) {
+    let (code, body) = custom(env, version, path, None, None).await;
+    assert_status(code, &body, 404, "NotFound", message);
+}
+
 /// A 200 MetricValueList of `version`.
 #[track_caller]
 fn ok_list(version: &str, code: u16, list: &Value) -> Vec<Value> {
@@ -311,58 +328,40 @@ async fn pods_objects_and_namespaces_match_the_truth_in_both_versions() {
     // 2. Named pods: a value; no value, or a pod of another namespace: the adapter's 404.
     let (one, one_pod) = selected.iter().next().map(|(n, p)| (*n, *p)).unwrap();
     for version in VERSIONS {
-        let (code, list) =
-            custom(&env, version, &format!("namespaces/{ns}/pods/{one}/{RPS}"), None, None).await;
-        let items = ok_list(version, code, &list);
-        assert_eq!(items.len(), 1, "{list}");
-        assert_item_fields(version, &items[0], RPS, &Value::Null);
-        assert_eq!(
-            items[0]["describedObject"],
-            json!({"kind": "Pod", "namespace": ns, "name": one, "apiVersion": "/v1"})
-        );
-        assert_close(q(&items[0]["value"]), rps(one_pod).unwrap(), TOLERANCE, "named pod");
+        let path = format!("namespaces/{ns}/pods/{one}/{RPS}");
+        let pod = json!({"kind": "Pod", "namespace": ns, "name": one, "apiVersion": "/v1"});
+        let value = rps_of_one(&env, version, &path, pod).await;
+        assert_close(value, rps(one_pod).unwrap(), TOLERANCE, "named pod");
     }
-    let (code, body) =
-        custom(&env, "v1beta2", &format!("namespaces/{ns}/pods/{silent_pod}/{RPS}"), None, None).await;
-    assert_status(
-        code,
-        &body,
-        404,
-        "NotFound",
+    assert_not_found(
+        &env,
+        "v1beta2",
+        &format!("namespaces/{ns}/pods/{silent_pod}/{RPS}"),
         &format!("the server could not find the metric {RPS} for pods {silent_pod}"),
-    );
+    )
+    .await;
     let elsewhere = pods_of(&truth)
         .iter()
         .find(|p| p["namespace"] != ns && running(p) && rps(p).is_some())
         .map(name)
         .expect("a pod with requests in another namespace");
-    let (code, body) =
-        custom(&env, "v1beta1", &format!("namespaces/{ns}/pods/{elsewhere}/{RPS}"), None, None).await;
-    assert_status(
-        code,
-        &body,
-        404,
-        "NotFound",
+    assert_not_found(
+        &env,
+        "v1beta1",
+        &format!("namespaces/{ns}/pods/{elsewhere}/{RPS}"),
         &format!("the server could not find the metric {RPS} for pods {elsewhere}"),
-    );
+    )
+    .await;
     // A pod that is not running (Pending or Succeeded; the simulator always has some) has no
     // value, in its own namespace.
     let stopped = pods_of(&truth).iter().find(|p| !running(p)).expect("a pod that is not running");
-    let (code, body) = custom(
+    assert_not_found(
         &env,
         "v1beta2",
         &format!("namespaces/{}/pods/{}/{RPS}", stopped["namespace"].as_str().unwrap(), name(stopped)),
-        None,
-        None,
+        &format!("the server could not find the metric {RPS} for pods {}", name(stopped)),
     )
     .await;
-    assert_status(
-        code,
-        &body,
-        404,
-        "NotFound",
-        &format!("the server could not find the metric {RPS} for pods {}", name(stopped)),
-    );
 
     // 3. Objects: the sum over the running pods the object's selector selects (the truth says
     // which), in both versions; the ReplicaSet of one selected pod; the StatefulSet `tiered`
@@ -389,56 +388,44 @@ async fn pods_objects_and_namespaces_match_the_truth_in_both_versions() {
         }
         for version in VERSIONS {
             let path = format!("namespaces/{ns}/{resource}/{object}/{RPS}");
-            let (code, list) = custom(&env, version, &path, None, None).await;
-            let items = ok_list(version, code, &list);
-            assert_eq!(items.len(), 1, "{path}: {list}");
-            assert_item_fields(version, &items[0], RPS, &Value::Null);
-            assert_eq!(
-                items[0]["describedObject"],
-                json!({"kind": kind, "namespace": ns, "name": object, "apiVersion": api_version}),
-                "{path}"
-            );
-            assert_close(
-                q(&items[0]["value"]),
-                sum(&values),
-                TOLERANCE,
-                &format!("{version} {resource}/{object}"),
-            );
-            object_values.insert(resource, q(&items[0]["value"]));
+            let described = json!({"kind": kind, "namespace": ns, "name": object, "apiVersion": api_version});
+            let value = rps_of_one(&env, version, &path, described).await;
+            assert_close(value, sum(&values), TOLERANCE, &format!("{version} {resource}/{object}"));
+            object_values.insert(resource, value);
         }
     }
     for (resource, object) in [("daemonsets.apps", "node-agent"), ("services", "headless-external")] {
         assert!(workload_pods(&truth, resource, ns, object).is_empty());
-        let (code, body) =
-            custom(&env, "v1beta2", &format!("namespaces/{ns}/{resource}/{object}/{RPS}"), None, None).await;
-        assert_status(
-            code,
-            &body,
-            404,
-            "NotFound",
+        assert_not_found(
+            &env,
+            "v1beta2",
+            &format!("namespaces/{ns}/{resource}/{object}/{RPS}"),
             &format!("the server could not find the metric {RPS} for {resource} {object}"),
-        );
+        )
+        .await;
     }
-    let (code, body) =
-        custom(&env, "v1beta2", &format!("namespaces/{ns}/deployments.apps/nope/{RPS}"), None, None).await;
-    assert_status(code, &body, 404, "NotFound", r#"deployments.apps "nope" not found"#);
-    let (code, body) =
-        custom(&env, "v1beta1", &format!("namespaces/{ns}/services/nope/{RPS}"), None, None).await;
-    assert_status(code, &body, 404, "NotFound", r#"services "nope" not found"#);
+    assert_not_found(
+        &env,
+        "v1beta2",
+        &format!("namespaces/{ns}/deployments.apps/nope/{RPS}"),
+        r#"deployments.apps "nope" not found"#,
+    )
+    .await;
+    assert_not_found(
+        &env,
+        "v1beta1",
+        &format!("namespaces/{ns}/services/nope/{RPS}"),
+        r#"services "nope" not found"#,
+    )
+    .await;
 
     // The namespace: the sum over its running pods, in both path forms and versions.
     let namespace_total = sum(&expected_ns.values().copied().collect::<Vec<_>>());
     for version in VERSIONS {
         for path in [format!("namespaces/{ns}/metrics/{RPS}"), format!("namespaces/{ns}/{RPS}")] {
-            let (code, list) = custom(&env, version, &path, None, None).await;
-            let items = ok_list(version, code, &list);
-            assert_eq!(items.len(), 1, "{path}: {list}");
-            assert_item_fields(version, &items[0], RPS, &Value::Null);
-            assert_eq!(
-                items[0]["describedObject"],
-                json!({"kind": "Namespace", "name": ns, "apiVersion": "/v1"})
-            );
-            assert_close(q(&items[0]["value"]), namespace_total, TOLERANCE, &format!("{version} {path}"));
+            let namespace = json!({"kind": "Namespace", "name": ns, "apiVersion": "/v1"});
+            let value = rps_of_one(&env, version, &path, namespace).await;
+            assert_close(value, namespace_total, TOLERANCE, &format!("{version} {path}"));
         }
     }
 
@@ -512,23 +499,20 @@ async fn pods_objects_and_namespaces_match_the_truth_in_both_versions() {
     );
     let (code, body) = custom(&env, "v1beta2", &pods_path, Some("app in (web"), None).await;
     assert_eq!((code, &body["reason"]), (400, &json!("BadRequest")), "{body}");
-    let (code, body) = custom(&env, "v1beta2", &format!("namespaces/{ns}/pods/*/nope"), None, None).await;
-    assert_status(code, &body, 404, "NotFound", "the server could not find the metric nope for pods");
-    let (code, body) = custom(
+    assert_not_found(
+        &env,
+        "v1beta2",
+        &format!("namespaces/{ns}/pods/*/nope"),
+        "the server could not find the metric nope for pods",
+    )
+    .await;
+    assert_not_found(
         &env,
         "v1beta2",
         &format!("namespaces/{ns}/ingresses.networking.k8s.io/{app}/{RPS}"),
-        None,
-        None,
+        &format!("the server could not find the metric {RPS} for ingresses.networking.k8s.io"),
     )
     .await;
-    assert_status(
-        code,
-        &body,
-        404,
-        "NotFound",
-        &format!("the server could not find the metric {RPS} for ingresses.networking.k8s.io"),
-    );
 
     // 5. An independent client: the official Python kubernetes package decodes both versions
     // and parses every value as a Quantity.
@@ -748,14 +732,13 @@ async fn reload_adds_an_avg_metric_and_keeps_the_last_good_configuration() {
     let (ns, app) = pick_app(&truth);
     let (ns, app) = (ns.as_str(), app.as_str());
     let deployment_path = format!("namespaces/{ns}/deployments.apps/{app}");
-    let (code, body) = custom(&env, "v1beta2", &format!("{deployment_path}/web_rps_avg"), None, None).await;
-    assert_status(
-        code,
-        &body,
-        404,
-        "NotFound",
+    assert_not_found(
+        &env,
+        "v1beta2",
+        &format!("{deployment_path}/web_rps_avg"),
         "the server could not find the metric web_rps_avg for deployments.apps",
-    );
+    )
+    .await;
 
     // A new metric definition (and the defaults replaced), delivered as a ConfigMap swap.
     let query = "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))";
@@ -815,14 +798,13 @@ async fn reload_adds_an_avg_metric_and_keeps_the_last_good_configuration() {
         custom(&env, "v1beta2", &format!("namespaces/{ns}/metrics/web_rps_avg"), None, None).await;
     let items = ok_list("v1beta2", code, &list);
     assert_close(q(&items[0]["value"]), sum(&ns_values) / ns_values.len() as f64, TOLERANCE, "namespace avg");
-    let (code, body) = custom(&env, "v1beta2", &format!("namespaces/{ns}/pods/*/{ERRORS}"), None, None).await;
-    assert_status(
-        code,
-        &body,
-        404,
-        "NotFound",
+    assert_not_found(
+        &env,
+        "v1beta2",
+        &format!("namespaces/{ns}/pods/*/{ERRORS}"),
         &format!("the server could not find the metric {ERRORS} for pods"),
-    );
+    )
+    .await;
 
     // An invalid file is rejected: the last good configuration stays, a metric says so.
     configmap_write(&dir, 3, "window: 1m\ncustomMetrics: []\n");

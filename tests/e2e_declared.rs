@@ -14,7 +14,10 @@ use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Env, Options, SCRAPE, assert_close, configmap_write, q, table};
+use common::{
+    Env, Options, SCRAPE, assert_cafe_rates, assert_close, assert_usage_close, bucket_width, configmap_write,
+    key, q, table,
+};
 use serde_json::{Value, json};
 
 const GROUP: &str = "stats.une-tasse-de.cafe";
@@ -26,8 +29,6 @@ const AGGREGATED: &str =
 const REJECTED: &str = "configuration rejected; the previous one stays in force";
 /// How long a reload may take to show (the file is polled every 2 s).
 const RELOAD_DEADLINE: Duration = Duration::from_secs(30);
-/// Upper bounds of the simulator's brew-duration buckets.
-const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
 
 /// Per pod, namespaced; plural and singular left to their defaults.
 const APP_TRAFFIC: &str = r#"- kind: AppTraffic
@@ -305,10 +306,6 @@ fn http_pods(truth: &Value) -> BTreeMap<(String, String), &Value> {
     running(truth).into_iter().filter(|p| p["requestsPerSecond"].is_f64()).map(|p| (key(p), p)).collect()
 }
 
-fn key(v: &Value) -> (String, String) {
-    (v["namespace"].as_str().unwrap().to_string(), v["name"].as_str().unwrap().to_string())
-}
-
 /// Requests per second per namespace, summed over its running pods.
 fn namespace_rates(truth: &Value) -> BTreeMap<String, f64> {
     let mut rates = BTreeMap::new();
@@ -334,18 +331,6 @@ fn serving_cafes(truth: &Value) -> BTreeMap<(String, String), &Value> {
 fn last_brew_bound(cafe: &Value) -> f64 {
     let pods = cafe["pods"].as_array().unwrap().len() as f64;
     60.0 * pods / cafe["brewsPerMinute"].as_f64().unwrap() + SCRAPE.as_secs_f64() + 2.0 + 2.0
-}
-
-/// Width of the histogram bucket holding `value`.
-fn bucket_width(value: f64) -> f64 {
-    let mut lower = 0.0;
-    for &upper in BUCKETS {
-        if value <= upper {
-            return upper - lower;
-        }
-        lower = upper;
-    }
-    f64::INFINITY
 }
 
 fn seconds(go_duration: &Value) -> f64 {
@@ -690,18 +675,7 @@ async fn check_cafe_activity(env: &Env) {
             "{what}: {item}"
         );
         assert_eq!(item["window"], "1m0s");
-        assert_close(
-            q(&item["brewsPerMinute"]),
-            cafe["brewsPerMinute"].as_f64().unwrap(),
-            0.05,
-            &format!("{what} brews/min"),
-        );
-        assert_close(
-            q(&item["failureRatio"]),
-            cafe["failureRatio"].as_f64().unwrap(),
-            0.05,
-            &format!("{what} failure ratio"),
-        );
+        assert_cafe_rates(item, cafe, &what);
         let p95 = cafe["duration"]["p95"].as_f64().unwrap();
         assert!(
             (seconds(&item["p95"]) - p95).abs() <= bucket_width(p95),
@@ -718,13 +692,7 @@ async fn check_cafe_activity(env: &Env) {
             "{what} lastBrewed {last} vs {expected} at {now}"
         );
         assert_eq!(item["pods"], json!(serving.len()), "{what} pods");
-        assert_close(q(&item["cpu"]), cafe["cpuCores"].as_f64().unwrap(), 0.05, &format!("{what} cpu"));
-        assert_close(
-            q(&item["memory"]),
-            cafe["memoryBytes"].as_f64().unwrap(),
-            0.05,
-            &format!("{what} memory"),
-        );
+        assert_usage_close(item, cafe, (0.05, 0.05), &what);
     }
 
     let (header, rows) = table(&kubectl_ok(env, &["get", "cafeactivities", "-n", "shop", "-o", "wide"]));

@@ -42,14 +42,10 @@ async fn fake_prometheus(delay: Duration) -> String {
 /// The simulated cluster; returns its kubeconfig.
 async fn start_sim(dir: &Path) -> (Child, PathBuf) {
     let state = dir.join("sim");
-    let mut sim = Command::new(percolator_sim::binary().unwrap())
+    let mut sim = percolator_sim::command(dir)
+        .unwrap()
         .args(["--seed", "7", "--nodes", "2", "--pods-per-node", "4", "--namespaces", "shop,default"])
         .args(["--housekeeping", "2s"])
-        .arg("--state-dir")
-        .arg(&state)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     read_ready_line(&mut sim, "percolator-sim", |v| (v["event"] == "ready").then(|| v.clone()), None).await;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::devenv::ProxyFault;
-use common::{Env, Options, assert_close, kubelet_fetches, q, running_pods, table};
+use common::{Env, Options, assert_close, assert_usage_close, kubelet_fetches, q, running_pods, table};
 use serde_json::Value;
 
 const MGV: &str = "/apis/metrics.k8s.io/v1beta1";
@@ -135,13 +135,7 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
             assert_eq!(keys(c), ["name", "usage"]);
             assert_eq!(keys(&c["usage"]), ["cpu", "memory"]);
             let truth = expected.iter().find(|t| t["name"] == c["name"]).unwrap();
-            assert_close(q(&c["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "container cpu");
-            assert_close(
-                q(&c["usage"]["memory"]),
-                truth["memoryBytes"].as_f64().unwrap(),
-                0.001,
-                "container memory",
-            );
+            assert_usage_close(&c["usage"], truth, (0.02, 0.001), "container");
             // metrics-server's units: CPU from nanocores (canonical: n, u or m), memory BinarySI.
             let cpu = c["usage"]["cpu"].as_str().unwrap();
             assert!(cpu.ends_with(['n', 'u', 'm']) || cpu.bytes().all(|b| b.is_ascii_digit()), "{cpu}");
@@ -216,14 +210,8 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
         );
         let name = node["metadata"]["name"].as_str().unwrap();
         let truth = truth["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
-        assert_close(q(&node["usage"]["cpu"]), truth["cpuCores"].as_f64().unwrap(), 0.02, "node cpu");
         // Pods started or stopped since the truth was read change it: within 5%.
-        assert_close(
-            q(&node["usage"]["memory"]),
-            truth["memoryBytes"].as_f64().unwrap(),
-            0.05,
-            "node memory",
-        );
+        assert_usage_close(&node["usage"], truth, (0.02, 0.05), "node");
     }
     let one = env.get_json(&format!("{MGV}/nodes/{}", truth_nodes[0])).await;
     assert_eq!(one["kind"], "NodeMetrics");
@@ -247,8 +235,7 @@ async fn kubectl_top_prints_what_get_pms_prints_and_the_truth(mode: Mode) {
         if cafe["pods"].as_array().unwrap().is_empty() {
             continue;
         }
-        assert_close(q(&item["cpu"]), cafe["cpuCores"].as_f64().unwrap(), 0.05, "cafe cpu");
-        assert_close(q(&item["memory"]), cafe["memoryBytes"].as_f64().unwrap(), 0.05, "cafe memory");
+        assert_usage_close(item, cafe, (0.05, 0.05), "cafe");
     }
 
     let fetches = kubelet_fetches;

@@ -276,22 +276,26 @@ mod tests {
     #[test]
     fn expand_reads_references_as_go_does() {
         let p = r"^(?P<first>[a-z]+)_(\w+)$";
-        assert_eq!(expanded(p, "$1-$2", "ab_cd"), "ab-cd");
-        assert_eq!(expanded(p, "${1}x", "ab_cd"), "abx");
-        assert_eq!(expanded(p, "$first/${first}", "ab_cd"), "ab/ab");
-        assert_eq!(expanded(p, "$0", "ab_cd"), "ab_cd");
-        assert_eq!(expanded(p, "$$1", "ab_cd"), "$1");
-        assert_eq!(expanded(p, "cost$", "ab_cd"), "cost$");
-        assert_eq!(expanded(p, "${1", "ab_cd"), "${1");
-        assert_eq!(expanded(p, "$-", "ab_cd"), "$-");
-        // The longest name: `$1_per_second` is the group named `1_per_second`, which does not
-        // exist, so Go expands it to nothing.
-        assert_eq!(expanded(p, "$1_per_second", "ab_cd"), "");
-        assert_eq!(expanded(p, "$1x", "ab_cd"), "");
-        // Leading zeros make a name, not a number.
-        assert_eq!(expanded(p, "$01", "ab_cd"), "");
-        // A group that does not exist, or did not take part, expands to nothing.
-        assert_eq!(expanded(p, "[$9]", "ab_cd"), "[]");
+        for (template, want) in [
+            ("$1-$2", "ab-cd"),
+            ("${1}x", "abx"),
+            ("$first/${first}", "ab/ab"),
+            ("$0", "ab_cd"),
+            ("$$1", "$1"),
+            ("cost$", "cost$"),
+            ("${1", "${1"),
+            ("$-", "$-"),
+            // The longest name: `$1_per_second` is the group named `1_per_second`, which does
+            // not exist, so Go expands it to nothing.
+            ("$1_per_second", ""),
+            ("$1x", ""),
+            // Leading zeros make a name, not a number.
+            ("$01", ""),
+            // A group that does not exist, or did not take part, expands to nothing.
+            ("[$9]", "[]"),
+        ] {
+            assert_eq!(expanded(p, template, "ab_cd"), want, "{template}");
+        }
         assert_eq!(expanded("^(a)|(b)$", "[$1][$2]", "b"), "[][b]");
     }
 

@@ -173,18 +173,14 @@ impl Env {
         apiserver::install_crypto_provider();
         let dir = mk_dir(name);
         let state = dir.join("sim");
-        let mut sim = Command::new(percolator_sim::binary().unwrap())
+        let mut sim = percolator_sim::command(&dir)
+            .unwrap()
             .args(["--seed", &options.seed.to_string()])
             .args(["--nodes", &options.nodes.to_string()])
             .args(["--pods-per-node", &options.pods_per_node.to_string()])
             .args(["--namespaces", options.namespaces])
             .args(["--housekeeping", HOUSEKEEPING])
             .args(options.cadvisor.then_some("--cadvisor"))
-            .arg("--state-dir")
-            .arg(&state)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
-            .kill_on_drop(true)
             .spawn()
             .expect("percolator-sim starts");
         let ready =
@@ -204,13 +200,7 @@ impl Env {
             PrometheusOptions {
                 dir: dir.join("prometheus"),
                 jobs: vec![
-                    ScrapeJob {
-                        job: "sim-apps".into(),
-                        target: metrics_target,
-                        scheme: "http".into(),
-                        bearer_token: None,
-                        targets_file: None,
-                    },
+                    ScrapeJob::http("sim-apps", metrics_target),
                     // percolator's own /metrics, once it has bound its port.
                     ScrapeJob {
                         job: "percolator".into(),
@@ -641,6 +631,27 @@ pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
     assert!(ok, "{what}: got {actual}, expected {expected} (±{}%)", tolerance * 100.0);
 }
 
+/// Asserts a cafe's `brewsPerMinute` and `failureRatio` Quantities are within 5% of the
+/// simulator's truth `cafe`.
+pub fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
+    let rates = [("brewsPerMinute", "brews/min"), ("failureRatio", "failure ratio")];
+    for (field, name) in rates {
+        assert_close(q(&item[field]), cafe[field].as_f64().unwrap(), 0.05, &format!("{what} {name}"));
+    }
+}
+
+/// Asserts the `cpu` and `memory` Quantities of `usage` are within the (cpu, memory)
+/// tolerances of `truth`'s `cpuCores` and `memoryBytes`, as "`what` cpu" and "`what` memory".
+pub fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64), what: &str) {
+    assert_close(q(&usage["cpu"]), truth["cpuCores"].as_f64().unwrap(), cpu, &format!("{what} cpu"));
+    assert_close(
+        q(&usage["memory"]),
+        truth["memoryBytes"].as_f64().unwrap(),
+        memory,
+        &format!("{what} memory"),
+    );
+}
+
 /// Splits kubectl's table output at the header's column starts (a header such as
 /// `LAST BREWED` holds a space, and a cell may be empty).
 pub fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
@@ -675,4 +686,24 @@ pub fn configmap_write(dir: &Path, generation: u32, text: &str) {
     if std::fs::symlink_metadata(dir.join("config.yaml")).is_err() {
         std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
     }
+}
+
+/// Upper bounds of the simulator's brew-duration buckets.
+pub const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
+
+/// Width of the histogram bucket holding `value`.
+pub fn bucket_width(value: f64) -> f64 {
+    let mut lower = 0.0;
+    for &upper in BUCKETS {
+        if value <= upper {
+            return upper - lower;
+        }
+        lower = upper;
+    }
+    f64::INFINITY
+}
+
+/// The (namespace, name) of an object's metadata or of a simulator truth entry.
+pub fn key(v: &Value) -> (String, String) {
+    (v["namespace"].as_str().unwrap().to_string(), v["name"].as_str().unwrap().to_string())
 }

@@ -10,15 +10,11 @@ Exits non-zero when a field of the version is missing, malformed, or one of the 
 import json
 import sys
 
-import kubernetes.client
 from kubernetes.utils import parse_quantity
 
+import metrics_api
+
 GROUP = "custom.metrics.k8s.io"
-
-
-def check_timestamp(ts):
-    # metav1.Time: RFC 3339, UTC, whole seconds.
-    assert isinstance(ts, str) and len(ts) == 20 and ts.endswith("Z") and ts[10] == "T", ts
 
 
 def check_selector(selector):
@@ -38,36 +34,18 @@ def main():
     metric_selector = sys.argv[7] if len(sys.argv) > 7 else ""
     assert version in ("v1beta2", "v1beta1"), version
     metric = path.rstrip("/").split("/")[-1]
-    config = kubernetes.client.Configuration()
-    config.host = server
-    config.ssl_ca_cert = ca_file
-    config.api_key = {"authorization": token}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    api = kubernetes.client.ApiClient(config)
     query = []
     if selector:
         query.append(("labelSelector", selector))
     if metric_selector:
         query.append(("metricLabelSelector", metric_selector))
-    request = api.param_serialize(
-        "GET",
-        f"/apis/{GROUP}/{version}/{path}",
-        query_params=query,
-        # What the HPA's client sends: protobuf preferred, JSON accepted.
-        header_params={"Accept": "application/vnd.kubernetes.protobuf, */*"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*request)
-    response.read()
-    body = api.response_deserialize(response, {"200": "object"}).data
-    assert body["kind"] == "MetricValueList", body
-    assert body["apiVersion"] == f"{GROUP}/{version}", body
-    assert isinstance(body["metadata"], dict), body
+    body = metrics_api.get(server, ca_file, token, f"/apis/{GROUP}/{version}/{path}", query)
+    metrics_api.check_list(body, "MetricValueList", f"{GROUP}/{version}")
     items = []
     for item in body["items"]:
         described = item["describedObject"]
         assert set(described) >= {"kind", "name", "apiVersion"}, item
-        check_timestamp(item["timestamp"])
+        metrics_api.check_timestamp(item["timestamp"])
         if version == "v1beta2":
             assert set(item) == {"describedObject", "metric", "timestamp", "windowSeconds", "value"}, item
             assert set(item["metric"]) == {"name", "selector"}, item

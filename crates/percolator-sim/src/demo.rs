@@ -192,13 +192,7 @@ pub async fn run(
     .await?;
     let prometheus = Prometheus::start(PrometheusOptions {
         dir: dir.join("prometheus"),
-        jobs: vec![ScrapeJob {
-            job: "sim-apps".into(),
-            target,
-            scheme: "http".into(),
-            bearer_token: None,
-            targets_file: None,
-        }],
+        jobs: vec![ScrapeJob::http("sim-apps", target)],
         scrape_interval: scrape,
         backfill: Some(history),
     })

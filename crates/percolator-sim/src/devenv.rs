@@ -52,6 +52,19 @@ pub struct ScrapeJob {
     pub bearer_token: Option<String>,
 }
 
+impl ScrapeJob {
+    /// A job scraping plain-HTTP `target` without a token.
+    pub fn http(job: &str, target: impl Into<String>) -> Self {
+        Self {
+            job: job.into(),
+            target: target.into(),
+            targets_file: None,
+            scheme: "http".into(),
+            bearer_token: None,
+        }
+    }
+}
+
 /// How to start Prometheus.
 #[derive(Debug, Clone)]
 pub struct PrometheusOptions {
@@ -112,11 +125,6 @@ impl Prometheus {
         Ok(prometheus)
     }
 
-    /// Base URL of the HTTP API.
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
     async fn spawn(&mut self, port: u16) -> Result<()> {
         let dir = &self.options.dir;
         let log = std::fs::File::create(dir.join(format!("prometheus-{port}.log")))?;
@@ -144,16 +152,6 @@ impl Prometheus {
         self.port = port;
         self.child = Some(child);
         Ok(())
-    }
-
-    /// Waits until every job has been scraped successfully at least once.
-    pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
-        wait_for_jobs(&self.url(), &self.options.jobs, timeout).await
-    }
-
-    /// Waits until `job` has been scraped successfully at least once.
-    pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
-        wait_for_up(&self.url(), job, timeout).await
     }
 }
 
@@ -210,41 +208,50 @@ trait EngineProcess {
     }
 }
 
-impl EngineProcess for Prometheus {
-    fn program() -> String {
-        prometheus_bin()
-    }
+/// Implements [`EngineProcess`] for an engine with `child`, `port` and `options` fields, its own
+/// `spawn` and the function naming its program, and the HTTP side both engines share.
+macro_rules! engine_process {
+    ($engine:ident, $program:ident) => {
+        #[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
+        impl $engine {
+            /// Base URL of the HTTP API.
+            pub fn url(&self) -> String {
+                format!("http://127.0.0.1:{}", self.port)
+            }
 
-    async fn spawn(&mut self, port: u16) -> Result<()> {
-        Prometheus::spawn(self, port).await
-    }
+            /// Waits until every job has been scraped successfully at least once.
+            pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
+                wait_for_jobs(&self.url(), &self.options.jobs, timeout).await
+            }
 
-    fn port(&self) -> u16 {
-        self.port
-    }
+            /// Waits until `job` has been scraped successfully at least once.
+            pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
+                wait_for_up(&self.url(), job, timeout).await
+            }
+        }
 
-    fn child(&mut self) -> &mut Option<Child> {
-        &mut self.child
-    }
+        impl EngineProcess for $engine {
+            fn program() -> String {
+                $program()
+            }
+
+            async fn spawn(&mut self, port: u16) -> Result<()> {
+                $engine::spawn(self, port).await
+            }
+
+            fn port(&self) -> u16 {
+                self.port
+            }
+
+            fn child(&mut self) -> &mut Option<Child> {
+                &mut self.child
+            }
+        }
+    };
 }
 
-impl EngineProcess for VictoriaMetrics {
-    fn program() -> String {
-        victoria_metrics_bin()
-    }
-
-    async fn spawn(&mut self, port: u16) -> Result<()> {
-        VictoriaMetrics::spawn(self, port).await
-    }
-
-    fn port(&self) -> u16 {
-        self.port
-    }
-
-    fn child(&mut self) -> &mut Option<Child> {
-        &mut self.child
-    }
-}
+engine_process!(Prometheus, prometheus_bin);
+engine_process!(VictoriaMetrics, victoria_metrics_bin);
 
 /// Waits up to 30 s until the engine `child` started on `port` is ready (`/-/ready`) and
 /// `ours` accepts the body of its flags page (`None` when it could not be read); kills it
@@ -742,11 +749,6 @@ impl VictoriaMetrics {
         Ok(vm)
     }
 
-    /// Base URL of the HTTP API.
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
     /// Imports OpenMetrics `history` (timestamps in seconds) through the Prometheus text import
     /// (timestamps in milliseconds), then flushes it to searchable storage.
     async fn import(&self, history: &str) -> Result<()> {
@@ -823,16 +825,6 @@ impl VictoriaMetrics {
         self.port = port;
         self.child = Some(child);
         Ok(())
-    }
-
-    /// Waits until every job has been scraped successfully at least once.
-    pub async fn wait_for_targets(&self, timeout: Duration) -> Result<()> {
-        wait_for_jobs(&self.url(), &self.options.jobs, timeout).await
-    }
-
-    /// Waits until `job` has been scraped successfully at least once.
-    pub async fn wait_for_job(&self, job: &str, timeout: Duration) -> Result<()> {
-        wait_for_up(&self.url(), job, timeout).await
     }
 
     /// Stops VictoriaMetrics (SIGKILL; the data directory stays, without the samples of the

@@ -12,13 +12,7 @@ use crate::devenv::*;
 fn config_lists_jobs() {
     let yaml = config_yaml(&PrometheusOptions {
         dir: PathBuf::from("/tmp/x"),
-        jobs: vec![ScrapeJob {
-            job: "sim-apps".into(),
-            target: "127.0.0.1:9".into(),
-            scheme: "http".into(),
-            bearer_token: None,
-            targets_file: None,
-        }],
+        jobs: vec![ScrapeJob::http("sim-apps", "127.0.0.1:9")],
         scrape_interval: Duration::from_secs(2),
         backfill: None,
     });
@@ -27,17 +21,17 @@ fn config_lists_jobs() {
     assert_eq!(parsed["scrape_configs"][0]["static_configs"][0]["targets"][0], "127.0.0.1:9");
 }
 
-/// A tiny upstream answering every request with `{"ok":true}`.
-async fn upstream() -> String {
+/// A loopback server answering every request 200 with `content_type` and a body `body` makes.
+async fn serve(content_type: &'static str, body: fn(i64) -> String, arg: i64) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             tokio::spawn(async move {
                 while read_request(&mut stream).await.is_ok() {
-                    let body = "{\"ok\":true}";
+                    let body = body(arg);
                     let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     if stream.write_all(response.as_bytes()).await.is_err() {
@@ -48,6 +42,11 @@ async fn upstream() -> String {
         }
     });
     address
+}
+
+/// A tiny upstream answering every request with `{"ok":true}`.
+async fn upstream() -> String {
+    serve("application/json", |_| "{\"ok\":true}".to_owned(), 0).await
 }
 
 #[tokio::test]
@@ -142,27 +141,11 @@ fn openmetrics_history_becomes_prometheus_text_in_milliseconds() {
 
 /// A target serving one counter growing 2/s from 0 at `origin`, and `origin`'s history of it.
 async fn counter_target(origin: i64) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                while read_request(&mut stream).await.is_ok() {
-                    let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-                    let body =
-                        format!("# TYPE ticks_total counter\nticks_total {}\n", 2.0 * (now - origin as f64));
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if stream.write_all(response.as_bytes()).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    address
+    let ticks = |origin: i64| {
+        let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+        format!("# TYPE ticks_total counter\nticks_total {}\n", 2.0 * (now - origin as f64))
+    };
+    serve("text/plain; version=0.0.4", ticks, origin).await
 }
 
 /// The value of the single series an instant query returns. Freshly imported or restarted
@@ -210,13 +193,7 @@ async fn victoria_metrics_serves_imported_history_and_live_scrapes() {
         Engine::VictoriaMetrics,
         PrometheusOptions {
             dir: dir.clone(),
-            jobs: vec![ScrapeJob {
-                job: "ticks".into(),
-                target: target.clone(),
-                scheme: "http".into(),
-                bearer_token: None,
-                targets_file: None,
-            }],
+            jobs: vec![ScrapeJob::http("ticks", target.clone())],
             scrape_interval: Duration::from_secs(2),
             backfill: Some(history),
         },

@@ -37,3 +37,17 @@ pub fn binary() -> std::io::Result<std::path::PathBuf> {
         )),
     }
 }
+
+/// A command starting [`binary`] with its state in `dir/sim` (`--state-dir`), its stdout piped
+/// (for the ready line) and its stderr in `dir/sim.log`, killed on drop; the caller adds the
+/// cluster's flags and spawns it.
+pub fn command(dir: &std::path::Path) -> std::io::Result<tokio::process::Command> {
+    let mut command = tokio::process::Command::new(binary()?);
+    command
+        .arg("--state-dir")
+        .arg(dir.join("sim"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("sim.log"))?)
+        .kill_on_drop(true);
+    Ok(command)
+}

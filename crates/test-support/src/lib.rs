@@ -35,3 +35,17 @@ where
     }
     results
 }
+
+/// Makes `version` (a directory holding `ca.crt` with `pem`) the `..data` of the Secret-like
+/// volume `dir`, whose `ca.crt` is the symlink `..data/ca.crt`: `dir/ca.crt -> ..data/ca.crt`,
+/// `..data -> version`, swapped in one rename as the kubelet updates a Secret volume.
+pub fn volume_swap(dir: &std::path::Path, version: &str, pem: &str) {
+    std::fs::create_dir_all(dir.join(version)).unwrap();
+    std::fs::write(dir.join(version).join("ca.crt"), pem).unwrap();
+    let _ = std::fs::remove_file(dir.join("..data_tmp"));
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    if std::fs::symlink_metadata(dir.join("ca.crt")).is_err() {
+        std::os::unix::fs::symlink("..data/ca.crt", dir.join("ca.crt")).unwrap();
+    }
+}

@@ -271,6 +271,22 @@ fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str, selectors: &Sel
             }
         }
     }
+    /// A selector's requirements (absent and empty told apart), each as (key, operator, values).
+    fn push_requirements<'r>(
+        key: &mut Vec<u8>,
+        requirements: Option<impl ExactSizeIterator<Item = (&'r str, &'r str, Option<&'r Vec<String>>)>>,
+    ) {
+        match requirements {
+            None => key.push(0),
+            Some(requirements) => {
+                key.push(1);
+                key.extend_from_slice(&requirements.len().to_le_bytes());
+                for (name, operator, values) in requirements {
+                    push_requirement(key, name, operator, values);
+                }
+            }
+        }
+    }
     let mut key = Vec::with_capacity(256);
     push(&mut key, &user.name);
     push(&mut key, &user.uid);
@@ -291,26 +307,16 @@ fn decision_key(user: &UserInfo, info: &RequestInfo, path: &str, selectors: &Sel
         for attribute in resource_attributes(info) {
             push(&mut key, attribute);
         }
-        match selectors.label.as_ref().and_then(|l| l.requirements.as_ref()) {
-            None => key.push(0),
-            Some(requirements) => {
-                key.push(1);
-                key.extend_from_slice(&requirements.len().to_le_bytes());
-                for r in requirements {
-                    push_requirement(&mut key, &r.key, &r.operator, r.values.as_ref());
-                }
-            }
-        }
-        match selectors.field.as_ref().and_then(|f| f.requirements.as_ref()) {
-            None => key.push(0),
-            Some(requirements) => {
-                key.push(1);
-                key.extend_from_slice(&requirements.len().to_le_bytes());
-                for r in requirements {
-                    push_requirement(&mut key, &r.key, &r.operator, r.values.as_ref());
-                }
-            }
-        }
+        let label = selectors.label.as_ref().and_then(|l| l.requirements.as_ref());
+        push_requirements(
+            &mut key,
+            label.map(|rs| rs.iter().map(|r| (&*r.key, &*r.operator, r.values.as_ref()))),
+        );
+        let field = selectors.field.as_ref().and_then(|f| f.requirements.as_ref());
+        push_requirements(
+            &mut key,
+            field.map(|rs| rs.iter().map(|r| (&*r.key, &*r.operator, r.values.as_ref()))),
+        );
     } else {
         key.push(b'n');
         push(&mut key, path);

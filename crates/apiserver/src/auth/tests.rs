@@ -1036,18 +1036,6 @@ async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `dir/ca.crt -> ..data/ca.crt`, `..data -> version`, as a Secret volume mounts a file.
-fn mk_volume_version(dir: &std::path::Path, version: &str, pem: &str) {
-    std::fs::create_dir_all(dir.join(version)).unwrap();
-    std::fs::write(dir.join(version).join("ca.crt"), pem).unwrap();
-    let _ = std::fs::remove_file(dir.join("..data_tmp"));
-    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    if std::fs::symlink_metadata(dir.join("ca.crt")).is_err() {
-        std::os::unix::fs::symlink("..data/ca.crt", dir.join("ca.crt")).unwrap();
-    }
-}
-
 #[tokio::test]
 async fn rotated_ca_files_apply_to_the_next_request_and_bad_ones_keep_the_last_good() {
     let w = mk_world();
@@ -1056,7 +1044,7 @@ async fn rotated_ca_files_apply_to_the_next_request_and_bad_ones_keep_the_last_g
     let _ = std::fs::remove_dir_all(&dir);
     let volume = dir.join("client-ca");
     std::fs::create_dir_all(&volume).unwrap();
-    mk_volume_version(&volume, "..v1", &w.client_ca.pem);
+    test_support::volume_swap(&volume, "..v1", &w.client_ca.pem);
     let fp = dir.join("front-proxy-ca.crt");
     std::fs::write(&fp, &w.front_proxy_ca.pem).unwrap();
     let args = mk_args(&[
@@ -1096,13 +1084,13 @@ async fn rotated_ca_files_apply_to_the_next_request_and_bad_ones_keep_the_last_g
     assert!(!trust.reload_files(), "unchanged files");
 
     // Rotation: the client CA by a symlink swap, the front proxy CA rewritten in place.
-    mk_volume_version(&volume, "..v2", &client_ca_2.pem);
+    test_support::volume_swap(&volume, "..v2", &client_ca_2.pem);
     std::fs::write(&fp, &front_proxy_ca_2.pem).unwrap();
     assert!(trust.reload_files());
     assert_eq!(statuses().await, [401, 200, 401, 200, 401]);
 
     // Unusable changes are refused: the last good bundles stay.
-    mk_volume_version(&volume, "..v3", "");
+    test_support::volume_swap(&volume, "..v3", "");
     std::fs::write(&fp, "garbage").unwrap();
     assert!(!trust.reload_files());
     assert_eq!(statuses().await, [401, 200, 401, 200, 401]);

@@ -243,8 +243,9 @@ const TAG_OID: u8 = 0x06;
 const TAG_INTEGER: u8 = 0x02;
 const TAG_VERSION: u8 = 0xa0;
 
-/// Reads the subject of a DER certificate.
-pub fn subject(cert: &[u8]) -> Result<Subject, DerError> {
+/// The fields of a DER certificate's tbsCertificate from `validity` on: the optional version,
+/// serialNumber, signature and issuer skipped.
+fn after_issuer(cert: &[u8]) -> Result<&[u8], DerError> {
     let (certificate, _) = expect(cert, TAG_SEQUENCE, "certificate")?;
     let (tbs, _) = expect(certificate, TAG_SEQUENCE, "tbsCertificate")?;
     let mut rest = tbs;
@@ -255,6 +256,12 @@ pub fn subject(cert: &[u8]) -> Result<Subject, DerError> {
     let (_, rest) = expect(rest, TAG_INTEGER, "serialNumber")?;
     let (_, rest) = expect(rest, TAG_SEQUENCE, "signature")?;
     let (_, rest) = expect(rest, TAG_SEQUENCE, "issuer")?;
+    Ok(rest)
+}
+
+/// Reads the subject of a DER certificate.
+pub fn subject(cert: &[u8]) -> Result<Subject, DerError> {
+    let rest = after_issuer(cert)?;
     let (_, rest) = expect(rest, TAG_SEQUENCE, "validity")?;
     let (mut rdns, _) = expect(rest, TAG_SEQUENCE, "subject")?;
 
@@ -281,17 +288,7 @@ pub fn subject(cert: &[u8]) -> Result<Subject, DerError> {
 
 /// The end of a certificate's validity (`notAfter`), in seconds since the Unix epoch.
 pub fn not_after(cert: &[u8]) -> Result<u64, DerError> {
-    let (certificate, _) = expect(cert, TAG_SEQUENCE, "certificate")?;
-    let (tbs, _) = expect(certificate, TAG_SEQUENCE, "tbsCertificate")?;
-    let mut rest = tbs;
-    let (tag, _, after) = tlv(rest)?;
-    if tag == TAG_VERSION {
-        rest = after;
-    }
-    let (_, rest) = expect(rest, TAG_INTEGER, "serialNumber")?;
-    let (_, rest) = expect(rest, TAG_SEQUENCE, "signature")?;
-    let (_, rest) = expect(rest, TAG_SEQUENCE, "issuer")?;
-    let (validity, _) = expect(rest, TAG_SEQUENCE, "validity")?;
+    let (validity, _) = expect(after_issuer(cert)?, TAG_SEQUENCE, "validity")?;
     let (_, _, validity) = tlv(validity)?;
     let (tag, time, _) = tlv(validity)?;
     asn1_time(tag, time)

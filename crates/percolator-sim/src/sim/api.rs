@@ -1004,14 +1004,19 @@ mod tests {
         cluster.stats.api_requests.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
-    async fn call(state: &ApiState, uri: &str, token: Option<&str>) -> (StatusCode, serde_json::Value) {
+    /// GETs `uri` (with `token` as the bearer, if any): the status and the raw body.
+    async fn call_raw(state: &ApiState, uri: &str, token: Option<&str>) -> (StatusCode, axum::body::Bytes) {
         let mut request = http::Request::get(uri);
         if let Some(t) = token {
             request = request.header("authorization", format!("Bearer {t}"));
         }
         let response = router(state.clone()).oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
         let status = response.status();
-        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, to_bytes(response.into_body(), usize::MAX).await.unwrap())
+    }
+
+    async fn call(state: &ApiState, uri: &str, token: Option<&str>) -> (StatusCode, serde_json::Value) {
+        let (status, body) = call_raw(state, uri, token).await;
         (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
     }
 
@@ -1319,17 +1324,9 @@ mod tests {
     async fn workload_watch_starts_with_every_object() {
         let state = api_state();
         let token = state.cluster.token.clone();
-        let response = router(state.clone())
-            .oneshot(
-                http::Request::get("/apis/apps/v1/namespaces/shop/deployments?watch=1&timeoutSeconds=0")
-                    .header("authorization", format!("Bearer {token}"))
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let uri = "/apis/apps/v1/namespaces/shop/deployments?watch=1&timeoutSeconds=0";
+        let (status, body) = call_raw(&state, uri, Some(&token)).await;
+        assert_eq!(status, StatusCode::OK);
         let names: Vec<String> = body
             .split(|b| *b == b'\n')
             .filter(|l| !l.is_empty())
@@ -1352,17 +1349,9 @@ mod tests {
         let state = api_state();
         let token = state.cluster.token.clone();
         let old = state.cluster.floor() - 1;
-        let response = router(state.clone())
-            .oneshot(
-                http::Request::get(format!("/api/v1/pods?watch=1&resourceVersion={old}"))
-                    .header("authorization", format!("Bearer {token}"))
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let uri = format!("/api/v1/pods?watch=1&resourceVersion={old}");
+        let (status, body) = call_raw(&state, &uri, Some(&token)).await;
+        assert_eq!(status, StatusCode::OK);
         let line: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(line["type"], "ERROR");
         assert_eq!(line["object"]["code"], 410);
