@@ -751,7 +751,7 @@ fn invalid_files() -> Vec<(String, &'static str)> {
         ),
         (
             clash("fields: [{name: value, query: 'sum by (namespace, pod) (rate(http_requests_total[WINDOW]))'}]"),
-            "field kinds[Clash].fields[value].query: PromQL template, at byte 30: metric http_requests_total has no {SCOPE} matchers and would read every namespace",
+            "field kinds[Clash].fields[value].query: PromQL template: the selector http_requests_total has no {SCOPE} matchers and would read every namespace",
         ),
         // Not a duration: rejected while the YAML is parsed, before the kinds are checked, so
         // the entry is named by its index (and the YAML position of the value).

@@ -337,6 +337,13 @@ fn check_scoped(field: &str, template: &Template) -> Result<(), Invalid> {
                 let near: String = probe.get(at..).unwrap_or_default().chars().take(50).collect();
                 format!("{} near {:?}", unprobe(&reason), unprobe(&near))
             }
+            prometheus::Error::Unscoped(selector) => format!(
+                "the selector {} has no {{<<.LabelMatchers>>}} matchers and would read every namespace",
+                unprobe(&selector)
+            ),
+            prometheus::Error::InvalidPromql(message) => {
+                return invalid(field, format!("is not valid PromQL once rendered: {}", unprobe(&message)));
+            }
             other => other.to_string(),
         };
         invalid(

@@ -723,7 +723,7 @@ fn queries_that_could_read_another_namespace_are_rejected() {
     );
     // One selector of two.
     let e = rejection(&format!("rules:{}", RULE.replace("[2m]))", "[2m])) / sum(up)")));
-    assert!(e.contains("metric up has no {<<.LabelMatchers>>} matchers"), "{e}");
+    assert!(e.contains("the selector up has no {<<.LabelMatchers>>} matchers"), "{e}");
     // A namespaced external rule too; not one with `namespaced: false`.
     let e = rejection(
         "externalRules:\n- seriesQuery: x\n  metricsQuery: sum(x)\n  resources: {template: '<<.Resource>>'}\n",

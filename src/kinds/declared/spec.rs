@@ -867,11 +867,11 @@ kinds:
         for (template, message) in [
             (
                 "sum by (namespace, pod) (rate(x[WINDOW]))",
-                "PromQL template, at byte 30: metric x has no {SCOPE} matchers and would read every namespace",
+                "PromQL template: the selector x has no {SCOPE} matchers and would read every namespace",
             ),
             (
                 "sum by (namespace, pod) (rate(x{code=\"500\"}[WINDOW]))",
-                "PromQL template, at byte 31: label matchers without SCOPE would read every namespace",
+                "PromQL template: the selector x{code=\"500\"} has no {SCOPE} matchers and would read every namespace",
             ),
             (
                 "sum by (namespace) (rate(x{SCOPE}[WINDOW]))",

@@ -1,28 +1,11 @@
 //! A static check that a PromQL template's result keeps a label ([`keeps_label`]), so a
 //! declared kind whose query drops its `nameLabel` (or `namespace`) is rejected when the file
-//! is loaded instead of serving nothing. A recursive-descent reading of PromQL over the
-//! template language's tokens, just deep enough to follow one label through aggregations,
-//! functions and binary operators.
+//! is loaded instead of serving nothing. It follows one label through `promql-parser`'s syntax
+//! tree of the template: aggregations, functions and binary operators with vector matching.
 
-use super::template::{KEYWORDS, Token, TokenKind, tokenize};
+use promql_parser::parser::{AggregateExpr, BinaryExpr, Call, Expr, LabelModifier, VectorMatchCardinality};
 
-/// Aggregation operators, each followed by its arguments and an optional grouping.
-const AGGREGATIONS: [&str; 14] = [
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "group",
-    "stddev",
-    "stdvar",
-    "count",
-    "count_values",
-    "quantile",
-    "topk",
-    "bottomk",
-    "limitk",
-    "limit_ratio",
-];
+use super::template::Template;
 
 /// Aggregations that select series rather than merge them: their result keeps every label,
 /// whatever their grouping (which only scopes the selection).
@@ -31,34 +14,36 @@ const SELECTING_AGGREGATIONS: [&str; 4] = ["topk", "bottomk", "limitk", "limit_r
 /// Functions whose effect on labels depends on their string arguments: assumed to keep it.
 const OPAQUE_FUNCTIONS: [&str; 4] = ["label_replace", "label_join", "absent", "absent_over_time"];
 
-/// Functions that return a scalar.
-const SCALAR_FUNCTIONS: [&str; 3] = ["scalar", "time", "pi"];
-
 /// Checks statically that the result of `template` keeps the label `label`, so that every
 /// series it returns can carry it. Rejected, with the reason: an aggregation that drops it
 /// (`by` without it, `without` with it, or no grouping; `topk`, `bottomk`, `limitk` and
 /// `limit_ratio` keep every label), `histogram_quantile` for `le`, `vector(…)` and other
 /// results without labels, a scalar result, and vector matching that drops it (`on` without
 /// it, `ignoring` with it, or one side without it). Functions such as `label_replace` are not
-/// analysed and are assumed to keep it, as is anything this check cannot parse (Prometheus
-/// reports invalid PromQL at query time). Keywords are case-insensitive, as in PromQL.
+/// analysed and are assumed to keep it. A template that is not valid PromQL (or misplaces a
+/// placeholder) is rejected with [`LabelCheckError::Template`].
 ///
 /// The error reads `drops the label "pod" (sum by (namespace) keeps only namespace)`.
 pub fn keeps_label(template: &str, label: &str) -> std::result::Result<(), LabelCheckError> {
-    let tokens = tokenize(template)?;
-    let mut parser = LabelParser { template, tokens, pos: 0, label };
-    let reason = match parser.expression(1) {
-        Ok(_) if parser.pos < parser.tokens.len() => return Ok(()),
-        Ok(Value::Vector(Ok(()))) | Err(Unparsed) => return Ok(()),
-        Ok(Value::Vector(Err(reason)) | Value::Scalar(reason)) => reason,
-    };
-    Err(LabelCheckError::Dropped { label: label.to_owned(), reason })
+    Template::parse(template)?.keeps_label(label)
+}
+
+impl Template {
+    /// [`keeps_label`] for an analysed template.
+    pub fn keeps_label(&self, label: &str) -> std::result::Result<(), LabelCheckError> {
+        match value(self.expr(), label) {
+            Value::Vector(Ok(())) => Ok(()),
+            Value::Vector(Err(reason)) | Value::Scalar(reason) => {
+                Err(LabelCheckError::Dropped { label: label.to_owned(), reason })
+            }
+        }
+    }
 }
 
 /// Why [`keeps_label`] rejected a template.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelCheckError {
-    /// The template does not tokenize.
+    /// The template is not valid (a misplaced placeholder, invalid PromQL).
     #[error(transparent)]
     Template(#[from] super::Error),
     /// The result loses the label; `reason` names the operation (`sum by (namespace) keeps
@@ -81,395 +66,125 @@ enum Value {
     Vector(std::result::Result<(), String>),
 }
 
-/// The expression is outside what [`LabelParser`] understands.
-#[derive(Debug)]
-struct Unparsed;
-
-/// How a binary operator matches its vector operands.
-#[derive(Debug, Default)]
-struct Matching {
-    /// `on (…)` (true) or `ignoring (…)` (false), with its labels.
-    on: Option<(bool, Vec<String>)>,
-    /// `group_left (…)` (true) or `group_right (…)` (false), with its labels.
-    group: Option<(bool, Vec<String>)>,
+/// What `expr` keeps of `label`.
+fn value(expr: &Expr, label: &str) -> Value {
+    match expr {
+        Expr::NumberLiteral(_) => Value::Scalar("a number has no labels".to_owned()),
+        Expr::StringLiteral(_) => Value::Scalar("a string has no labels".to_owned()),
+        // Selectors keep every label of their series; extensions are never parsed from text.
+        Expr::VectorSelector(_) | Expr::MatrixSelector(_) | Expr::Extension(_) => Value::Vector(Ok(())),
+        Expr::Paren(paren) => value(&paren.expr, label),
+        Expr::Unary(unary) => value(&unary.expr, label),
+        Expr::Subquery(subquery) => value(&subquery.expr, label),
+        Expr::Aggregate(aggregate) => Value::Vector(aggregation(aggregate, label)),
+        Expr::Binary(binary) => combine(binary, label),
+        Expr::Call(call) => function(call, label),
+    }
 }
 
-/// A grouping clause: `by (…)` (true) or `without (…)` (false), with its labels.
-type Grouping = (bool, Vec<String>);
-
-/// A recursive-descent reading of PromQL over the template's tokens, just deep enough to follow
-/// one label through aggregations, functions and binary operators.
-struct LabelParser<'a> {
-    template: &'a str,
-    tokens: Vec<Token>,
-    pos: usize,
-    label: &'a str,
+/// What an aggregation keeps of the label.
+fn aggregation(aggregate: &AggregateExpr, label: &str) -> std::result::Result<(), String> {
+    let op = aggregate.op.to_string();
+    let inner = match value(&aggregate.expr, label) {
+        Value::Vector(inner) => inner,
+        Value::Scalar(reason) => Err(reason),
+    };
+    // `count_values("label", v)` writes the label named by its parameter.
+    let written = match aggregate.param.as_deref() {
+        Some(Expr::StringLiteral(name)) if op == "count_values" => name.val == label,
+        _ => false,
+    };
+    // A label the argument already lacks: report where it went first.
+    if SELECTING_AGGREGATIONS.contains(&op.as_str()) || written || inner.is_err() {
+        return inner;
+    }
+    match &aggregate.modifier {
+        None => Err(format!("{op} with no grouping keeps no labels")),
+        Some(LabelModifier::Include(labels)) if !has(&labels.labels, label) => {
+            Err(format!("{op} by ({}) {}", labels.labels.join(", "), keeps_only(&labels.labels)))
+        }
+        Some(LabelModifier::Exclude(labels)) if has(&labels.labels, label) => {
+            Err(format!("{op} without ({}) removes it", labels.labels.join(", ")))
+        }
+        Some(_) => inner,
+    }
 }
 
-impl LabelParser<'_> {
-    fn peek_at(&self, offset: usize) -> Option<&Token> {
-        self.tokens.get(self.pos + offset)
-    }
-
-    fn text(&self, token: &Token) -> &str {
-        self.template.get(token.start..token.end).unwrap_or_default()
-    }
-
-    /// The punctuation `offset` tokens ahead.
-    fn punct_at(&self, offset: usize) -> Option<u8> {
-        match self.peek_at(offset) {
-            Some(Token { kind: TokenKind::Punct(p), .. }) => Some(*p),
-            _ => None,
+/// What a binary operation keeps of the label (Prometheus' `resultMetric`).
+fn combine(binary: &BinaryExpr, label: &str) -> Value {
+    let (l, r) = match (value(&binary.lhs, label), value(&binary.rhs, label)) {
+        (Value::Scalar(reason), Value::Scalar(_)) => return Value::Scalar(reason),
+        (Value::Vector(side), Value::Scalar(_)) | (Value::Scalar(_), Value::Vector(side)) => {
+            return Value::Vector(side);
         }
-    }
-
-    /// The lower-cased identifier `offset` tokens ahead.
-    fn keyword_at(&self, offset: usize) -> Option<String> {
-        match self.peek_at(offset) {
-            Some(t @ Token { kind: TokenKind::Ident, .. }) => Some(self.text(t).to_ascii_lowercase()),
-            _ => None,
-        }
-    }
-
-    fn expect(&mut self, punct: u8) -> std::result::Result<(), Unparsed> {
-        if self.punct_at(0) != Some(punct) {
-            return Err(Unparsed);
-        }
-        self.pos += 1;
-        Ok(())
-    }
-
-    /// The binary operator at the cursor: its text, precedence and length in tokens.
-    fn binary_operator(&self) -> Option<(String, u8, usize)> {
-        let adjacent = match (self.peek_at(0), self.peek_at(1)) {
-            (Some(a), Some(b)) => a.end == b.start,
-            _ => false,
-        };
-        let second_is_eq = adjacent && self.punct_at(1) == Some(b'=');
-        let (text, len) = match (self.punct_at(0), self.keyword_at(0)) {
-            (Some(b'=' | b'!' | b'<' | b'>'), _) if second_is_eq => {
-                (format!("{}=", char::from(self.punct_at(0)?)), 2)
-            }
-            (Some(p @ (b'<' | b'>' | b'+' | b'-' | b'*' | b'/' | b'%' | b'^')), _) => {
-                (char::from(p).to_string(), 1)
-            }
-            (_, Some(word)) if matches!(word.as_str(), "and" | "or" | "unless" | "atan2") => (word, 1),
-            _ => return None,
-        };
-        let precedence = match text.as_str() {
-            "or" => 1,
-            "and" | "unless" => 2,
-            "==" | "!=" | "<=" | ">=" | "<" | ">" => 3,
-            "+" | "-" => 4,
-            "^" => 6,
-            _ => 5,
-        };
-        Some((text, precedence, len))
-    }
-
-    /// Binary operations whose operators bind at least as tightly as `min`.
-    fn expression(&mut self, min: u8) -> std::result::Result<Value, Unparsed> {
-        let mut lhs = self.unary()?;
-        while let Some((op, precedence, len)) = self.binary_operator() {
-            if precedence < min {
-                break;
-            }
-            self.pos += len;
-            let matching = self.matching()?;
-            // `^` is right-associative, every other operator left-associative.
-            let rhs = self.expression(if op == "^" { precedence } else { precedence + 1 })?;
-            lhs = self.combine(&op, lhs, rhs, &matching);
-        }
-        Ok(lhs)
-    }
-
-    /// `bool`, `on`/`ignoring (…)` and `group_left`/`group_right [(…)]` after an operator.
-    fn matching(&mut self) -> std::result::Result<Matching, Unparsed> {
-        let mut matching = Matching::default();
-        if self.keyword_at(0).as_deref() == Some("bool") {
-            self.pos += 1;
-        }
-        if let Some(on @ ("on" | "ignoring")) = self.keyword_at(0).as_deref() {
-            let on = on == "on";
-            self.pos += 1;
-            matching.on = Some((on, self.label_list()?));
-        }
-        if let Some(side @ ("group_left" | "group_right")) = self.keyword_at(0).as_deref() {
-            let left = side == "group_left";
-            self.pos += 1;
-            let include = if self.punct_at(0) == Some(b'(') { self.label_list()? } else { Vec::new() };
-            matching.group = Some((left, include));
-        }
-        Ok(matching)
-    }
-
-    /// What a binary operation keeps of the label (Prometheus' `resultMetric`).
-    fn combine(&self, op: &str, lhs: Value, rhs: Value, matching: &Matching) -> Value {
-        let (l, r) = match (lhs, rhs) {
-            (Value::Scalar(reason), Value::Scalar(_)) => return Value::Scalar(reason),
-            (Value::Vector(side), Value::Scalar(_)) | (Value::Scalar(_), Value::Vector(side)) => {
-                return Value::Vector(side);
-            }
-            (Value::Vector(l), Value::Vector(r)) => (l, r),
-        };
-        let has = |labels: &[String]| labels.iter().any(|l| l == self.label);
-        Value::Vector(match (op, &matching.group, &matching.on) {
-            // Set operators return the left side's series, `or` the right side's too.
-            ("and" | "unless", _, _) => l,
-            ("or", _, _) => match (l, r) {
-                (Err(reason), Err(_)) => Err(reason),
-                _ => Ok(()),
-            },
-            // Many-to-one: the "many" side's labels, plus the listed ones from the other side.
-            (_, Some((true, include)), _) => {
-                if has(include) {
-                    r
-                } else {
-                    l
-                }
-            }
-            (_, Some((false, include)), _) => {
-                if has(include) {
-                    l
-                } else {
-                    r
-                }
-            }
-            // One-to-one: the matched labels (`on`) or all but the ignored ones.
-            (_, None, Some((true, labels))) if !has(labels) => {
-                Err(format!("on ({}) {}", labels.join(", "), keeps_only(labels)))
-            }
-            (_, None, Some((false, labels))) if has(labels) => {
-                Err(format!("ignoring ({}) removes it", labels.join(", ")))
-            }
-            // Otherwise both sides must carry it to match at all.
-            _ => l.and(r),
-        })
-    }
-
-    /// A unary `-`/`+`, then a primary expression with its modifiers.
-    fn unary(&mut self) -> std::result::Result<Value, Unparsed> {
-        if matches!(self.punct_at(0), Some(b'-' | b'+')) {
-            self.pos += 1;
-            return self.unary();
-        }
-        let value = self.primary()?;
-        self.modifiers()?;
-        Ok(value)
-    }
-
-    /// Ranges and subqueries (`[…]`), `offset` and `@` after a primary expression.
-    fn modifiers(&mut self) -> std::result::Result<(), Unparsed> {
-        loop {
-            if self.punct_at(0) == Some(b'[') {
-                self.skip_block(b'[', b']')?;
-            } else if self.keyword_at(0).as_deref() == Some("offset") {
-                self.pos += 1;
-                if matches!(self.punct_at(0), Some(b'-' | b'+')) {
-                    self.pos += 1;
-                }
-                match self.peek_at(0) {
-                    Some(Token { kind: TokenKind::Number, .. }) => self.pos += 1,
-                    _ => return Err(Unparsed),
-                }
-            } else if self.punct_at(0) == Some(b'@') {
-                self.pos += 1;
-                if matches!(self.punct_at(0), Some(b'-' | b'+')) {
-                    self.pos += 1;
-                }
-                match self.peek_at(0).map(|t| t.kind) {
-                    Some(TokenKind::Number) => self.pos += 1,
-                    Some(TokenKind::Ident) => {
-                        self.pos += 1;
-                        self.expect(b'(')?;
-                        self.expect(b')')?;
-                    }
-                    _ => return Err(Unparsed),
-                }
+        (Value::Vector(l), Value::Vector(r)) => (l, r),
+    };
+    let op = binary.op.to_string();
+    let card = binary.modifier.as_ref().map(|m| &m.card);
+    let matching = binary.modifier.as_ref().and_then(|m| m.matching.as_ref());
+    Value::Vector(match (op.as_str(), card, matching) {
+        // Set operators return the left side's series, `or` the right side's too.
+        ("and" | "unless", _, _) => l,
+        ("or", _, _) => match (l, r) {
+            (Err(reason), Err(_)) => Err(reason),
+            _ => Ok(()),
+        },
+        // Many-to-one: the "many" side's labels, plus the listed ones from the other side.
+        (_, Some(VectorMatchCardinality::ManyToOne(include)), _) => {
+            if has(&include.labels, label) {
+                r
             } else {
-                return Ok(());
+                l
             }
         }
-    }
+        (_, Some(VectorMatchCardinality::OneToMany(include)), _) => {
+            if has(&include.labels, label) {
+                l
+            } else {
+                r
+            }
+        }
+        // One-to-one: the matched labels (`on`) or all but the ignored ones.
+        (_, _, Some(LabelModifier::Include(labels))) if !has(&labels.labels, label) => {
+            Err(format!("on ({}) {}", labels.labels.join(", "), keeps_only(&labels.labels)))
+        }
+        (_, _, Some(LabelModifier::Exclude(labels))) if has(&labels.labels, label) => {
+            Err(format!("ignoring ({}) removes it", labels.labels.join(", ")))
+        }
+        // Otherwise both sides must carry it to match at all.
+        _ => l.and(r),
+    })
+}
 
-    /// Skips a bracketed block (matchers, a range) whose opening bracket is at the cursor.
-    fn skip_block(&mut self, open: u8, close: u8) -> std::result::Result<(), Unparsed> {
-        let mut depth = 0usize;
-        while let Some(token) = self.peek_at(0).copied() {
-            self.pos += 1;
-            match token.kind {
-                TokenKind::Punct(p) if p == open => depth += 1,
-                TokenKind::Punct(p) if p == close => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        return Ok(());
-                    }
-                }
-                _ => {}
-            }
-        }
-        Err(Unparsed)
+/// What a function call keeps of the label.
+fn function(call: &Call, label: &str) -> Value {
+    let name = call.func.name;
+    let arguments: Vec<Value> = call.args.args.iter().map(|arg| value(arg, label)).collect();
+    let shown = if arguments.is_empty() { format!("{name}()") } else { format!("{name}(...)") };
+    if OPAQUE_FUNCTIONS.contains(&name) {
+        return Value::Vector(Ok(()));
     }
+    if name == "vector" {
+        return Value::Vector(Err(format!("{shown} has no labels")));
+    }
+    if name == "histogram_quantile" && label == "le" {
+        return Value::Vector(Err("histogram_quantile removes le".to_owned()));
+    }
+    if call.func.return_type == promql_parser::parser::value::ValueType::Scalar {
+        return Value::Scalar(format!("{shown} has no labels"));
+    }
+    // Other functions keep the labels of their vector argument (`rate`, `clamp_min`,
+    // `histogram_quantile` but for `le`, ...); without one they return a bare vector.
+    let vector = arguments.into_iter().find_map(|a| match a {
+        Value::Vector(v) => Some(v),
+        Value::Scalar(_) => None,
+    });
+    Value::Vector(vector.unwrap_or_else(|| Err(format!("{shown} has no labels"))))
+}
 
-    fn primary(&mut self) -> std::result::Result<Value, Unparsed> {
-        let token = *self.peek_at(0).ok_or(Unparsed)?;
-        match token.kind {
-            TokenKind::Number => {
-                self.pos += 1;
-                Ok(Value::Scalar("a number has no labels".to_owned()))
-            }
-            TokenKind::Str => {
-                self.pos += 1;
-                Ok(Value::Scalar("a string has no labels".to_owned()))
-            }
-            TokenKind::Punct(b'(') => {
-                self.pos += 1;
-                let value = self.expression(1)?;
-                self.expect(b')')?;
-                Ok(value)
-            }
-            TokenKind::Punct(b'{') => {
-                self.skip_block(b'{', b'}')?;
-                Ok(Value::Vector(Ok(())))
-            }
-            TokenKind::Ident => {
-                let name = self.text(&token).to_owned();
-                let lower = name.to_ascii_lowercase();
-                let next = self.punct_at(1);
-                let grouping_next = matches!(self.keyword_at(1).as_deref(), Some("by" | "without"));
-                self.pos += 1;
-                if AGGREGATIONS.contains(&lower.as_str()) && (next == Some(b'(') || grouping_next) {
-                    self.aggregation(&lower)
-                } else if next == Some(b'(') {
-                    self.function(&name)
-                } else if matches!(lower.as_str(), "inf" | "nan") {
-                    Ok(Value::Scalar("a number has no labels".to_owned()))
-                } else if KEYWORDS.contains(&lower.as_str()) {
-                    Err(Unparsed)
-                } else {
-                    if next == Some(b'{') {
-                        self.skip_block(b'{', b'}')?;
-                    }
-                    Ok(Value::Vector(Ok(())))
-                }
-            }
-            TokenKind::Punct(_) => Err(Unparsed),
-        }
-    }
-
-    /// Comma-separated expressions up to the closing parenthesis, the opening one already read.
-    fn arguments(&mut self) -> std::result::Result<Vec<Value>, Unparsed> {
-        let mut values = Vec::new();
-        if self.punct_at(0) == Some(b')') {
-            self.pos += 1;
-            return Ok(values);
-        }
-        loop {
-            values.push(self.expression(1)?);
-            match self.punct_at(0) {
-                Some(b',') => self.pos += 1,
-                Some(b')') => {
-                    self.pos += 1;
-                    return Ok(values);
-                }
-                _ => return Err(Unparsed),
-            }
-        }
-    }
-
-    /// `(label, …)` (names or quoted names), with an optional trailing comma.
-    fn label_list(&mut self) -> std::result::Result<Vec<String>, Unparsed> {
-        self.expect(b'(')?;
-        let mut labels = Vec::new();
-        loop {
-            let token = *self.peek_at(0).ok_or(Unparsed)?;
-            self.pos += 1;
-            match token.kind {
-                TokenKind::Punct(b')') => return Ok(labels),
-                TokenKind::Punct(b',') if !labels.is_empty() => {}
-                TokenKind::Ident => labels.push(self.text(&token).to_owned()),
-                TokenKind::Str => labels.push(unquote(self.text(&token))),
-                _ => return Err(Unparsed),
-            }
-        }
-    }
-
-    /// An optional `by (…)` / `without (…)` clause.
-    fn grouping(&mut self) -> std::result::Result<Option<Grouping>, Unparsed> {
-        match self.keyword_at(0).as_deref() {
-            Some(word @ ("by" | "without")) => {
-                let by = word == "by";
-                self.pos += 1;
-                Ok(Some((by, self.label_list()?)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// An aggregation, its name already read: grouping before or after the arguments.
-    fn aggregation(&mut self, op: &str) -> std::result::Result<Value, Unparsed> {
-        let mut grouping = self.grouping()?;
-        self.expect(b'(')?;
-        // `count_values("label", v)` writes the label named by its first argument.
-        let written = match (self.peek_at(0), self.punct_at(1)) {
-            (Some(t @ Token { kind: TokenKind::Str, .. }), Some(b',')) if op == "count_values" => {
-                Some(unquote(self.text(t)))
-            }
-            _ => None,
-        };
-        let arguments = self.arguments()?;
-        if grouping.is_none() {
-            grouping = self.grouping()?;
-        }
-        let inner = match arguments.into_iter().last() {
-            Some(Value::Vector(inner)) => inner,
-            Some(Value::Scalar(reason)) => Err(reason),
-            None => return Err(Unparsed),
-        };
-        if SELECTING_AGGREGATIONS.contains(&op) || written.as_deref() == Some(self.label) {
-            return Ok(Value::Vector(inner));
-        }
-        // A label the argument already lacks: report where it went first.
-        if inner.is_err() {
-            return Ok(Value::Vector(inner));
-        }
-        Ok(Value::Vector(match grouping {
-            None => Err(format!("{op} with no grouping keeps no labels")),
-            Some((true, labels)) if !labels.iter().any(|l| l == self.label) => {
-                Err(format!("{op} by ({}) {}", labels.join(", "), keeps_only(&labels)))
-            }
-            Some((false, labels)) if labels.iter().any(|l| l == self.label) => {
-                Err(format!("{op} without ({}) removes it", labels.join(", ")))
-            }
-            Some(_) => inner,
-        }))
-    }
-
-    /// A function call, its name already read.
-    fn function(&mut self, name: &str) -> std::result::Result<Value, Unparsed> {
-        self.expect(b'(')?;
-        let arguments = self.arguments()?;
-        let shown = if arguments.is_empty() { format!("{name}()") } else { format!("{name}(...)") };
-        if OPAQUE_FUNCTIONS.contains(&name) {
-            return Ok(Value::Vector(Ok(())));
-        }
-        if SCALAR_FUNCTIONS.contains(&name) {
-            return Ok(Value::Scalar(format!("{shown} has no labels")));
-        }
-        if name == "vector" {
-            return Ok(Value::Vector(Err(format!("{shown} has no labels"))));
-        }
-        if name == "histogram_quantile" && self.label == "le" {
-            return Ok(Value::Vector(Err("histogram_quantile removes le".to_owned())));
-        }
-        // Other functions keep the labels of their vector argument (`rate`, `clamp_min`,
-        // `histogram_quantile` but for `le`, ...); without one they return a bare vector.
-        let vector = arguments.into_iter().find_map(|a| match a {
-            Value::Vector(v) => Some(v),
-            Value::Scalar(_) => None,
-        });
-        Ok(Value::Vector(vector.unwrap_or_else(|| Err(format!("{shown} has no labels")))))
-    }
+/// Whether `labels` lists `label`.
+fn has(labels: &[String], label: &str) -> bool {
+    labels.iter().any(|l| l == label)
 }
 
 /// What a `by`/`on` list keeps, as a message says it.
@@ -477,14 +192,10 @@ fn keeps_only(labels: &[String]) -> String {
     if labels.is_empty() { "keeps no labels".to_owned() } else { format!("keeps only {}", labels.join(", ")) }
 }
 
-/// The content of a quoted string token (escapes are not expected in label names).
-fn unquote(text: &str) -> String {
-    text.get(1..text.len().saturating_sub(1)).unwrap_or_default().to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::prometheus::Error;
     use crate::sources::prometheus::template::tests::{ERRORS, REQUESTS};
 
     #[test]
@@ -693,9 +404,13 @@ mod tests {
     }
 
     #[test]
-    fn keeps_label_accepts_what_it_cannot_parse() {
+    fn keeps_label_rejects_what_is_not_promql() {
         for template in ["sum by (namespace) (x{SCOPE}) +", "x{SCOPE} y{SCOPE}", "sum()", "by (pod)"] {
-            assert_eq!(keeps_label(template, "pod"), Ok(()), "{template}");
+            let error = keeps_label(template, "pod").unwrap_err();
+            assert!(
+                matches!(error, LabelCheckError::Template(Error::InvalidPromql(_))),
+                "{template}: {error}"
+            );
         }
         assert_eq!(
             keeps_label("x{a=\"b}", "pod").map_err(|e| e.to_string()),

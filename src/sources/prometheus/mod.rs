@@ -1,7 +1,8 @@
 //! Prometheus: the HTTP client ([`PromClient`], a [`PromSource`]) running PromQL instant vector
 //! queries through `prometheus-http-query`, and the errors of the module. The PromQL template
-//! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, validation) is in
-//! `template`, re-exported here; `labels` checks that a template's result keeps a label.
+//! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, validation on
+//! `promql-parser`'s syntax tree) is in `template`, re-exported here; `labels` checks on that
+//! tree that a template's result keeps a label.
 
 mod connection;
 mod labels;
@@ -24,7 +25,7 @@ pub use labels::{LabelCheckError, keeps_label};
 /// Default of `--prometheus-max-response-bytes`: 128 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
 pub use template::{
-    MatchOp, Matcher, SCOPE_PLACEHOLDER, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
+    MatchOp, Matcher, SCOPE_PLACEHOLDER, Template, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
     format_duration, is_valid_label_name, render, validate_template, validate_unscoped_template,
 };
 
@@ -48,6 +49,13 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A template that is not valid PromQL (placeholders replaced), with the parser's message.
+    #[error("PromQL template is not valid PromQL: {0}")]
+    InvalidPromql(String),
+    /// A template whose vector selector (written as PromQL) lacks `SCOPE` where every one must
+    /// carry it.
+    #[error("PromQL template: the selector {0} has no {{SCOPE}} matchers and would read every namespace")]
+    Unscoped(String),
     /// A window that is not a positive whole number of milliseconds.
     #[error("window {0:?} is not a positive number of milliseconds")]
     InvalidWindow(Duration),

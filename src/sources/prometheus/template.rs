@@ -18,8 +18,12 @@
 //! cluster-scoped declared kind), where `SCOPE` may be left out. [`keeps_label`] tells,
 //! statically, whether a query's result keeps a label that aggregations could drop.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
+
+use promql_parser::parser::{Expr, VectorSelector};
 
 use super::{Error, Result};
 
@@ -28,28 +32,6 @@ pub const SCOPE_PLACEHOLDER: &str = "SCOPE";
 
 /// Placeholder for the rate window.
 pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
-
-/// PromQL keywords (matched case-insensitively, as PromQL does) that may stand where a bare
-/// metric name could.
-pub(super) const KEYWORDS: [&str; 14] = [
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "bool",
-    "and",
-    "or",
-    "unless",
-    "offset",
-    "atan2",
-    "inf",
-    "nan",
-];
-
-/// Keywords followed by a parenthesized list of label names.
-const GROUPING_KEYWORDS: [&str; 6] = ["by", "without", "on", "ignoring", "group_left", "group_right"];
 
 // ---------------------------------------------------------------------------------------------
 // Escaping and matchers
@@ -214,63 +196,200 @@ pub fn format_duration(window: Duration) -> Result<String> {
     Ok(out)
 }
 
-/// Checks a template at configuration load: `SCOPE` appears at least once and only as an
-/// element of a label-matcher block, every label-matcher block and every vector selector carries
-/// it, `WINDOW` appears only as a range (`[WINDOW]`, `[WINDOW:…]`), and brackets and strings are
-/// balanced. Not a full PromQL parser: Prometheus still rejects invalid PromQL at query time.
+/// The label of the matcher that stands for `SCOPE` while a template is parsed: no real series
+/// carries it, and [`Template::parse`] refuses a template that names it itself.
+const SCOPE_SENTINEL_LABEL: &str = "__percolator_scope__";
+
+/// What `SCOPE` becomes while a template is parsed: a matcher that does not match the empty
+/// string, so `{SCOPE}` alone is a valid selector as it is once rendered.
+const SCOPE_SENTINEL: &str = "__percolator_scope__=\"scope\"";
+
+/// What `WINDOW` becomes while a template is parsed (any valid duration).
+const WINDOW_SENTINEL: &str = "5m";
+
+/// Templates compiled by [`render`], by text; more than this many (a configuration reloaded
+/// with ever new queries) and the cache starts over.
+const RENDER_CACHE_SIZE: usize = 256;
+
+/// A template analysed once, at configuration load: its text, where its placeholders stand,
+/// and its PromQL with the placeholders replaced by sentinels (`SCOPE` by a matcher, `WINDOW`
+/// by a duration). [`Template::render`] only splices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    text: String,
+    placeholders: Vec<Found>,
+    /// The first vector selector without `SCOPE` (as PromQL), if any.
+    unscoped_selector: Option<String>,
+    expr: Expr,
+}
+
+impl Template {
+    /// Analyses a template: `SCOPE` appears only as an element of a label-matcher block and
+    /// `WINDOW` only as a range (`[WINDOW]`, `[WINDOW:…]`), and the whole is valid PromQL.
+    /// Selectors need not carry `SCOPE` (see [`Template::scoped`]).
+    pub fn parse(text: &str) -> Result<Self> {
+        if let Some(at) = text.find(SCOPE_SENTINEL_LABEL) {
+            return Err(template_error(at, format!("the label name {SCOPE_SENTINEL_LABEL} is reserved")));
+        }
+        let placeholders = placeholders(text)?;
+        let mut probe = String::with_capacity(text.len() + SCOPE_SENTINEL.len() * placeholders.len());
+        let mut copied = 0;
+        for found in &placeholders {
+            probe.push_str(text.get(copied..found.start).unwrap_or_default());
+            probe.push_str(match found.kind {
+                Placeholder::Scope => SCOPE_SENTINEL,
+                Placeholder::Window => WINDOW_SENTINEL,
+            });
+            copied = found.end;
+        }
+        probe.push_str(text.get(copied..).unwrap_or_default());
+        let expr = promql_parser::parser::parse(&probe).map_err(Error::InvalidPromql)?;
+        let mut selectors = Vec::new();
+        collect_selectors(&expr, &mut selectors);
+        let unscoped_selector = selectors.iter().find(|s| !is_scoped(s)).map(ToString::to_string);
+        Ok(Self { text: text.to_owned(), placeholders, unscoped_selector, expr })
+    }
+
+    /// Analyses a template whose every vector selector must carry `SCOPE` (at least one does):
+    /// a selector without it would read every namespace.
+    pub fn scoped(text: &str) -> Result<Self> {
+        let template = Self::parse(text)?;
+        template.check_scoped()?;
+        Ok(template)
+    }
+
+    /// The template as configured.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The parsed PromQL, `SCOPE` standing as a matcher on a reserved label and `WINDOW` as
+    /// `5m`.
+    pub(super) fn expr(&self) -> &Expr {
+        &self.expr
+    }
+
+    /// Whether every selector carries `SCOPE`, and at least one does.
+    fn check_scoped(&self) -> Result<()> {
+        if let Some(selector) = &self.unscoped_selector {
+            return Err(Error::Unscoped(selector.clone()));
+        }
+        if !self.placeholders.iter().any(|p| p.kind == Placeholder::Scope) {
+            return Err(Error::Template { at: 0, reason: "no SCOPE placeholder".to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Renders the template: `SCOPE` becomes the comma-joined matchers (with an adjacent comma
+    /// removed when there are none, so `{SCOPE,code="500"}` stays valid), `WINDOW` the window.
+    /// With matchers, every selector must carry `SCOPE` (as [`Template::scoped`] checks), so
+    /// none escapes the scope; without matchers there is nothing to scope.
+    pub fn render(&self, scope: &[Matcher], window: Duration) -> Result<String> {
+        if !scope.is_empty() {
+            self.check_scoped()?;
+        }
+        let window_text = if self.placeholders.iter().any(|p| p.kind == Placeholder::Window) {
+            Some(format_duration(window)?)
+        } else {
+            None
+        };
+        let scope_text = scope.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let template = self.text.as_str();
+        let mut out = String::with_capacity(template.len() + scope_text.len() * self.placeholders.len());
+        let mut copied = 0;
+        for found in &self.placeholders {
+            let (start, end, replacement) = match found.kind {
+                Placeholder::Window => (found.start, found.end, window_text.as_deref().unwrap_or_default()),
+                Placeholder::Scope if !scope_text.is_empty() => (found.start, found.end, scope_text.as_str()),
+                Placeholder::Scope => match (found.comma_after, found.comma_before) {
+                    (Some(comma), _) => (found.start, comma + 1, ""),
+                    (None, Some(comma)) => (comma, found.end, ""),
+                    (None, None) => (found.start, found.end, ""),
+                },
+            };
+            out.push_str(template.get(copied..start).unwrap_or_default());
+            out.push_str(replacement);
+            copied = end;
+        }
+        out.push_str(template.get(copied..).unwrap_or_default());
+        Ok(out)
+    }
+}
+
+/// Checks a template at configuration load (see [`Template::scoped`]): `SCOPE` appears at
+/// least once and only as an element of a label-matcher block, every vector selector carries
+/// it, `WINDOW` appears only as a range (`[WINDOW]`, `[WINDOW:…]`), and the template is valid
+/// PromQL.
 pub fn validate_template(template: &str) -> Result<()> {
-    analyze(template, Scoping::Required).map(|_| ())
+    Template::scoped(template).map(|_| ())
 }
 
 /// Checks a template that is never scoped (a cluster-scoped kind's query) as
 /// [`validate_template`] does, except that selectors need not carry `SCOPE`: where it appears it
 /// must still be an element of a label-matcher block, and it renders empty.
 pub fn validate_unscoped_template(template: &str) -> Result<()> {
-    analyze(template, Scoping::Optional).map(|_| ())
+    Template::parse(template).map(|_| ())
 }
 
-/// Renders a template: `SCOPE` becomes the comma-joined matchers (with an adjacent comma
-/// removed when there are none, so `{SCOPE,code="500"}` stays valid), `WINDOW` the window.
-/// With matchers, every selector must carry `SCOPE` (as [`validate_template`] checks), so none
-/// escapes the scope; without matchers there is nothing to scope, so a template valid for
-/// [`validate_unscoped_template`] renders too.
+/// Renders a template as [`Template::render`] does. The template is analysed on its first
+/// render and kept: a configured query is analysed once, not on every request.
 pub fn render(template: &str, scope: &[Matcher], window: Duration) -> Result<String> {
-    let scoping = if scope.is_empty() { Scoping::Optional } else { Scoping::Required };
-    let placeholders = analyze(template, scoping)?;
-    let window_text = if placeholders.iter().any(|p| p.kind == Placeholder::Window) {
-        Some(format_duration(window)?)
-    } else {
-        None
-    };
-    let scope_text = scope.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
-
-    let mut out = String::with_capacity(template.len() + scope_text.len() * placeholders.len());
-    let mut copied = 0;
-    for found in &placeholders {
-        let (start, end, replacement) = match found.kind {
-            Placeholder::Window => (found.start, found.end, window_text.as_deref().unwrap_or_default()),
-            Placeholder::Scope if !scope_text.is_empty() => (found.start, found.end, scope_text.as_str()),
-            Placeholder::Scope => match (found.comma_after, found.comma_before) {
-                (Some(comma), _) => (found.start, comma + 1, ""),
-                (None, Some(comma)) => (comma, found.end, ""),
-                (None, None) => (found.start, found.end, ""),
-            },
-        };
-        out.push_str(template.get(copied..start).unwrap_or_default());
-        out.push_str(replacement);
-        copied = end;
-    }
-    out.push_str(template.get(copied..).unwrap_or_default());
-    Ok(out)
+    compiled(template)?.render(scope, window)
 }
 
-/// Whether every selector of a template must carry `SCOPE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scoping {
-    /// Every selector and label-matcher block carries `SCOPE`, and it appears at least once.
-    Required,
-    /// `SCOPE` may be absent (where present, it is still checked).
-    Optional,
+/// The analysed `template`, from the cache or analysed now.
+fn compiled(template: &str) -> Result<Arc<Template>> {
+    static CACHE: LazyLock<Mutex<HashMap<String, Arc<Template>>>> = LazyLock::new(Mutex::default);
+    let cached = CACHE.lock().unwrap_or_else(PoisonError::into_inner).get(template).cloned();
+    if let Some(compiled) = cached {
+        return Ok(compiled);
+    }
+    let compiled = Arc::new(Template::parse(template)?);
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if cache.len() >= RENDER_CACHE_SIZE {
+        cache.clear();
+    }
+    cache.insert(template.to_owned(), compiled.clone());
+    Ok(compiled)
+}
+
+/// Every vector selector of `expr`, those of range selectors and subqueries included.
+fn collect_selectors<'a>(expr: &'a Expr, out: &mut Vec<&'a VectorSelector>) {
+    match expr {
+        Expr::VectorSelector(selector) => out.push(selector),
+        Expr::MatrixSelector(matrix) => out.push(&matrix.vs),
+        Expr::Aggregate(aggregate) => {
+            if let Some(param) = &aggregate.param {
+                collect_selectors(param, out);
+            }
+            collect_selectors(&aggregate.expr, out);
+        }
+        Expr::Unary(unary) => collect_selectors(&unary.expr, out),
+        Expr::Binary(binary) => {
+            collect_selectors(&binary.lhs, out);
+            collect_selectors(&binary.rhs, out);
+        }
+        Expr::Paren(paren) => collect_selectors(&paren.expr, out),
+        Expr::Subquery(subquery) => collect_selectors(&subquery.expr, out),
+        Expr::Call(call) => call.args.args.iter().for_each(|arg| collect_selectors(arg, out)),
+        Expr::Extension(extension) => {
+            extension.expr.children().iter().for_each(|e| collect_selectors(e, out))
+        }
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+    }
+}
+
+/// Whether a selector carries the `SCOPE` sentinel (in every alternative of an `or` of
+/// matchers).
+fn is_scoped(selector: &VectorSelector) -> bool {
+    let has =
+        |matchers: &[promql_parser::label::Matcher]| matchers.iter().any(|m| m.name == SCOPE_SENTINEL_LABEL);
+    let matchers = &selector.matchers;
+    if matchers.or_matchers.is_empty() {
+        has(&matchers.matchers)
+    } else {
+        matchers.or_matchers.iter().all(|group| has(group))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,7 +399,7 @@ enum Placeholder {
 }
 
 /// A placeholder found in a template, with the commas around it (byte offsets).
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Found {
     kind: Placeholder,
     start: usize,
@@ -290,7 +409,7 @@ struct Found {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TokenKind {
+enum TokenKind {
     Ident,
     Number,
     Str,
@@ -298,22 +417,20 @@ pub(super) enum TokenKind {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Token {
-    pub(super) kind: TokenKind,
-    pub(super) start: usize,
-    pub(super) end: usize,
+struct Token {
+    kind: TokenKind,
+    start: usize,
+    end: usize,
 }
 
 /// What an open bracket started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
-    /// `{`: a label-matcher block, and whether it holds `SCOPE`.
-    Matchers { scoped: bool, at: usize },
+    /// `{`: a label-matcher block.
+    Matchers,
     /// `[`: a range or subquery.
     Range,
-    /// `(` after a grouping keyword: a list of label names.
-    LabelList,
-    /// Any other `(`.
+    /// `(`.
     Paren,
 }
 
@@ -322,7 +439,7 @@ fn template_error(at: usize, reason: impl Into<String>) -> Error {
 }
 
 /// Splits a template into the tokens that matter (whitespace and comments dropped).
-pub(super) fn tokenize(template: &str) -> Result<Vec<Token>> {
+fn tokenize(template: &str) -> Result<Vec<Token>> {
     let bytes = template.as_bytes();
     let mut tokens = Vec::new();
     let mut in_range = false;
@@ -393,52 +510,37 @@ pub(super) fn tokenize(template: &str) -> Result<Vec<Token>> {
     Ok(tokens)
 }
 
-/// Finds the placeholders and checks where they stand (see [`validate_template`] and, with
-/// [`Scoping::Optional`], [`validate_unscoped_template`]).
-fn analyze(template: &str, scoping: Scoping) -> Result<Vec<Found>> {
-    let required = scoping == Scoping::Required;
+/// Finds the placeholders and checks where they stand: `SCOPE` as an element of a
+/// label-matcher block, `WINDOW` as a range; strings, comments and brackets are followed so a
+/// placeholder's name inside a string or a longer name is left alone.
+fn placeholders(template: &str) -> Result<Vec<Found>> {
     let tokens = tokenize(template)?;
     let text = |t: &Token| template.get(t.start..t.end).unwrap_or_default();
     let punct = |t: Option<&Token>| match t {
         Some(Token { kind: TokenKind::Punct(p), .. }) => Some(*p),
         _ => None,
     };
-
-    let mut stack: Vec<Open> = Vec::new();
+    let mut stack: Vec<(Open, usize)> = Vec::new();
     let mut found = Vec::new();
-    let mut grouping_pending = false;
-
     for (index, token) in tokens.iter().enumerate() {
         let prev = index.checked_sub(1).and_then(|i| tokens.get(i));
         let next = tokens.get(index + 1);
-        let was_grouping_pending = std::mem::take(&mut grouping_pending);
         match token.kind {
-            TokenKind::Punct(b'{') => stack.push(Open::Matchers { scoped: false, at: token.start }),
-            TokenKind::Punct(b'[') => stack.push(Open::Range),
-            TokenKind::Punct(b'(') => {
-                stack.push(if was_grouping_pending { Open::LabelList } else { Open::Paren })
-            }
+            TokenKind::Punct(b'{') => stack.push((Open::Matchers, token.start)),
+            TokenKind::Punct(b'[') => stack.push((Open::Range, token.start)),
+            TokenKind::Punct(b'(') => stack.push((Open::Paren, token.start)),
             TokenKind::Punct(close @ (b'}' | b']' | b')')) => {
-                let matches = match (stack.pop(), close) {
-                    (Some(Open::Matchers { scoped, at }), b'}') => {
-                        if !scoped && required {
-                            return Err(template_error(
-                                at,
-                                "label matchers without SCOPE would read every namespace",
-                            ));
-                        }
-                        true
-                    }
-                    (Some(Open::Range), b']') => true,
-                    (Some(Open::Paren | Open::LabelList), b')') => true,
-                    _ => false,
+                let expected = match close {
+                    b'}' => Open::Matchers,
+                    b']' => Open::Range,
+                    _ => Open::Paren,
                 };
-                if !matches {
+                if stack.pop().map(|(open, _)| open) != Some(expected) {
                     return Err(template_error(token.start, "unbalanced brackets"));
                 }
             }
             TokenKind::Ident if text(token) == SCOPE_PLACEHOLDER => {
-                let in_matchers = matches!(stack.last(), Some(Open::Matchers { .. }));
+                let in_matchers = matches!(stack.last(), Some((Open::Matchers, _)));
                 let before = punct(prev);
                 let after = punct(next);
                 if !in_matchers || !matches!(before, Some(b'{' | b',')) || !matches!(after, Some(b'}' | b','))
@@ -447,9 +549,6 @@ fn analyze(template: &str, scoping: Scoping) -> Result<Vec<Found>> {
                         token.start,
                         "SCOPE must be an element of a label-matcher block, like {SCOPE} or {code=\"500\",SCOPE}",
                     ));
-                }
-                if let Some(Open::Matchers { scoped, .. }) = stack.last_mut() {
-                    *scoped = true;
                 }
                 found.push(Found {
                     kind: Placeholder::Scope,
@@ -460,7 +559,7 @@ fn analyze(template: &str, scoping: Scoping) -> Result<Vec<Found>> {
                 });
             }
             TokenKind::Ident if text(token) == WINDOW_PLACEHOLDER => {
-                let in_range = stack.last() == Some(&Open::Range);
+                let in_range = matches!(stack.last(), Some((Open::Range, _)));
                 if !in_range || punct(prev) != Some(b'[') || !matches!(punct(next), Some(b']' | b':')) {
                     return Err(template_error(
                         token.start,
@@ -475,37 +574,11 @@ fn analyze(template: &str, scoping: Scoping) -> Result<Vec<Found>> {
                     comma_after: None,
                 });
             }
-            TokenKind::Ident => {
-                let name = text(token);
-                let lower = name.to_ascii_lowercase();
-                let in_expression = matches!(stack.last(), None | Some(Open::Paren));
-                if GROUPING_KEYWORDS.contains(&lower.as_str()) {
-                    grouping_pending = true;
-                } else if required
-                    && in_expression
-                    && !KEYWORDS.contains(&lower.as_str())
-                    && !matches!(punct(next), Some(b'(' | b'{'))
-                    && !next
-                        .is_some_and(|t| matches!(text(t).to_ascii_lowercase().as_str(), "by" | "without"))
-                {
-                    return Err(template_error(
-                        token.start,
-                        format!("metric {name} has no {{SCOPE}} matchers and would read every namespace"),
-                    ));
-                }
-            }
-            TokenKind::Punct(_) | TokenKind::Number | TokenKind::Str => {}
+            TokenKind::Ident | TokenKind::Punct(_) | TokenKind::Number | TokenKind::Str => {}
         }
     }
-    if let Some(open) = stack.last() {
-        let at = match open {
-            Open::Matchers { at, .. } => *at,
-            _ => template.len(),
-        };
-        return Err(template_error(at, "unbalanced brackets"));
-    }
-    if required && !found.iter().any(|f| f.kind == Placeholder::Scope) {
-        return Err(template_error(0, "no SCOPE placeholder"));
+    if let Some((_, at)) = stack.last() {
+        return Err(template_error(*at, "unbalanced brackets"));
     }
     Ok(found)
 }
@@ -651,6 +724,9 @@ pub(super) mod tests {
             "x{SCOPE} offset 5m # a comment mentioning y",
             "sum(job:http_requests:rate5m{SCOPE})",
             "max_over_time(rate(x{SCOPE}[1m])[WINDOW:30s])",
+            "{SCOPE}",
+            "{__name__=\"up\",SCOPE}",
+            "rate(x{SCOPE}[WINDOW] @ start() offset 1h)",
         ] {
             assert_eq!(validate_template(good), Ok(()), "{good}");
         }
@@ -670,11 +746,50 @@ pub(super) mod tests {
         ] {
             assert!(validate_template(bad).is_err(), "{bad} should fail: {why}");
         }
-        let err = validate_template("sum(rate(http_requests_total[5m]))").unwrap_err();
+        for (bad, error) in [
+            ("sum(rate(http_requests_total[5m]))", Error::Unscoped("http_requests_total".to_owned())),
+            (
+                "sum(rate(http_requests_total{code=\"500\"}[5m])) / x{SCOPE}",
+                Error::Unscoped("http_requests_total{code=\"500\"}".to_owned()),
+            ),
+            // Inside a subquery, and in an argument of an aggregation.
+            ("max_over_time(rate(x[1m])[WINDOW:30s]) + y{SCOPE}", Error::Unscoped("x".to_owned())),
+            ("topk(scalar(k), x{SCOPE})", Error::Unscoped("k".to_owned())),
+            ("x{SCOPE} offset 5m / y offset 5m", Error::Unscoped("y offset 5m".to_owned())),
+            ("vector(1)", Error::Template { at: 0, reason: "no SCOPE placeholder".to_owned() }),
+            (
+                "x{SCOPE,__percolator_scope__=\"a\"}",
+                Error::Template {
+                    at: 8,
+                    reason: "the label name __percolator_scope__ is reserved".to_owned(),
+                },
+            ),
+        ] {
+            assert_eq!(validate_template(bad), Err(error), "{bad}");
+        }
         assert_eq!(
-            err.to_string(),
-            "PromQL template, at byte 9: metric http_requests_total has no {SCOPE} matchers and would read every namespace"
+            validate_template("sum(rate(http_requests_total[5m]))").unwrap_err().to_string(),
+            "PromQL template: the selector http_requests_total has no {SCOPE} matchers and would read every namespace"
         );
+    }
+
+    #[test]
+    fn invalid_promql_is_rejected_at_load() {
+        for bad in [
+            "sum by (namespace) (x{SCOPE}) +",
+            "x{SCOPE} y{SCOPE}",
+            "sum()",
+            "by (pod)",
+            "rate(x{SCOPE})",
+            "rate(x{SCOPE}[WINDOW])[WINDOW]",
+            "x{SCOPE}[WINDOW] + 1",
+            "",
+        ] {
+            let error = validate_unscoped_template(bad).unwrap_err();
+            assert!(matches!(error, Error::InvalidPromql(_)), "{bad}: {error}");
+            assert!(error.to_string().starts_with("PromQL template is not valid PromQL: "), "{error}");
+            assert_eq!(validate_template(bad), Err(error), "{bad}");
+        }
     }
 
     #[test]
@@ -701,7 +816,8 @@ pub(super) mod tests {
                 "SCOPE must be an element of a label-matcher block, like {SCOPE} or {code=\"500\",SCOPE}",
             ),
             ("rate(x[5m]) offset WINDOW", 19, "WINDOW must be a range, like [WINDOW] or [WINDOW:1m]"),
-            ("sum(rate(x[WINDOW])", 19, "unbalanced brackets"),
+            ("sum(rate(x[WINDOW])", 3, "unbalanced brackets"),
+            ("x{SCOPE}]", 8, "unbalanced brackets"),
             ("x{a=\"b}", 4, "unterminated string"),
         ] {
             assert_eq!(
@@ -712,10 +828,8 @@ pub(super) mod tests {
         }
         // The scoped check still refuses what the unscoped one lets through.
         assert_eq!(
-            validate_template("sum by (namespace) (rate(http_requests_total[WINDOW]))")
-                .unwrap_err()
-                .to_string(),
-            "PromQL template, at byte 25: metric http_requests_total has no {SCOPE} matchers and would read every namespace"
+            validate_template("sum by (namespace) (rate(http_requests_total[WINDOW]))"),
+            Err(Error::Unscoped("http_requests_total".to_owned()))
         );
     }
 
@@ -730,12 +844,27 @@ pub(super) mod tests {
         // With matchers, a selector without SCOPE would escape them.
         let scope = [Matcher::eq("namespace", "shop").unwrap()];
         assert_eq!(
-            render(unscoped, &scope, FIVE_MINUTES).unwrap_err().to_string(),
-            "PromQL template, at byte 25: metric http_requests_total has no {SCOPE} matchers and would read every namespace"
+            render(unscoped, &scope, FIVE_MINUTES),
+            Err(Error::Unscoped("http_requests_total".to_owned()))
         );
+        assert_eq!(render("x{SCOPE} / y", &scope, FIVE_MINUTES), Err(Error::Unscoped("y".to_owned())));
+    }
+
+    #[test]
+    fn a_template_is_analysed_once() {
+        let template = Template::scoped(ERRORS).unwrap();
+        assert_eq!(template.text(), ERRORS);
+        let scope = [Matcher::eq("namespace", "shop").unwrap()];
         assert_eq!(
-            render("x{SCOPE} / y", &scope, FIVE_MINUTES).unwrap_err().to_string(),
-            "PromQL template, at byte 11: metric y has no {SCOPE} matchers and would read every namespace"
+            template.render(&scope, FIVE_MINUTES).unwrap(),
+            "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",namespace=\"shop\"}[5m]))"
         );
+        assert_eq!(render(ERRORS, &scope, FIVE_MINUTES), template.render(&scope, FIVE_MINUTES));
+        // `render` keeps what it analysed: the same template is not analysed again.
+        let first = compiled(ERRORS).unwrap();
+        assert!(Arc::ptr_eq(&first, &compiled(ERRORS).unwrap()));
+        // A template rejected at load is rejected by `render` too.
+        assert!(matches!(render("sum(x{SCOPE}) +", &[], FIVE_MINUTES), Err(Error::InvalidPromql(_))));
+        assert_eq!(Template::scoped("x"), Err(Error::Unscoped("x".to_owned())));
     }
 }
