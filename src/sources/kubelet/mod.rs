@@ -282,7 +282,7 @@ impl KubeletClient {
         tcp.set_keepalive(Some(TCP_KEEPALIVE));
         // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
-        let transport = Transport::new(https, config.reuse_connections);
+        let transport = Transport::new(https, config.reuse_connections, config.cache.metrics.as_deref());
         let sampling = config.sampling();
         let cache_settings =
             CacheSettings { ttl: sampling.sample_ttl(config.cache.ttl), ..config.cache.clone() };
