@@ -6,7 +6,9 @@
 //! - [`demo`]: `percolator-sim demo`, the simulator, a real Prometheus and percolator together;
 //! - [`devenv`]: the local Prometheus (or VictoriaMetrics) and the fault proxy, which the tests
 //!   and benchmarks start;
-//! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine.
+//! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine;
+//! - [`soak`]: the soak run (`percolator-sim soak`, `scripts/soak.sh`, `tests/soak.rs`): an
+//!   hour of churn, load and faults, and whether anything grows.
 
 pub mod demo;
 pub mod devenv;
@@ -14,6 +16,7 @@ pub mod devenv;
 mod devenv_tests;
 pub mod securefront;
 pub mod sim;
+pub mod soak;
 
 /// The `percolator-sim` binary of this build, for the tests and benchmarks of other packages
 /// (Cargo gives `CARGO_BIN_EXE_<name>` only for a package's own binaries): it sits next to the
