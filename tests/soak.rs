@@ -15,9 +15,9 @@ use std::time::Duration;
 use percolator_sim::soak::{self, Options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "its first run (18:42 UTC) went through every fault; the two runs after a fix of the \
-            clients' identity headers stalled before the load started (cause not found yet, see \
-            RELIABILITY.md, Soak): run it with --ignored"]
+#[ignore = "the stall is fixed and a run met every goal (RELIABILITY.md, Soak), but in 2 of 3 \
+            runs the 2-minute slope fit of descriptors or tasks missed the noise rule (sawtooth \
+            from Prometheus restarts, no net growth): run it with --ignored until that is robust"]
 async fn three_minutes_of_churn_load_and_faults_leave_nothing_growing() {
     let dir = std::env::temp_dir().join(format!("percolator-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
