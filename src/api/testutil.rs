@@ -18,10 +18,10 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::config::{Check, QueryFile};
-use crate::sources::prometheus::Template;
 use crate::kinds::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
 };
+use crate::sources::prometheus::Template;
 use crate::sources::workloads::{PodSelection, Selection, Workload, WorkloadError, WorkloadSource};
 use crate::sources::{PromError, PromSample, PromSource};
 

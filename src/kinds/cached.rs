@@ -42,7 +42,11 @@ impl std::fmt::Debug for CachedKind {
 impl CachedKind {
     /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
     /// `config`) is part of every key.
-    pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig<Template>>) -> Self {
+    pub fn new(
+        inner: Arc<dyn ServedKind>,
+        settings: &CacheSettings,
+        config: Arc<LiveConfig<Template>>,
+    ) -> Self {
         let cache = TtlCache::new(inner.info().plural.clone(), settings, MAX_ENTRIES);
         Self { inner, cache, config }
     }

@@ -26,7 +26,9 @@ pub fn check_queries(file: &QueryFile<Template>) -> Result<(), Invalid> {
     for kind in BUILTIN {
         for spec in kind.queries {
             let name = format!("{}.{}", kind.section, spec.field);
-            spec.default_template().check_scoped().map_err(|e| Invalid::new(name, format!("default: {e}")))?;
+            spec.default_template()
+                .check_scoped()
+                .map_err(|e| Invalid::new(name, format!("default: {e}")))?;
         }
     }
     for (section, queries) in &file.kind_queries {
@@ -217,7 +219,8 @@ mod tests {
     use crate::kinds::{GROUP, VERSION};
 
     fn check(yaml: &str) -> Result<(), String> {
-        let check: crate::config::Check<Template> = Arc::new(|file: &mut QueryFile<Template>| check_queries(file));
+        let check: crate::config::Check<Template> =
+            Arc::new(|file: &mut QueryFile<Template>| check_queries(file));
         QueryFile::from_yaml(yaml, "f.yaml", &check).map(|_| ()).map_err(|e| e.to_string())
     }
 

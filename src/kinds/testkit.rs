@@ -270,7 +270,8 @@ pub(crate) fn mk_sources(
     kubelet: Arc<FakeKubelet>,
     prom: Arc<FakeProm>,
 ) -> Sources {
-    let check: Check<Template> = Arc::new(|file: &mut QueryFile<Template>| crate::kinds::registry::check_queries(file));
+    let check: Check<Template> =
+        Arc::new(|file: &mut QueryFile<Template>| crate::kinds::registry::check_queries(file));
     let file = QueryFile::from_yaml("", "defaults", &check).unwrap_or_else(|e| panic!("defaults: {e}"));
     Sources {
         inventory,

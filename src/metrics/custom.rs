@@ -149,7 +149,9 @@ impl CustomMetrics {
     /// The discovery entries of `definitions`, one per version: per metric, `pods/M`, each
     /// workload resource's `R/M` (namespaced) and `namespaces/M` (cluster), get only, as the
     /// adapter library lists them.
-    pub fn group_version_resources(definitions: &[CustomMetricConfig<Template>]) -> Vec<GroupVersionResources> {
+    pub fn group_version_resources(
+        definitions: &[CustomMetricConfig<Template>],
+    ) -> Vec<GroupVersionResources> {
         let resource = |name: String, namespaced: bool| discovery_resource(name, namespaced, LIST_KIND);
         let mut resources = Vec::new();
         for d in definitions {
@@ -227,7 +229,8 @@ impl CustomMetrics {
             return self.handle_adapter(request, headers, discovered.as_deref(), ask).await;
         };
         let (pod_selector, metric_selector) = selectors(request, target)?;
-        let matchers = Backend::<CustomMetricConfig<Template>, Arc<PodValues>>::matchers(definition, &metric_selector)?;
+        let matchers =
+            Backend::<CustomMetricConfig<Template>, Arc<PodValues>>::matchers(definition, &metric_selector)?;
         negotiate_headers(headers, Endpoint::Plain)?;
         if !self.inventory.is_synced() {
             return Err(ApiError::ServiceUnavailable {

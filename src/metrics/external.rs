@@ -70,7 +70,11 @@ pub struct ExternalMetrics {
 impl ExternalMetrics {
     /// Serves the `externalMetrics` of `config` (checked by [`check_metrics`]) from
     /// `prometheus`, with a cache built from `cache`.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig<Template>>, cache: &CacheSettings) -> Self {
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self { backend: Backend::new(prometheus, config, cache) }
     }
 

@@ -131,7 +131,11 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     /// Serves the metrics of `config` (checked by [`check_metrics`](super::core::check_metrics))
     /// from `prometheus`, with a cache built from `cache` and named after the API's group in
     /// `percolator_cache_requests_total`.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig<Template>>, cache: &CacheSettings) -> Self {
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self {
             prometheus,
             cache: TtlCache::new(D::API.group(), cache, MAX_ENTRIES),

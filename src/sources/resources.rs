@@ -263,8 +263,13 @@ pub trait ResourceQueryPlan: Send + Sync {
 }
 
 /// Renders a `resourceQueries:` template, which [`check_resource_queries`] compiled or filled in.
-fn render(query: Option<&Template>, scope: &[Matcher], window: Duration) -> Result<String, prometheus::Error> {
-    let unset = || prometheus::Error::Template { at: 0, reason: "no query: the file was not checked".to_owned() };
+fn render(
+    query: Option<&Template>,
+    scope: &[Matcher],
+    window: Duration,
+) -> Result<String, prometheus::Error> {
+    let unset =
+        || prometheus::Error::Template { at: 0, reason: "no query: the file was not checked".to_owned() };
     query.ok_or_else(unset)?.render(scope, window)
 }
 
@@ -318,7 +323,11 @@ pub struct PromUsage {
 
 impl PromUsage {
     /// Reads usage through `prometheus`, with the `resourceQueries` of `config` in force.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig<Template>>, cache: &CacheSettings) -> Self {
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self::with_plan(prometheus, Arc::new(ConfigQueries(config)), cache)
     }
 
@@ -788,7 +797,10 @@ resourceQueries:
             QueryFile::from_yaml("resourceQueries:\n  podCPU: x\n", "c", &check()).unwrap_err().to_string();
         assert!(error.contains("unknown field `podCPU`") && error.contains("containerCPU"), "{error}");
         let file = QueryFile::from_yaml("", "c", &check()).unwrap();
-        assert_eq!(file.resource_queries.container_cpu.as_ref().map(Template::text), Some(DEFAULT_CONTAINER_CPU));
+        assert_eq!(
+            file.resource_queries.container_cpu.as_ref().map(Template::text),
+            Some(DEFAULT_CONTAINER_CPU)
+        );
         assert_eq!(file.resource_queries.node_memory.as_ref().map(Template::text), Some(DEFAULT_NODE_MEMORY));
         assert_eq!(file.resource_queries.window, Some(DEFAULT_RESOURCE_WINDOW));
     }

@@ -304,7 +304,11 @@ pub fn check_declared(file: &mut QueryFile<Template>, builtin: &[&Builtin]) -> R
 }
 
 /// Checks one declared kind (the one at `index`) and fills its defaults in.
-fn check_kind(index: usize, config: &mut DeclaredKindConfig<Template>, claimed: &mut Claimed) -> Result<(), Invalid> {
+fn check_kind(
+    index: usize,
+    config: &mut DeclaredKindConfig<Template>,
+    claimed: &mut Claimed,
+) -> Result<(), Invalid> {
     let kind = config.kind.clone();
     claimed.check_kind(&kind).map_err(|e| Invalid::new(format!("kinds[{index}].kind"), e.to_string()))?;
     claimed.kinds.push(KindName { kind: kind.clone(), declared: Some(index) });

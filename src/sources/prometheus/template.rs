@@ -979,13 +979,33 @@ pub(super) mod tests {
         let shop = [Matcher::eq("namespace", "shop").unwrap()];
         let two = [Matcher::eq("namespace", "shop").unwrap(), Matcher::any_of("pod", &["a", "b.c"]).unwrap()];
         let cases: [(&str, &[Matcher], Duration, &str); 8] = [
-            (REQUESTS, &two, FIVE_MINUTES, "sum by (namespace, pod) (rate(http_requests_total{namespace=\"shop\",pod=~\"a|b\\\\.c\"}[5m]))"),
-            (ERRORS, &[], Duration::from_secs(90), "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\"}[1m30s]))"),
+            (
+                REQUESTS,
+                &two,
+                FIVE_MINUTES,
+                "sum by (namespace, pod) (rate(http_requests_total{namespace=\"shop\",pod=~\"a|b\\\\.c\"}[5m]))",
+            ),
+            (
+                ERRORS,
+                &[],
+                Duration::from_secs(90),
+                "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\"}[1m30s]))",
+            ),
             ("x{SCOPE,code=\"5\"}", &[], FIVE_MINUTES, "x{code=\"5\"}"),
             ("x{code=\"5\",SCOPE}", &shop, FIVE_MINUTES, "x{code=\"5\",namespace=\"shop\"}"),
             ("x{SCOPE} / y{SCOPE}", &shop, FIVE_MINUTES, "x{namespace=\"shop\"} / y{namespace=\"shop\"}"),
-            ("max_over_time(rate(x{SCOPE}[1m])[WINDOW:30s])", &shop, Duration::from_millis(1500), "max_over_time(rate(x{namespace=\"shop\"}[1m])[1s500ms:30s])"),
-            ("sum by (node) (rate(x[WINDOW]))", &[], Duration::from_secs(3600), "sum by (node) (rate(x[1h]))"),
+            (
+                "max_over_time(rate(x{SCOPE}[1m])[WINDOW:30s])",
+                &shop,
+                Duration::from_millis(1500),
+                "max_over_time(rate(x{namespace=\"shop\"}[1m])[1s500ms:30s])",
+            ),
+            (
+                "sum by (node) (rate(x[WINDOW]))",
+                &[],
+                Duration::from_secs(3600),
+                "sum by (node) (rate(x[1h]))",
+            ),
             ("vector(1)", &[], FIVE_MINUTES, "vector(1)"),
         ];
         for (text, scope, window, expected) in cases {
