@@ -28,7 +28,7 @@ use crate::metrics::custom::CustomMetrics;
 use crate::metrics::external::ExternalMetrics;
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
-use crate::sources::prometheus::{ConnectionSettings, PromClient};
+use crate::sources::prometheus::{ConnectionSettings, PromClient, Template};
 use crate::sources::resources::{
     ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryError, ResourceQueryPlan,
 };
@@ -554,7 +554,7 @@ async fn start_adapter(
     loaded: (String, crate::adapter::AdapterConfig),
     args: &crate::config::AdapterArgs,
     prometheus: Arc<dyn PromSource>,
-    config: &LiveConfig,
+    config: &LiveConfig<Template>,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<LiveAdapter>, StartError> {
     let max_age =
@@ -621,8 +621,8 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
 /// The check of the query file: every section's owner checks its own (the kinds their
 /// queries, the external and custom metrics APIs their metrics), whether or not that API is
 /// enabled, so a file that is valid today stays valid when it is.
-pub fn config_check() -> Check {
-    Arc::new(|file: &mut QueryFile| {
+pub fn config_check() -> Check<Template> {
+    Arc::new(|file: &mut QueryFile<Template>| {
         registry::check_kinds(file)?;
         crate::sources::resources::check_resource_queries(file)?;
         crate::metrics::external::check_metrics(file)?;

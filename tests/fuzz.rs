@@ -32,7 +32,7 @@ use kube::core::Expression;
 use percolator::config::{ExternalMetricConfig, QueryFile};
 use percolator::kinds::declared::DeclaredSpec;
 use percolator::sources::prometheus::{
-    MatchOp, Matcher, keeps_label, render, validate_template, validate_unscoped_template,
+    MatchOp, Matcher, Template, keeps_label, validate_template, validate_unscoped_template,
 };
 use proptest::prelude::*;
 use test_support::fuzz::{
@@ -321,7 +321,7 @@ fn selectors_reaching_render_yield_exact_promql_literals() {
     ];
     let definition = ExternalMetricConfig {
         name: "m".to_owned(),
-        query: "sum(rate(m{SCOPE}[WINDOW]))".to_owned(),
+        query: Template::new("sum(rate(m{SCOPE}[WINDOW]))"),
         labels: ["cafe", "type", "pod", "code"].map(str::to_owned).to_vec(),
         window: None,
     };
@@ -331,7 +331,7 @@ fn selectors_reaching_render_yield_exact_promql_literals() {
         let Ok(matchers) = percolator::metrics::external::selector_matchers(&definition, &selector) else {
             return Ok(());
         };
-        let promql = render(&definition.query, &matchers, Duration::from_secs(60)).unwrap();
+        let promql = definition.query.render(&matchers, Duration::from_secs(60)).unwrap();
         let block = promql
             .strip_prefix("sum(rate(m{")
             .and_then(|s| s.strip_suffix("}[1m]))"))
@@ -608,8 +608,8 @@ fn configuration_loader() {
                 assert_eq!(spec.columns[0].name, "Name", "{yaml}");
             }
             for template in templates {
-                let _ = render(template, &scope, window);
-                let _ = render(template, &[], window);
+                let _ = template.render(&scope, window);
+                let _ = template.render(&[], window);
             }
         }
         Ok(())
@@ -633,8 +633,10 @@ fn promql_templates() {
             if validate_template(&template).is_ok() {
                 let scope =
                     [Matcher::eq("namespace", "a\"b").unwrap(), Matcher::any_of("pod", &["x|y"]).unwrap()];
-                let _ = render(&template, &scope, Duration::from_millis(1500));
+                let _ = Template::new(template.as_str()).render(&scope, Duration::from_millis(1500));
             }
+            // Any text reads as a template; an invalid one renders its error, never a panic.
+            let _ = Template::new(template.as_str()).render(&[], Duration::from_secs(60));
             Ok(())
         },
     );

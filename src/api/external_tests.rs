@@ -15,6 +15,7 @@ use crate::api::{ApiState, router};
 use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
 use crate::metrics::external::*;
 use crate::sources::PromError;
+use crate::sources::prometheus::Template;
 use apiserver::cache::CacheSettings;
 use apiserver::telemetry::Metrics;
 use k8s_wire::ApiError;
@@ -26,7 +27,7 @@ const V2_ACCEPT: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const BREWS: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_per_minute";
 
-fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig>, ttl: Duration) -> Router {
+fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig<Template>>, ttl: Duration) -> Router {
     let metrics = Metrics::new();
     let external = ExternalMetrics::new(prom, config, &CacheSettings::new(ttl, metrics.clone()));
     router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(external)))

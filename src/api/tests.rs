@@ -1023,11 +1023,15 @@ async fn readyz_fails_once_shutting_down() {
 
 /// A router over the built-in and declared kinds of the file `dir/config.yaml` (`yaml`), with
 /// fake sources whose Prometheus answers `x` with one pod's rate.
-fn mk_live_app(dir: &std::path::Path, yaml: &str) -> (Router, Arc<crate::config::LiveConfig>) {
+fn mk_live_app(
+    dir: &std::path::Path,
+    yaml: &str,
+) -> (Router, Arc<crate::config::LiveConfig<crate::sources::prometheus::Template>>) {
     use crate::kinds::testkit::{AT, FakeInventory, FakeKubelet, FakeProm, mk_sample};
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.yaml"), yaml).unwrap();
-    let check: crate::config::Check = Arc::new(crate::kinds::registry::check_kinds);
+    let check: crate::config::Check<crate::sources::prometheus::Template> =
+        Arc::new(crate::kinds::registry::check_kinds);
     let config = crate::config::LiveConfig::load(Some(&dir.join("config.yaml")), None, check).unwrap();
     let sample = mk_sample(&[("namespace", "shop"), ("pod", "web-1")], 2.5, AT);
     let sources = crate::kinds::Sources {

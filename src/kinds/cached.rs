@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
 use crate::config::LiveConfig;
+use crate::sources::prometheus::Template;
 use apiserver::cache::{CacheSettings, TtlCache};
 
 /// Entries kept at most (one per namespace plus the all-namespaces entry).
@@ -29,7 +30,7 @@ type Key = (u64, Option<Arc<str>>);
 pub struct CachedKind {
     inner: Arc<dyn ServedKind>,
     cache: TtlCache<Key, Arc<Listing>>,
-    config: Arc<LiveConfig>,
+    config: Arc<LiveConfig<Template>>,
 }
 
 impl std::fmt::Debug for CachedKind {
@@ -41,7 +42,11 @@ impl std::fmt::Debug for CachedKind {
 impl CachedKind {
     /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
     /// `config`) is part of every key.
-    pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig>) -> Self {
+    pub fn new(
+        inner: Arc<dyn ServedKind>,
+        settings: &CacheSettings,
+        config: Arc<LiveConfig<Template>>,
+    ) -> Self {
         let cache = TtlCache::new(inner.info().plural.clone(), settings, MAX_ENTRIES);
         Self { inner, cache, config }
     }

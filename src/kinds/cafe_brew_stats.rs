@@ -61,31 +61,31 @@ macro_rules! quantile {
 pub static KIND: Builtin = Builtin {
     info: &INFO,
     section: "cafeBrewStats",
-    queries: &[BREWS, FAILURES, P50, P95, P99, TEMPERATURE, LAST_BREWED],
+    queries: &[&BREWS, &FAILURES, &P50, &P95, &P99, &TEMPERATURE, &LAST_BREWED],
     build: |sources| Arc::new(CafeBrewStatsKind::new(sources)),
 };
 
 // Results keep the `namespace` and `cafe` labels; `brews` also keeps `type`.
 
 /// Completed brews in the window, per cafe and type.
-const BREWS: QuerySpec =
+static BREWS: QuerySpec =
     QuerySpec::new("brews", "sum by (namespace, cafe, type) (increase(cafe_brews_total{SCOPE}[WINDOW]))");
 /// Failed brews in the window, per cafe.
-const FAILURES: QuerySpec = QuerySpec::new(
+static FAILURES: QuerySpec = QuerySpec::new(
     "failures",
     "sum by (namespace, cafe) (increase(cafe_brew_failures_total{SCOPE}[WINDOW]))",
 );
 /// Median brew time in seconds, per cafe.
-const P50: QuerySpec = QuerySpec::new("p50", quantile!("0.5"));
+static P50: QuerySpec = QuerySpec::new("p50", quantile!("0.5"));
 /// 95th percentile brew time in seconds, per cafe.
-const P95: QuerySpec = QuerySpec::new("p95", quantile!("0.95"));
+static P95: QuerySpec = QuerySpec::new("p95", quantile!("0.95"));
 /// 99th percentile brew time in seconds, per cafe.
-const P99: QuerySpec = QuerySpec::new("p99", quantile!("0.99"));
+static P99: QuerySpec = QuerySpec::new("p99", quantile!("0.99"));
 /// Current temperature in °C, per cafe.
-const TEMPERATURE: QuerySpec =
+static TEMPERATURE: QuerySpec =
     QuerySpec::new("temperature", "max by (namespace, cafe) (cafe_temperature_celsius{SCOPE})");
 /// Unix time of the last completed brew, per cafe.
-const LAST_BREWED: QuerySpec =
+static LAST_BREWED: QuerySpec =
     QuerySpec::new("lastBrewed", "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})");
 
 static COLUMNS: &[Column] = &[

@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::config::{LiveConfig, Snapshot};
-use crate::sources::prometheus::{self, Matcher, render};
+use crate::sources::prometheus::{self, Matcher, Template};
 use crate::sources::{
     ContainerUsage, Inventory, PodInfo, PodKey, PromError, PromSample, PromSource, UsageSource,
 };
@@ -44,7 +44,7 @@ pub struct Sources {
     /// PromQL.
     pub prometheus: Arc<dyn PromSource>,
     /// The query configuration in force (reloadable): kinds take one snapshot per computation.
-    pub config: Arc<LiveConfig>,
+    pub config: Arc<LiveConfig<Template>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -61,7 +61,7 @@ pub struct Computation {
     /// The inventory's resource version, the listing's `metadata.resourceVersion`.
     pub resource_version: String,
     /// The configuration in force, for every query of this computation.
-    pub config: Arc<Snapshot>,
+    pub config: Arc<Snapshot<Template>>,
 }
 
 impl Sources {
@@ -88,12 +88,13 @@ impl Sources {
         (usage.pods, usage.warning)
     }
 
-    /// Renders `template` for `namespace` (all namespaces when `None`) and runs it. The
-    /// namespace has been validated as a DNS-1123 label by the API layer and is escaped here.
+    /// Renders `template` (compiled when the configuration was read) for `namespace` (all
+    /// namespaces when `None`) and runs it. The namespace has been validated as a DNS-1123
+    /// label by the API layer and is escaped here.
     pub async fn query(
         &self,
         field: &str,
-        template: &str,
+        template: &Template,
         namespace: Option<&str>,
         window: Duration,
     ) -> Result<Vec<PromSample>, QueryError> {
@@ -102,7 +103,7 @@ impl Sources {
             Some(ns) => vec![Matcher::eq("namespace", ns).map_err(template_error)?],
             None => Vec::new(),
         };
-        let promql = render(template, &scope, window).map_err(template_error)?;
+        let promql = template.render(&scope, window).map_err(template_error)?;
         Ok(self.prometheus.query(promql).await?)
     }
 }

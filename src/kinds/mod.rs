@@ -20,7 +20,7 @@ pub mod resource_metrics;
 pub(crate) mod testkit;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
@@ -30,6 +30,7 @@ pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
 pub use listing::{CellRef, Item, ListBody, Listing, ListingBuilder};
 
 use crate::config::Snapshot;
+use crate::sources::prometheus::Template;
 use crate::sources::{Labels, PodInfo, PodKey};
 
 /// API group of percolator's own kinds.
@@ -305,32 +306,43 @@ pub struct Builtin {
     /// Key of the kind's section in the query file (`podMetricsSummary`).
     pub section: &'static str,
     /// Its PromQL templates, each overridable in the section.
-    pub queries: &'static [QuerySpec],
+    pub queries: &'static [&'static QuerySpec],
     /// Builds the (uncached) kind from its sources.
     pub build: fn(Sources) -> Arc<dyn ServedKind>,
 }
 
-/// One PromQL template of a kind. `SCOPE` stands for the namespace matcher (empty across all
-/// namespaces) and `WINDOW` for the range.
+/// One PromQL template of a kind (a `static`: its default is compiled once). `SCOPE` stands
+/// for the namespace matcher (empty across all namespaces) and `WINDOW` for the range.
 #[derive(Debug)]
 pub struct QuerySpec {
     /// Its key in the kind's section of the file (`requests`).
     pub field: &'static str,
     /// The compiled-in template.
     pub default: &'static str,
+    /// `default` compiled, when the first configuration is checked.
+    compiled: OnceLock<Template>,
 }
 
 impl QuerySpec {
     /// The template `default` for the file key `field`.
     pub const fn new(field: &'static str, default: &'static str) -> Self {
-        Self { field, default }
+        Self { field, default, compiled: OnceLock::new() }
+    }
+
+    /// The default, compiled (once).
+    pub fn default_template(&self) -> &Template {
+        self.compiled.get_or_init(|| Template::new(self.default))
     }
 }
 
 impl Builtin {
-    /// The template of `spec` in force: the file's override, else the default.
-    pub fn query<'a>(&self, config: &'a Snapshot, spec: &'a QuerySpec) -> &'a str {
-        config.file.kind_query(self.section, spec.field).unwrap_or(spec.default)
+    /// The template of `spec` in force: the file's override, else the default; both compiled
+    /// when the configuration was read and checked.
+    pub fn query<'a>(&self, config: &'a Snapshot<Template>, spec: &'a QuerySpec) -> &'a Template {
+        match config.file.kind_query(self.section, spec.field) {
+            Some(template) => template,
+            None => spec.default_template(),
+        }
     }
 }
 

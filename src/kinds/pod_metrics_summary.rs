@@ -40,16 +40,16 @@ static INFO: KindInfo = KindInfo {
 pub static KIND: Builtin = Builtin {
     info: &INFO,
     section: "podMetricsSummary",
-    queries: &[REQUESTS, ERRORS],
+    queries: &[&REQUESTS, &ERRORS],
     build: |sources| Arc::new(PodMetricsSummaries::new(sources)),
 };
 
 /// Requests per second per pod; the result keeps the `namespace` and `pod` labels.
-const REQUESTS: QuerySpec =
+static REQUESTS: QuerySpec =
     QuerySpec::new("requests", "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))");
 
 /// Error (5xx) responses per second per pod; the result keeps `namespace` and `pod`.
-const ERRORS: QuerySpec = QuerySpec::new(
+static ERRORS: QuerySpec = QuerySpec::new(
     "errors",
     "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))",
 );

@@ -15,7 +15,7 @@ use crate::adapter::QueryError;
 use crate::adapter::query::requirement_matcher;
 use crate::config::{Invalid, QueryFile, Snapshot};
 use crate::sources::PromError;
-use crate::sources::prometheus::{Matcher, is_valid_label_name, render, validate_template};
+use crate::sources::prometheus::{Matcher, Template, is_valid_label_name};
 use k8s_wire::discovery::DiscoveryResource;
 use k8s_wire::request_info::{RequestInfo, lower_case_method};
 use k8s_wire::selectors::LabelSelector;
@@ -144,18 +144,18 @@ pub trait Declared: Sized + Send + Sync + 'static {
     /// The API that serves it.
     const API: Api;
     /// The file's list, `None` before the defaults are filled in.
-    fn slot(file: &mut QueryFile) -> &mut Option<Vec<Self>>;
+    fn slot(file: &mut QueryFile<Template>) -> &mut Option<Vec<Self>>;
     /// The metrics in force: [`check_metrics`] filled the defaults in when the file has none,
     /// so this is never empty.
-    fn of(snapshot: &Snapshot) -> &[Self];
+    fn of(snapshot: &Snapshot<Template>) -> &[Self];
     /// Whether the file declares the list (rather than taking the defaults).
-    fn declared(snapshot: &Snapshot) -> bool;
+    fn declared(snapshot: &Snapshot<Template>) -> bool;
     /// The compiled-in metrics.
     fn defaults() -> Vec<Self>;
     /// Its name.
     fn name(&self) -> &str;
-    /// Its PromQL template.
-    fn query(&self) -> &str;
+    /// Its PromQL template, compiled when the file was read.
+    fn query(&self) -> &Template;
     /// The labels its selector may constrain.
     fn labels(&self) -> &[String];
     /// Its window, when it sets its own.
@@ -174,15 +174,17 @@ macro_rules! declared {
         impl $crate::metrics::core::Declared for $type {
             const API: $crate::metrics::core::Api = $crate::metrics::core::Api::$api;
 
-            fn slot(file: &mut $crate::config::QueryFile) -> &mut Option<Vec<Self>> {
+            fn slot(
+                file: &mut $crate::config::QueryFile<$crate::sources::prometheus::Template>,
+            ) -> &mut Option<Vec<Self>> {
                 &mut file.$field
             }
 
-            fn of(snapshot: &$crate::config::Snapshot) -> &[Self] {
+            fn of(snapshot: &$crate::config::Snapshot<$crate::sources::prometheus::Template>) -> &[Self] {
                 snapshot.file.$field.as_deref().unwrap_or_default()
             }
 
-            fn declared(snapshot: &$crate::config::Snapshot) -> bool {
+            fn declared(snapshot: &$crate::config::Snapshot<$crate::sources::prometheus::Template>) -> bool {
                 snapshot.file.declares.$field
             }
 
@@ -194,7 +196,7 @@ macro_rules! declared {
                 &self.name
             }
 
-            fn query(&self) -> &str {
+            fn query(&self) -> &$crate::sources::prometheus::Template {
                 &self.query
             }
 
@@ -214,7 +216,7 @@ pub(crate) use declared;
 
 /// Checks the file's metrics for `D`'s API and fills in its defaults when the key is absent.
 /// Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics<D: Declared>(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
+pub fn check_metrics<D: Declared>(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
     let key = D::API.key();
     let metrics = D::slot(file).get_or_insert_with(D::defaults);
     if metrics.is_empty() {
@@ -238,7 +240,7 @@ pub fn check_metrics<D: Declared>(file: &mut QueryFile) -> std::result::Result<(
                 format!("duplicate name {name:?} (also {key}[{first}])"),
             ));
         }
-        validate_template(metric.query()).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
+        metric.query().check_scoped().map_err(|e| Invalid::new(field("query"), e.to_string()))?;
         metric.check_query(&field("query"))?;
         check_metric_labels(metric.labels(), &at)?;
         if metric.window().is_some_and(|w| w < Duration::from_secs(1)) {
@@ -346,7 +348,7 @@ pub fn scoped_query<D: Declared>(
     canonical.dedup();
     let mut scope = vec![Matcher::eq("namespace", namespace).map_err(internal)?];
     scope.extend(matchers);
-    let promql = render(definition.query(), &scope, window).map_err(internal)?;
+    let promql = definition.query().render(&scope, window).map_err(internal)?;
     Ok((promql, canonical.join(",")))
 }
 

@@ -40,7 +40,7 @@ use super::core::{
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::LiveAdapter;
 use crate::config::{ExternalMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
-use crate::sources::prometheus::Matcher;
+use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::{PromSample, PromSource};
 use apiserver::cache::CacheSettings;
 use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
@@ -64,13 +64,17 @@ pub const LIST_KIND: &str = "ExternalMetricValueList";
 /// answers in the query cache.
 #[derive(Debug)]
 pub struct ExternalMetrics {
-    backend: Backend<ExternalMetricConfig, Bytes>,
+    backend: Backend<ExternalMetricConfig<Template>, Bytes>,
 }
 
 impl ExternalMetrics {
     /// Serves the `externalMetrics` of `config` (checked by [`check_metrics`]) from
     /// `prometheus`, with a cache built from `cache`.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self { backend: Backend::new(prometheus, config, cache) }
     }
 
@@ -200,10 +204,10 @@ impl DynamicGroupVersions for ExternalMetrics {
 /// `in` → `l=~"v1|v2"`, `notin` → `l!~"v1|v2"` (values regex-escaped), exists → `l!=""`,
 /// does-not-exist → `l=""`. A label the metric does not accept, or `gt`/`lt`, is a 400.
 pub fn selector_matchers(
-    definition: &ExternalMetricConfig,
+    definition: &ExternalMetricConfig<Template>,
     selector: &LabelSelector,
 ) -> Result<Vec<Matcher>, ApiError> {
-    Backend::<ExternalMetricConfig, Bytes>::matchers(definition, selector)
+    Backend::<ExternalMetricConfig<Template>, Bytes>::matchers(definition, selector)
 }
 
 /// `metav1.ListMeta` of the list: always `{}`.
@@ -268,22 +272,22 @@ pub fn value_list(metric: &str, window: Option<Duration>, samples: Vec<PromSampl
 
 /// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
 /// this is never empty.
-pub fn metrics_of(snapshot: &Snapshot) -> &[ExternalMetricConfig] {
-    ExternalMetricConfig::of(snapshot)
+pub fn metrics_of(snapshot: &Snapshot<Template>) -> &[ExternalMetricConfig<Template>] {
+    ExternalMetricConfig::<Template>::of(snapshot)
 }
 
 /// Checks the file's `externalMetrics` and fills in [`default_metrics`] when the key is
 /// absent. Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
-    super::core::check_metrics::<ExternalMetricConfig>(file)
+pub fn check_metrics(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
+    super::core::check_metrics::<ExternalMetricConfig<Template>>(file)
 }
 
-declared!(ExternalMetricConfig, External, external_metrics, default_metrics);
+declared!(ExternalMetricConfig<Template>, External, external_metrics, default_metrics);
 
-fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
+fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig<Template> {
     ExternalMetricConfig {
         name: name.to_owned(),
-        query: query.to_owned(),
+        query: Template::new(query),
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
         window: None,
     }
@@ -291,7 +295,7 @@ fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
 
 /// The compiled-in external metrics: `cafe_brews_per_minute`, `cafe_brew_duration_p95_seconds`,
 /// `http_requests_per_second` and `http_error_ratio`.
-pub fn default_metrics() -> Vec<ExternalMetricConfig> {
+pub fn default_metrics() -> Vec<ExternalMetricConfig<Template>> {
     vec![
         external(
             "cafe_brews_per_minute",
@@ -320,8 +324,8 @@ pub fn default_metrics() -> Vec<ExternalMetricConfig> {
 mod tests {
     use super::*;
 
-    fn load(yaml: &str) -> std::result::Result<QueryFile, String> {
-        let check: crate::config::Check = Arc::new(check_metrics);
+    fn load(yaml: &str) -> std::result::Result<QueryFile<Template>, String> {
+        let check: crate::config::Check<Template> = Arc::new(check_metrics);
         QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
     }
 

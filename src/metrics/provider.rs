@@ -13,7 +13,7 @@ use apiserver::cache::{CacheSettings, TtlCache};
 use super::core::{Api, Declared, MAX_ENTRIES, Result, label_matchers, prometheus_unavailable};
 use crate::adapter::{Discovered, LiveAdapter};
 use crate::config::{LiveConfig, Snapshot};
-use crate::sources::prometheus::Matcher;
+use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::{PromSample, PromSource};
 use k8s_wire::ApiError;
 use k8s_wire::selectors::LabelSelector;
@@ -30,13 +30,13 @@ pub trait Provider: Send + Sync {
 
 /// The metrics of the reloadable `--config` file (`D`: `externalMetrics` or `customMetrics`).
 pub struct ConfigMetrics<D> {
-    config: Arc<LiveConfig>,
+    config: Arc<LiveConfig<Template>>,
     declared: PhantomData<fn() -> D>,
 }
 
 impl<D: Declared> ConfigMetrics<D> {
     /// The configuration in force: one snapshot serves a whole request.
-    pub fn current(&self) -> Arc<Snapshot> {
+    pub fn current(&self) -> Arc<Snapshot<Template>> {
         self.config.current()
     }
 }
@@ -131,7 +131,11 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     /// Serves the metrics of `config` (checked by [`check_metrics`](super::core::check_metrics))
     /// from `prometheus`, with a cache built from `cache` and named after the API's group in
     /// `percolator_cache_requests_total`.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self {
             prometheus,
             cache: TtlCache::new(D::API.group(), cache, MAX_ENTRIES),
@@ -154,7 +158,7 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     /// yields its name to an adapter rule of `discovered` (a declared one keeps it).
     pub fn own<'s>(
         &self,
-        snapshot: &'s Snapshot,
+        snapshot: &'s Snapshot<Template>,
         discovered: Option<&Discovered>,
         metric: &str,
     ) -> Option<&'s D> {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 
-use super::prometheus::{Matcher, keeps_label, render, validate_template, validate_unscoped_template};
+use super::prometheus::{self, Matcher, Template};
 use super::{
     ContainerUsage, KubeletSource, NodeInfo, NodesUsage, PodInfo, PodKey, PodsUsage, PromError, PromSample,
     PromSource, UsageSource,
@@ -168,18 +168,18 @@ const NODE_LABEL: &str = "node";
 
 /// Checks `resourceQueries:` and fills in its defaults (whatever `--resource-source` is, so a
 /// file valid today stays valid when the flag changes).
-pub fn check_resource_queries(file: &mut QueryFile) -> Result<(), Invalid> {
+pub fn check_resource_queries(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
     let queries = &mut file.resource_queries;
     let field = |name: &str| format!("resourceQueries.{name}");
     for (name, query, default) in [
         ("containerCPU", &mut queries.container_cpu, DEFAULT_CONTAINER_CPU),
         ("containerMemory", &mut queries.container_memory, DEFAULT_CONTAINER_MEMORY),
     ] {
-        let query = query.get_or_insert_with(|| default.to_owned());
+        let query = query.get_or_insert_with(|| Template::new(default));
         // SCOPE in every selector: a namespaced request never reads another namespace.
-        validate_template(query).map_err(|e| Invalid::new(field(name), e.to_string()))?;
+        query.check_scoped().map_err(|e| Invalid::new(field(name), e.to_string()))?;
         for label in CONTAINER_LABELS {
-            keeps_label(query, label).map_err(|message| {
+            query.keeps_label(label).map_err(|message| {
                 Invalid::new(field(name), format!("{message}, which places each value on a container"))
             })?;
         }
@@ -188,9 +188,9 @@ pub fn check_resource_queries(file: &mut QueryFile) -> Result<(), Invalid> {
         ("nodeCPU", &mut queries.node_cpu, DEFAULT_NODE_CPU),
         ("nodeMemory", &mut queries.node_memory, DEFAULT_NODE_MEMORY),
     ] {
-        let query = query.get_or_insert_with(|| default.to_owned());
-        validate_unscoped_template(query).map_err(|e| Invalid::new(field(name), e.to_string()))?;
-        keeps_label(query, NODE_LABEL).map_err(|message| {
+        let query = query.get_or_insert_with(|| Template::new(default));
+        query.check().map_err(|e| Invalid::new(field(name), e.to_string()))?;
+        query.keeps_label(NODE_LABEL).map_err(|message| {
             Invalid::new(field(name), format!("{message}, which names the node of each value"))
         })?;
     }
@@ -262,8 +262,19 @@ pub trait ResourceQueryPlan: Send + Sync {
     fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError>;
 }
 
+/// Renders a `resourceQueries:` template, which [`check_resource_queries`] compiled or filled in.
+fn render(
+    query: Option<&Template>,
+    scope: &[Matcher],
+    window: Duration,
+) -> Result<String, prometheus::Error> {
+    let unset =
+        || prometheus::Error::Template { at: 0, reason: "no query: the file was not checked".to_owned() };
+    query.ok_or_else(unset)?.render(scope, window)
+}
+
 /// The `resourceQueries:` of `--config`.
-pub struct ConfigQueries(pub Arc<LiveConfig>);
+pub struct ConfigQueries(pub Arc<LiveConfig<Template>>);
 
 impl ResourceQueryPlan for ConfigQueries {
     fn generation(&self) -> u64 {
@@ -275,7 +286,7 @@ impl ResourceQueryPlan for ConfigQueries {
         let queries = &snapshot.file.resource_queries;
         let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
         let scope = [Matcher::eq("namespace", namespace)?];
-        let render = |q: &Option<String>| render(q.as_deref().unwrap_or_default(), &scope, window);
+        let render = |q: &Option<Template>| render(q.as_ref(), &scope, window);
         Ok(ResourceQuery {
             cpu: render(&queries.container_cpu)?,
             memory: render(&queries.container_memory)?,
@@ -289,7 +300,7 @@ impl ResourceQueryPlan for ConfigQueries {
         let snapshot = self.0.current();
         let queries = &snapshot.file.resource_queries;
         let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
-        let render = |q: &Option<String>| render(q.as_deref().unwrap_or_default(), &[], window);
+        let render = |q: &Option<Template>| render(q.as_ref(), &[], window);
         Ok(ResourceQuery {
             cpu: render(&queries.node_cpu)?,
             memory: render(&queries.node_memory)?,
@@ -312,7 +323,11 @@ pub struct PromUsage {
 
 impl PromUsage {
     /// Reads usage through `prometheus`, with the `resourceQueries` of `config` in force.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+    pub fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self::with_plan(prometheus, Arc::new(ConfigQueries(config)), cache)
     }
 
@@ -543,11 +558,11 @@ mod tests {
         }
     }
 
-    fn check() -> Check {
+    fn check() -> Check<Template> {
         Arc::new(check_resource_queries)
     }
 
-    fn config(yaml: &str) -> Arc<LiveConfig> {
+    fn config(yaml: &str) -> Arc<LiveConfig<Template>> {
         LiveConfig::fixed(QueryFile::from_yaml(yaml, "config.yaml", &check()).unwrap(), None)
     }
 
@@ -782,8 +797,11 @@ resourceQueries:
             QueryFile::from_yaml("resourceQueries:\n  podCPU: x\n", "c", &check()).unwrap_err().to_string();
         assert!(error.contains("unknown field `podCPU`") && error.contains("containerCPU"), "{error}");
         let file = QueryFile::from_yaml("", "c", &check()).unwrap();
-        assert_eq!(file.resource_queries.container_cpu.as_deref(), Some(DEFAULT_CONTAINER_CPU));
-        assert_eq!(file.resource_queries.node_memory.as_deref(), Some(DEFAULT_NODE_MEMORY));
+        assert_eq!(
+            file.resource_queries.container_cpu.as_ref().map(Template::text),
+            Some(DEFAULT_CONTAINER_CPU)
+        );
+        assert_eq!(file.resource_queries.node_memory.as_ref().map(Template::text), Some(DEFAULT_NODE_MEMORY));
         assert_eq!(file.resource_queries.window, Some(DEFAULT_RESOURCE_WINDOW));
     }
 }

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use crate::config::{DeclaredFieldConfig, DeclaredKindConfig, Invalid, QueryFile};
 use crate::kinds::{Builtin, Column, KindInfo, Text};
-use crate::sources::prometheus::{
-    is_valid_label_name, keeps_label, validate_template, validate_unscoped_template,
-};
+use crate::sources::prometheus::{Template, is_valid_label_name};
 use k8s_wire::status::go_quote;
 use k8s_wire::validation::{is_dns1123_label, is_qualified_name};
 
@@ -52,8 +50,8 @@ impl Format {
 pub struct FieldSpec {
     /// JSON field name (lowerCamelCase).
     pub name: String,
-    /// PromQL template.
-    pub query: String,
+    /// PromQL template, compiled when the file was read.
+    pub query: Template,
     /// How the value is published.
     pub format: Format,
     /// Printer column, if any.
@@ -297,7 +295,7 @@ fn check_prometheus_label(value: &str) -> Result<(), NameError> {
 /// defaults in (plural, singular, categories, scope, description; each field's format and
 /// description). A file is rejected whole: the error names the kind (`kinds[AppTraffic]`, or
 /// `kinds[2]` when it has no valid kind name), the field and what is wrong.
-pub fn check_declared(file: &mut QueryFile, builtin: &[&Builtin]) -> Result<(), Invalid> {
+pub fn check_declared(file: &mut QueryFile<Template>, builtin: &[&Builtin]) -> Result<(), Invalid> {
     let mut claimed = Claimed::new(builtin);
     for (index, config) in file.kinds.iter_mut().enumerate() {
         check_kind(index, config, &mut claimed)?;
@@ -306,7 +304,11 @@ pub fn check_declared(file: &mut QueryFile, builtin: &[&Builtin]) -> Result<(), 
 }
 
 /// Checks one declared kind (the one at `index`) and fills its defaults in.
-fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claimed) -> Result<(), Invalid> {
+fn check_kind(
+    index: usize,
+    config: &mut DeclaredKindConfig<Template>,
+    claimed: &mut Claimed,
+) -> Result<(), Invalid> {
     let kind = config.kind.clone();
     claimed.check_kind(&kind).map_err(|e| Invalid::new(format!("kinds[{index}].kind"), e.to_string()))?;
     claimed.kinds.push(KindName { kind: kind.clone(), declared: Some(index) });
@@ -393,13 +395,13 @@ fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claim
         check_field(i, field, earlier, joined).map_err(|(path, message)| Invalid::new(at(&path), message))?;
         let query_at = format!("fields[{}].query", field.name);
         let query = &field.query;
-        let scoped = if namespaced { validate_template(query) } else { validate_unscoped_template(query) };
+        let scoped = if namespaced { query.check_scoped() } else { query.check() };
         scoped.map_err(|e| Invalid::new(at(&query_at), e.to_string()))?;
-        keeps_label(query, &name_label).map_err(|message| {
+        query.keeps_label(&name_label).map_err(|message| {
             Invalid::new(at(&query_at), format!("{message}, which names the objects (nameLabel)"))
         })?;
         if namespaced {
-            keeps_label(query, NAMESPACE_LABEL).map_err(|message| {
+            query.keeps_label(NAMESPACE_LABEL).map_err(|message| {
                 Invalid::new(
                     at(&query_at),
                     format!("{message}, which places the objects of a Namespaced kind"),
@@ -414,8 +416,8 @@ fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claim
 /// error is the field path under the kind and the message.
 fn check_field(
     index: usize,
-    field: &mut DeclaredFieldConfig,
-    earlier: &[DeclaredFieldConfig],
+    field: &mut DeclaredFieldConfig<Template>,
+    earlier: &[DeclaredFieldConfig<Template>],
     joined: bool,
 ) -> Result<(), (String, String)> {
     let name = field.name.clone();
@@ -480,7 +482,7 @@ fn check_field(
 impl DeclaredSpec {
     /// The spec of an entry that [`check_declared`] accepted (defaults filled in; an unset one
     /// takes its default here too).
-    pub fn from_config(config: &DeclaredKindConfig) -> Self {
+    pub fn from_config(config: &DeclaredKindConfig<Template>) -> Self {
         let kind = config.kind.clone();
         let owned = |texts: &[String]| -> Cow<'static, [Text]> {
             Cow::Owned(texts.iter().map(|t| Text::Owned(t.clone())).collect())
@@ -596,8 +598,8 @@ kinds:
     /// A field whose query keeps every label.
     const FIELD: &str = "fields: [{name: rps, query: 'x{SCOPE}'}]";
 
-    fn load(yaml: &str) -> Result<QueryFile, String> {
-        let check: Check = Arc::new(|file: &mut QueryFile| check_declared(file, BUILTIN));
+    fn load(yaml: &str) -> Result<QueryFile<Template>, String> {
+        let check: Check<Template> = Arc::new(|file: &mut QueryFile<Template>| check_declared(file, BUILTIN));
         QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
     }
 
@@ -619,7 +621,7 @@ kinds:
         is_dns1123_label(value).join("; ")
     }
 
-    fn config_error(field: &str, message: &str) -> Result<QueryFile, String> {
+    fn config_error(field: &str, message: &str) -> Result<QueryFile<Template>, String> {
         Err(format!("--config f.yaml: field {field}: {message}"))
     }
 
@@ -909,9 +911,10 @@ kinds:
     fn the_builtin_default_queries_pass_the_same_label_analysis() {
         for kind in BUILTIN {
             for spec in kind.queries {
-                assert_eq!(keeps_label(spec.default, "namespace"), Ok(()), "{}.{}", kind.section, spec.field);
+                let template = spec.default_template();
+                assert_eq!(template.keeps_label("namespace"), Ok(()), "{}.{}", kind.section, spec.field);
                 let name_label = if kind.section == "cafeBrewStats" { "cafe" } else { "pod" };
-                assert_eq!(keeps_label(spec.default, name_label), Ok(()), "{}.{}", kind.section, spec.field);
+                assert_eq!(template.keeps_label(name_label), Ok(()), "{}.{}", kind.section, spec.field);
             }
         }
     }
@@ -961,7 +964,7 @@ kinds:
         let mut again = file.clone();
         check_declared(&mut again, BUILTIN).unwrap();
         assert_eq!(again, file);
-        let accept_all: Check = Arc::new(|_: &mut QueryFile| Ok(()));
+        let accept_all: Check<Template> = Arc::new(|_: &mut QueryFile<Template>| Ok(()));
         let unchecked = QueryFile::from_yaml(&yaml, "f.yaml", &accept_all).unwrap();
         assert_eq!(unchecked.kinds[0].plural, None);
         assert_eq!(unchecked.kinds[0].fields[0].format, None);

@@ -34,7 +34,7 @@ fn mk_info(kind: &str, plural: &str, namespaced: bool, description: &str) -> Kin
 fn mk_field(name: &str, query: &str, format: Format, column: Option<&str>, description: &str) -> FieldSpec {
     FieldSpec {
         name: name.to_owned(),
-        query: query.to_owned(),
+        query: query.into(),
         format,
         column: column.map(str::to_owned),
         wide: false,
@@ -778,7 +778,7 @@ async fn cluster_kind_joins_the_pods_of_every_namespace() {
     let mut spec = mk_cafe_load();
     spec.info.namespaced = false;
     spec.fields.truncate(1);
-    spec.fields[0].query = "sum by (cafe) (rate(cafe_brews_total[WINDOW]))".to_owned();
+    spec.fields[0].query = "sum by (cafe) (rate(cafe_brews_total[WINDOW]))".into();
     spec.columns = mk_columns("CafeLoad", &spec.fields, true);
     let prom = Arc::new(FakeProm::default().answer(
         "cafe_brews_total",

@@ -1,7 +1,7 @@
 //! Prometheus: the HTTP client ([`PromClient`], a [`PromSource`]) running PromQL instant vector
 //! queries through `prometheus-http-query`, and the errors of the module. The PromQL template
-//! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, validation on
-//! `promql-parser`'s syntax tree) is in `template`, re-exported here; `labels` checks on that
+//! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, a [`Template`]
+//! analysed once on `promql-parser`'s syntax tree) is in `template`, re-exported here; `labels` checks on that
 //! tree that a template's result keeps a label.
 
 mod connection;
@@ -26,7 +26,7 @@ pub use labels::{LabelCheckError, keeps_label};
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
 pub use template::{
     MatchOp, Matcher, SCOPE_PLACEHOLDER, Template, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
-    format_duration, is_valid_label_name, render, validate_template, validate_unscoped_template,
+    format_duration, is_valid_label_name, validate_template, validate_unscoped_template,
 };
 
 /// The `source` passed to the [`UpstreamObserver`].
@@ -438,12 +438,12 @@ mod tests {
             let scope =
                 [Matcher::eq("namespace", value).unwrap(), Matcher::none_of("pod", &[value]).unwrap()];
             for template in [REQUESTS, ERRORS] {
-                let query = render(template, &scope, Duration::from_secs(90)).unwrap();
+                let query = Template::new(template).render(&scope, Duration::from_secs(90)).unwrap();
                 assert_eq!(client.query(query.clone()).await.unwrap(), vec![], "{query}");
             }
         }
         for template in [REQUESTS, ERRORS, "x{SCOPE,code=\"500\"}", "max_over_time(x{SCOPE}[WINDOW:1m])"] {
-            let query = render(template, &[], FIVE_MINUTES).unwrap();
+            let query = Template::new(template).render(&[], FIVE_MINUTES).unwrap();
             assert_eq!(client.query(query.clone()).await.unwrap(), vec![], "{query}");
         }
 
