@@ -335,10 +335,10 @@ mod panicking {
     use std::sync::Arc;
 
     use futures::future::BoxFuture;
-    use percolator::kinds::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
+    use percolator::testing::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
 
     pub static INFO: KindInfo = KindInfo {
-        gv: percolator::kinds::STATS,
+        gv: percolator::testing::STATS,
         plural: Text::Borrowed("bombs"),
         singular: Text::Borrowed("bomb"),
         kind: Text::Borrowed("Bomb"),
@@ -376,15 +376,15 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     apiserver::install_crypto_provider();
     let dir = mk_dir("panic");
     let args = percolator::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
-    let tls = apiserver::tls::server_config(&args.serving, None).unwrap();
-    let kinds: percolator::kinds::Kinds = vec![Arc::new(panicking::Bomb)];
+    let tls = apiserver::server_config(&args.serving, None).unwrap();
+    let kinds: percolator::testing::Kinds = vec![Arc::new(panicking::Bomb)];
     let state =
-        percolator::api::ApiState::new(kinds, Arc::new(|| true), apiserver::telemetry::Metrics::new());
-    let app = percolator::api::router(state);
+        percolator::testing::ApiState::new(kinds, Arc::new(|| true), apiserver::Metrics::new());
+    let app = percolator::testing::router(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(percolator::server::serve(listener, tls, app, 1000, async {
+    let server = tokio::spawn(percolator::testing::serve(listener, tls, app, 1000, async {
         let _ = stopped.await;
     }));
     let ca = std::fs::read(dir.join("apiserver.crt")).unwrap();

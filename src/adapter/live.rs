@@ -87,6 +87,7 @@ fn parse(text: &str, path: &str) -> Result<AdapterConfig, AdapterError> {
 impl LiveAdapter {
     /// Loads `path` and lists its rules' series once (a failed listing is logged: the rules
     /// then serve nothing until a listing succeeds). `max_age` is how far back series count.
+    #[cfg(test)]
     pub async fn load(
         path: &Path,
         prometheus: Arc<dyn PromSource>,

@@ -74,11 +74,10 @@ pub mod query;
 pub mod resources;
 pub mod template;
 
-pub use config::{AdapterConfig, AdapterError, ResourceRule, ResourceRules, Rule, RuleKind};
-pub use discovery::{CustomMetric, ExternalMetric, MissingSeries, Series, custom_metrics, external_metrics};
+pub use config::{AdapterConfig, AdapterError, Rule};
+pub use discovery::{CustomMetric, ExternalMetric, Series, custom_metrics, external_metrics};
 pub use live::{Discovered, LiveAdapter};
 pub use query::QueryError;
-pub use template::{Args, Field, Template};
 
 #[cfg(test)]
 mod tests;

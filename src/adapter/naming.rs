@@ -110,13 +110,9 @@ impl NameMapping {
     }
 
     /// The `as` template in force (with its default filled in).
+    #[cfg(test)]
     pub fn as_template(&self) -> &str {
         &self.as_template
-    }
-
-    /// The `matches` regex in force.
-    pub fn matches(&self) -> &Regex {
-        &self.matches
     }
 
     /// The API name of a series (`MetricNameForSeries`): `as` expanded with the first match of

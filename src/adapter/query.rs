@@ -19,7 +19,7 @@ use kube::core::Expression;
 
 use super::template::{Args, Field, Template};
 use crate::sources::prometheus::{self, Matcher};
-use k8s_wire::selectors::{LabelSelector, Requirement};
+use k8s_wire::{LabelSelector, Requirement};
 
 /// Errors building one query; each is about the request or the rule, never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

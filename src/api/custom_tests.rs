@@ -26,8 +26,8 @@ use crate::kinds::testkit::{FakeInventory, mk_pod};
 use crate::metrics::custom::CustomMetrics;
 use crate::sources::PromError;
 use crate::sources::workloads::{PodSelection, Workload};
-use apiserver::cache::CacheSettings;
-use apiserver::telemetry::Metrics;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
 use test_support::all_at_once;
 
 const V2: &str = "/apis/custom.metrics.k8s.io/v1beta2";

@@ -24,9 +24,9 @@ use serde_json::{Value, json};
 
 use crate::kinds::registry::LiveKinds;
 use crate::kinds::{GroupVersion, STATS, ServedKind};
-use k8s_wire::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, Representation, negotiate_headers};
-use k8s_wire::status::ApiError;
+use k8s_wire::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use k8s_wire::{Endpoint, Representation, negotiate_headers};
+use k8s_wire::ApiError;
 
 /// The group-versions of the served kinds (`stats.une-tasse-de.cafe/v1alpha1` first, then
 /// any other the kinds name, in the order they first appear), each with one read-only (`get`,

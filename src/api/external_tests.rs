@@ -15,10 +15,10 @@ use crate::api::{ApiState, router};
 use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
 use crate::metrics::external::*;
 use crate::sources::PromError;
-use apiserver::cache::CacheSettings;
-use apiserver::telemetry::Metrics;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
 use k8s_wire::ApiError;
-use k8s_wire::selectors::LabelSelector;
+use k8s_wire::LabelSelector;
 use test_support::all_at_once;
 
 const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";

@@ -23,8 +23,8 @@ use crate::config::LiveConfig;
 use crate::kinds::{KindInfo, Kinds};
 use crate::metrics::custom::CustomMetrics;
 use crate::metrics::external::ExternalMetrics;
-use apiserver::cache::CacheSettings;
-use apiserver::telemetry::Metrics;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
 use test_support::fuzz::{check_promql_literals, method, path, query, run, text};
 
 /// A fake kind with the names the path strategy favours (`w1`, `w2`) and a warning that needs

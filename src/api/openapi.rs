@@ -26,8 +26,8 @@ use serde_json::{Map, Value, json};
 use super::discovery::{if_none_match, sha512_hex};
 use crate::kinds::registry::LiveKinds;
 use crate::kinds::{GroupVersion, KindInfo, OBJECT_META_SCHEMA, STATS, ServedKind};
-use k8s_wire::negotiate::{accepts_json, not_acceptable};
-use k8s_wire::request_info::QueryParams;
+use k8s_wire::{accepts_json, not_acceptable};
+use k8s_wire::QueryParams;
 
 /// Name of the shared ListMeta schema.
 pub const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";

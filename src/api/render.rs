@@ -23,10 +23,10 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::kinds::{Cell, CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
+use crate::kinds::{CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
 use apiserver::serve::fairness::{self, ConnectionSlots, SlottedBody};
-use k8s_wire::negotiate::{MetaVersion, Representation, not_acceptable};
-use k8s_wire::status::ApiError;
+use k8s_wire::{MetaVersion, Representation, not_acceptable};
+use k8s_wire::ApiError;
 
 /// `includeObject` of a Table request: what each row's `object` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -50,7 +50,7 @@ impl IncludeObject {
             "Object" => Ok(Self::Object),
             other => Err(ApiError::BadRequest(format!(
                 "unrecognized includeObject value: {}",
-                k8s_wire::status::go_quote(other)
+                k8s_wire::go_quote(other)
             ))),
         }
     }
@@ -269,12 +269,7 @@ fn table<'a>(
     })
 }
 
-/// A Table cell as text: ages are rendered against `now`, absent fields as `<none>`.
-pub fn render_cell(cell: &Cell, now: Timestamp) -> String {
-    render_cell_ref(CellRef::from(cell), now)
-}
-
-/// A stored Table cell as text, as [`render_cell`].
+/// A stored Table cell as text: ages are rendered against `now`, absent fields as `<none>`.
 pub fn render_cell_ref(cell: CellRef<'_>, now: Timestamp) -> String {
     match cell {
         CellRef::Text(s) => s.to_owned(),
@@ -463,7 +458,12 @@ pub fn meta_json(meta: &Meta) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::API_VERSION;
+    use crate::kinds::{API_VERSION, Cell};
+
+    /// A Table cell as text, as [`render_cell_ref`].
+    fn render_cell(cell: &Cell, now: Timestamp) -> String {
+        render_cell_ref(CellRef::from(cell), now)
+    }
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
 

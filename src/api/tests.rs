@@ -662,7 +662,7 @@ async fn extra_group_versions_are_discovered_and_extra_routes_merge() {
     let extra = GroupVersionResources {
         group: "external.metrics.k8s.io".into(),
         version: "v1beta1".into(),
-        resources: vec![k8s_wire::discovery::DiscoveryResource {
+        resources: vec![k8s_wire::DiscoveryResource {
             name: "cafe_brews_per_minute".into(),
             singular_name: String::new(),
             namespaced: true,
@@ -1036,7 +1036,7 @@ fn mk_live_app(dir: &std::path::Path, yaml: &str) -> (Router, Arc<crate::config:
         prometheus: Arc::new(FakeProm::default().answer("x{", vec![sample])),
         config: config.clone(),
     };
-    let cache = apiserver::cache::CacheSettings::uncounted(std::time::Duration::from_secs(60));
+    let cache = apiserver::CacheSettings::uncounted(std::time::Duration::from_secs(60));
     let kinds = crate::kinds::registry::LiveKinds::new(&sources, &cache);
     (router(ApiState::new(kinds, Arc::new(|| true), Metrics::new())), config)
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 
-pub use apiserver::options::{AuthArgs, ServingArgs};
-use apiserver::options::{kubernetes_style, parse_positive_duration};
+pub use apiserver::{AuthArgs, ServingArgs};
+use apiserver::{kubernetes_style, parse_positive_duration};
 use k8s_wire::duration;
 
 /// All flags of the `percolator` binary.
@@ -401,7 +401,7 @@ pub struct AdapterArgs {
 }
 
 /// Flags of caching: one TTL for every cache of computed results (served objects, external
-/// metric values, kubelet samples per node), all built by [`apiserver::cache`].
+/// metric values, kubelet samples per node), all built by [`apiserver::TtlCache`].
 #[derive(Debug, Clone, ClapArgs)]
 pub struct CacheArgs {
     /// How long computed objects, external metric values and kubelet samples are cached

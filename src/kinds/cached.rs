@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
 use crate::config::LiveConfig;
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 /// Entries kept at most (one per namespace plus the all-namespaces entry).
 const MAX_ENTRIES: u64 = 10_000;
@@ -115,7 +115,7 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apiserver::telemetry::Metrics;
+    use apiserver::Metrics;
     use std::sync::LazyLock;
     use std::time::Duration;
     use test_support::all_at_once;

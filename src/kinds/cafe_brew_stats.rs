@@ -171,7 +171,7 @@ impl CafeBrewStatsKind {
         list.reserve(cafes.len());
         for (key, pods) in &cafes {
             // A label value that is not a valid object name cannot be served (or fetched).
-            if k8s_wire::validation::is_dns1123_subdomain(&key.name).is_empty() {
+            if k8s_wire::is_dns1123_subdomain(&key.name).is_empty() {
                 self.item(&mut list, key, pods, &series, &usage, (&window, w));
             }
         }

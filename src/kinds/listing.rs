@@ -535,16 +535,6 @@ impl ListingBuilder {
         }
     }
 
-    /// Objects added so far.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether no object was added.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// The listing, with `warnings`.
     pub fn finish(mut self, warnings: Vec<String>) -> Listing {
         if !self.sorted {

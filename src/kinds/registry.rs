@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-pub use super::{Builtin, QuerySpec};
+pub use super::Builtin;
 
 use std::sync::RwLock;
 
@@ -14,7 +14,7 @@ use super::declared::{DeclaredKind, DeclaredSpec, check_declared};
 use super::{Kinds, ServedKind, Sources};
 use crate::config::{Invalid, QueryFile};
 use crate::sources::prometheus::validate_template;
-use apiserver::cache::CacheSettings;
+use apiserver::CacheSettings;
 
 /// Every built-in kind, in discovery order.
 pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::cafe_brew_stats::KIND];

@@ -16,10 +16,10 @@ use crate::adapter::query::requirement_matcher;
 use crate::config::{Invalid, QueryFile, Snapshot};
 use crate::sources::PromError;
 use crate::sources::prometheus::{Matcher, is_valid_label_name, render, validate_template};
-use k8s_wire::discovery::DiscoveryResource;
-use k8s_wire::request_info::{RequestInfo, lower_case_method};
-use k8s_wire::selectors::LabelSelector;
-use k8s_wire::status::go_quote;
+use k8s_wire::DiscoveryResource;
+use k8s_wire::{RequestInfo, lower_case_method};
+use k8s_wire::LabelSelector;
+use k8s_wire::go_quote;
 use k8s_wire::{ApiError, GroupResource};
 
 /// Seconds a client is asked to wait when Prometheus fails. client-go retries a 503 carrying

@@ -48,12 +48,12 @@ use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFil
 use crate::sources::prometheus::{Matcher, keeps_label};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
 use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
-use apiserver::cache::{CacheSettings, TtlCache};
-use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo};
-use k8s_wire::selectors::{LabelSelector, Requirement};
-use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
+use apiserver::{CacheSettings, TtlCache};
+use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::{Endpoint, negotiate_headers};
+use k8s_wire::{ParsedRequest, RequestInfo};
+use k8s_wire::{LabelSelector, Requirement};
+use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 use k8s_wire::{ApiError, GroupResource};
 
 /// API group of custom metrics.

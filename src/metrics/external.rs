@@ -42,12 +42,12 @@ use crate::adapter::LiveAdapter;
 use crate::config::{ExternalMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
 use crate::sources::prometheus::Matcher;
 use crate::sources::{PromSample, PromSource};
-use apiserver::cache::CacheSettings;
-use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo};
-use k8s_wire::selectors::LabelSelector;
-use k8s_wire::validation::is_dns1123_label;
+use apiserver::CacheSettings;
+use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::{Endpoint, negotiate_headers};
+use k8s_wire::{ParsedRequest, RequestInfo};
+use k8s_wire::LabelSelector;
+use k8s_wire::is_dns1123_label;
 use k8s_wire::{ApiError, GroupResource};
 
 /// API group of external metrics.

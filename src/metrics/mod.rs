@@ -17,4 +17,3 @@ pub mod custom;
 pub mod external;
 pub mod provider;
 
-pub use provider::{Backend, Provider};

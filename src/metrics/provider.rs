@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 use super::core::{Api, Declared, MAX_ENTRIES, Result, label_matchers, prometheus_unavailable};
 use crate::adapter::{Discovered, LiveAdapter};
@@ -16,7 +16,7 @@ use crate::config::{LiveConfig, Snapshot};
 use crate::sources::prometheus::Matcher;
 use crate::sources::{PromSample, PromSource};
 use k8s_wire::ApiError;
-use k8s_wire::selectors::LabelSelector;
+use k8s_wire::LabelSelector;
 
 /// A source of the metrics one API serves.
 pub trait Provider: Send + Sync {

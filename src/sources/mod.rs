@@ -238,4 +238,4 @@ pub trait PromSource: Send + Sync {
     }
 }
 
-pub use apiserver::telemetry::{NoopObserver, UpstreamObserver, outcome};
+pub use apiserver::{UpstreamObserver, outcome};

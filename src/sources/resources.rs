@@ -26,7 +26,7 @@ use super::{
     PromSource, UsageSource,
 };
 use crate::config::{Invalid, LiveConfig, QueryFile};
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 /// Failed nodes named in one warning; the rest are counted.
 const LISTED: usize = 5;
@@ -312,6 +312,7 @@ pub struct PromUsage {
 
 impl PromUsage {
     /// Reads usage through `prometheus`, with the `resourceQueries` of `config` in force.
+    #[cfg(test)]
     pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
         Self::with_plan(prometheus, Arc::new(ConfigQueries(config)), cache)
     }

@@ -19,7 +19,7 @@ use kube::Api;
 use kube::core::{ParseExpressionError, Selector, SelectorExt};
 
 use super::Labels;
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 /// A resource whose objects select pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -7,12 +7,28 @@
 //! It names no resource a server serves: the layers above (the `percolator` crate) bring the
 //! kinds, the metric APIs and the router. Below it only `k8s-wire`.
 
-pub mod auth;
-pub mod cache;
-pub mod options;
+mod auth;
+mod cache;
+mod options;
 pub mod serve;
-pub mod telemetry;
-pub mod tls;
+mod telemetry;
+mod tls;
+
+// The modules are private; the crate's API is what the layers above use, re-exported here.
+// `serve`'s parts (`batch`, `fairness`, `guard`) stay modules: a server composes them into its
+// connection loop through their names (`guard::admit`, `fairness::CHUNK`, `batch::split`).
+pub use auth::x509::not_after;
+pub use auth::{Auth, AuthError, PeerCertificates, admit};
+pub use cache::{CacheSettings, TtlCache};
+pub use options::{AuthArgs, ServingArgs, kubernetes_style, parse_positive_duration};
+pub use telemetry::{
+    ADAPTER_CONFIG_FILE, CONFIG_FILE, LatencyLabels, Metrics, NoopObserver, RequestLabels, UpstreamObserver,
+    init_logging, outcome,
+};
+pub use tls::{
+    AnyServerCert, CaBoundSessions, ReloadingCert, TlsError, WatchedCaFile, WatchedRootsVerifier, read_certs,
+    server_config, server_config_reloading,
+};
 
 /// Installs the process-wide rustls crypto provider (ring). Idempotent.
 pub fn install_crypto_provider() {

@@ -306,11 +306,6 @@ fn parse_certs(pem: &[u8], path: &Path, flag: &'static str) -> Result<Vec<Certif
     Ok(certs)
 }
 
-/// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
-pub fn read_key(path: &Path, flag: &'static str) -> Result<PrivateKeyDer<'static>> {
-    parse_key(&read_file(path, flag)?, path, flag)
-}
-
 fn parse_key(pem: &[u8], path: &Path, flag: &'static str) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| TlsError::Pem {
         flag,

@@ -18,7 +18,7 @@ use serde_json::json;
 pub use spec::{DeclaredSpec, FieldSpec, Format, check_declared};
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Sources, kind_schema, schema_name};
-use apiserver::telemetry::Metrics;
+use apiserver::Metrics;
 
 /// A declared kind, computed at request time from its queries.
 pub struct DeclaredKind {
@@ -38,11 +38,6 @@ impl DeclaredKind {
     /// names are skipped and counted in `metrics`.
     pub fn new(spec: Arc<DeclaredSpec>, sources: Sources, metrics: Option<Arc<Metrics>>) -> Self {
         Self { spec, sources, metrics }
-    }
-
-    /// Its spec.
-    pub fn spec(&self) -> &Arc<DeclaredSpec> {
-        &self.spec
     }
 }
 

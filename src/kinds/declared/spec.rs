@@ -10,8 +10,8 @@ use crate::kinds::{Builtin, Column, KindInfo, Text};
 use crate::sources::prometheus::{
     is_valid_label_name, keeps_label, validate_template, validate_unscoped_template,
 };
-use k8s_wire::status::go_quote;
-use k8s_wire::validation::{is_dns1123_label, is_qualified_name};
+use k8s_wire::go_quote;
+use k8s_wire::{is_dns1123_label, is_qualified_name};
 
 /// How a field's value is published (JSON and Table cell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

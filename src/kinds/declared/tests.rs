@@ -12,7 +12,7 @@ use super::{DeclaredKind, DeclaredSpec, FieldSpec, Format};
 use crate::kinds::testkit::*;
 use crate::kinds::{Column, KindInfo, Listing, ServedKind};
 use crate::sources::{KubeletError, PromError, PromSample};
-use apiserver::telemetry::Metrics;
+use apiserver::Metrics;
 
 const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
 

@@ -1,6 +1,6 @@
 //! Kubelet `GET /metrics/resource` (CONTRACT §8): [`KubeletClient`], the [`KubeletSource`]
-//! that fetches it over HTTPS, with its configuration ([`KubeletConfig`], [`BearerToken`],
-//! [`Scheme`]) and errors ([`Error`]). The other concerns have their own files, re-exported
+//! that fetches it over HTTPS, with its configuration ([`KubeletConfig`], [`BearerToken`]) and
+//! errors ([`Error`]). The other concerns have their own files, re-exported
 //! here:
 //!
 //! - `parse`: decoding one body ([`parse_resource_metrics`] → [`ParsedBatch`]);
@@ -41,12 +41,12 @@ use tokio::sync::Semaphore;
 use tokio::time::timeout_at;
 
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
-use apiserver::cache::{CacheSettings, TtlCache};
-use apiserver::tls::WatchedCaFile;
+use apiserver::{CacheSettings, TtlCache};
+use apiserver::WatchedCaFile;
 use transport::Transport;
 
 pub use super::KubeletError;
-pub use parse::{ContainerKey, ContainerSample, ParsedBatch, Sample, parse_resource_metrics};
+pub use parse::{ParsedBatch, parse_resource_metrics};
 pub use rates::{NodeSamples, RateRules};
 pub use sampler::Sampling;
 
@@ -134,16 +134,6 @@ impl fmt::Debug for BearerToken {
     }
 }
 
-/// URL scheme used to reach kubelets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Scheme {
-    /// HTTPS, as every real kubelet serves.
-    #[default]
-    Https,
-    /// Plain HTTP, for simulators and tests only: the bearer token travels in clear.
-    Http,
-}
-
 /// How to reach and read kubelets (metrics-server's `--kubelet-*` flags).
 #[derive(Debug, Clone)]
 pub struct KubeletConfig {
@@ -177,8 +167,6 @@ pub struct KubeletConfig {
     pub max_body_bytes: usize,
     /// Most containers accepted from one body; see [`DEFAULT_MAX_CONTAINERS`].
     pub max_containers: usize,
-    /// HTTPS unless talking to a simulator.
-    pub scheme: Scheme,
     /// `--kubelet-reuse-connections`: keep each kubelet's connection open between fetches
     /// (parked without hyper's buffers: about 16 KiB resident per node), or close it after
     /// each fetch (one TCP and TLS handshake per node per fetch).
@@ -215,7 +203,6 @@ impl Default for KubeletConfig {
             max_concurrency: 64,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_containers: DEFAULT_MAX_CONTAINERS,
-            scheme: Scheme::Https,
             reuse_connections: true,
             max_rate_window: RateRules::DEFAULT_MAX_WINDOW,
             idle_after: Sampling::DEFAULT_IDLE_AFTER,
@@ -280,7 +267,6 @@ impl KubeletClient {
         // A kept connection to a node that vanished without a reset is found dead by the
         // kernel instead of lasting until a fetch times out on it (Go's dialer does the same).
         tcp.set_keepalive(Some(TCP_KEEPALIVE));
-        // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
         let transport = Transport::new(https, config.reuse_connections);
         let sampling = config.sampling();
@@ -424,11 +410,7 @@ impl Inner {
             Some(port) if self.config.use_node_status_port && port != 0 => port,
             _ => self.config.port,
         };
-        let scheme = match self.config.scheme {
-            Scheme::Https => "https",
-            Scheme::Http => "http",
-        };
-        Ok(format!("{scheme}://{host}:{port}{RESOURCE_METRICS_PATH}"))
+        Ok(format!("https://{host}:{port}{RESOURCE_METRICS_PATH}"))
     }
 
     /// Requests, reads and decodes one body.
@@ -705,7 +687,7 @@ pub(super) mod tests {
     fn https_without_a_trust_anchor_is_refused() {
         let inventory: Arc<dyn Inventory> = Arc::new(MkInventory::default());
         let err =
-            KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(super::super::NoopObserver))
+            KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(apiserver::NoopObserver))
                 .err()
                 .unwrap();
         assert!(matches!(err, Error::CertificateAuthority(_)), "{err}");

@@ -6,7 +6,7 @@
 //!
 //! Credentials are read from files at each request when the file changed (one `stat`), so a
 //! rotated projected ServiceAccount token applies to the next query. Certificates and CA files
-//! are watched by the reloaders of [`apiserver::tls`].
+//! are watched by the reloaders of [`apiserver::ReloadingCert`] and [`apiserver::WatchedCaFile`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use rustls::crypto::CryptoProvider;
 
 use super::{Error, Result};
 use crate::config::{PrometheusArgs, PrometheusHeader};
-use apiserver::tls::{AnyServerCert, ReloadingCert};
+use apiserver::{AnyServerCert, ReloadingCert};
 
 /// What the flags say about reaching Prometheus. Its `Debug` shows the URL without its
 /// password and header names only.
@@ -49,6 +49,7 @@ pub struct ConnectionSettings {
 
 impl ConnectionSettings {
     /// Plain access to `url`: no TLS settings, credentials or headers, the default answer limit.
+    #[cfg(test)]
     pub fn plain(url: url::Url, timeout: Duration) -> Self {
         Self {
             url,
@@ -454,13 +455,13 @@ fn tls_config(settings: &ConnectionSettings) -> Result<Option<rustls::ClientConf
         tracing::warn!("--prometheus-insecure-skip-tls-verify: Prometheus' certificate is not verified");
         builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider)))
     } else if let Some(ca_file) = &settings.ca_file {
-        let file = apiserver::tls::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
+        let file = apiserver::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
             .map_err(|e| Error::Client(e.to_string()))?;
         file.spawn_reloader(settings.reload_interval);
-        let verifier = apiserver::tls::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
+        let verifier = apiserver::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
             .map_err(|e| Error::Client(e.to_string()))?;
         // A resumed session is not verified again: forget them when the CA file changes.
-        resumption = Some(apiserver::tls::CaBoundSessions::new(file));
+        resumption = Some(apiserver::CaBoundSessions::new(file));
         builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
     } else {
         let verifier = rustls_platform_verifier::Verifier::new(Arc::clone(&provider)).map_err(tls_error)?;

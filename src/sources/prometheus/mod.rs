@@ -19,14 +19,16 @@ use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
 use connection::{BodyError, Connection};
-pub use connection::{ConnectionSettings, CredentialError, REDACTED};
-pub use labels::{LabelCheckError, keeps_label};
+pub use connection::ConnectionSettings;
+pub use labels::keeps_label;
 
-/// Default of `--prometheus-max-response-bytes`: 128 MiB.
+/// Default of `--prometheus-max-response-bytes`: 128 MiB (the flag says it again).
+#[cfg(test)]
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
+#[cfg(test)]
+use template::escape_label_value;
 pub use template::{
-    MatchOp, Matcher, SCOPE_PLACEHOLDER, Template, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
-    format_duration, is_valid_label_name, render, validate_template, validate_unscoped_template,
+    MatchOp, Matcher, SCOPE_PLACEHOLDER, is_valid_label_name, render, validate_template, validate_unscoped_template,
 };
 
 /// The `source` passed to the [`UpstreamObserver`].
@@ -110,6 +112,7 @@ struct VectorItem {
 impl PromClient {
     /// A client for the Prometheus at `url` (e.g. `http://prometheus:9090`) without TLS
     /// settings or credentials; every query is bounded by `timeout`.
+    #[cfg(test)]
     pub fn new(url: &str, timeout: Duration, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
         let url = url::Url::parse(url).map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
         let settings = ConnectionSettings::plain(url, timeout);

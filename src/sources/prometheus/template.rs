@@ -259,6 +259,7 @@ impl Template {
     }
 
     /// The template as configured.
+    #[cfg(test)]
     pub fn text(&self) -> &str {
         &self.text
     }

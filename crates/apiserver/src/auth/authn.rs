@@ -47,9 +47,6 @@ pub enum AuthnError {
     /// The token was rejected or could not be reviewed.
     #[error("token: {0}")]
     Token(String),
-    /// No authenticator accepted the request and anonymous access is off.
-    #[error("no credentials and anonymous access is disabled")]
-    NoCredentials,
 }
 
 /// Why the front proxy authenticator refused a request.

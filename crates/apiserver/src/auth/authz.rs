@@ -23,8 +23,8 @@ use moka::future::Cache;
 
 use super::UserInfo;
 use super::review::{AccessReviewer, ReviewError};
-use k8s_wire::request_info::RequestInfo;
-use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::RequestInfo;
+use k8s_wire::{FieldSelector, LabelSelector, Requirement};
 
 /// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
 const MAX_DECISIONS: u64 = 8192;
@@ -354,12 +354,13 @@ fn some(s: &str) -> Option<String> {
 }
 
 /// The review's spec, with Go's `omitempty` (empty strings and lists left out), and the
-/// request's [`SelectorAttributes`].
+/// request's [`SelectorAttributes`] (the tests' shorthand for [`spec_with`]).
+#[cfg(test)]
 pub fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAccessReviewSpec {
     spec_with(user, info, path, SelectorAttributes::of(info))
 }
 
-/// [`review_spec`] with the selector attributes already derived.
+/// The review's spec, with the selector attributes already derived.
 fn spec_with(
     user: &UserInfo,
     info: &RequestInfo,
@@ -395,7 +396,7 @@ fn spec_with(
 /// The text after `is forbidden: ` (`responsewriters.forbiddenMessage`, HTML-escaped, then
 /// `: <reason>` when the authorizer gave one).
 pub fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
-    use k8s_wire::status::go_quote;
+    use k8s_wire::go_quote;
     let message = if !info.is_resource_request {
         format!("User {} cannot {} path {}", go_quote(&user.name), info.verb, go_quote(path))
     } else {

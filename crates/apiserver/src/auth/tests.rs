@@ -28,6 +28,21 @@ use super::*;
 use test_support::all_at_once;
 use test_support::pki::{MkCa, mk_ca, mk_cert, mk_leaf};
 
+/// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
+/// extensions and without credentials in the headers; or answers 401/403/500 as a
+/// `metav1.Status`. [`admit`] as an axum
+/// middleware, as the tests install it (`axum::middleware::from_fn_with_state(auth, middleware)`).
+async fn middleware(
+    axum::extract::State(auth): axum::extract::State<Arc<Auth>>,
+    mut request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match admit(&auth, &mut request).await {
+        Ok(()) => next.run(request).await,
+        Err(response) => response,
+    }
+}
+
 const G: &str = "stats.une-tasse-de.cafe";
 const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries";
 
@@ -203,7 +218,7 @@ fn mk_req(
     }
     // As the router's outermost layer does for every request.
     let uri: http::Uri = path.parse().unwrap();
-    let parsed = k8s_wire::request_info::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
+    let parsed = k8s_wire::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
     builder.extension(Arc::new(parsed)).body(Body::empty()).unwrap()
 }
 

@@ -328,7 +328,7 @@ mod tests {
         let text = std::str::from_utf8(&padding).unwrap();
         assert!(text.ends_with('\n'));
         let batch =
-            percolator::sources::kubelet::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
+            percolator::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
         assert!(batch.containers.len() > 50_000);
         assert_eq!(batch.malformed_lines, 0);
     }
