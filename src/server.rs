@@ -34,11 +34,11 @@ use crate::sources::resources::{
 };
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
-use apiserver::PeerCertificates;
 use apiserver::CacheSettings;
+use apiserver::Metrics;
+use apiserver::PeerCertificates;
 use apiserver::serve::batch;
 use apiserver::serve::fairness::{self, ConnectionSlots};
-use apiserver::Metrics;
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
 /// minute; polling a small file this often costs nothing).
@@ -47,7 +47,7 @@ const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests once the listener is closed (with the
 /// default 5s `--shutdown-delay-duration`, within the kubelet's default 30s grace period).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// A client must send a complete HTTP/1.1 request head within this time (slow-loris); hyper
 /// runs it from the end of the previous response, so it also closes idle keep-alive
 /// connections. 32s, kube-apiserver's `ReadHeaderTimeout`.
@@ -56,7 +56,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 /// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper answers
 /// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
 /// kube-aggregator forwards.
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Why percolator could not start: each variant names the step that failed, and the cause
 /// (when there is one) is its [`source`](std::error::Error::source).

@@ -337,7 +337,7 @@ mod panicking {
     use futures::future::BoxFuture;
     use percolator::testing::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
 
-    pub static INFO: KindInfo = KindInfo {
+    pub(crate) static INFO: KindInfo = KindInfo {
         gv: percolator::testing::STATS,
         plural: Text::Borrowed("bombs"),
         singular: Text::Borrowed("bomb"),
@@ -352,7 +352,7 @@ mod panicking {
 
     /// Computes fine; panics when the handler asks for its columns to render the answer, i.e.
     /// outside the kind computation (which has its own catch).
-    pub struct Bomb;
+    pub(crate) struct Bomb;
 
     impl ServedKind for Bomb {
         fn info(&self) -> &KindInfo {
@@ -378,8 +378,7 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     let args = percolator::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
     let tls = apiserver::server_config(&args.serving, None).unwrap();
     let kinds: percolator::testing::Kinds = vec![Arc::new(panicking::Bomb)];
-    let state =
-        percolator::testing::ApiState::new(kinds, Arc::new(|| true), apiserver::Metrics::new());
+    let state = percolator::testing::ApiState::new(kinds, Arc::new(|| true), apiserver::Metrics::new());
     let app = percolator::testing::router(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());

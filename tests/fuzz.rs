@@ -25,8 +25,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_wire::{QueryParams, RequestInfo, split_path};
 use k8s_wire::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::{QueryParams, RequestInfo, split_path};
 use k8s_wire::{is_qualified_name, is_valid_label_value};
 use kube::core::Expression;
 use percolator::config::{ExternalMetricConfig, QueryFile};

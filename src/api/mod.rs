@@ -18,9 +18,9 @@
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
 //! kind.
 
-pub mod discovery;
-pub mod openapi;
-pub mod render;
+pub(crate) mod discovery;
+pub(crate) mod openapi;
+pub(crate) mod render;
 mod selections;
 
 use std::borrow::Cow;
@@ -46,21 +46,21 @@ use apiserver::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, LiveDiscovery};
 use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
 use k8s_wire::{Endpoint, Representation, negotiate_headers};
-use k8s_wire::{ParsedRequest, QueryParams, RequestInfo};
 use k8s_wire::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
+use k8s_wire::{ParsedRequest, QueryParams, RequestInfo};
 
-use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 use k8s_wire::{ApiError, GroupResource};
+use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 use openapi::{LiveOpenApi, OpenApi};
 use render::{IncludeObject, RenderContext, render_list, render_object};
 
 /// Seconds a client is asked to wait while the inventory is not synced. client-go retries a
 /// 503 with `Retry-After` up to 10 times, so `kubectl` waits out a short startup instead of
 /// failing.
-pub const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
+pub(crate) const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
 
 /// Readiness probe: whether the server's inputs (the inventory) are synced.
-pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+pub(crate) type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Shared state of the router: the kinds and every precomputed document.
 #[derive(Clone)]
@@ -712,7 +712,7 @@ fn json_response(body: impl Into<Body>, warnings: &[String]) -> Response {
 }
 
 /// `Warning: 299 - "<text>"` (quotes and backslashes escaped, control characters blanked).
-pub fn warning_header(text: &str) -> Option<HeaderValue> {
+pub(crate) fn warning_header(text: &str) -> Option<HeaderValue> {
     let mut value = String::with_capacity(text.len() + 9);
     value.push_str("299 - \"");
     for c in text.chars() {

@@ -71,7 +71,7 @@ fn parse_rate_window(text: &str) -> std::result::Result<Duration, FlagValueError
 
 /// A flag value that does not parse (clap prints it after the flag's name).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum FlagValueError {
+pub(crate) enum FlagValueError {
     /// `--max-rate-window` below a second.
     #[error("must be at least 1s")]
     RateWindowTooShort,

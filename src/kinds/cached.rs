@@ -26,7 +26,7 @@ const MAX_ENTRIES: u64 = 10_000;
 type Key = (u64, Option<Arc<str>>);
 
 /// A [`ServedKind`] whose lists are cached for the TTL.
-pub struct CachedKind {
+pub(crate) struct CachedKind {
     inner: Arc<dyn ServedKind>,
     cache: TtlCache<Key, Arc<Listing>>,
     config: Arc<LiveConfig>,
@@ -41,7 +41,7 @@ impl std::fmt::Debug for CachedKind {
 impl CachedKind {
     /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
     /// `config`) is part of every key.
-    pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig>) -> Self {
         let cache = TtlCache::new(inner.info().plural.clone(), settings, MAX_ENTRIES);
         Self { inner, cache, config }
     }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-pub use super::Builtin;
+pub(crate) use super::Builtin;
 
 use std::sync::RwLock;
 
@@ -21,7 +21,7 @@ pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::c
 
 /// Checks the kind sections of `file`: each names a built-in kind, each field one of its
 /// queries, and each template is valid (keeps `SCOPE`, parses).
-pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
+pub(crate) fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
     for (section, queries) in &file.kind_queries {
         let Some(kind) = BUILTIN.iter().find(|k| k.section == section) else {
             let known: Vec<&str> = BUILTIN.iter().map(|k| k.section).collect();
@@ -51,7 +51,7 @@ pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
 
 /// Checks the whole query file as far as kinds are concerned: the built-in kinds' sections
 /// and the declared kinds.
-pub fn check_kinds(file: &mut QueryFile) -> Result<(), Invalid> {
+pub(crate) fn check_kinds(file: &mut QueryFile) -> Result<(), Invalid> {
     check_queries(file)?;
     check_declared(file, BUILTIN)
 }

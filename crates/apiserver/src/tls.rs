@@ -63,7 +63,7 @@ pub enum TlsError {
 }
 
 /// Result alias for this module.
-pub type Result<T> = std::result::Result<T, TlsError>;
+pub(crate) type Result<T> = std::result::Result<T, TlsError>;
 
 /// File names of the self-signed pair inside `--cert-dir`, as the generic API server names them.
 const SELF_SIGNED_CERT: &str = "apiserver.crt";
@@ -233,7 +233,7 @@ impl ReloadingCert {
 /// Calls `check` on `target` every `interval` (first one interval from now) until `target` is
 /// dropped (the poller holds it weakly); the returned handle stops it sooner. The pollers of
 /// files given as flags (certificates, CA bundles) share it.
-pub fn spawn_poller<T: Send + Sync + 'static>(
+pub(crate) fn spawn_poller<T: Send + Sync + 'static>(
     target: &Arc<T>,
     interval: Duration,
     check: impl Fn(&T) + Send + 'static,

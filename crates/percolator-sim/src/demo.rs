@@ -387,8 +387,7 @@ mod tests {
 
     #[test]
     fn the_demo_configuration_declares_one_valid_kind() {
-        let file =
-            QueryFile::from_yaml(super::DEMO_CONFIG, "demo", &percolator::config_check()).unwrap();
+        let file = QueryFile::from_yaml(super::DEMO_CONFIG, "demo", &percolator::config_check()).unwrap();
         let kinds: Vec<(&str, Option<&str>)> =
             file.kinds.iter().map(|k| (k.kind.as_str(), k.plural.as_deref())).collect();
         assert_eq!(kinds, [("AppTraffic", Some("apptraffics"))]);

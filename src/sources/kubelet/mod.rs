@@ -41,34 +41,36 @@ use tokio::sync::Semaphore;
 use tokio::time::timeout_at;
 
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
-use apiserver::{CacheSettings, TtlCache};
 use apiserver::WatchedCaFile;
+use apiserver::{CacheSettings, TtlCache};
 use transport::Transport;
 
-pub use super::KubeletError;
-pub use parse::{ParsedBatch, parse_resource_metrics};
-pub use rates::{NodeSamples, RateRules};
-pub use sampler::Sampling;
+pub(crate) use super::KubeletError;
+pub(crate) use parse::ParsedBatch;
+pub use parse::parse_resource_metrics;
+pub use rates::NodeSamples;
+pub(crate) use rates::RateRules;
+pub(crate) use sampler::Sampling;
 
 /// The kubelet's default secure port.
-pub const DEFAULT_PORT: u16 = 10250;
+pub(crate) const DEFAULT_PORT: u16 = 10250;
 
 /// Path of the resource metrics endpoint.
-pub const RESOURCE_METRICS_PATH: &str = "/metrics/resource";
+pub(crate) const RESOURCE_METRICS_PATH: &str = "/metrics/resource";
 
 /// Largest body we read from a kubelet. A node with 110 pods answers about 100 KiB and one with
 /// 500 pods of 3 containers about 1.2 MiB, so 8 MiB only stops a broken or hostile endpoint.
 /// Every concurrent fetch may hold this much (a 64 MiB cap let one 10 MB body take percolator
 /// from 27 to 240 MiB resident).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Most containers accepted from one kubelet. Far above what a node runs (kubelets default
 /// to 110 pods), it bounds the rate state kept per node, which a dense body under the size
 /// cap could otherwise fill with tens of thousands of phantom containers.
-pub const DEFAULT_MAX_CONTAINERS: usize = 10_000;
+pub(crate) const DEFAULT_MAX_CONTAINERS: usize = 10_000;
 
 /// metrics-server's default `--kubelet-preferred-address-types` order.
-pub const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 5] =
+pub(crate) const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 5] =
     ["Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP"];
 
 /// The `source` passed to the [`UpstreamObserver`].
@@ -113,11 +115,11 @@ pub enum Error {
 }
 
 /// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where the bearer token sent to kubelets comes from.
 #[derive(Clone)]
-pub enum BearerToken {
+pub(crate) enum BearerToken {
     /// A fixed token.
     Static(String),
     /// A file holding the token (a projected service-account token), re-read at most once a
@@ -136,7 +138,7 @@ impl fmt::Debug for BearerToken {
 
 /// How to reach and read kubelets (metrics-server's `--kubelet-*` flags).
 #[derive(Debug, Clone)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// `--kubelet-port`, used unless the node status gives one and
     /// [`use_node_status_port`](Self::use_node_status_port) is set.
     pub port: u16,
@@ -180,7 +182,7 @@ pub struct KubeletConfig {
 
 impl KubeletConfig {
     /// The background sampling these settings give.
-    pub fn sampling(&self) -> Sampling {
+    pub(crate) fn sampling(&self) -> Sampling {
         Sampling::new(self.cache.ttl, self.max_rate_window, self.idle_after)
     }
 }
@@ -211,7 +213,7 @@ impl Default for KubeletConfig {
 }
 
 /// Reads kubelets' `/metrics/resource` and keeps their CPU rate state.
-pub struct KubeletClient {
+pub(crate) struct KubeletClient {
     inner: Arc<Inner>,
     /// The background sampler, started by the first request that needs a node.
     sampler: OnceLock<AbortOnDrop>,
@@ -252,7 +254,7 @@ struct Failure {
 impl KubeletClient {
     /// Builds a client. Fails when the TLS settings are unusable (no CA and not insecure, a CA
     /// bundle without certificates).
-    pub fn new(
+    pub(crate) fn new(
         config: KubeletConfig,
         inventory: Arc<dyn Inventory>,
         observer: Arc<dyn UpstreamObserver>,
@@ -686,10 +688,9 @@ pub(super) mod tests {
     #[test]
     fn https_without_a_trust_anchor_is_refused() {
         let inventory: Arc<dyn Inventory> = Arc::new(MkInventory::default());
-        let err =
-            KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(apiserver::NoopObserver))
-                .err()
-                .unwrap();
+        let err = KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(apiserver::NoopObserver))
+            .err()
+            .unwrap();
         assert!(matches!(err, Error::CertificateAuthority(_)), "{err}");
     }
 

@@ -24,7 +24,7 @@ use apiserver::{AnyServerCert, ReloadingCert};
 /// What the flags say about reaching Prometheus. Its `Debug` shows the URL without its
 /// password and header names only.
 #[derive(Clone)]
-pub struct ConnectionSettings {
+pub(crate) struct ConnectionSettings {
     /// Base URL of the HTTP API.
     pub url: url::Url,
     /// Budget of one call.
@@ -50,7 +50,7 @@ pub struct ConnectionSettings {
 impl ConnectionSettings {
     /// Plain access to `url`: no TLS settings, credentials or headers, the default answer limit.
     #[cfg(test)]
-    pub fn plain(url: url::Url, timeout: Duration) -> Self {
+    pub(crate) fn plain(url: url::Url, timeout: Duration) -> Self {
         Self {
             url,
             timeout,
@@ -67,7 +67,7 @@ impl ConnectionSettings {
 
     /// The settings of the `--prometheus-*` flags; `reload_interval` is how often certificate
     /// files are checked (`--tls-reload-interval`).
-    pub fn from_args(args: &PrometheusArgs, reload_interval: Duration) -> Self {
+    pub(crate) fn from_args(args: &PrometheusArgs, reload_interval: Duration) -> Self {
         Self {
             url: args.prometheus_url.clone(),
             timeout: args.prometheus_timeout,
@@ -89,7 +89,7 @@ impl ConnectionSettings {
     }
 
     /// The URL as it may be logged (a password in it replaced).
-    pub fn display_url(&self) -> String {
+    pub(crate) fn display_url(&self) -> String {
         let mut url = self.url.clone();
         if url.password().is_some() {
             // Angle brackets would be percent-encoded in a URL.
@@ -113,7 +113,7 @@ impl ConnectionSettings {
 }
 
 /// What a secret is replaced with in messages.
-pub const REDACTED: &str = "<redacted>";
+pub(super) const REDACTED: &str = "<redacted>";
 
 /// A secret kept in a file (a token, a user name, a password), re-read when the file changes.
 /// Its `Debug` shows the flag and path, never the value.
@@ -125,7 +125,7 @@ struct SecretFile {
 
 /// Why no credential can be sent.
 #[derive(Debug, thiserror::Error)]
-pub enum CredentialError {
+pub(super) enum CredentialError {
     /// The credential file is empty and no earlier value is known.
     #[error("{flag} {} is empty", .path.display())]
     Empty {
@@ -268,7 +268,7 @@ enum Credentials {
 
 /// An HTTP client set up for one Prometheus, with its credentials and limits. Its `Debug`
 /// holds no secret.
-pub struct Connection {
+pub(super) struct Connection {
     /// The client: TLS, timeouts and the constant headers.
     pub http: reqwest::Client,
     credentials: Credentials,
@@ -280,7 +280,7 @@ pub struct Connection {
 
 impl Connection {
     /// Builds the client; every unusable setting fails here, naming its flag.
-    pub fn new(settings: &ConnectionSettings) -> Result<Self> {
+    pub(super) fn new(settings: &ConnectionSettings) -> Result<Self> {
         // reqwest panics when no rustls provider is installed; main installs ring, and doing it
         // here too (idempotent) keeps that panic off every path.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -354,7 +354,7 @@ impl Connection {
 
     /// The `Authorization` header of the next request, from the credential files as they are
     /// now.
-    pub fn authorization(&self) -> std::result::Result<Option<HeaderValue>, CredentialError> {
+    pub(super) fn authorization(&self) -> std::result::Result<Option<HeaderValue>, CredentialError> {
         let value = match &self.credentials {
             Credentials::None => return Ok(None),
             Credentials::Bearer(token) => format!("Bearer {}", token.current()?),
@@ -369,7 +369,7 @@ impl Connection {
     }
 
     /// `message` with every secret this connection knows replaced by [`REDACTED`].
-    pub fn redact(&self, message: String) -> String {
+    pub(super) fn redact(&self, message: String) -> String {
         let mut secrets: Vec<String> = self.fixed_secrets.clone();
         match &self.credentials {
             Credentials::None => {}
@@ -400,7 +400,10 @@ impl Connection {
     /// exceed [`Connection::max_response_bytes`]: an answer is never held beyond the limit.
     /// Chunks are kept as they arrive (no buffer doubling while the answer streams in) and
     /// joined once at the end.
-    pub async fn read_body(&self, mut response: reqwest::Response) -> std::result::Result<Bytes, BodyError> {
+    pub(super) async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+    ) -> std::result::Result<Bytes, BodyError> {
         let limit = self.max_response_bytes;
         if response.content_length().is_some_and(|length| length > limit) {
             return Err(BodyError::TooLarge);
@@ -430,7 +433,7 @@ impl Connection {
 
 /// Why an answer's body could not be read.
 #[derive(Debug)]
-pub enum BodyError {
+pub(super) enum BodyError {
     /// It grew past the limit.
     TooLarge,
     /// The connection failed while reading.
@@ -837,12 +840,9 @@ mod tests {
 
     /// An HTTPS server (certificate for 127.0.0.1 from `server_ca`) that requires a client
     /// certificate from `client_ca` and answers [`ONE`] to each request.
-    async fn mk_tls_server(
-        server_ca: &test_support::pki::MkCa,
-        client_ca: &test_support::pki::MkCa,
-    ) -> String {
+    async fn mk_tls_server(server_ca: &test_support::MkCa, client_ca: &test_support::MkCa) -> String {
         use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-        let leaf = test_support::pki::mk_cert(server_ca, |params| {
+        let leaf = test_support::mk_cert(server_ca, |params| {
             params.subject_alt_names = vec![rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap())];
             params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         });
@@ -891,15 +891,15 @@ mod tests {
     #[tokio::test]
     async fn tls_with_a_ca_file_and_a_client_certificate() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let server_ca = test_support::pki::mk_ca("prometheus-ca");
-        let client_ca = test_support::pki::mk_ca("client-ca");
-        let other_ca = test_support::pki::mk_ca("other-ca");
+        let server_ca = test_support::mk_ca("prometheus-ca");
+        let client_ca = test_support::mk_ca("client-ca");
+        let other_ca = test_support::mk_ca("other-ca");
         let url = mk_tls_server(&server_ca, &client_ca).await;
         let dir = temp("tls");
         std::fs::write(dir.join("ca.crt"), &server_ca.pem).unwrap();
         std::fs::write(dir.join("other.crt"), &other_ca.pem).unwrap();
-        let write_client = |ca: &test_support::pki::MkCa, name: &str| {
-            let leaf = test_support::pki::mk_cert(ca, |params| {
+        let write_client = |ca: &test_support::MkCa, name: &str| {
+            let leaf = test_support::mk_cert(ca, |params| {
                 params.distinguished_name.push(rcgen::DnType::CommonName, "percolator");
                 params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
             });

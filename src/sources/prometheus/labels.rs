@@ -30,7 +30,7 @@ pub fn keeps_label(template: &str, label: &str) -> std::result::Result<(), Label
 
 impl Template {
     /// [`keeps_label`] for an analysed template.
-    pub fn keeps_label(&self, label: &str) -> std::result::Result<(), LabelCheckError> {
+    pub(super) fn keeps_label(&self, label: &str) -> std::result::Result<(), LabelCheckError> {
         match value(self.expr(), label) {
             Value::Vector(Ok(())) => Ok(()),
             Value::Vector(Err(reason)) | Value::Scalar(reason) => {

@@ -28,10 +28,10 @@ use promql_parser::parser::{Expr, VectorSelector};
 use super::{Error, Result};
 
 /// Placeholder for the request's matchers.
-pub const SCOPE_PLACEHOLDER: &str = "SCOPE";
+pub(crate) const SCOPE_PLACEHOLDER: &str = "SCOPE";
 
 /// Placeholder for the rate window.
-pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
+pub(super) const WINDOW_PLACEHOLDER: &str = "WINDOW";
 
 // ---------------------------------------------------------------------------------------------
 // Escaping and matchers
@@ -40,7 +40,7 @@ pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
 /// Escapes a value for a PromQL double-quoted string (without the quotes): `\` and `"` are
 /// backslash-escaped, newline, carriage return and tab become `\n`, `\r`, `\t`, and other
 /// control characters `\u00XX`, as Go's string unquoting reads them.
-pub fn escape_label_value(value: &str) -> String {
+pub(super) fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     for c in value.chars() {
         match c {
@@ -62,7 +62,7 @@ pub fn escape_label_value(value: &str) -> String {
 
 /// Escapes regular-expression metacharacters so the value matches itself literally in RE2 (the
 /// set Go's `regexp.QuoteMeta` escapes: `\.+*?()|[]{}^$`).
-pub fn escape_regex(value: &str) -> String {
+pub(super) fn escape_regex(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 4);
     for c in value.chars() {
         if "\\.+*?()|[]{}^$".contains(c) {
@@ -74,7 +74,7 @@ pub fn escape_regex(value: &str) -> String {
 }
 
 /// Whether `name` is a classic Prometheus label name, `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_valid_label_name(name: &str) -> bool {
+pub(crate) fn is_valid_label_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -181,7 +181,7 @@ fn literal_alternation<S: AsRef<str>>(name: &str, values: &[S]) -> Result<String
 
 /// Formats a window as a Prometheus duration (`5m`, `30s`, `1m30s`, `1h`, `1s500ms`); fails for
 /// a window under a millisecond. Sub-millisecond parts are dropped.
-pub fn format_duration(window: Duration) -> Result<String> {
+pub(super) fn format_duration(window: Duration) -> Result<String> {
     let mut ms = window.as_millis();
     if ms == 0 {
         return Err(Error::InvalidWindow(window));
@@ -215,7 +215,7 @@ const RENDER_CACHE_SIZE: usize = 256;
 /// and its PromQL with the placeholders replaced by sentinels (`SCOPE` by a matcher, `WINDOW`
 /// by a duration). [`Template::render`] only splices.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Template {
+pub(super) struct Template {
     text: String,
     placeholders: Vec<Found>,
     /// The first vector selector without `SCOPE` (as PromQL), if any.
@@ -227,7 +227,7 @@ impl Template {
     /// Analyses a template: `SCOPE` appears only as an element of a label-matcher block and
     /// `WINDOW` only as a range (`[WINDOW]`, `[WINDOW:…]`), and the whole is valid PromQL.
     /// Selectors need not carry `SCOPE` (see [`Template::scoped`]).
-    pub fn parse(text: &str) -> Result<Self> {
+    pub(super) fn parse(text: &str) -> Result<Self> {
         if let Some(at) = text.find(SCOPE_SENTINEL_LABEL) {
             return Err(template_error(at, format!("the label name {SCOPE_SENTINEL_LABEL} is reserved")));
         }
@@ -252,7 +252,7 @@ impl Template {
 
     /// Analyses a template whose every vector selector must carry `SCOPE` (at least one does):
     /// a selector without it would read every namespace.
-    pub fn scoped(text: &str) -> Result<Self> {
+    pub(super) fn scoped(text: &str) -> Result<Self> {
         let template = Self::parse(text)?;
         template.check_scoped()?;
         Ok(template)
@@ -260,7 +260,7 @@ impl Template {
 
     /// The template as configured.
     #[cfg(test)]
-    pub fn text(&self) -> &str {
+    pub(super) fn text(&self) -> &str {
         &self.text
     }
 
@@ -285,7 +285,7 @@ impl Template {
     /// removed when there are none, so `{SCOPE,code="500"}` stays valid), `WINDOW` the window.
     /// With matchers, every selector must carry `SCOPE` (as [`Template::scoped`] checks), so
     /// none escapes the scope; without matchers there is nothing to scope.
-    pub fn render(&self, scope: &[Matcher], window: Duration) -> Result<String> {
+    pub(super) fn render(&self, scope: &[Matcher], window: Duration) -> Result<String> {
         if !scope.is_empty() {
             self.check_scoped()?;
         }

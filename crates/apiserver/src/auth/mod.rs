@@ -16,12 +16,12 @@
 //! those CAs change or the chain's validity ends. The upstream calls are behind
 //! [`TokenReviewer`] and [`AccessReviewer`].
 
-pub mod authn;
-pub mod authz;
-pub mod review;
-pub mod tls;
-pub mod trust;
-pub mod x509;
+pub(crate) mod authn;
+pub(crate) mod authz;
+pub(crate) mod review;
+pub(crate) mod tls;
+pub(crate) mod trust;
+pub(crate) mod x509;
 
 #[cfg(test)]
 mod tests;
@@ -35,20 +35,23 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
-pub use crate::options::AuthArgs;
+pub(crate) use crate::options::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
-use k8s_wire::{ParsedRequest, RequestInfo, percent_decode};
 use k8s_wire::{ApiError, GroupResource};
-pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, TokenReviewer};
-pub use trust::Trust;
+use k8s_wire::{ParsedRequest, RequestInfo, percent_decode};
+pub(crate) use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, TokenReviewer};
+pub(crate) use trust::Trust;
+pub(crate) use x509::CaBundle;
 #[cfg(test)]
-use {review::ReviewError, trust::{RequestHeaderConfig, TrustMaterial}};
-pub use x509::CaBundle;
+use {
+    review::ReviewError,
+    trust::{RequestHeaderConfig, TrustMaterial},
+};
 
 /// The authenticated user of a request (`user.Info`), found in the request's extensions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserInfo {
+pub(crate) struct UserInfo {
     /// User name.
     pub name: String,
     /// UID, empty when unknown.

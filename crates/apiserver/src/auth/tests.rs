@@ -26,7 +26,7 @@ use tower::ServiceExt;
 
 use super::*;
 use test_support::all_at_once;
-use test_support::pki::{MkCa, mk_ca, mk_cert, mk_leaf};
+use test_support::{MkCa, mk_ca, mk_cert, mk_leaf};
 
 /// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
 /// extensions and without credentials in the headers; or answers 401/403/500 as a
