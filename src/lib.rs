@@ -32,6 +32,10 @@ mod sources;
 // simulator's faults check what it serves with it). What only tests and benchmarks reach is in
 // [`testing`].
 pub use server::{config_check, prepare, run, shutdown_signal};
+
+/// The namespace of the metrics percolator exports (`percolator_requests_total`, …), which the
+/// dashboards and alert rules name.
+pub const METRICS_NAMESPACE: &str = "percolator";
 pub use sources::kubelet::{NodeSamples, parse_resource_metrics};
 
 /// Internals reached by the integration tests, the fuzz targets and the benchmarks, not an API:

@@ -216,7 +216,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     let (tls, serving_cert) =
         apiserver::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
@@ -940,7 +940,7 @@ mod tests {
         // 2031-01-02T00:00:00Z, then 2032-03-04T05:06:07Z.
         mk_pair(&dir, "first", 1_925_078_400);
         let cert = apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
         assert_eq!(expiry(&metrics), "0");
         export_serving_certificate_expiry(&cert, &metrics);
         assert_eq!(expiry(&metrics), "1925078400");

@@ -115,7 +115,7 @@ fn promtool(args: &[&str]) -> String {
 /// type adds to its samples).
 fn mk_exported_names() -> BTreeSet<String> {
     use apiserver::{LatencyLabels, Metrics, RequestLabels, UpstreamObserver};
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(percolator::METRICS_NAMESPACE);
     // A labelled family is encoded once it has a series: give each one.
     metrics.observe("prometheus", "success", 0.1);
     metrics.config_reload(apiserver::CONFIG_FILE, true);

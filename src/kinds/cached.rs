@@ -125,7 +125,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_expire() {
         let pods = Pods::new(Duration::from_millis(50));
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
         let config = LiveConfig::fixed(Default::default(), None);
         let settings = CacheSettings::new(Duration::from_millis(300), metrics.clone());
         let cached = Arc::new(CachedKind::new(pods.clone(), &settings, config));
@@ -162,7 +162,11 @@ mod tests {
     fn instant_pods(ttl: Duration) -> (Arc<Pods>, CachedKind) {
         let pods = Pods::new(Duration::ZERO);
         let config = LiveConfig::fixed(Default::default(), None);
-        let cached = CachedKind::new(pods.clone(), &CacheSettings::new(ttl, Metrics::new()), config);
+        let cached = CachedKind::new(
+            pods.clone(),
+            &CacheSettings::new(ttl, Metrics::new(crate::METRICS_NAMESPACE)),
+            config,
+        );
         (pods, cached)
     }
 

@@ -4,8 +4,9 @@
 //! guard, HTTP/2 fairness and write batching of the connection loop ([`serve`]), TTL caches
 //! with single flight ([`cache`]) and the server's own metrics and logs ([`telemetry`]).
 //!
-//! It names no resource a server serves: the layers above (the `percolator` crate) bring the
-//! kinds, the metric APIs and the router. Below it only `k8s-wire`.
+//! It names no resource a server serves, nor the server: the layers above bring the kinds, the
+//! metric APIs and the router, and choose the names users see (the metrics' namespace,
+//! [`Metrics::new`]; the flags' environment variables, [`env_named`]). Below it only `k8s-wire`.
 
 mod auth;
 mod cache;
@@ -20,7 +21,7 @@ mod tls;
 pub use auth::x509::not_after;
 pub use auth::{Auth, AuthError, PeerCertificates, admit};
 pub use cache::{CacheSettings, TtlCache};
-pub use options::{AuthArgs, ServingArgs, kubernetes_style, parse_positive_duration};
+pub use options::{AuthArgs, ServingArgs, env_named, kubernetes_style, parse_positive_duration};
 pub use telemetry::{
     ADAPTER_CONFIG_FILE, CONFIG_FILE, LatencyLabels, Metrics, NoopObserver, RequestLabels, UpstreamObserver,
     init_logging, outcome,

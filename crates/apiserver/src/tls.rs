@@ -716,9 +716,9 @@ mod tests {
     #[test]
     fn self_signed_is_generated_once_and_reused() {
         crate::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-tls-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let args = crate::options::TestFlags::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
+        let args = crate::options::TestFlags::parse_from(["apiserver", "--cert-dir", dir.to_str().unwrap()]);
         let config = server_config(&args.serving, None).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
         let first = std::fs::read(dir.join(SELF_SIGNED_CERT)).unwrap();
@@ -730,7 +730,7 @@ mod tests {
     #[test]
     fn missing_file_names_the_flag() {
         let args = crate::options::TestFlags::parse_from([
-            "percolator",
+            "apiserver",
             "--tls-cert-file",
             "/nonexistent/c.pem",
             "--tls-private-key-file",
@@ -752,7 +752,7 @@ mod tests {
     #[test]
     fn reload_follows_a_symlink_swap_and_keeps_the_last_good_pair() {
         crate::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-tls-reload-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-tls-reload-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (first_der, first_cert, first_key) = write_pair(&dir, "first");
@@ -791,7 +791,7 @@ mod tests {
     #[test]
     fn observers_see_the_chain_at_once_and_after_each_change_in_force() {
         crate::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-tls-observe-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-tls-observe-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (first_der, first_cert, first_key) = write_pair(&dir, "first");
@@ -848,7 +848,7 @@ mod watched_ca_tests {
     }
 
     fn mk_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("percolator-watched-ca-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-watched-ca-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir

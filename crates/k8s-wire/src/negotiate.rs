@@ -17,7 +17,7 @@ use http::HeaderMap;
 
 use super::status::ApiError;
 
-/// The media types percolator serves, as listed in a 406 message.
+/// The media types served, as listed in a 406 message.
 pub(crate) const ACCEPTED_MEDIA_TYPES: &[&str] = &["application/json"];
 
 /// Group of the Table and PartialObjectMetadata conversions.
