@@ -5,16 +5,16 @@
 //! percolator serves and from where. Below it, the `apiserver` crate (TLS, delegated auth,
 //! request limits, caches, telemetry) and the `k8s-wire` crate (Kubernetes wire types); the
 //! simulated cluster, the demo and the test machinery are the `percolator-sim` crate's. Its
-//! modules, top to bottom (a module imports only from its own layer or below;
-//! `tests/architecture.rs` checks it):
+//! modules, private but for [`config`], top to bottom (a module imports only from its own
+//! layer or below; `tests/architecture.rs` checks it):
 //!
-//! - [`server`]: wiring (sources, kinds, APIs, auth, TLS) and serving;
-//! - [`api`]: routing, discovery, OpenAPI and rendering of the served kinds and groups;
-//! - [`metrics`]: the opt-in `external.metrics.k8s.io` and `custom.metrics.k8s.io` APIs for
+//! - `server`: wiring (sources, kinds, APIs, auth, TLS) and serving;
+//! - `api`: routing, discovery, OpenAPI and rendering of the served kinds and groups;
+//! - `metrics`: the opt-in `external.metrics.k8s.io` and `custom.metrics.k8s.io` APIs for
 //!   the HPA, over one core;
-//! - [`kinds`]: the served kinds, one unit each, and their registry;
-//! - [`adapter`]: prometheus-adapter configuration files;
-//! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
+//! - `kinds`: the served kinds, one unit each, and their registry;
+//! - `adapter`: prometheus-adapter configuration files;
+//! - `sources`: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
 //! - [`config`]: flags and the query file.
 
 mod adapter;
@@ -32,11 +32,11 @@ mod sources;
 // simulator's faults check what it serves with it). What only tests and benchmarks reach is in
 // [`testing`].
 pub use server::{config_check, prepare, run, shutdown_signal};
+pub use sources::kubelet::{NodeSamples, parse_resource_metrics};
 
 /// The namespace of the metrics percolator exports (`percolator_requests_total`, …), which the
-/// dashboards and alert rules name.
+/// dashboards and alert rules name: `apiserver::Metrics::new` takes it from here.
 pub const METRICS_NAMESPACE: &str = "percolator";
-pub use sources::kubelet::{NodeSamples, parse_resource_metrics};
 
 /// Internals reached by the integration tests, the fuzz targets and the benchmarks, not an API:
 /// a kind served through the real router (`e2e_lifecycle`), the PromQL template functions and

@@ -1,8 +1,10 @@
 //! What a Kubernetes aggregated API server needs whatever it serves, as k8s.io/apiserver gives
-//! a Go extension server: the generic server's flags ([`options`]), serving TLS with reloaded
-//! certificates ([`tls`]), delegated authentication and authorization ([`auth`]), the request
-//! guard, HTTP/2 fairness and write batching of the connection loop ([`serve`]), TTL caches
-//! with single flight ([`cache`]) and the server's own metrics and logs ([`telemetry`]).
+//! a Go extension server: the generic server's flags ([`ServingArgs`], [`AuthArgs`]), serving
+//! TLS with reloaded certificates ([`server_config_reloading`]), delegated authentication and
+//! authorization ([`Auth`], [`admit`]), the request guard, HTTP/2 fairness and write batching
+//! of the connection loop ([`serve`]), TTL caches with single flight ([`TtlCache`]) and the
+//! server's own metrics and logs ([`Metrics`], [`init_logging`]). Its modules are private but
+//! for [`serve`]; the root re-exports what a server uses.
 //!
 //! It names no resource a server serves, nor the server: the layers above bring the kinds, the
 //! metric APIs and the router, and choose the names users see (the metrics' namespace,
