@@ -34,11 +34,11 @@ use crate::sources::resources::{
 };
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
-use apiserver::auth::PeerCertificates;
-use apiserver::cache::CacheSettings;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
+use apiserver::PeerCertificates;
 use apiserver::serve::batch;
 use apiserver::serve::fairness::{self, ConnectionSlots};
-use apiserver::telemetry::Metrics;
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
 /// minute; polling a small file this often costs nothing).
@@ -47,7 +47,7 @@ const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests once the listener is closed (with the
 /// default 5s `--shutdown-delay-duration`, within the kubelet's default 30s grace period).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// A client must send a complete HTTP/1.1 request head within this time (slow-loris); hyper
 /// runs it from the end of the previous response, so it also closes idle keep-alive
 /// connections. 32s, kube-apiserver's `ReadHeaderTimeout`.
@@ -56,7 +56,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 /// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper answers
 /// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
 /// kube-aggregator forwards.
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Why percolator could not start: each variant names the step that failed, and the cause
 /// (when there is one) is its [`source`](std::error::Error::source).
@@ -82,10 +82,10 @@ pub enum StartError {
     NoClusterConfig(#[source] kube::config::InferConfigError),
     /// Delegated authentication or authorization could not be set up.
     #[error(transparent)]
-    Auth(#[from] apiserver::auth::AuthError),
+    Auth(#[from] apiserver::AuthError),
     /// The serving certificate or a CA file cannot be used.
     #[error(transparent)]
-    Tls(#[from] apiserver::tls::TlsError),
+    Tls(#[from] apiserver::TlsError),
     /// The Kubernetes client could not be built.
     #[error("building the Kubernetes client")]
     KubeClient(#[source] kube::Error),
@@ -211,12 +211,12 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         }
         None => kube::Config::infer().await.map_err(StartError::NoClusterConfig)?,
     };
-    let auth = apiserver::auth::Auth::start(&args.auth, &kube_config).await?;
+    let auth = apiserver::Auth::start(&args.auth, &kube_config).await?;
     auth.trust().spawn_file_poller(args.serving.tls_reload_interval);
     let (tls, serving_cert) =
-        apiserver::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
+        apiserver::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
@@ -245,7 +245,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
             // Watched: a rotated file applies to the next kubelet connection.
             let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
                 Some(path) => {
-                    let file = apiserver::tls::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
+                    let file = apiserver::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
                     if !args.kubelet.kubelet_insecure_tls {
                         file.spawn_reloader(args.serving.tls_reload_interval);
                     }
@@ -291,7 +291,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     }
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| {
-        reload_metrics.config_reload(apiserver::telemetry::CONFIG_FILE, applied);
+        reload_metrics.config_reload(apiserver::CONFIG_FILE, applied);
     });
 
     let inventory_for_custom = inventory.clone();
@@ -368,10 +368,10 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
 
 /// Keeps `percolator_tls_serving_certificate_expiration_timestamp_seconds` on the `notAfter`
 /// of the serving leaf in force: set now, and after every reload that changes the pair.
-fn export_serving_certificate_expiry(cert: &apiserver::tls::ReloadingCert, metrics: &Arc<Metrics>) {
+fn export_serving_certificate_expiry(cert: &apiserver::ReloadingCert, metrics: &Arc<Metrics>) {
     let metrics = Arc::clone(metrics);
     cert.on_change(move |chain| {
-        let not_after = match chain.first().map(|leaf| apiserver::auth::x509::not_after(leaf.as_ref())) {
+        let not_after = match chain.first().map(|leaf| apiserver::not_after(leaf.as_ref())) {
             Some(Ok(not_after)) => Some(not_after),
             Some(Err(error)) => {
                 tracing::warn!(%error, "cannot read the expiry of the serving certificate");
@@ -587,7 +587,7 @@ async fn start_adapter(
             });
         }
     }
-    let file = apiserver::telemetry::ADAPTER_CONFIG_FILE;
+    let file = apiserver::ADAPTER_CONFIG_FILE;
     metrics.config_loaded(file);
     let reload_metrics = metrics.clone();
     adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval, move |applied| {
@@ -636,7 +636,7 @@ pub fn config_check() -> Check<Template> {
 fn kubelet_config(
     args: &KubeletArgs,
     kube_config: &kube::Config,
-    ca_file: Option<Arc<apiserver::tls::WatchedCaFile>>,
+    ca_file: Option<Arc<apiserver::WatchedCaFile>>,
     cache: &CacheSettings,
 ) -> KubeletConfig {
     use base64::Engine;
@@ -939,8 +939,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         // 2031-01-02T00:00:00Z, then 2032-03-04T05:06:07Z.
         mk_pair(&dir, "first", 1_925_078_400);
-        let cert = apiserver::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
-        let metrics = Metrics::new();
+        let cert = apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
         assert_eq!(expiry(&metrics), "0");
         export_serving_certificate_expiry(&cert, &metrics);
         assert_eq!(expiry(&metrics), "1925078400");

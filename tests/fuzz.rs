@@ -25,13 +25,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_wire::request_info::{QueryParams, RequestInfo, split_path};
-use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
-use k8s_wire::validation::{is_qualified_name, is_valid_label_value};
+use k8s_wire::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::{QueryParams, RequestInfo, split_path};
+use k8s_wire::{is_qualified_name, is_valid_label_value};
 use kube::core::Expression;
 use percolator::config::{ExternalMetricConfig, QueryFile};
-use percolator::kinds::declared::DeclaredSpec;
-use percolator::sources::prometheus::{
+use percolator::testing::DeclaredSpec;
+use percolator::testing::{
     MatchOp, Matcher, Template, keeps_label, validate_template, validate_unscoped_template,
 };
 use proptest::prelude::*;
@@ -328,7 +328,7 @@ fn selectors_reaching_render_yield_exact_promql_literals() {
     let reached = std::cell::Cell::new(0usize);
     run(5000, corpus, selector, |input| {
         let Ok(selector) = LabelSelector::parse(&input) else { return Ok(()) };
-        let Ok(matchers) = percolator::metrics::external::selector_matchers(&definition, &selector) else {
+        let Ok(matchers) = percolator::testing::selector_matchers(&definition, &selector) else {
             return Ok(());
         };
         let promql = definition.query.render(&matchers, Duration::from_secs(60)).unwrap();
@@ -491,10 +491,10 @@ fn kubelet_parser() {
     };
     let scrape = jiff::Timestamp::from_second(1_764_496_812).unwrap();
     run(3000, corpus, (body(), body()), |(first, second)| {
-        let mut node = percolator::sources::kubelet::NodeSamples::new();
+        let mut node = percolator::NodeSamples::new();
         for (i, body) in [first, second].iter().enumerate() {
             let at = scrape + jiff::SignedDuration::from_secs(i as i64 * 10);
-            if let Ok(batch) = percolator::sources::kubelet::parse_resource_metrics(body, at) {
+            if let Ok(batch) = percolator::parse_resource_metrics(body, at) {
                 let _ = node.update(batch);
             }
         }
@@ -592,7 +592,7 @@ fn configuration_loader() {
         "kinds:\n- kind: T\n  scope: Cluster\n  nameLabel: namespace\n  pods: {label: app}\n  fields:\n  - {name: a, query: x, format: bytes, column: A, wide: true}\n".to_owned(),
     ];
     let window = Duration::from_secs(300);
-    let check = percolator::server::config_check();
+    let check = percolator::config_check();
     run(5000, corpus, prop_oneof![assembled(YAML_TOKENS, 24), text(120)], |yaml| {
         if let Ok(config) = QueryFile::from_yaml(&yaml, "fuzz.yaml", &check) {
             let scope = [Matcher::eq("namespace", "shop\"}").unwrap()];

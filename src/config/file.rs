@@ -52,7 +52,7 @@ pub enum ConfigError {
 }
 
 /// Result alias for this module.
-pub type Result<T> = std::result::Result<T, ConfigError>;
+pub(crate) type Result<T> = std::result::Result<T, ConfigError>;
 
 /// A field with an invalid value, as a section's owner reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,15 +6,15 @@
 //! Adding a built-in kind: one new file here exporting a [`Builtin`], its `mod` line below and
 //! one line in [`registry::BUILTIN`].
 
-pub mod cached;
-pub mod declared;
-pub mod inputs;
-pub mod listing;
-pub mod registry;
+pub(crate) mod cached;
+pub(crate) mod declared;
+pub(crate) mod inputs;
+pub(crate) mod listing;
+pub(crate) mod registry;
 
-pub mod cafe_brew_stats;
-pub mod pod_metrics_summary;
-pub mod resource_metrics;
+pub(crate) mod cafe_brew_stats;
+pub(crate) mod pod_metrics_summary;
+pub(crate) mod resource_metrics;
 
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -26,19 +26,20 @@ use futures::future::BoxFuture;
 use jiff::Timestamp;
 use serde::Serialize;
 
-pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
-pub use listing::{CellRef, Item, ListBody, Listing, ListingBuilder};
+pub(crate) use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
+pub use listing::Listing;
+pub(crate) use listing::{CellRef, Item, ListBody, ListingBuilder};
 
 use crate::config::Snapshot;
 use crate::sources::prometheus::Template;
 use crate::sources::{Labels, PodInfo, PodKey};
 
 /// API group of percolator's own kinds.
-pub const GROUP: &str = "stats.une-tasse-de.cafe";
+pub(crate) const GROUP: &str = "stats.une-tasse-de.cafe";
 /// API version of percolator's own kinds.
-pub const VERSION: &str = "v1alpha1";
+pub(crate) const VERSION: &str = "v1alpha1";
 /// `apiVersion` of percolator's own kinds.
-pub const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
+pub(crate) const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
 
 /// The API group and version a kind is served under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -347,7 +348,7 @@ impl Builtin {
 }
 
 /// Name of the shared ObjectMeta schema in OpenAPI documents.
-pub const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+pub(crate) const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// The kinds served, shared by the router, discovery and OpenAPI.
 pub type Kinds = Vec<Arc<dyn ServedKind>>;
@@ -355,7 +356,7 @@ pub type Kinds = Vec<Arc<dyn ServedKind>>;
 /// Name of a component schema in OpenAPI documents: the group reversed, as Kubernetes names
 /// its own (`cafe.une-tasse-de.stats.v1alpha1.PodMetricsSummary`,
 /// `io.k8s.metrics.v1beta1.PodMetrics`).
-pub fn schema_name(gv: GroupVersion, kind: &str) -> String {
+pub(crate) fn schema_name(gv: GroupVersion, kind: &str) -> String {
     let mut reversed: Vec<&str> = gv.group.split('.').collect();
     reversed.reverse();
     format!("{}.{}.{kind}", reversed.join("."), gv.version)
@@ -363,7 +364,7 @@ pub fn schema_name(gv: GroupVersion, kind: &str) -> String {
 
 /// The OpenAPI v3 schema of a kind: `properties` plus the `apiVersion`, `kind` and `metadata`
 /// every object has, the kind's description and its group-version-kind.
-pub fn kind_schema(
+pub(crate) fn kind_schema(
     info: &KindInfo,
     metadata_description: &str,
     properties: serde_json::Value,
@@ -385,7 +386,7 @@ pub fn kind_schema(
 }
 
 /// RFC 3339, UTC, whole seconds, as `metav1.Time` serializes.
-pub fn rfc3339(ts: Timestamp) -> String {
+pub(crate) fn rfc3339(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -393,7 +394,7 @@ pub fn rfc3339(ts: Timestamp) -> String {
 /// namespace) has no `namespace`, as kube-apiserver serializes it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectMeta<'a> {
+pub(crate) struct ObjectMeta<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     namespace: &'a str,

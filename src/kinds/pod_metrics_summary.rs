@@ -37,7 +37,7 @@ static INFO: KindInfo = KindInfo {
 };
 
 /// The kind in the registry.
-pub static KIND: Builtin = Builtin {
+pub(crate) static KIND: Builtin = Builtin {
     info: &INFO,
     section: "podMetricsSummary",
     queries: &[&REQUESTS, &ERRORS],
@@ -69,13 +69,13 @@ static COLUMNS: &[Column] = &[
 
 /// Computes PodMetricsSummaries from the sources.
 #[derive(Debug)]
-pub struct PodMetricsSummaries {
+pub(crate) struct PodMetricsSummaries {
     sources: Sources,
 }
 
 impl PodMetricsSummaries {
     /// Builds the kind from its sources (queries come from `sources.config`).
-    pub fn new(sources: Sources) -> Self {
+    pub(crate) fn new(sources: Sources) -> Self {
         Self { sources }
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-pub use super::{Builtin, QuerySpec};
+pub(crate) use super::Builtin;
 
 use std::sync::RwLock;
 
@@ -14,7 +14,7 @@ use super::declared::{DeclaredKind, DeclaredSpec, check_declared};
 use super::{Kinds, ServedKind, Sources};
 use crate::config::{Invalid, QueryFile};
 use crate::sources::prometheus::Template;
-use apiserver::cache::CacheSettings;
+use apiserver::CacheSettings;
 
 /// Every built-in kind, in discovery order.
 pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::cafe_brew_stats::KIND];
@@ -22,7 +22,7 @@ pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::c
 /// Checks the kind sections of `file`: each names a built-in kind, each field one of its
 /// queries, and each template is valid (keeps `SCOPE`, parses). The built-in kinds' defaults
 /// are compiled here too, once.
-pub fn check_queries(file: &QueryFile<Template>) -> Result<(), Invalid> {
+pub(crate) fn check_queries(file: &QueryFile<Template>) -> Result<(), Invalid> {
     for kind in BUILTIN {
         for spec in kind.queries {
             let name = format!("{}.{}", kind.section, spec.field);
@@ -60,7 +60,7 @@ pub fn check_queries(file: &QueryFile<Template>) -> Result<(), Invalid> {
 
 /// Checks the whole query file as far as kinds are concerned: the built-in kinds' sections
 /// and the declared kinds.
-pub fn check_kinds(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
+pub(crate) fn check_kinds(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
     check_queries(file)?;
     check_declared(file, BUILTIN)
 }

@@ -48,20 +48,20 @@ use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFil
 use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
 use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
-use apiserver::cache::{CacheSettings, TtlCache};
-use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo};
-use k8s_wire::selectors::{LabelSelector, Requirement};
-use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
+use apiserver::{CacheSettings, TtlCache};
 use k8s_wire::{ApiError, GroupResource};
+use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::{Endpoint, negotiate_headers};
+use k8s_wire::{LabelSelector, Requirement};
+use k8s_wire::{ParsedRequest, RequestInfo};
+use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 
 /// API group of custom metrics.
-pub const GROUP: &str = Api::Custom.group();
+pub(crate) const GROUP: &str = Api::Custom.group();
 /// The versions served, preferred first (the HPA picks the preferred one).
-pub const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+pub(crate) const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 /// Kind of the responses, and of every resource in discovery.
-pub const LIST_KIND: &str = "MetricValueList";
+pub(crate) const LIST_KIND: &str = "MetricValueList";
 
 /// Name of the rendered answers' cache in `percolator_cache_requests_total`.
 const RESPONSES_CACHE_NAME: &str = "custom.metrics.k8s.io responses";
@@ -110,7 +110,7 @@ type PodValues = HashMap<String, PodValue>;
 /// The custom metrics service: the `customMetrics` of the reloadable configuration and the
 /// `rules` of an adapter configuration, values through a [`PromSource`], pods from the
 /// [`Inventory`], objects from a [`WorkloadSource`].
-pub struct CustomMetrics {
+pub(crate) struct CustomMetrics {
     backend: Backend<CustomMetricConfig<Template>, Arc<PodValues>>,
     inventory: Arc<dyn Inventory>,
     workloads: Arc<dyn WorkloadSource>,
@@ -127,7 +127,7 @@ impl std::fmt::Debug for CustomMetrics {
 
 impl CustomMetrics {
     /// Serves the `customMetrics` of `config` (checked by [`check_metrics`]).
-    pub fn new(
+    pub(crate) fn new(
         prometheus: Arc<dyn PromSource>,
         inventory: Arc<dyn Inventory>,
         workloads: Arc<dyn WorkloadSource>,
@@ -141,7 +141,7 @@ impl CustomMetrics {
     /// Also serves the `rules` of `adapter` (after the own metrics: a name both declare is the
     /// own metric's, for the resources the own metric serves).
     #[must_use]
-    pub fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
+    pub(crate) fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
         self.backend.set_adapter(adapter);
         self
     }
@@ -149,7 +149,7 @@ impl CustomMetrics {
     /// The discovery entries of `definitions`, one per version: per metric, `pods/M`, each
     /// workload resource's `R/M` (namespaced) and `namespaces/M` (cluster), get only, as the
     /// adapter library lists them.
-    pub fn group_version_resources(
+    pub(crate) fn group_version_resources(
         definitions: &[CustomMetricConfig<Template>],
     ) -> Vec<GroupVersionResources> {
         let resource = |name: String, namespaced: bool| discovery_resource(name, namespaced, LIST_KIND);
@@ -747,13 +747,13 @@ fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[It
 
 /// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
 /// this is never empty.
-pub fn metrics_of(snapshot: &Snapshot<Template>) -> &[CustomMetricConfig<Template>] {
+pub(crate) fn metrics_of(snapshot: &Snapshot<Template>) -> &[CustomMetricConfig<Template>] {
     CustomMetricConfig::<Template>::of(snapshot)
 }
 
 /// Checks the file's `customMetrics` and fills in [`default_metrics`] when the key is absent.
 /// Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
+pub(crate) fn check_metrics(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
     super::core::check_metrics::<CustomMetricConfig<Template>>(file)
 }
 

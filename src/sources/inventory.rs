@@ -27,7 +27,7 @@ type PodKey = (Arc<str>, Arc<str>);
 
 /// The watch-backed inventory.
 #[derive(Default)]
-pub struct KubeInventory {
+pub(crate) struct KubeInventory {
     pods: Mirror<PodKey, PodInfo>,
     nodes: Mirror<String, NodeInfo>,
     version: AtomicU64,
@@ -180,7 +180,7 @@ impl std::fmt::Debug for KubeInventory {
 impl KubeInventory {
     /// Starts watching pods and nodes with `client`; the returned inventory fills in the
     /// background (see [`Inventory::is_synced`]).
-    pub fn start(client: Client) -> Arc<Self> {
+    pub(crate) fn start(client: Client) -> Arc<Self> {
         let inventory = Arc::new(Self::default());
         // Asking the API server for running pods only keeps the stream small; phases are
         // re-checked locally in case a server ignores the field selector.
@@ -212,7 +212,7 @@ impl KubeInventory {
     }
 
     /// Folds one pod watch event into the store.
-    pub fn apply_pods(&self, event: Event<Pod>) {
+    pub(crate) fn apply_pods(&self, event: Event<Pod>) {
         let view =
             |pod: &Pod| self.pod_info(pod).map(|info| ((info.namespace.clone(), info.name.clone()), info));
         if self.pods.apply(event, pod_key, view) {
@@ -221,7 +221,7 @@ impl KubeInventory {
     }
 
     /// Folds one node watch event into the store.
-    pub fn apply_nodes(&self, event: Event<Node>) {
+    pub(crate) fn apply_nodes(&self, event: Event<Node>) {
         let key = |node: &Node| node.metadata.name.clone().unwrap_or_default();
         let view = |node: &Node| Some((key(node), node_info(node)));
         if self.nodes.apply(event, key, view) {

@@ -26,19 +26,19 @@ use super::{
     PromSource, UsageSource,
 };
 use crate::config::{Invalid, LiveConfig, QueryFile};
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 /// Failed nodes named in one warning; the rest are counted.
 const LISTED: usize = 5;
 
 /// CPU and memory from the kubelets.
-pub struct KubeletUsage {
+pub(crate) struct KubeletUsage {
     kubelet: Arc<dyn KubeletSource>,
 }
 
 impl KubeletUsage {
     /// Reads usage through `kubelet`.
-    pub fn new(kubelet: Arc<dyn KubeletSource>) -> Self {
+    pub(crate) fn new(kubelet: Arc<dyn KubeletSource>) -> Self {
         Self { kubelet }
     }
 
@@ -139,16 +139,16 @@ impl UsageSource for KubeletUsage {
 
 /// Default of `resourceQueries.containerCPU`: cAdvisor's per-container counter. Its series
 /// for the pod's cgroup (`container=""`) and sandbox (`container="POD"`) are left out.
-pub const DEFAULT_CONTAINER_CPU: &str = r#"sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{container!="",container!="POD",SCOPE}[WINDOW]))"#;
+pub(crate) const DEFAULT_CONTAINER_CPU: &str = r#"sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{container!="",container!="POD",SCOPE}[WINDOW]))"#;
 /// Default of `resourceQueries.containerMemory`.
-pub const DEFAULT_CONTAINER_MEMORY: &str = r#"sum by (namespace, pod, container) (container_memory_working_set_bytes{container!="",container!="POD",SCOPE})"#;
+pub(crate) const DEFAULT_CONTAINER_MEMORY: &str = r#"sum by (namespace, pod, container) (container_memory_working_set_bytes{container!="",container!="POD",SCOPE})"#;
 /// Default of `resourceQueries.nodeCPU`: the kubelet's `/metrics/resource` node counter, with
 /// the `node` label Prometheus Operator (and most kubelet scrape configurations) attach.
-pub const DEFAULT_NODE_CPU: &str = "sum by (node) (rate(node_cpu_usage_seconds_total[WINDOW]))";
+pub(crate) const DEFAULT_NODE_CPU: &str = "sum by (node) (rate(node_cpu_usage_seconds_total[WINDOW]))";
 /// Default of `resourceQueries.nodeMemory`.
-pub const DEFAULT_NODE_MEMORY: &str = "sum by (node) (node_memory_working_set_bytes)";
+pub(crate) const DEFAULT_NODE_MEMORY: &str = "sum by (node) (node_memory_working_set_bytes)";
 /// Default of `resourceQueries.window`: four scrapes at Prometheus' usual 15s interval.
-pub const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
 
 /// CPU rates are rounded to the micro-core: `rate()` over float counters leaves noise in the
 /// last digits (`0.0090000012`), which would put a value on the wrong side of a millicore when
@@ -168,7 +168,7 @@ const NODE_LABEL: &str = "node";
 
 /// Checks `resourceQueries:` and fills in its defaults (whatever `--resource-source` is, so a
 /// file valid today stays valid when the flag changes).
-pub fn check_resource_queries(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
+pub(crate) fn check_resource_queries(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
     let queries = &mut file.resource_queries;
     let field = |name: &str| format!("resourceQueries.{name}");
     for (name, query, default) in [
@@ -219,7 +219,7 @@ type ScopeResult = Result<Arc<PodTable>, Arc<PromError>>;
 /// The rendered CPU and memory queries of one namespace's pods or of the nodes, and how to
 /// read their results.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceQuery {
+pub(crate) struct ResourceQuery {
     /// CPU cores per object (and container).
     pub cpu: String,
     /// Memory working set bytes per object (and container).
@@ -234,7 +234,7 @@ pub struct ResourceQuery {
 
 /// Why the resource queries could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResourceQueryError {
+pub(crate) enum ResourceQueryError {
     /// A `resourceQueries:` template does not render for the scope asked for.
     #[error(transparent)]
     Template(#[from] super::prometheus::Error),
@@ -253,7 +253,7 @@ impl From<String> for ResourceQueryError {
 
 /// Where `--resource-source=prometheus` takes its queries from: the `resourceQueries:` of
 /// `--config` ([`ConfigQueries`]), or an adapter configuration's `resourceRules`.
-pub trait ResourceQueryPlan: Send + Sync {
+pub(crate) trait ResourceQueryPlan: Send + Sync {
     /// Changes whenever the queries may have.
     fn generation(&self) -> u64;
     /// The queries of the pods of `namespace` (never reading another namespace).
@@ -274,7 +274,7 @@ fn render(
 }
 
 /// The `resourceQueries:` of `--config`.
-pub struct ConfigQueries(pub Arc<LiveConfig<Template>>);
+pub(crate) struct ConfigQueries(pub Arc<LiveConfig<Template>>);
 
 impl ResourceQueryPlan for ConfigQueries {
     fn generation(&self) -> u64 {
@@ -312,7 +312,7 @@ impl ResourceQueryPlan for ConfigQueries {
 }
 
 /// CPU and memory from Prometheus (`--resource-source=prometheus`).
-pub struct PromUsage {
+pub(crate) struct PromUsage {
     prometheus: Arc<dyn PromSource>,
     plan: Arc<dyn ResourceQueryPlan>,
     /// Per (configuration generation, namespace), the usage of its pods.
@@ -323,7 +323,8 @@ pub struct PromUsage {
 
 impl PromUsage {
     /// Reads usage through `prometheus`, with the `resourceQueries` of `config` in force.
-    pub fn new(
+    #[cfg(test)]
+    pub(crate) fn new(
         prometheus: Arc<dyn PromSource>,
         config: Arc<LiveConfig<Template>>,
         cache: &CacheSettings,
@@ -332,7 +333,7 @@ impl PromUsage {
     }
 
     /// Reads usage through `prometheus` with the queries of `plan`.
-    pub fn with_plan(
+    pub(crate) fn with_plan(
         prometheus: Arc<dyn PromSource>,
         plan: Arc<dyn ResourceQueryPlan>,
         cache: &CacheSettings,

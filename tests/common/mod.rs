@@ -12,13 +12,13 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// The local Prometheus and the fault proxy (the simulator's library).
-pub use percolator_sim::devenv;
+pub(crate) use percolator_sim::devenv;
 /// Kubernetes manifests: kustomize rendering, kubernetes-validate, the Pod Security checks.
-pub mod manifests;
+pub(crate) mod manifests;
 /// The TLS + token + tenant front (the simulator's library).
-pub use percolator_sim::securefront;
+pub(crate) use percolator_sim::securefront;
 
-pub use devenv::Engine;
+pub(crate) use devenv::Engine;
 use devenv::{FaultProxy, MetricsEngine, PrometheusOptions, ScrapeJob};
 use securefront::SecureFront;
 use serde_json::Value;
@@ -26,17 +26,17 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Scrape interval of the test Prometheus (and backfill step).
-pub const SCRAPE: Duration = Duration::from_secs(2);
+pub(crate) const SCRAPE: Duration = Duration::from_secs(2);
 /// Bearer token of the e2e user (`tester`, group `viewers` in the simulator's policy).
-pub const TESTER_TOKEN: &str = "tester-token";
+pub(crate) const TESTER_TOKEN: &str = "tester-token";
 /// Kubelet sample period of the simulator in tests.
-pub const HOUSEKEEPING: &str = "2s";
+pub(crate) const HOUSEKEEPING: &str = "2s";
 /// The tenant the [`SecureFront`] accepts and percolator sends (`X-Scope-OrgID`).
-pub const FRONT_TENANT: &str = "team-cafe";
+pub(crate) const FRONT_TENANT: &str = "team-cafe";
 
 /// Sizes and knobs of one environment.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub seed: u64,
     pub nodes: u32,
     pub pods_per_node: u32,
@@ -83,7 +83,7 @@ impl Default for Options {
 }
 
 /// A running environment.
-pub struct Env {
+pub(crate) struct Env {
     pub dir: PathBuf,
     pub sim_api: String,
     pub sim_metrics: String,
@@ -101,7 +101,7 @@ pub struct Env {
     percolator: Child,
 }
 
-pub fn mk_dir(name: &str) -> PathBuf {
+pub(crate) fn mk_dir(name: &str) -> PathBuf {
     // Unique within the process: a test's own directory and its `Env`'s often share a name
     // (the suffix was the nanoseconds of an `Instant` just taken, which repeat, so `Env::start`
     // could delete the files a test had just written for it).
@@ -118,7 +118,7 @@ pub fn mk_dir(name: &str) -> PathBuf {
 
 /// Reads `child`'s stdout (stderr when `log` is given, copied there) until `pick` accepts a
 /// JSON line, within 60 s, then keeps draining it so the child never blocks on a full pipe.
-pub async fn read_ready_line(
+pub(crate) async fn read_ready_line(
     child: &mut Child,
     what: &str,
     pick: impl Fn(&Value) -> Option<Value>,
@@ -169,7 +169,7 @@ pub async fn read_ready_line(
 }
 
 impl Env {
-    pub async fn start(name: &str, options: Options) -> Env {
+    pub(crate) async fn start(name: &str, options: Options) -> Env {
         apiserver::install_crypto_provider();
         let dir = mk_dir(name);
         let state = dir.join("sim");
@@ -338,7 +338,7 @@ impl Env {
 
     /// A client trusting percolator's serving certificate that authenticates with `token`
     /// (anonymous when `None`).
-    pub fn client_as(&self, token: Option<&str>) -> reqwest::Client {
+    pub(crate) fn client_as(&self, token: Option<&str>) -> reqwest::Client {
         let ca = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap();
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = token {
@@ -352,7 +352,7 @@ impl Env {
     }
 
     /// Runs real kubectl against percolator with a per-environment discovery cache.
-    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new(kubectl_bin())
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -365,7 +365,7 @@ impl Env {
 
     /// Waits (15 s at most) until percolator has counted one rejected configuration reload
     /// and reports its last reload as failed.
-    pub async fn wait_for_rejected_reload(&self) {
+    pub(crate) async fn wait_for_rejected_reload(&self) {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let (_, _, metrics) = self.get("/metrics", None).await;
@@ -382,7 +382,7 @@ impl Env {
     }
 
     /// kubectl that must succeed; returns stdout.
-    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+    pub(crate) fn kubectl_ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
         assert!(
             out.status.success(),
@@ -394,7 +394,11 @@ impl Env {
     }
 
     /// GET with an Accept header; returns status, headers and body.
-    pub async fn get(&self, path: &str, accept: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {
+    pub(crate) async fn get(
+        &self,
+        path: &str,
+        accept: Option<&str>,
+    ) -> (u16, reqwest::header::HeaderMap, String) {
         let mut request = self.client.get(format!("{}{path}", self.url));
         if let Some(accept) = accept {
             request = request.header("accept", accept);
@@ -406,30 +410,30 @@ impl Env {
     }
 
     /// GET returning JSON.
-    pub async fn get_json(&self, path: &str) -> Value {
+    pub(crate) async fn get_json(&self, path: &str) -> Value {
         let (status, _, body) = self.get(path, None).await;
         assert_eq!(status, 200, "GET {path}: {body}");
         serde_json::from_str(&body).unwrap()
     }
 
     /// The simulator's ground truth now.
-    pub async fn truth(&self) -> Value {
+    pub(crate) async fn truth(&self) -> Value {
         self.client.get(format!("{}/sim/truth", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
     }
 
     /// The simulator's upstream call counters.
-    pub async fn sim_stats(&self) -> Value {
+    pub(crate) async fn sim_stats(&self) -> Value {
         self.client.get(format!("{}/sim/stats", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
     }
 
     /// Sets simulator faults (`POST /sim/faults`, e.g. `{"kubelet": {"node-0": "hang"}}`);
     /// returns the fault state.
-    pub async fn set_faults(&self, faults: &str) -> Value {
+    pub(crate) async fn set_faults(&self, faults: &str) -> Value {
         post_faults(&self.client, &self.sim_metrics, faults).await
     }
 
     /// Deletes one running pod and creates its replacement (`POST /sim/churn`).
-    pub async fn churn(&self) -> Value {
+    pub(crate) async fn churn(&self) -> Value {
         self.client
             .post(format!("{}/sim/churn", self.sim_metrics))
             .send()
@@ -441,17 +445,17 @@ impl Env {
     }
 
     /// The fault-injecting proxy in front of Prometheus (started with `prometheus_proxy`).
-    pub fn proxy(&self) -> &FaultProxy {
+    pub(crate) fn proxy(&self) -> &FaultProxy {
         self.proxy.as_ref().expect("the environment was started with prometheus_proxy")
     }
 
     /// The TLS + token + tenant front before the engine (started with `secure_front`).
-    pub fn front(&self) -> &SecureFront {
+    pub(crate) fn front(&self) -> &SecureFront {
         self.front.as_ref().expect("the environment was started with secure_front")
     }
 
     /// percolator's resident set and its peak so far (`VmRSS`, `VmHWM`), in KiB.
-    pub fn percolator_memory_kib(&self) -> (u64, u64) {
+    pub(crate) fn percolator_memory_kib(&self) -> (u64, u64) {
         let pid = self.percolator.id().expect("percolator is running");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let field = |name: &str| -> u64 {
@@ -465,13 +469,13 @@ impl Env {
     }
 
     /// Whether the percolator process is still running.
-    pub fn percolator_alive(&mut self) -> bool {
+    pub(crate) fn percolator_alive(&mut self) -> bool {
         matches!(self.percolator.try_wait(), Ok(None))
     }
 
     /// A client trusting percolator's serving certificate that presents the certificate
     /// `name` from the simulator's state directory (e.g. `front-proxy-client`).
-    pub fn client_with_cert(&self, name: &str) -> reqwest::Client {
+    pub(crate) fn client_with_cert(&self, name: &str) -> reqwest::Client {
         let state = self.dir.join("sim");
         let mut pem = std::fs::read(state.join(format!("{name}.crt"))).unwrap();
         pem.extend(std::fs::read(state.join(format!("{name}.key"))).unwrap());
@@ -485,7 +489,7 @@ impl Env {
 
     /// Waits until every running pod of `namespace` (all when None) has a CPU value, which
     /// needs two kubelet samples one housekeeping period apart.
-    pub async fn wait_for_cpu(&self, namespace: Option<&str>) -> Value {
+    pub(crate) async fn wait_for_cpu(&self, namespace: Option<&str>) -> Value {
         let path = match namespace {
             Some(ns) => format!("/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/{ns}/podmetricssummaries"),
             None => "/apis/stats.une-tasse-de.cafe/v1alpha1/podmetricssummaries".to_string(),
@@ -505,13 +509,13 @@ impl Env {
 
 /// The engine of an [`Env`]: a [`MetricsEngine`] (through `Deref`), with the query log that
 /// the parts of tests checking PromQL read.
-pub struct EngineHandle(MetricsEngine);
+pub(crate) struct EngineHandle(MetricsEngine);
 
 impl EngineHandle {
     /// Every PromQL expression the engine has run so far, in order. Only Prometheus keeps a
     /// query log: on VictoriaMetrics this fails the test (parts reading the log run on
     /// Prometheus only; [`MetricsEngine::logged_queries`] asks without failing).
-    pub fn queries(&self) -> Vec<String> {
+    pub(crate) fn queries(&self) -> Vec<String> {
         self.0.logged_queries().unwrap_or_else(|| panic!("{:?} keeps no query log", self.0.engine()))
     }
 }
@@ -531,7 +535,7 @@ impl std::ops::DerefMut for EngineHandle {
 
 /// The `generation`th bearer token of a [`SecureFront`]: unique to this process, so that a
 /// search of the logs for it finds only a leak.
-pub fn front_token(generation: u32) -> String {
+pub(crate) fn front_token(generation: u32) -> String {
     format!("front-token-{generation}-{}-{}", std::process::id(), jiff::Timestamp::now().as_nanosecond())
 }
 
@@ -551,7 +555,7 @@ async fn post_faults(client: &reqwest::Client, sim_metrics: &str, faults: &str) 
 
 /// Headers authenticating as the e2e user.
 /// The Running pods of `namespace` in the simulator's truth.
-pub fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
+pub(crate) fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
     truth["pods"]
         .as_array()
         .unwrap()
@@ -561,13 +565,13 @@ pub fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
 }
 
 /// Kubelet fetches of every node so far, from the simulator's stats.
-pub fn kubelet_fetches(stats: &Value) -> u64 {
+pub(crate) fn kubelet_fetches(stats: &Value) -> u64 {
     stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
 }
 
 /// A client of the percolator whose `--cert-dir` is `cert_dir` (trusting the self-signed
 /// certificate it generated there), sending the test's credentials.
-pub fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
+pub(crate) fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
     let ca = std::fs::read(cert_dir.join("apiserver.crt")).unwrap();
     reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
@@ -576,19 +580,19 @@ pub fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
         .unwrap()
 }
 
-pub fn auth_headers() -> reqwest::header::HeaderMap {
+pub(crate) fn auth_headers() -> reqwest::header::HeaderMap {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {TESTER_TOKEN}").parse().unwrap());
     headers
 }
 
-pub fn kubectl_bin() -> String {
+pub(crate) fn kubectl_bin() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_string())
 }
 
 /// The virtual environment of the Python test tools, as `scripts/install-deps.sh` makes it:
 /// `$PERCOLATOR_VENV` (absolute, or relative to the repository) or `<repo>/.venv`.
-pub fn venv() -> PathBuf {
+pub(crate) fn venv() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     match std::env::var_os("PERCOLATOR_VENV") {
         Some(dir) if !dir.is_empty() => root.join(dir),
@@ -598,7 +602,7 @@ pub fn venv() -> PathBuf {
 
 /// `bin/NAME` of the [`venv`] (`python`, `kubernetes-validate`); panics saying how to make it
 /// when it is missing.
-pub fn venv_bin(name: &str) -> PathBuf {
+pub(crate) fn venv_bin(name: &str) -> PathBuf {
     let bin = venv().join("bin").join(name);
     assert!(
         bin.exists(),
@@ -611,18 +615,18 @@ pub fn venv_bin(name: &str) -> PathBuf {
 
 /// The Python of the [`venv`], which has every Python test tool (`tests/python/*.py` run with
 /// it).
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     venv_bin("python")
 }
 
 /// Parses a Quantity string to a float.
-pub fn q(v: &Value) -> f64 {
+pub(crate) fn q(v: &Value) -> f64 {
     k8s_wire::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
 }
 
 /// Asserts `actual` is within `tolerance` (relative) of `expected`.
 #[track_caller]
-pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
+pub(crate) fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
     let ok = if expected == 0.0 {
         actual.abs() < 1e-9
     } else {
@@ -633,7 +637,7 @@ pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
 
 /// Asserts a cafe's `brewsPerMinute` and `failureRatio` Quantities are within 5% of the
 /// simulator's truth `cafe`.
-pub fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
+pub(crate) fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
     let rates = [("brewsPerMinute", "brews/min"), ("failureRatio", "failure ratio")];
     for (field, name) in rates {
         assert_close(q(&item[field]), cafe[field].as_f64().unwrap(), 0.05, &format!("{what} {name}"));
@@ -642,7 +646,7 @@ pub fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
 
 /// Asserts the `cpu` and `memory` Quantities of `usage` are within the (cpu, memory)
 /// tolerances of `truth`'s `cpuCores` and `memoryBytes`, as "`what` cpu" and "`what` memory".
-pub fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64), what: &str) {
+pub(crate) fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64), what: &str) {
     assert_close(q(&usage["cpu"]), truth["cpuCores"].as_f64().unwrap(), cpu, &format!("{what} cpu"));
     assert_close(
         q(&usage["memory"]),
@@ -654,7 +658,7 @@ pub fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64
 
 /// Splits kubectl's table output at the header's column starts (a header such as
 /// `LAST BREWED` holds a space, and a cell may be empty).
-pub fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
+pub(crate) fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
     let mut lines = out.lines().filter(|l| !l.trim().is_empty());
     let header = lines.next().unwrap_or_default();
     let bytes = header.as_bytes();
@@ -676,7 +680,7 @@ pub fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
 
 /// Writes `text` as a ConfigMap volume update does: a new data directory, then an atomic swap
 /// of the `..data` symlink that `config.yaml` points through.
-pub fn configmap_write(dir: &Path, generation: u32, text: &str) {
+pub(crate) fn configmap_write(dir: &Path, generation: u32, text: &str) {
     let data = format!("..2026_{generation:02}");
     std::fs::create_dir_all(dir.join(&data)).unwrap();
     std::fs::write(dir.join(&data).join("config.yaml"), text).unwrap();
@@ -689,10 +693,10 @@ pub fn configmap_write(dir: &Path, generation: u32, text: &str) {
 }
 
 /// Upper bounds of the simulator's brew-duration buckets.
-pub const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
+pub(crate) const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
 
 /// Width of the histogram bucket holding `value`.
-pub fn bucket_width(value: f64) -> f64 {
+pub(crate) fn bucket_width(value: f64) -> f64 {
     let mut lower = 0.0;
     for &upper in BUCKETS {
         if value <= upper {
@@ -704,6 +708,6 @@ pub fn bucket_width(value: f64) -> f64 {
 }
 
 /// The (namespace, name) of an object's metadata or of a simulator truth entry.
-pub fn key(v: &Value) -> (String, String) {
+pub(crate) fn key(v: &Value) -> (String, String) {
     (v["namespace"].as_str().unwrap().to_string(), v["name"].as_str().unwrap().to_string())
 }

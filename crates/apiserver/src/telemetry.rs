@@ -1,8 +1,9 @@
-//! Own telemetry: the Prometheus metrics percolator exports on `/metrics` (one registry passed
+//! Own telemetry: the Prometheus metrics a server exports on `/metrics` (one registry passed
 //! down, no globals; label sets as derived types) and structured logging with Kubernetes-style
 //! `-v` levels.
 //!
-//! Metric names follow `percolator_<subsystem>_<name>_<unit>`.
+//! Metric names follow `<namespace>_<subsystem>_<name>_<unit>`, the namespace being the
+//! server's choice ([`Metrics::new`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -61,7 +62,7 @@ pub struct SourceLabels {
     pub source: &'static str,
 }
 
-/// Every metric percolator exports.
+/// Every metric a server exports through this crate.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -129,10 +130,11 @@ fn latency_buckets() -> Histogram {
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
-    pub fn new() -> Arc<Self> {
+    /// Creates and registers every metric, each name prefixed with `namespace_` (a server's
+    /// own name: `example` exports `example_requests_total`).
+    pub fn new(namespace: &str) -> Arc<Self> {
         let mut m = Self {
-            registry: Registry::with_prefix("percolator"),
+            registry: Registry::with_prefix(namespace),
             requests: Family::default(),
             request_duration: Family::new_with_constructor(latency_buckets),
             in_flight: Gauge::default(),
@@ -302,30 +304,30 @@ mod tests {
 
     #[test]
     fn encodes_named_metrics() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         metrics.cache_lookup(&"podmetricssummaries".into(), true);
         metrics.observe("prometheus", "success", 0.01);
         let text = metrics.encode();
         assert!(
-            text.contains("percolator_cache_requests_total{cache=\"podmetricssummaries\",result=\"hit\"} 1"),
+            text.contains("example_cache_requests_total{cache=\"podmetricssummaries\",result=\"hit\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("percolator_upstream_requests_total{source=\"prometheus\",outcome=\"success\"} 1"),
+            text.contains("example_upstream_requests_total{source=\"prometheus\",outcome=\"success\"} 1"),
             "{text}"
         );
-        assert!(text.contains("percolator_upstream_request_duration_seconds_bucket"), "{text}");
+        assert!(text.contains("example_upstream_request_duration_seconds_bucket"), "{text}");
     }
 
     #[test]
     fn serving_certificate_expiration_is_a_timestamp_gauge() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         let line = |text: &str| {
             text.lines()
-                .find(|l| l.starts_with("percolator_tls_serving_certificate_expiration_timestamp_seconds "))
+                .find(|l| l.starts_with("example_tls_serving_certificate_expiration_timestamp_seconds "))
                 .map(str::to_owned)
         };
-        let name = "percolator_tls_serving_certificate_expiration_timestamp_seconds";
+        let name = "example_tls_serving_certificate_expiration_timestamp_seconds";
         assert_eq!(line(&metrics.encode()).as_deref(), Some(format!("{name} 0").as_str()));
         assert!(metrics.encode().contains(&format!("# TYPE {name} gauge")));
         // 2031-01-02T00:00:00Z

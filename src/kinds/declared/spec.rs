@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::config::{DeclaredFieldConfig, DeclaredKindConfig, Invalid, QueryFile};
 use crate::kinds::{Builtin, Column, KindInfo, Text};
 use crate::sources::prometheus::{Template, is_valid_label_name};
-use k8s_wire::status::go_quote;
-use k8s_wire::validation::{is_dns1123_label, is_qualified_name};
+use k8s_wire::go_quote;
+use k8s_wire::{is_dns1123_label, is_qualified_name};
 
 /// How a field's value is published (JSON and Table cell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,16 +83,16 @@ pub struct DeclaredSpec {
 }
 
 /// Field names no declared field may take: every object has them.
-pub const RESERVED_FIELDS: [&str; 5] = ["apiVersion", "kind", "metadata", "timestamp", "window"];
+pub(crate) const RESERVED_FIELDS: [&str; 5] = ["apiVersion", "kind", "metadata", "timestamp", "window"];
 /// Field names the `pods` join adds (reserved too when the kind has the join).
-pub const POD_JOIN_FIELDS: [&str; 3] = ["pods", "cpu", "memory"];
+pub(crate) const POD_JOIN_FIELDS: [&str; 3] = ["pods", "cpu", "memory"];
 
 /// Categories of a kind that does not set `categories`.
-pub const DEFAULT_CATEGORIES: [&str; 1] = ["percolator"];
+pub(crate) const DEFAULT_CATEGORIES: [&str; 1] = ["percolator"];
 /// Scope of a kind that does not set `scope`.
-pub const NAMESPACED: &str = "Namespaced";
+pub(crate) const NAMESPACED: &str = "Namespaced";
 /// The other scope.
-pub const CLUSTER: &str = "Cluster";
+pub(crate) const CLUSTER: &str = "Cluster";
 /// Longest kind name: a DNS-1123 label's, as its lowercase form is the default singular.
 const MAX_KIND_LEN: usize = 63;
 /// Longest column name.
@@ -103,17 +103,17 @@ const POD_JOIN_COLUMNS: [&str; 3] = ["Pods", "CPU", "Memory"];
 const NAMESPACE_LABEL: &str = "namespace";
 
 /// The plural of a kind that does not set `plural`: lowercase kind + `s`.
-pub fn default_plural(kind: &str) -> String {
+pub(crate) fn default_plural(kind: &str) -> String {
     format!("{}s", kind.to_ascii_lowercase())
 }
 
 /// The singular of a kind that does not set `singular`: lowercase kind.
-pub fn default_singular(kind: &str) -> String {
+pub(crate) fn default_singular(kind: &str) -> String {
     kind.to_ascii_lowercase()
 }
 
 /// The description of a kind that does not set `description`.
-pub fn default_description(kind: &str) -> String {
+pub(crate) fn default_description(kind: &str) -> String {
     format!(
         "{kind} is declared in the percolator configuration and computed at request time from Prometheus."
     )
@@ -295,7 +295,7 @@ fn check_prometheus_label(value: &str) -> Result<(), NameError> {
 /// defaults in (plural, singular, categories, scope, description; each field's format and
 /// description). A file is rejected whole: the error names the kind (`kinds[AppTraffic]`, or
 /// `kinds[2]` when it has no valid kind name), the field and what is wrong.
-pub fn check_declared(file: &mut QueryFile<Template>, builtin: &[&Builtin]) -> Result<(), Invalid> {
+pub(crate) fn check_declared(file: &mut QueryFile<Template>, builtin: &[&Builtin]) -> Result<(), Invalid> {
     let mut claimed = Claimed::new(builtin);
     for (index, config) in file.kinds.iter_mut().enumerate() {
         check_kind(index, config, &mut claimed)?;

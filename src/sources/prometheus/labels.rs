@@ -48,7 +48,7 @@ pub enum LabelCheckError {
     Template(#[from] super::Error),
     /// The result loses the label; `reason` names the operation (`sum by (namespace) keeps
     /// only namespace`).
-    #[error("drops the label {} ({reason})", k8s_wire::status::go_quote(.label))]
+    #[error("drops the label {} ({reason})", k8s_wire::go_quote(.label))]
     Dropped {
         /// The label.
         label: String,

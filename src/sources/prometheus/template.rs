@@ -28,10 +28,10 @@ use promql_parser::parser::{Expr, VectorSelector};
 use super::{Error, Result};
 
 /// Placeholder for the request's matchers.
-pub const SCOPE_PLACEHOLDER: &str = "SCOPE";
+pub(crate) const SCOPE_PLACEHOLDER: &str = "SCOPE";
 
 /// Placeholder for the rate window.
-pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
+pub(super) const WINDOW_PLACEHOLDER: &str = "WINDOW";
 
 // ---------------------------------------------------------------------------------------------
 // Escaping and matchers
@@ -40,7 +40,7 @@ pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
 /// Escapes a value for a PromQL double-quoted string (without the quotes): `\` and `"` are
 /// backslash-escaped, newline, carriage return and tab become `\n`, `\r`, `\t`, and other
 /// control characters `\u00XX`, as Go's string unquoting reads them.
-pub fn escape_label_value(value: &str) -> String {
+pub(super) fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     for c in value.chars() {
         match c {
@@ -62,7 +62,7 @@ pub fn escape_label_value(value: &str) -> String {
 
 /// Escapes regular-expression metacharacters so the value matches itself literally in RE2 (the
 /// set Go's `regexp.QuoteMeta` escapes: `\.+*?()|[]{}^$`).
-pub fn escape_regex(value: &str) -> String {
+pub(super) fn escape_regex(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 4);
     for c in value.chars() {
         if "\\.+*?()|[]{}^$".contains(c) {
@@ -74,7 +74,7 @@ pub fn escape_regex(value: &str) -> String {
 }
 
 /// Whether `name` is a classic Prometheus label name, `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_valid_label_name(name: &str) -> bool {
+pub(crate) fn is_valid_label_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -181,7 +181,7 @@ fn literal_alternation<S: AsRef<str>>(name: &str, values: &[S]) -> Result<String
 
 /// Formats a window as a Prometheus duration (`5m`, `30s`, `1m30s`, `1h`, `1s500ms`); fails for
 /// a window under a millisecond. Sub-millisecond parts are dropped.
-pub fn format_duration(window: Duration) -> Result<String> {
+pub(super) fn format_duration(window: Duration) -> Result<String> {
     let mut ms = window.as_millis();
     if ms == 0 {
         return Err(Error::InvalidWindow(window));

@@ -23,8 +23,8 @@ use moka::future::Cache;
 
 use super::UserInfo;
 use super::review::{AccessReviewer, ReviewError};
-use k8s_wire::request_info::RequestInfo;
-use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::RequestInfo;
+use k8s_wire::{FieldSelector, LabelSelector, Requirement};
 
 /// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
 const MAX_DECISIONS: u64 = 8192;
@@ -39,14 +39,14 @@ pub struct PathPatternError(pub String);
 /// `--authorization-always-allow-paths` (`apiserver/pkg/authorization/path`): matched against
 /// the path without its leading `/`, exactly, or as a prefix for entries ending in `*`.
 #[derive(Debug, Clone, Default)]
-pub struct AlwaysAllowPaths {
+pub(crate) struct AlwaysAllowPaths {
     exact: Vec<String>,
     prefixes: Vec<String>,
 }
 
 impl AlwaysAllowPaths {
     /// Parses the flag's entries.
-    pub fn new(patterns: &[String]) -> Result<Self, PathPatternError> {
+    pub(crate) fn new(patterns: &[String]) -> Result<Self, PathPatternError> {
         let mut paths = Self::default();
         for pattern in patterns {
             let p = pattern.strip_prefix('/').unwrap_or(pattern);
@@ -61,7 +61,7 @@ impl AlwaysAllowPaths {
     }
 
     /// Whether `path` is always allowed.
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         let p = path.strip_prefix('/').unwrap_or(path);
         self.exact.iter().any(|e| e == p) || self.prefixes.iter().any(|prefix| p.starts_with(prefix.as_str()))
     }
@@ -69,7 +69,7 @@ impl AlwaysAllowPaths {
 
 /// What the authorizer decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Go on.
     Allow,
     /// 403, with the authorizer's reason (possibly empty).
@@ -77,7 +77,7 @@ pub enum Decision {
 }
 
 /// The authorizer chain with its cache.
-pub struct Authorizer {
+pub(crate) struct Authorizer {
     reviewer: Arc<dyn AccessReviewer>,
     cache: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
     groups: Vec<String>,
@@ -103,7 +103,7 @@ impl Expiry<Vec<u8>, Arc<SubjectAccessReviewStatus>> for ByOutcome {
 
 /// Why no decision could be made (the request is answered 500).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum AuthorizeError {
+pub(crate) enum AuthorizeError {
     /// The SubjectAccessReview call failed.
     #[error("SubjectAccessReview failed: {0}")]
     Review(Arc<ReviewError>),
@@ -114,7 +114,7 @@ pub enum AuthorizeError {
 
 impl Authorizer {
     /// Builds the chain.
-    pub fn new(
+    pub(crate) fn new(
         reviewer: Arc<dyn AccessReviewer>,
         groups: Vec<String>,
         paths: AlwaysAllowPaths,
@@ -130,7 +130,7 @@ impl Authorizer {
 
     /// Decides on `info` for `user`. `path` is the decoded URL path. An error means the
     /// review could not be made (the caller answers 500).
-    pub async fn authorize(
+    pub(crate) async fn authorize(
         &self,
         user: &UserInfo,
         info: &RequestInfo,
@@ -175,7 +175,7 @@ impl Authorizer {
 /// sorted as text. A selector that is empty, does not parse, or leaves no requirement gives no
 /// attribute (`null`, never `{}`); each selector on its own.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SelectorAttributes {
+pub(crate) struct SelectorAttributes {
     /// `resourceAttributes.labelSelector`.
     pub label: Option<LabelSelectorAttributes>,
     /// `resourceAttributes.fieldSelector`.
@@ -184,7 +184,7 @@ pub struct SelectorAttributes {
 
 impl SelectorAttributes {
     /// The selector attributes of `info`'s request.
-    pub fn of(info: &RequestInfo) -> Self {
+    pub(crate) fn of(info: &RequestInfo) -> Self {
         if !info.is_resource_request {
             return Self::default();
         }
@@ -354,12 +354,13 @@ fn some(s: &str) -> Option<String> {
 }
 
 /// The review's spec, with Go's `omitempty` (empty strings and lists left out), and the
-/// request's [`SelectorAttributes`].
-pub fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAccessReviewSpec {
+/// request's [`SelectorAttributes`] (the tests' shorthand for [`spec_with`]).
+#[cfg(test)]
+pub(crate) fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAccessReviewSpec {
     spec_with(user, info, path, SelectorAttributes::of(info))
 }
 
-/// [`review_spec`] with the selector attributes already derived.
+/// The review's spec, with the selector attributes already derived.
 fn spec_with(
     user: &UserInfo,
     info: &RequestInfo,
@@ -394,8 +395,8 @@ fn spec_with(
 
 /// The text after `is forbidden: ` (`responsewriters.forbiddenMessage`, HTML-escaped, then
 /// `: <reason>` when the authorizer gave one).
-pub fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
-    use k8s_wire::status::go_quote;
+pub(crate) fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
+    use k8s_wire::go_quote;
     let message = if !info.is_resource_request {
         format!("User {} cannot {} path {}", go_quote(&user.name), info.verb, go_quote(path))
     } else {

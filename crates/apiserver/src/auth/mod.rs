@@ -1,5 +1,5 @@
 //! Delegated authentication and authorization (CONTRACT §5), as the generic Kubernetes API
-//! server does them for an aggregated server, in one axum [`middleware`]:
+//! server does them for an aggregated server, in one call per request ([`admit`]):
 //!
 //! 1. authenticate ([`authn`]): front proxy (request-header) certificate + `X-Remote-*`
 //!    headers, x509 client certificate, bearer token through TokenReview; else anonymous;
@@ -11,17 +11,17 @@
 //! Trust material (client CA, front proxy CA and header names) comes from flags or the
 //! `kube-system/extension-apiserver-authentication` ConfigMap, watched ([`trust`]). The TLS
 //! listener requests a client certificate without verifying its chain ([`tls`]); the TLS accept
-//! loop hands the chain to the middleware as a [`PeerCertificates`] extension; a chain is
+//! loop hands the chain to [`admit`] as a [`PeerCertificates`] extension; a chain is
 //! verified against the current CAs on the first request of its connection and again whenever
 //! those CAs change or the chain's validity ends. The upstream calls are behind
 //! [`TokenReviewer`] and [`AccessReviewer`].
 
-pub mod authn;
-pub mod authz;
-pub mod review;
-pub mod tls;
-pub mod trust;
-pub mod x509;
+pub(crate) mod authn;
+pub(crate) mod authz;
+pub(crate) mod review;
+pub(crate) mod tls;
+pub(crate) mod trust;
+pub(crate) mod x509;
 
 #[cfg(test)]
 mod tests;
@@ -30,24 +30,28 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
-pub use crate::options::AuthArgs;
+pub(crate) use crate::options::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo, percent_decode};
 use k8s_wire::{ApiError, GroupResource};
-pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, ReviewError, TokenReviewer};
-pub use trust::{RequestHeaderConfig, Trust, TrustMaterial};
-pub use x509::CaBundle;
+use k8s_wire::{ParsedRequest, RequestInfo, percent_decode};
+pub(crate) use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, TokenReviewer};
+pub(crate) use trust::Trust;
+pub(crate) use x509::CaBundle;
+#[cfg(test)]
+use {
+    review::ReviewError,
+    trust::{RequestHeaderConfig, TrustMaterial},
+};
 
 /// The authenticated user of a request (`user.Info`), found in the request's extensions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserInfo {
+pub(crate) struct UserInfo {
     /// User name.
     pub name: String,
     /// UID, empty when unknown.
@@ -248,17 +252,6 @@ async fn config_for(
     kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .map_err(|e| error(e.to_string()))
-}
-
-/// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
-/// extensions and without credentials in the headers; or answers 401/403/500 as a
-/// `metav1.Status`. Install with `axum::middleware::from_fn_with_state(auth, middleware)`; the
-/// API server calls [`admit`] directly.
-pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, next: Next) -> Response {
-    match admit(&auth, &mut request).await {
-        Ok(()) => next.run(request).await,
-        Err(response) => response,
-    }
 }
 
 /// Authenticates and authorizes `request`: on success the [`UserInfo`] is in its extensions

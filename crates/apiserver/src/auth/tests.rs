@@ -26,14 +26,29 @@ use tower::ServiceExt;
 
 use super::*;
 use test_support::all_at_once;
-use test_support::pki::{MkCa, mk_ca, mk_cert, mk_leaf};
+use test_support::{MkCa, mk_ca, mk_cert, mk_leaf};
+
+/// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
+/// extensions and without credentials in the headers; or answers 401/403/500 as a
+/// `metav1.Status`. [`admit`] as an axum
+/// middleware, as the tests install it (`axum::middleware::from_fn_with_state(auth, middleware)`).
+async fn middleware(
+    axum::extract::State(auth): axum::extract::State<Arc<Auth>>,
+    mut request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match admit(&auth, &mut request).await {
+        Ok(()) => next.run(request).await,
+        Err(response) => response,
+    }
+}
 
 const G: &str = "stats.une-tasse-de.cafe";
 const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries";
 
 /// The auth flags of a command line, parsed as the binary parses them.
 fn mk_args(flags: &[&str]) -> AuthArgs {
-    let args = std::iter::once("percolator").chain(flags.iter().copied());
+    let args = std::iter::once("apiserver").chain(flags.iter().copied());
     crate::options::TestFlags::try_parse_from(args).unwrap().auth
 }
 
@@ -203,7 +218,7 @@ fn mk_req(
     }
     // As the router's outermost layer does for every request.
     let uri: http::Uri = path.parse().unwrap();
-    let parsed = k8s_wire::request_info::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
+    let parsed = k8s_wire::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
     builder.extension(Arc::new(parsed)).body(Body::empty()).unwrap()
 }
 
@@ -993,7 +1008,7 @@ async fn configmap_is_read_at_start_and_watched() {
 #[tokio::test]
 async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
     let w = mk_world();
-    let dir = std::env::temp_dir().join(format!("percolator-auth-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("apiserver-auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fp = dir.join("front-proxy-ca.crt");
     std::fs::write(&fp, &w.other_ca.pem).unwrap();
@@ -1040,7 +1055,7 @@ async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
 async fn rotated_ca_files_apply_to_the_next_request_and_bad_ones_keep_the_last_good() {
     let w = mk_world();
     let (client_ca_2, front_proxy_ca_2) = (mk_ca("client-ca-2"), mk_ca("front-proxy-ca-2"));
-    let dir = std::env::temp_dir().join(format!("percolator-auth-files-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("apiserver-auth-files-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let volume = dir.join("client-ca");
     std::fs::create_dir_all(&volume).unwrap();

@@ -48,7 +48,7 @@ pub(crate) const HUGE_PADDING_BYTES: usize = 10 * 1024 * 1024;
 /// What a simulated kubelet does with `GET /metrics/resource`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum KubeletFault {
+pub(super) enum KubeletFault {
     /// Normal answers.
     #[default]
     Ok,
@@ -71,7 +71,7 @@ pub enum KubeletFault {
 /// A one-shot action on the Kubernetes watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum WatchFault {
+pub(super) enum WatchFault {
     /// Nothing.
     Ok,
     /// Abort every open watch.
@@ -327,8 +327,7 @@ mod tests {
         assert!(padding.len() >= HUGE_PADDING_BYTES && padding.len() < HUGE_PADDING_BYTES + 1024);
         let text = std::str::from_utf8(&padding).unwrap();
         assert!(text.ends_with('\n'));
-        let batch =
-            percolator::sources::kubelet::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
+        let batch = percolator::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
         assert!(batch.containers.len() > 50_000);
         assert_eq!(batch.malformed_lines, 0);
     }

@@ -28,25 +28,25 @@
 
 mod aggregator;
 mod api;
-pub mod apps;
-pub mod cadvisor;
-pub mod cafe;
+mod apps;
+mod cadvisor;
+mod cafe;
 mod cluster;
 mod controllers;
-pub mod faults;
+mod faults;
 mod kubelet;
 mod objects;
 mod pki;
-pub mod policy;
+mod policy;
 mod reviews;
 mod rng;
-pub mod selector;
+mod selector;
 mod serve;
 #[cfg(test)]
 mod testutil;
 mod text;
 mod trust;
-pub mod workload;
+mod workload;
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};

@@ -520,8 +520,8 @@ async fn kubelet_faults_over_tls() {
     assert!(!old.contains("[STABLE]") && !old.contains("resource_scrape_error"));
     assert!(old.ends_with("scrape_error 0\n"));
     let scrape_time = jiff::Timestamp::from_second(2_000_000_000).unwrap();
-    let parsed = percolator::sources::kubelet::parse_resource_metrics(&old, scrape_time).unwrap();
-    let current = percolator::sources::kubelet::parse_resource_metrics(&normal, scrape_time).unwrap();
+    let parsed = percolator::parse_resource_metrics(&old, scrape_time).unwrap();
+    let current = percolator::parse_resource_metrics(&normal, scrape_time).unwrap();
     assert_eq!(parsed.containers.len(), current.containers.len());
     assert!(!parsed.scrape_error);
     assert_eq!(parsed.malformed_lines, 0);
