@@ -201,7 +201,11 @@ impl Balancer {
 
     /// The last failed probe of each replica (empty when none failed yet).
     pub fn last_probe_errors(&self) -> Vec<String> {
-        self.shared.upstreams.iter().map(|u| u.last_probe_error.lock().map(|e| e.clone()).unwrap_or_default()).collect()
+        self.shared
+            .upstreams
+            .iter()
+            .map(|u| u.last_probe_error.lock().map(|e| e.clone()).unwrap_or_default())
+            .collect()
     }
 
     /// Every change of the rotation so far, in order.
@@ -279,9 +283,10 @@ async fn connection(shared: &Shared, upstream: &Upstream) -> Result<SendRequest<
         let tcp = TcpStream::connect(&upstream.authority).await.map_err(|e| e.to_string())?;
         let _ = tcp.set_nodelay(true);
         let tls = shared.tls.connect(upstream.host.clone(), tcp).await.map_err(|e| e.to_string())?;
-        let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .map_err(|e| e.to_string())?;
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "replica connection ended");
@@ -289,7 +294,8 @@ async fn connection(shared: &Shared, upstream: &Upstream) -> Result<SendRequest<
         });
         Ok::<_, String>(sender)
     };
-    let sender = tokio::time::timeout(CONNECT_TIMEOUT, connect).await.map_err(|_| "connect timeout".to_owned())??;
+    let sender =
+        tokio::time::timeout(CONNECT_TIMEOUT, connect).await.map_err(|_| "connect timeout".to_owned())??;
     *slot = Some(sender.clone());
     Ok(sender)
 }

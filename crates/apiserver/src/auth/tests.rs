@@ -702,7 +702,10 @@ async fn an_unreachable_authorizer_is_503_for_unknown_decisions_and_stale_for_kn
     let access = FakeAccess::standard();
     let (auth, _) = mk_auth(
         TrustMaterial::default(),
-        &["--authorization-webhook-cache-authorized-ttl=200ms", "--authorization-webhook-cache-unauthorized-ttl=200ms"],
+        &[
+            "--authorization-webhook-cache-authorized-ttl=200ms",
+            "--authorization-webhook-cache-unauthorized-ttl=200ms",
+        ],
         access.clone(),
     );
     let alice = [("Authorization", "Bearer alice-token")];
