@@ -399,6 +399,7 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_replicas_are_refused() {
+        apiserver::install_crypto_provider();
         let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
         let options = |replica: &str| BalancerOptions {
             replicas: vec![replica.to_owned()],

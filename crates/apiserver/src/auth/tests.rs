@@ -731,13 +731,16 @@ async fn an_unreachable_authorizer_is_503_for_unknown_decisions_and_stale_for_kn
         body,
         json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": AUTHORIZER_UNAVAILABLE, "reason": "ServiceUnavailable", "code": 503
+            "message": AUTHORIZER_UNAVAILABLE, "reason": "ServiceUnavailable",
+            "details": {"retryAfterSeconds": 1}, "code": 503
         })
     );
     assert_eq!(headers["retry-after"], "1");
 
     // Back: the next reviews answer, the new decision is made, the old ones are fresh again.
     access.down.store(false, Ordering::SeqCst);
+    // Let a background review started by the last stale answer end first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let before = access.calls();
     assert_eq!(call(&auth, mk_req(all, &alice, None)).await.0, StatusCode::OK);
     assert_eq!(access.calls(), before + 1);
