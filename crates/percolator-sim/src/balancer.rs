@@ -11,9 +11,9 @@
 //! forwarded.
 //!
 //! Why this is what a Service gives kube-aggregator: the endpoints controller lists a pod in
-//! the Service's ready addresses while its readiness probe passes, and kube-aggregator (with
-//! `--enable-aggregator-routing`, or kube-proxy under it) sends each new request to one of
-//! those addresses. Here every replica's `/readyz` is probed every
+//! the Service's ready addresses while its readiness probe passes, and kube-aggregator with
+//! `--enable-aggregator-routing` picks one of those addresses for each request (without it,
+//! kube-proxy balances its connections over them, a coarser version of the same). Here every replica's `/readyz` is probed every
 //! [`BalancerOptions::probe_interval`] (a probe times out after one second, the kubelet's
 //! default); one failure or refusal takes the replica out of rotation, one success puts it
 //! back (`failureThreshold` and `successThreshold` 1). Requests already sent to a replica that
