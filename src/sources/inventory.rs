@@ -3,7 +3,9 @@
 //! ([`PodInfo`], [`NodeInfo`]), never whole objects. Only running pods are kept.
 //!
 //! Reads are local and never block on the Kubernetes API; readiness waits for the first full
-//! list of both resources.
+//! list of both resources. While the API cannot be reached the last known state is served;
+//! the watches are retried at most [`MAX_REWATCH_DELAY`] apart (plus a jitter under a second),
+//! so the inventory catches up that soon after the API is back.
 //!
 //! Memory: values most pods share with others (their namespace, node, label set and container
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
@@ -21,6 +23,24 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 
 use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
+
+/// The longest wait between two attempts to watch again after a failure.
+pub(crate) const MAX_REWATCH_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// The delays between attempts to list and watch again after a failure: 0.8 s doubling up to
+/// [`MAX_REWATCH_DELAY`], each with a random part of up to 0.8 s, back to 0.8 s after any
+/// event. client-go's reflectors (and kube-rs' default) go up to 30 s, which after an outage
+/// of kube-apiserver of half a minute leaves the inventory up to 30 s behind once it is back;
+/// percolator's two watches per replica can retry more often than that (issue 33).
+fn rewatch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(800))
+        .with_max_delay(MAX_REWATCH_DELAY)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
 
 /// A pod's key: namespace, name.
 type PodKey = (Arc<str>, Arc<str>);
@@ -198,7 +218,7 @@ impl KubeInventory {
     where
         S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     {
-        let mut stream = std::pin::pin!(stream.default_backoff());
+        let mut stream = std::pin::pin!(stream.backoff(rewatch_backoff()));
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => apply(&self, event),

@@ -85,6 +85,8 @@ impl Default for Options {
 /// A running environment.
 pub(crate) struct Env {
     pub dir: PathBuf,
+    /// percolator's flags but `--secure-port` and the certificates, for [`Env::replica`].
+    pub percolator_args: Vec<String>,
     pub sim_api: String,
     pub sim_metrics: String,
     pub url: String,
@@ -265,18 +267,24 @@ impl Env {
         };
 
         let stderr_log = dir.join("percolator.log");
+        // Every flag but the port and the certificates, which replicas choose ([`Replica`]).
+        let mut percolator_args: Vec<String> = vec!["--bind-address".into(), "127.0.0.1".into()];
+        percolator_args.extend(["--kubeconfig".into(), state.join("kubeconfig").display().to_string()]);
+        percolator_args.extend(["--prometheus-url".into(), prometheus_url.clone()]);
+        percolator_args.extend(connection_args.iter().cloned());
+        for flag in ["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"] {
+            percolator_args.push(flag.into());
+        }
+        // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
+        for flag in ["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"] {
+            percolator_args.push(flag.into());
+        }
+        percolator_args.extend(options.extra_args.iter().cloned());
         let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
-            .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", "0"])
             .arg("--cert-dir")
             .arg(dir.join("certs"))
-            .arg("--kubeconfig")
-            .arg(state.join("kubeconfig"))
-            .args(["--prometheus-url", &prometheus_url])
-            .args(&connection_args)
-            .args(["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"])
-            // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
-            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
-            .args(&options.extra_args)
+            .args(&percolator_args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -307,6 +315,7 @@ impl Env {
         let client = mk_percolator_client(&dir.join("certs"));
         let env = Env {
             dir,
+            percolator_args,
             sim_api,
             sim_metrics,
             url,
@@ -504,6 +513,112 @@ impl Env {
             assert!(Instant::now() < deadline, "cpu never appeared: {list}");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+}
+
+/// A serving certificate and key for 127.0.0.1 shared by [`Replica`]s (as the replicas of a
+/// Deployment mount one Secret), and the certificate's PEM to trust it.
+pub(crate) struct ServingPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub pem: Vec<u8>,
+}
+
+/// Writes a self-signed serving pair for 127.0.0.1 and localhost into `dir`.
+pub(crate) fn serving_pair(dir: &Path) -> ServingPair {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    ServingPair { cert, key, pem: generated.cert.pem().into_bytes() }
+}
+
+/// One more percolator process of an [`Env`], with the environment's flags (as the replicas
+/// of one Deployment have), a [`ServingPair`], and a port of its own that it keeps across
+/// restarts. Killed when dropped.
+pub(crate) struct Replica {
+    pub name: String,
+    pub url: String,
+    pub log: PathBuf,
+    port: u16,
+    args: Vec<String>,
+    ca: Vec<u8>,
+    child: Option<Child>,
+}
+
+impl Env {
+    /// Starts a replica named `name` serving `pair`, with the environment's flags and `extra`;
+    /// returns once its `/readyz` passes.
+    pub(crate) async fn replica(&self, name: &str, pair: &ServingPair, extra: &[&str]) -> Replica {
+        let mut args = self.percolator_args.clone();
+        args.extend(["--tls-cert-file".into(), pair.cert.display().to_string()]);
+        args.extend(["--tls-private-key-file".into(), pair.key.display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut replica = Replica {
+            name: name.to_owned(),
+            url: String::new(),
+            log: self.dir.join(format!("{name}.log")),
+            port: 0,
+            args,
+            ca: pair.pem.clone(),
+            child: None,
+        };
+        replica.start_again().await;
+        replica
+    }
+}
+
+impl Replica {
+    /// Starts the process (again, on the same port); returns once its `/readyz` passes.
+    pub(crate) async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "{} is running", self.name);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .args(["--secure-port", &self.port.to_string()])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("percolator starts");
+        let serving = read_ready_line(
+            &mut child,
+            &self.name,
+            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
+            Some(&self.log),
+        )
+        .await;
+        let address = serving.as_str().unwrap().to_owned();
+        self.port = address.rsplit_once(':').unwrap().1.parse().unwrap();
+        self.url = format!("https://{address}");
+        self.child = Some(child);
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&self.ca).unwrap())
+            .build()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} never became ready", self.name);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits (60 s at most) for the process to exit; its exit status.
+    pub(crate) async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("the replica is running");
+        let pid = child.id().expect("the replica is running");
+        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM {pid}");
+        tokio::time::timeout(Duration::from_secs(60), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not exit within 60 s of SIGTERM", self.name))
+            .unwrap()
     }
 }
 

@@ -6,8 +6,11 @@
 //! - [`demo`]: `percolator-sim demo`, the simulator, a real Prometheus and percolator together;
 //! - [`devenv`]: the local Prometheus (or VictoriaMetrics) and the fault proxy, which the tests
 //!   and benchmarks start;
-//! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine.
+//! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine;
+//! - [`balancer`]: a front balancing HTTP/2 streams over percolator replicas by readiness, as
+//!   kube-aggregator reaches a Service (the rolling-restart tests).
 
+pub mod balancer;
 pub mod demo;
 pub mod devenv;
 #[cfg(test)]

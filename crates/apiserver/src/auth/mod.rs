@@ -6,7 +6,9 @@
 //! 2. strip `Authorization` and the identity headers;
 //! 3. authorize ([`authz`]): always-allow groups and paths, else SubjectAccessReview;
 //! 4. put the [`UserInfo`] (as an `Arc`) into the request's extensions and go on, or answer the
-//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 500 `InternalError`).
+//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 503 `ServiceUnavailable` when
+//!    kube-apiserver cannot be reached for a SubjectAccessReview and no recent decision is known
+//!    ([`authz`]'s stale-if-error), 500 `InternalError`).
 //!
 //! Trust material (client CA, front proxy CA and header names) comes from flags or the
 //! `kube-system/extension-apiserver-authentication` ConfigMap, watched ([`trust`]). The TLS
@@ -302,11 +304,23 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
             tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
             return Err(forbidden(&user, info, &path, &reason));
         }
+        Err(authz::AuthorizeError::Unavailable(error)) => {
+            tracing::warn!(user = %user.name, verb = %info.verb, %path, %error, "authorizer unreachable: 503");
+            return Err(ApiError::ServiceUnavailable {
+                message: AUTHORIZER_UNAVAILABLE.to_owned(),
+                retry_after: Some(1),
+            }
+            .into_response());
+        }
         Err(detail) => return Err(ApiError::Internal(detail.to_string()).into_response()),
     }
     request.extensions_mut().insert(user);
     Ok(())
 }
+
+/// The message of the 503 answered when no authorization decision can be made because
+/// kube-apiserver, which answers SubjectAccessReviews, cannot be reached.
+pub(crate) const AUTHORIZER_UNAVAILABLE: &str = "the authorizer is unavailable: kube-apiserver cannot be reached for a SubjectAccessReview of this request; try again later";
 
 /// The 403 of `responsewriters.Forbidden`.
 fn forbidden(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> Response {

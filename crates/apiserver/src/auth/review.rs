@@ -40,6 +40,18 @@ pub enum ReviewError {
     Other(String),
 }
 
+impl ReviewError {
+    /// Whether the failure says kube-apiserver could not be reached (no answer within the
+    /// budget, a connection error, 429 or 5xx) rather than a malformed exchange.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Kube(error) => is_transient(error),
+            Self::NoStatus | Self::Other(_) => false,
+        }
+    }
+}
+
 /// Creates TokenReviews.
 pub trait TokenReviewer: Send + Sync {
     /// Reviews `token` and returns the review's status.

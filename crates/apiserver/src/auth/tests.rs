@@ -96,6 +96,8 @@ type Rule = Box<dyn Fn(&SubjectAccessReviewSpec) -> Result<SubjectAccessReviewSt
 
 struct FakeAccess {
     calls: AtomicUsize,
+    /// kube-apiserver unreachable: every review fails as a timed-out call would.
+    down: std::sync::atomic::AtomicBool,
     specs: Mutex<Vec<SubjectAccessReviewSpec>>,
     delay: Duration,
     rule: Rule,
@@ -110,6 +112,7 @@ impl FakeAccess {
     ) -> Arc<Self> {
         Arc::new(Self {
             calls: AtomicUsize::new(0),
+            down: Default::default(),
             specs: Mutex::default(),
             delay: Duration::ZERO,
             rule: Box::new(rule),
@@ -141,6 +144,9 @@ impl AccessReviewer for FakeAccess {
         Box::pin(async move {
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;
+            }
+            if self.down.load(Ordering::SeqCst) {
+                return Err(ReviewError::Timeout(review::REVIEW_TIMEOUT));
             }
             self.specs.lock().unwrap().push(spec.clone());
             (self.rule)(&spec).map_err(ReviewError::Other)
@@ -707,6 +713,82 @@ async fn review_failures_are_500_and_not_cached() {
 }
 
 #[tokio::test]
+async fn an_unreachable_authorizer_is_503_for_unknown_decisions_and_stale_for_known_ones() {
+    let access = FakeAccess::standard();
+    let (auth, _) = mk_auth(
+        TrustMaterial::default(),
+        &[
+            "--authorization-webhook-cache-authorized-ttl=200ms",
+            "--authorization-webhook-cache-unauthorized-ttl=200ms",
+        ],
+        access.clone(),
+    );
+    let alice = [("Authorization", "Bearer alice-token")];
+    let bob = [("Authorization", "Bearer bob-token")];
+    let all = "/apis/stats.une-tasse-de.cafe/v1alpha1/podmetricssummaries";
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &bob, None)).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(access.calls(), 2);
+
+    // kube-apiserver goes away and both decisions expire: the last known ones still apply.
+    access.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+        let (status, _, body) = call(&auth, mk_req(PMS_SHOP, &bob, None)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "a stale denial stays a denial: {body}");
+    }
+    assert!(access.calls() > 2, "the expired decisions were reviewed again");
+    // A decision never made is a 503 naming the authorizer, with a Retry-After.
+    let (status, headers, body) = call(&auth, mk_req(all, &alice, None)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        body,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": AUTHORIZER_UNAVAILABLE, "reason": "ServiceUnavailable",
+            "details": {"retryAfterSeconds": 1}, "code": 503
+        })
+    );
+    assert_eq!(headers["retry-after"], "1");
+
+    // Back: the next reviews answer, the new decision is made, the old ones are fresh again.
+    access.down.store(false, Ordering::SeqCst);
+    // Let a background review started by the last stale answer end first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = access.calls();
+    assert_eq!(call(&auth, mk_req(all, &alice, None)).await.0, StatusCode::OK);
+    assert_eq!(access.calls(), before + 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+    assert_eq!(access.calls(), before + 2, "reviewed synchronously again once reachable");
+}
+
+#[tokio::test]
+async fn stale_decisions_are_served_only_within_the_bound_and_only_for_unreachability() {
+    let access = FakeAccess::standard();
+    let ttl = Duration::from_millis(100);
+    let authorizer =
+        authz::Authorizer::new(access.clone(), Vec::new(), AlwaysAllowPaths::default(), ttl, ttl)
+            .with_stale_if_error(Duration::from_millis(600));
+    let alice = UserInfo { name: "alice".into(), ..Default::default() };
+    let info = RequestInfo::new(&http::Method::GET, PMS_SHOP, None).unwrap();
+    let decide = || authorizer.authorize(&alice, &info, PMS_SHOP);
+    assert_eq!(decide().await.unwrap(), Decision::Allow);
+    access.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(decide().await.unwrap(), Decision::Allow, "within the bound: the last decision");
+    // Past the bound (600 ms after the last successful review): no decision.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(matches!(decide().await, Err(authz::AuthorizeError::Unavailable(_))));
+
+    // Only unreachability is covered by a stale decision (other failures stay 500s, see
+    // review_failures_are_500_and_not_cached).
+    assert!(!ReviewError::NoStatus.is_unreachable() && !ReviewError::Other("x".into()).is_unreachable());
+    assert!(ReviewError::Timeout(review::REVIEW_TIMEOUT).is_unreachable());
+}
+
+#[tokio::test]
 async fn decisions_are_cached_separately_by_outcome() {
     let (auth, _, access) = mk_plain_auth(&[
         "--authorization-webhook-cache-authorized-ttl=10s",
@@ -793,6 +875,7 @@ async fn selector_attributes_are_sent_and_key_the_cache() {
 async fn concurrent_identical_reviews_make_one_call() {
     let access = Arc::new(FakeAccess {
         calls: AtomicUsize::new(0),
+        down: Default::default(),
         specs: Mutex::default(),
         delay: Duration::from_millis(200),
         rule: Box::new(standard_rule),

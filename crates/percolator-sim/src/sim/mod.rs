@@ -418,7 +418,16 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         policy: Arc::clone(&policy),
         aggregation: Arc::clone(&aggregation),
     });
-    tasks.spawn(serve::serve_tls(api_listener, pki.api_config()?, api_router, shutdown.clone()));
+    // The API can be made unreachable (`{"api": "down"}`, [`faults`]).
+    let resets = Arc::clone(&cluster);
+    tasks.spawn(serve::serve_tls_unless_down(
+        api_listener,
+        pki.api_config()?,
+        api_router,
+        shutdown.clone(),
+        cluster.faults.api_changes(),
+        Arc::new(move || resets.faults.count_api_reset()),
+    ));
     let apps_router = apps::router(apps::AppState {
         cluster: Arc::clone(&cluster),
         exporters: apps::exporters(config.cadvisor),
