@@ -7,6 +7,10 @@
 //! - [`devenv`]: the local Prometheus (or VictoriaMetrics) and the fault proxy, which the tests
 //!   and benchmarks start;
 //! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine.
+//!
+//! These four modules are public because they are namespaces: the binary's two commands
+//! (`demo::run`, `sim::run`) and the tests' harness (`devenv::…`, `securefront::…`) are named
+//! through them. The simulator's parts inside `sim` are private.
 
 pub mod demo;
 pub mod devenv;
