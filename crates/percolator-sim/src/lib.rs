@@ -9,6 +9,10 @@
 //! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine;
 //! - [`balancer`]: a front balancing HTTP/2 streams over percolator replicas by readiness, as
 //!   kube-aggregator reaches a Service (the rolling-restart tests).
+//!
+//! These modules are public because they are namespaces: the binary's two commands
+//! (`demo::run`, `sim::run`) and the tests' harness (`devenv::…`, `securefront::…`,
+//! `balancer::…`) are named through them. The simulator's parts inside `sim` are private.
 
 pub mod balancer;
 pub mod demo;

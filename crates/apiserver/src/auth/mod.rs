@@ -45,11 +45,6 @@ use k8s_wire::{ParsedRequest, RequestInfo, percent_decode};
 pub(crate) use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, TokenReviewer};
 pub(crate) use trust::Trust;
 pub(crate) use x509::CaBundle;
-#[cfg(test)]
-use {
-    review::ReviewError,
-    trust::{RequestHeaderConfig, TrustMaterial},
-};
 
 /// The authenticated user of a request (`user.Info`), found in the request's extensions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

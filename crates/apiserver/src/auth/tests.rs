@@ -24,6 +24,8 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use super::review::ReviewError;
+use super::trust::{RequestHeaderConfig, TrustMaterial};
 use super::*;
 use test_support::all_at_once;
 use test_support::{MkCa, mk_ca, mk_cert, mk_leaf};
