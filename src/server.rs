@@ -240,6 +240,9 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         "Prometheus connection"
     );
     let resource_plan = Arc::new(PlanSlot::new(Arc::new(ConfigQueries(config.clone()))));
+    // Set once every node's kubelet has given a CPU rate ([`warm_up_kubelets`]); `/readyz`
+    // waits for it when usage comes from the kubelets.
+    let kubelet_samples = Arc::new(AtomicBool::new(false));
     let usage: Arc<dyn UsageSource> = match resource_source.source {
         ResourceSource::Kubelet => {
             // Watched: a rotated file applies to the next kubelet connection.
@@ -268,7 +271,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
                 idle_after = ?sampling.idle_after,
                 "kubelet sampling: nodes asked for are sampled every interval until idle_after without a request (the start-up warm-up counts as one)"
             );
-            tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
+            tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone(), kubelet_samples.clone()));
             Arc::new(KubeletUsage::new(kubelet))
         }
         ResourceSource::Prometheus => {
@@ -299,15 +302,22 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     let shutting_down = Arc::new(AtomicBool::new(false));
     let stopping = shutting_down.clone();
     // `/readyz` reports the shutdown check itself; the gauge covers both.
+    let samples = kubelet_samples.clone();
+    let needs_samples = resource_source.source == ResourceSource::Kubelet;
     let ready = Arc::new(move || {
         let synced = inventory.is_synced();
-        ready_metrics.ready.set(i64::from(synced && !stopping.load(Ordering::SeqCst)));
+        let sampled = !needs_samples || samples.load(Ordering::SeqCst);
+        ready_metrics.ready.set(i64::from(synced && sampled && !stopping.load(Ordering::SeqCst)));
         synced
     });
     let mut state = ApiState::new(kinds, ready, metrics.clone())
         .with_auth(auth)
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
+    if resource_source.source == ResourceSource::Kubelet {
+        let samples = kubelet_samples.clone();
+        state = state.with_readiness_check("metric-storage-ready", Arc::new(move || samples.load(Ordering::SeqCst)));
+    }
     let adapter = match adapter_loaded {
         Some((path, loaded)) => {
             Some(start_adapter(path, loaded, &args.adapter, prometheus.clone(), &config, &metrics).await?)
@@ -596,26 +606,66 @@ async fn start_adapter(
     Ok(adapter)
 }
 
-/// Fetches every node's kubelet once after the inventory has synced, so that CPU rates (which
-/// need two samples) are available from the first request made a housekeeping period later,
-/// instead of from the second. Failures only log: requests fetch again on demand.
-async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn KubeletSource>) {
+/// Fetches every node's kubelet after the inventory has synced, and again every half
+/// sampling interval until each node that answers has a CPU rate (two distinct samples), then
+/// sets `done`: `/readyz` waits for it (check `metric-storage-ready`, as metrics-server's), so
+/// a replica starting during a rolling restart enters the Service's rotation with CPU for
+/// `kubectl top` and the HPA rather than empty lists. A node whose kubelet fails does not hold
+/// readiness (requests fetch it again on demand and say what failed), and neither does the
+/// whole warm-up past `--max-rate-window`: a kubelet that never publishes a second sample
+/// leaves that node's CPU out, as it would on any replica.
+async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn KubeletSource>, done: Arc<AtomicBool>) {
     while !inventory.is_synced() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let nodes: std::collections::BTreeSet<String> = inventory
+    let sampling = kubelet.sampling();
+    let deadline = tokio::time::Instant::now() + sampling.max_window;
+    let mut waiting: std::collections::BTreeSet<String> = inventory
         .running_pods(None)
         .iter()
         .filter_map(|p| p.node_name.as_deref().map(str::to_owned))
         .collect();
-    let fetches = futures::future::join_all(nodes.iter().map(|node| kubelet.node_usage(node))).await;
-    let errors: Vec<String> = fetches.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect();
+    let nodes = waiting.len();
+    let mut errors: Vec<String> = Vec::new();
+    loop {
+        let fetches = futures::future::join_all(waiting.iter().map(|node| kubelet.node_usage(node))).await;
+        let mut still = std::collections::BTreeSet::new();
+        for (node, fetch) in waiting.iter().zip(fetches) {
+            match fetch {
+                Ok(usage) if !has_cpu_rate(&usage) => {
+                    still.insert(node.clone());
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        waiting = still;
+        if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep((sampling.interval / 2).max(Duration::from_millis(100))).await;
+    }
+    done.store(true, Ordering::SeqCst);
     match errors.first() {
-        None => tracing::info!(nodes = nodes.len(), "kubelet warm-up done"),
+        None if waiting.is_empty() => tracing::info!(nodes, "kubelet warm-up done: every node has a CPU rate"),
+        None => tracing::warn!(
+            nodes,
+            without_cpu = waiting.len(),
+            "kubelet warm-up gave up waiting for a second sample after --max-rate-window"
+        ),
         Some(first) => {
-            tracing::warn!(nodes = nodes.len(), failed = errors.len(), first = %first, "kubelet warm-up done with errors")
+            tracing::warn!(nodes, failed = errors.len(), first = %first, "kubelet warm-up done with errors")
         }
     }
+}
+
+/// Whether a node's usage carries a CPU rate: the node's own, or any container's (a kubelet
+/// may publish no node series; a node without running containers has nothing to wait for).
+fn has_cpu_rate(usage: &crate::sources::NodeUsage) -> bool {
+    let containers = || usage.pods.values().flatten();
+    usage.node.as_ref().is_some_and(|n| n.cpu_nanocores.is_some())
+        || containers().any(|c| c.cpu_nanocores.is_some())
+        || (usage.node.is_none() && containers().next().is_none())
 }
 
 /// The check of the query file: every section's owner checks its own (the kinds their

@@ -75,6 +75,8 @@ pub struct ApiState {
     groups: Vec<Arc<dyn GroupService>>,
     guard: Arc<Guard>,
     shutting_down: Arc<AtomicBool>,
+    /// Named checks `/readyz` reports after `informer-sync` ([`ApiState::with_readiness_check`]).
+    checks: Vec<(&'static str, ReadyFn)>,
     selections: selections::SelectedLists,
 }
 
@@ -103,8 +105,16 @@ impl ApiState {
             groups: Vec::new(),
             guard: Arc::new(Guard::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            checks: Vec::new(),
             selections: selections::SelectedLists::default(),
         }
+    }
+
+    /// Adds a check `name` to `/readyz` (e.g. the first kubelet samples): readiness fails
+    /// while it does.
+    pub(crate) fn with_readiness_check(mut self, name: &'static str, check: ReadyFn) -> Self {
+        self.checks.push((name, check));
+        self
     }
 
     /// Serves at most `max_in_flight` requests at once (0: no limit; health, discovery and
@@ -420,11 +430,9 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response {
 /// fails from SIGTERM on, while requests are still served.
 fn readyz(state: &ApiState, query: &QueryParams) -> Response {
     let verbose = query.get("verbose").is_some();
-    let checks = [
-        ("ping", true),
-        ("informer-sync", (state.ready)()),
-        ("shutdown", !state.shutting_down.load(Ordering::SeqCst)),
-    ];
+    let mut checks = vec![("ping", true), ("informer-sync", (state.ready)())];
+    checks.extend(state.checks.iter().map(|(name, check)| (*name, check())));
+    checks.push(("shutdown", !state.shutting_down.load(Ordering::SeqCst)));
     let passed = checks.iter().all(|(_, ok)| *ok);
     if passed && !verbose {
         return text(StatusCode::OK, "ok");
