@@ -58,6 +58,8 @@ pub struct TtlCache<K, V> {
     name: Cow<'static, str>,
     cache: Cache<K, Entry<V>>,
     settings: CacheSettings,
+    /// Its entry count for `percolator_cache_entries`, while the cache lives.
+    _entries: Option<Arc<crate::telemetry::Probe>>,
 }
 
 impl<K, V> std::fmt::Debug for TtlCache<K, V> {
@@ -73,8 +75,16 @@ where
 {
     /// A cache named `name` in the lookup metric, holding at most `max_entries`.
     pub fn new(name: impl Into<Cow<'static, str>>, settings: &CacheSettings, max_entries: u64) -> Self {
-        let cache = Cache::builder().expire_after(UntilExpiry).max_capacity(max_entries).build();
-        Self { name: name.into(), cache, settings: settings.clone() }
+        let cache: Cache<K, Entry<V>> =
+            Cache::builder().expire_after(UntilExpiry).max_capacity(max_entries).build();
+        let name = name.into();
+        let entries = settings.metrics.as_ref().map(|metrics| {
+            let counted = cache.clone();
+            let probe: Arc<crate::telemetry::Probe> = Arc::new(move || counted.entry_count());
+            metrics.sampled.cache_entries(name.clone(), &probe);
+            probe
+        });
+        Self { name, cache, settings: settings.clone(), _entries: entries }
     }
 
     /// The value of `key`, from the cache or from `compute` (shared with every concurrent miss

@@ -6,7 +6,8 @@
 //! server's choice ([`Metrics::new`]).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -91,6 +92,8 @@ pub struct Metrics {
     /// `notAfter` of the serving certificate in force (the leaf), in Unix seconds; 0 until one
     /// is loaded, or when it cannot be read.
     pub serving_certificate_expiration: Gauge,
+    /// Gauges read when `/metrics` is scraped ([`Sampled`]).
+    pub sampled: Sampled,
 }
 
 /// Labels of objects not served.
@@ -146,6 +149,7 @@ impl Metrics {
             config_last_reload_successful: Family::default(),
             skipped_objects: Family::default(),
             serving_certificate_expiration: Gauge::default(),
+            sampled: Sampled::default(),
         };
         // --config is always read (its compiled-in defaults at least); --adapter-config's series
         // appears when that file is given.
@@ -185,11 +189,13 @@ impl Metrics {
             Unit::Seconds,
             m.serving_certificate_expiration.clone(),
         );
+        m.sampled.register(r);
         Arc::new(m)
     }
 
     /// The registry in the Prometheus text format.
     pub fn encode(&self) -> String {
+        self.sampled.refresh();
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -235,6 +241,98 @@ impl UpstreamObserver for Metrics {
     fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64) {
         self.upstream.get_or_create(&UpstreamLabels { source, outcome }).inc();
         self.upstream_duration.get_or_create(&SourceLabels { source }).observe(seconds);
+    }
+}
+
+/// A value read at scrape time, e.g. a cache's entry count. Its owner keeps the `Arc`; the
+/// metrics keep a `Weak`, so a dropped owner (a cache replaced by a reload) stops counting.
+pub type Probe = dyn Fn() -> u64 + Send + Sync;
+
+/// Labels of the cache entry gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheNameLabels {
+    /// Cache name (as in [`CacheLabels`]).
+    pub cache: Cow<'static, str>,
+}
+
+/// Gauges read when `/metrics` is scraped: the tokio runtime's (tasks alive, workers, global
+/// queue depth: stable and cheap, a few atomic loads), the entries of every TTL cache and the
+/// idle kubelet connections kept for reuse. What grows over hours shows here (RELIABILITY.md,
+/// "Soak").
+#[derive(Default)]
+pub struct Sampled {
+    tasks_alive: Gauge,
+    workers: Gauge,
+    global_queue_depth: Gauge,
+    cache_entries: Family<CacheNameLabels, Gauge>,
+    kubelet_parked: Gauge,
+    probes: Mutex<Probes>,
+}
+
+#[derive(Default)]
+struct Probes {
+    caches: Vec<(Cow<'static, str>, Weak<Probe>)>,
+    parked: Vec<Weak<Probe>>,
+}
+
+impl std::fmt::Debug for Sampled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampled").finish_non_exhaustive()
+    }
+}
+
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Sampled {
+    fn register(&self, r: &mut Registry) {
+        let tasks = "Tasks alive in the tokio runtime (spawned, not yet finished)";
+        r.register("tokio_tasks_alive", tasks, self.tasks_alive.clone());
+        r.register("tokio_workers", "Worker threads of the tokio runtime", self.workers.clone());
+        let queue = "Tasks waiting in the tokio runtime's global queue";
+        r.register("tokio_global_queue_depth", queue, self.global_queue_depth.clone());
+        let entries = "Entries held by each TTL cache (approximate: expired entries leave on the cache's next maintenance)";
+        r.register("cache_entries", entries, self.cache_entries.clone());
+        let parked = "Idle kubelet connections kept for reuse (--kubelet-reuse-connections)";
+        r.register("kubelet_connections_parked", parked, self.kubelet_parked.clone());
+    }
+
+    /// Counts the entries of cache `cache` while `probe` lives (caches of one name add up).
+    pub fn cache_entries(&self, cache: Cow<'static, str>, probe: &Arc<Probe>) {
+        self.lock().caches.push((cache, Arc::downgrade(probe)));
+    }
+
+    /// Counts the parked kubelet connections `probe` reports while it lives.
+    pub fn kubelet_parked(&self, probe: &Arc<Probe>) {
+        self.lock().parked.push(Arc::downgrade(probe));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Probes> {
+        self.probes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the runtime and every live probe into the gauges.
+    fn refresh(&self) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let runtime = handle.metrics();
+            self.tasks_alive.set(gauge_value(runtime.num_alive_tasks() as u64));
+            self.workers.set(gauge_value(runtime.num_workers() as u64));
+            self.global_queue_depth.set(gauge_value(runtime.global_queue_depth() as u64));
+        }
+        let mut probes = self.lock();
+        // A name whose caches are all gone reads 0 rather than its last count.
+        let mut entries: BTreeMap<Cow<'static, str>, u64> = BTreeMap::new();
+        probes.caches.retain(|(name, probe)| {
+            let count = entries.entry(name.clone()).or_default();
+            probe.upgrade().map(|p| *count += p()).is_some()
+        });
+        for (cache, count) in entries {
+            self.cache_entries.get_or_create(&CacheNameLabels { cache }).set(gauge_value(count));
+        }
+        let mut parked = 0;
+        probes.parked.retain(|probe| probe.upgrade().map(|p| parked += p()).is_some());
+        self.kubelet_parked.set(gauge_value(parked));
     }
 }
 
@@ -317,6 +415,44 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("example_upstream_request_duration_seconds_bucket"), "{text}");
+    }
+
+    fn value(text: &str, series: &str) -> Option<String> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sampled_gauges_read_the_runtime_and_live_probes_at_scrape_time() {
+        let metrics = Metrics::new();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = stopped.await;
+        });
+        let text = metrics.encode();
+        let alive: i64 = value(&text, "percolator_tokio_tasks_alive").unwrap().parse().unwrap();
+        assert!(alive >= 1, "the spawned task is alive: {text}");
+        assert_eq!(value(&text, "percolator_tokio_workers").as_deref(), Some("2"));
+        let _ = stop.send(());
+        task.await.unwrap();
+        let after: i64 = value(&metrics.encode(), "percolator_tokio_tasks_alive").unwrap().parse().unwrap();
+        assert_eq!(after, alive - 1, "the finished task is no longer counted");
+
+        let a: Arc<Probe> = Arc::new(|| 3);
+        let b: Arc<Probe> = Arc::new(|| 4);
+        metrics.sampled.cache_entries("kubelet".into(), &a);
+        metrics.sampled.cache_entries("kubelet".into(), &b);
+        let parked: Arc<Probe> = Arc::new(|| 5);
+        metrics.sampled.kubelet_parked(&parked);
+        let text = metrics.encode();
+        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("7"));
+        assert_eq!(value(&text, "percolator_kubelet_connections_parked").as_deref(), Some("5"));
+        drop((a, parked));
+        let text = metrics.encode();
+        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("4"));
+        assert_eq!(value(&text, "percolator_kubelet_connections_parked").as_deref(), Some("0"));
+        drop(b);
+        let text = metrics.encode();
+        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("0"));
     }
 
     #[test]

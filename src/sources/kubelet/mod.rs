@@ -270,7 +270,7 @@ impl KubeletClient {
         // kernel instead of lasting until a fetch times out on it (Go's dialer does the same).
         tcp.set_keepalive(Some(TCP_KEEPALIVE));
         let https = HttpsConnector::from((tcp, tls));
-        let transport = Transport::new(https, config.reuse_connections);
+        let transport = Transport::new(https, config.reuse_connections, config.cache.metrics.as_deref());
         let sampling = config.sampling();
         let cache_settings =
             CacheSettings { ttl: sampling.sample_ttl(config.cache.ttl), ..config.cache.clone() };

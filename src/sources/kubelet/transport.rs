@@ -71,6 +71,8 @@ pub(super) struct Transport {
     connector: HttpsConnector<HttpConnector>,
     /// `None` when connections are closed after each fetch.
     pool: Option<Arc<Pool>>,
+    /// The pool's size for `percolator_kubelet_connections_parked`, while the transport lives.
+    _parked: Option<Arc<apiserver::telemetry::Probe>>,
 }
 
 /// A response whose body is being read: hand it back with [`Exchange::finish`] so that its
@@ -93,9 +95,22 @@ impl Exchange {
 }
 
 impl Transport {
-    /// A transport over `connector`, keeping connections if `reuse`.
-    pub(super) fn new(connector: HttpsConnector<HttpConnector>, reuse: bool) -> Self {
-        Self { connector, pool: reuse.then(|| Arc::new(Pool::default())) }
+    /// A transport over `connector`, keeping connections if `reuse`; the kept ones are counted
+    /// in `metrics` when given.
+    pub(super) fn new(
+        connector: HttpsConnector<HttpConnector>,
+        reuse: bool,
+        metrics: Option<&apiserver::telemetry::Metrics>,
+    ) -> Self {
+        let pool = reuse.then(|| Arc::new(Pool::default()));
+        let parked = pool.as_ref().zip(metrics).map(|(pool, metrics)| {
+            let pool = Arc::downgrade(pool);
+            let probe: Arc<apiserver::telemetry::Probe> =
+                Arc::new(move || pool.upgrade().map_or(0, |pool| pool.len() as u64));
+            metrics.sampled.kubelet_parked(&probe);
+            probe
+        });
+        Self { connector, pool, _parked: parked }
     }
 
     /// Sends `GET uri` with `headers` on a kept connection to that kubelet or a new one, and
@@ -257,7 +272,7 @@ impl Pool {
         self.skip_open_check.load(Ordering::Relaxed)
     }
 
-    #[cfg(test)]
+    /// Streams parked now.
     fn len(&self) -> usize {
         lock(&self.idle).values().map(Vec::len).sum()
     }
