@@ -316,7 +316,8 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         .with_shutdown_flag(shutting_down.clone());
     if resource_source.source == ResourceSource::Kubelet {
         let samples = kubelet_samples.clone();
-        state = state.with_readiness_check("metric-storage-ready", Arc::new(move || samples.load(Ordering::SeqCst)));
+        state = state
+            .with_readiness_check("metric-storage-ready", Arc::new(move || samples.load(Ordering::SeqCst)));
     }
     let adapter = match adapter_loaded {
         Some((path, loaded)) => {
@@ -614,7 +615,11 @@ async fn start_adapter(
 /// readiness (requests fetch it again on demand and say what failed), and neither does the
 /// whole warm-up past `--max-rate-window`: a kubelet that never publishes a second sample
 /// leaves that node's CPU out, as it would on any replica.
-async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn KubeletSource>, done: Arc<AtomicBool>) {
+async fn warm_up_kubelets(
+    inventory: Arc<dyn Inventory>,
+    kubelet: Arc<dyn KubeletSource>,
+    done: Arc<AtomicBool>,
+) {
     while !inventory.is_synced() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -647,7 +652,9 @@ async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn Kubele
     }
     done.store(true, Ordering::SeqCst);
     match errors.first() {
-        None if waiting.is_empty() => tracing::info!(nodes, "kubelet warm-up done: every node has a CPU rate"),
+        None if waiting.is_empty() => {
+            tracing::info!(nodes, "kubelet warm-up done: every node has a CPU rate")
+        }
         None => tracing::warn!(
             nodes,
             without_cpu = waiting.len(),

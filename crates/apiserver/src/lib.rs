@@ -25,8 +25,8 @@ pub use auth::{Auth, AuthError, PeerCertificates, admit};
 pub use cache::{CacheSettings, TtlCache};
 pub use options::{AuthArgs, ServingArgs, env_named, kubernetes_style, parse_positive_duration};
 pub use telemetry::{
-    ADAPTER_CONFIG_FILE, CONFIG_FILE, LatencyLabels, Metrics, NoopObserver, RequestLabels, UpstreamObserver,
-    init_logging, outcome,
+    ADAPTER_CONFIG_FILE, CONFIG_FILE, LatencyLabels, Metrics, NoopObserver, Probe, RequestLabels,
+    UpstreamObserver, init_logging, outcome,
 };
 pub use tls::{
     AnyServerCert, CaBoundSessions, ReloadingCert, TlsError, WatchedCaFile, WatchedRootsVerifier, read_certs,

@@ -250,7 +250,7 @@ pub type Probe = dyn Fn() -> u64 + Send + Sync;
 
 /// Labels of the cache entry gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheNameLabels {
+pub(crate) struct CacheNameLabels {
     /// Cache name (as in [`CacheLabels`]).
     pub cache: Cow<'static, str>,
 }
@@ -423,7 +423,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sampled_gauges_read_the_runtime_and_live_probes_at_scrape_time() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = stopped.await;
