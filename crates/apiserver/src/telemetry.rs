@@ -429,12 +429,12 @@ mod tests {
             let _ = stopped.await;
         });
         let text = metrics.encode();
-        let alive: i64 = value(&text, "percolator_tokio_tasks_alive").unwrap().parse().unwrap();
+        let alive: i64 = value(&text, "example_tokio_tasks_alive").unwrap().parse().unwrap();
         assert!(alive >= 1, "the spawned task is alive: {text}");
-        assert_eq!(value(&text, "percolator_tokio_workers").as_deref(), Some("2"));
+        assert_eq!(value(&text, "example_tokio_workers").as_deref(), Some("2"));
         let _ = stop.send(());
         task.await.unwrap();
-        let after: i64 = value(&metrics.encode(), "percolator_tokio_tasks_alive").unwrap().parse().unwrap();
+        let after: i64 = value(&metrics.encode(), "example_tokio_tasks_alive").unwrap().parse().unwrap();
         assert_eq!(after, alive - 1, "the finished task is no longer counted");
 
         let a: Arc<Probe> = Arc::new(|| 3);
@@ -444,15 +444,15 @@ mod tests {
         let parked: Arc<Probe> = Arc::new(|| 5);
         metrics.sampled.kubelet_parked(&parked);
         let text = metrics.encode();
-        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("7"));
-        assert_eq!(value(&text, "percolator_kubelet_connections_parked").as_deref(), Some("5"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("7"));
+        assert_eq!(value(&text, "example_kubelet_connections_parked").as_deref(), Some("5"));
         drop((a, parked));
         let text = metrics.encode();
-        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("4"));
-        assert_eq!(value(&text, "percolator_kubelet_connections_parked").as_deref(), Some("0"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("4"));
+        assert_eq!(value(&text, "example_kubelet_connections_parked").as_deref(), Some("0"));
         drop(b);
         let text = metrics.encode();
-        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("0"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("0"));
     }
 
     #[test]
