@@ -58,7 +58,7 @@ pub struct TtlCache<K, V> {
     name: Cow<'static, str>,
     cache: Cache<K, Entry<V>>,
     settings: CacheSettings,
-    /// Its entry count for `percolator_cache_entries`, while the cache lives.
+    /// Its entry count for the `cache_entries` gauge, while the cache lives.
     _entries: Option<Arc<crate::telemetry::Probe>>,
 }
 
