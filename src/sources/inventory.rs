@@ -4,8 +4,8 @@
 //!
 //! Reads are local and never block on the Kubernetes API; readiness waits for the first full
 //! list of both resources. While the API cannot be reached the last known state is served;
-//! the watches are retried at most [`MAX_REWATCH_DELAY`] apart (plus a jitter under a second),
-//! so the inventory catches up that soon after the API is back.
+//! the watches are retried at most [`MAX_REWATCH_DELAY`] apart (jitter included), so the
+//! inventory catches up that soon after the API is back.
 //!
 //! Memory: values most pods share with others (their namespace, node, label set and container
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
@@ -24,18 +24,19 @@ use kube::{Api, Client};
 
 use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
 
-/// The longest wait between two attempts to watch again after a failure.
+/// The longest wait between two attempts to watch again after a failure, jitter included.
 pub(crate) const MAX_REWATCH_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
 
-/// The delays between attempts to list and watch again after a failure: 0.8 s doubling up to
-/// [`MAX_REWATCH_DELAY`], each with a random part of up to 0.8 s, back to 0.8 s after any
-/// event. client-go's reflectors (and kube-rs' default) go up to 30 s, which after an outage
+/// The delays between attempts to list and watch again after a failure: a step of 0.8 s
+/// doubling up to half [`MAX_REWATCH_DELAY`], each wait the step plus a random part of up to
+/// the step itself (backon's jitter), so 0.8–1.6 s, 1.6–3.2 s, then 2–4 s; back to the first
+/// step after any event. client-go's reflectors (and kube-rs' default) go up to 30 s, which after an outage
 /// of kube-apiserver of half a minute leaves the inventory up to 30 s behind once it is back;
 /// percolator's two watches per replica can retry more often than that (issue 33).
 fn rewatch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(std::time::Duration::from_millis(800))
-        .with_max_delay(MAX_REWATCH_DELAY)
+        .with_max_delay(MAX_REWATCH_DELAY / 2)
         .with_factor(2.0)
         .with_jitter()
         .without_max_times()

@@ -125,13 +125,21 @@ impl Stale {
                 }
                 Ok(status)
             }
-            Err(error) => {
-                if error.is_unreachable() && !self.unreachable.swap(true, Ordering::SeqCst) {
+            Err(error) if error.is_unreachable() => {
+                if !self.unreachable.swap(true, Ordering::SeqCst) {
                     tracing::warn!(
                         %error,
                         stale_if_error = ?STALE_IF_ERROR,
                         "SubjectAccessReview unreachable: serving the last known decisions, 503 for the others"
                     );
+                }
+                Err(error)
+            }
+            // kube-apiserver answered (a 403 to percolator itself, a malformed status): it is
+            // reachable, so no decision is served stale; the request gets the error.
+            Err(error) => {
+                if self.unreachable.swap(false, Ordering::SeqCst) {
+                    tracing::info!(%error, "SubjectAccessReview answered again, with an error: no stale decisions");
                 }
                 Err(error)
             }
@@ -210,11 +218,13 @@ impl Authorizer {
         if let Some(status) = self.cache.get(&key).await {
             return Ok(status);
         }
-        if self.stale.unreachable.load(Ordering::SeqCst)
-            && let Some(status) = self.stale.last_known.get(&key).await
-        {
+        if self.stale.unreachable.load(Ordering::SeqCst) {
+            // While kube-apiserver is known to be unreachable, no request waits out a review's
+            // retries: the last known decision, else a 503 at once; one review at a time probes
+            // in the background and ends this state when it is answered.
+            let last = self.stale.last_known.get(&key).await;
             self.review_in_background(key, spec);
-            return Ok(status);
+            return last.ok_or(AuthorizeError::Unavailable(Arc::new(ReviewError::Unreachable)));
         }
         let stale = self.stale.clone();
         let reviewed = self

@@ -35,6 +35,10 @@ pub enum ReviewError {
     /// The answer had no `status`.
     #[error("the review came back without a status")]
     NoStatus,
+    /// The last review found kube-apiserver unreachable and none has been answered since:
+    /// this one was not sent (a background review probes).
+    #[error("kube-apiserver was unreachable at the last review and has not answered since")]
+    Unreachable,
     /// Any other failure (fakes use it).
     #[error("{0}")]
     Other(String),
@@ -45,7 +49,7 @@ impl ReviewError {
     /// budget, a connection error, 429 or 5xx) rather than a malformed exchange.
     pub fn is_unreachable(&self) -> bool {
         match self {
-            Self::Timeout(_) => true,
+            Self::Timeout(_) | Self::Unreachable => true,
             Self::Kube(error) => is_transient(error),
             Self::NoStatus | Self::Other(_) => false,
         }
