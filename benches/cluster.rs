@@ -491,7 +491,7 @@ async fn bare_server(dir: &Path, body: bytes::Bytes, client_ca: Option<&Path>) -
             rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().unwrap();
         verifier
     });
-    let tls = apiserver::tls::server_config(&args.serving, verifier).unwrap();
+    let tls = apiserver::server_config(&args.serving, verifier).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());

@@ -5,24 +5,54 @@
 //! percolator serves and from where. Below it, the `apiserver` crate (TLS, delegated auth,
 //! request limits, caches, telemetry) and the `k8s-wire` crate (Kubernetes wire types); the
 //! simulated cluster, the demo and the test machinery are the `percolator-sim` crate's. Its
-//! modules, top to bottom (a module imports only from its own layer or below;
-//! `tests/architecture.rs` checks it):
+//! modules, private but for [`config`], top to bottom (a module imports only from its own
+//! layer or below; `tests/architecture.rs` checks it):
 //!
-//! - [`server`]: wiring (sources, kinds, APIs, auth, TLS) and serving;
-//! - [`api`]: routing, discovery, OpenAPI and rendering of the served kinds and groups;
-//! - [`metrics`]: the opt-in `external.metrics.k8s.io` and `custom.metrics.k8s.io` APIs for
+//! - `server`: wiring (sources, kinds, APIs, auth, TLS) and serving;
+//! - `api`: routing, discovery, OpenAPI and rendering of the served kinds and groups;
+//! - `metrics`: the opt-in `external.metrics.k8s.io` and `custom.metrics.k8s.io` APIs for
 //!   the HPA, over one core;
-//! - [`kinds`]: the served kinds, one unit each, and their registry;
-//! - [`adapter`]: prometheus-adapter configuration files;
-//! - [`sources`]: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
+//! - `kinds`: the served kinds, one unit each, and their registry;
+//! - `adapter`: prometheus-adapter configuration files;
+//! - `sources`: the upstreams (inventory, kubelets, Prometheus) behind narrow traits;
 //! - [`config`]: flags and the query file.
 
-pub mod adapter;
-pub mod api;
+mod adapter;
+mod api;
 pub mod config;
-pub mod kinds;
-pub mod metrics;
-pub mod server;
-pub mod sources;
+mod kinds;
+mod metrics;
+mod server;
+mod sources;
 
-pub use server::run;
+// The modules are private. The crate's API is what the `percolator` binary and the
+// `percolator-sim` crate use: the flags and the query file ([`config`]), running the server
+// ([`run`], or [`prepare`] then serving), the start-up check of a configuration
+// ([`config_check`]), the shutdown signal, and the kubelet's resource metrics parser (the
+// simulator's faults check what it serves with it). What only tests and benchmarks reach is in
+// [`testing`].
+pub use server::{config_check, prepare, run, shutdown_signal};
+pub use sources::kubelet::{NodeSamples, parse_resource_metrics};
+
+/// The namespace of the metrics percolator exports (`percolator_requests_total`, …), which the
+/// dashboards and alert rules name: `apiserver::Metrics::new` takes it from here.
+pub const METRICS_NAMESPACE: &str = "percolator";
+
+/// Internals reached by the integration tests, the fuzz targets and the benchmarks, not an API:
+/// a kind served through the real router (`e2e_lifecycle`), the PromQL template functions and
+/// selector mapping (`fuzz`), the built-in kinds and default metrics a chart or a manifest
+/// must agree with (`deploy`, `chart`).
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::adapter::AdapterConfig;
+    pub use crate::api::{ApiState, router};
+    pub use crate::kinds::declared::DeclaredSpec;
+    pub use crate::kinds::registry::BUILTIN;
+    pub use crate::kinds::{Column, ComputeError, KindInfo, Kinds, Listing, STATS, ServedKind, Text, Texts};
+    pub use crate::metrics::custom::default_metrics as default_custom_metrics;
+    pub use crate::metrics::external::{default_metrics as default_external_metrics, selector_matchers};
+    pub use crate::server::serve;
+    pub use crate::sources::prometheus::{
+        MatchOp, Matcher, Template, keeps_label, validate_template, validate_unscoped_template,
+    };
+}

@@ -13,7 +13,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     apiserver::install_crypto_provider();
     let args = percolator::config::Args::parse();
-    apiserver::telemetry::init_logging(args.verbosity, &["percolator"]);
+    apiserver::init_logging(args.verbosity, &["percolator"]);
     percolator::run(args).await?;
     Ok(())
 }

@@ -28,17 +28,17 @@ use crate::metrics::custom::CustomMetrics;
 use crate::metrics::external::ExternalMetrics;
 use crate::sources::inventory::KubeInventory;
 use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
-use crate::sources::prometheus::{ConnectionSettings, PromClient};
+use crate::sources::prometheus::{ConnectionSettings, PromClient, Template};
 use crate::sources::resources::{
     ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryError, ResourceQueryPlan,
 };
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
-use apiserver::auth::PeerCertificates;
-use apiserver::cache::CacheSettings;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
+use apiserver::PeerCertificates;
 use apiserver::serve::batch;
 use apiserver::serve::fairness::{self, ConnectionSlots};
-use apiserver::telemetry::Metrics;
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
 /// minute; polling a small file this often costs nothing).
@@ -47,7 +47,7 @@ const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests once the listener is closed (with the
 /// default 5s `--shutdown-delay-duration`, within the kubelet's default 30s grace period).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// A client must send a complete HTTP/1.1 request head within this time (slow-loris); hyper
 /// runs it from the end of the previous response, so it also closes idle keep-alive
 /// connections. 32s, kube-apiserver's `ReadHeaderTimeout`.
@@ -56,7 +56,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 /// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper answers
 /// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
 /// kube-aggregator forwards.
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Why percolator could not start: each variant names the step that failed, and the cause
 /// (when there is one) is its [`source`](std::error::Error::source).
@@ -82,10 +82,10 @@ pub enum StartError {
     NoClusterConfig(#[source] kube::config::InferConfigError),
     /// Delegated authentication or authorization could not be set up.
     #[error(transparent)]
-    Auth(#[from] apiserver::auth::AuthError),
+    Auth(#[from] apiserver::AuthError),
     /// The serving certificate or a CA file cannot be used.
     #[error(transparent)]
-    Tls(#[from] apiserver::tls::TlsError),
+    Tls(#[from] apiserver::TlsError),
     /// The Kubernetes client could not be built.
     #[error("building the Kubernetes client")]
     KubeClient(#[source] kube::Error),
@@ -211,12 +211,12 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         }
         None => kube::Config::infer().await.map_err(StartError::NoClusterConfig)?,
     };
-    let auth = apiserver::auth::Auth::start(&args.auth, &kube_config).await?;
+    let auth = apiserver::Auth::start(&args.auth, &kube_config).await?;
     auth.trust().spawn_file_poller(args.serving.tls_reload_interval);
     let (tls, serving_cert) =
-        apiserver::tls::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
+        apiserver::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
@@ -240,12 +240,15 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         "Prometheus connection"
     );
     let resource_plan = Arc::new(PlanSlot::new(Arc::new(ConfigQueries(config.clone()))));
+    // Set once every node's kubelet has given a CPU rate ([`warm_up_kubelets`]); `/readyz`
+    // waits for it when usage comes from the kubelets.
+    let kubelet_samples = Arc::new(AtomicBool::new(false));
     let usage: Arc<dyn UsageSource> = match resource_source.source {
         ResourceSource::Kubelet => {
             // Watched: a rotated file applies to the next kubelet connection.
             let kubelet_ca = match &args.kubelet.kubelet_certificate_authority {
                 Some(path) => {
-                    let file = apiserver::tls::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
+                    let file = apiserver::WatchedCaFile::load(path, "--kubelet-certificate-authority")?;
                     if !args.kubelet.kubelet_insecure_tls {
                         file.spawn_reloader(args.serving.tls_reload_interval);
                     }
@@ -268,7 +271,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
                 idle_after = ?sampling.idle_after,
                 "kubelet sampling: nodes asked for are sampled every interval until idle_after without a request (the start-up warm-up counts as one)"
             );
-            tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone()));
+            tokio::spawn(warm_up_kubelets(inventory.clone(), kubelet.clone(), kubelet_samples.clone()));
             Arc::new(KubeletUsage::new(kubelet))
         }
         ResourceSource::Prometheus => {
@@ -291,7 +294,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     }
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| {
-        reload_metrics.config_reload(apiserver::telemetry::CONFIG_FILE, applied);
+        reload_metrics.config_reload(apiserver::CONFIG_FILE, applied);
     });
 
     let inventory_for_custom = inventory.clone();
@@ -299,15 +302,23 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     let shutting_down = Arc::new(AtomicBool::new(false));
     let stopping = shutting_down.clone();
     // `/readyz` reports the shutdown check itself; the gauge covers both.
+    let samples = kubelet_samples.clone();
+    let needs_samples = resource_source.source == ResourceSource::Kubelet;
     let ready = Arc::new(move || {
         let synced = inventory.is_synced();
-        ready_metrics.ready.set(i64::from(synced && !stopping.load(Ordering::SeqCst)));
+        let sampled = !needs_samples || samples.load(Ordering::SeqCst);
+        ready_metrics.ready.set(i64::from(synced && sampled && !stopping.load(Ordering::SeqCst)));
         synced
     });
     let mut state = ApiState::new(kinds, ready, metrics.clone())
         .with_auth(auth)
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
+    if resource_source.source == ResourceSource::Kubelet {
+        let samples = kubelet_samples.clone();
+        state = state
+            .with_readiness_check("metric-storage-ready", Arc::new(move || samples.load(Ordering::SeqCst)));
+    }
     let adapter = match adapter_loaded {
         Some((path, loaded)) => {
             Some(start_adapter(path, loaded, &args.adapter, prometheus.clone(), &config, &metrics).await?)
@@ -368,10 +379,10 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
 
 /// Keeps `percolator_tls_serving_certificate_expiration_timestamp_seconds` on the `notAfter`
 /// of the serving leaf in force: set now, and after every reload that changes the pair.
-fn export_serving_certificate_expiry(cert: &apiserver::tls::ReloadingCert, metrics: &Arc<Metrics>) {
+fn export_serving_certificate_expiry(cert: &apiserver::ReloadingCert, metrics: &Arc<Metrics>) {
     let metrics = Arc::clone(metrics);
     cert.on_change(move |chain| {
-        let not_after = match chain.first().map(|leaf| apiserver::auth::x509::not_after(leaf.as_ref())) {
+        let not_after = match chain.first().map(|leaf| apiserver::not_after(leaf.as_ref())) {
             Some(Ok(not_after)) => Some(not_after),
             Some(Err(error)) => {
                 tracing::warn!(%error, "cannot read the expiry of the serving certificate");
@@ -554,7 +565,7 @@ async fn start_adapter(
     loaded: (String, crate::adapter::AdapterConfig),
     args: &crate::config::AdapterArgs,
     prometheus: Arc<dyn PromSource>,
-    config: &LiveConfig,
+    config: &LiveConfig<Template>,
     metrics: &Arc<Metrics>,
 ) -> Result<Arc<LiveAdapter>, StartError> {
     let max_age =
@@ -587,7 +598,7 @@ async fn start_adapter(
             });
         }
     }
-    let file = apiserver::telemetry::ADAPTER_CONFIG_FILE;
+    let file = apiserver::ADAPTER_CONFIG_FILE;
     metrics.config_loaded(file);
     let reload_metrics = metrics.clone();
     adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval, move |applied| {
@@ -596,33 +607,79 @@ async fn start_adapter(
     Ok(adapter)
 }
 
-/// Fetches every node's kubelet once after the inventory has synced, so that CPU rates (which
-/// need two samples) are available from the first request made a housekeeping period later,
-/// instead of from the second. Failures only log: requests fetch again on demand.
-async fn warm_up_kubelets(inventory: Arc<dyn Inventory>, kubelet: Arc<dyn KubeletSource>) {
+/// Fetches every node's kubelet after the inventory has synced, and again every half
+/// sampling interval until each node that answers has a CPU rate (two distinct samples), then
+/// sets `done`: `/readyz` waits for it (check `metric-storage-ready`, as metrics-server's), so
+/// a replica starting during a rolling restart enters the Service's rotation with CPU for
+/// `kubectl top` and the HPA rather than empty lists. A node whose kubelet fails does not hold
+/// readiness (requests fetch it again on demand and say what failed), and neither does the
+/// whole warm-up past `--max-rate-window`: a kubelet that never publishes a second sample
+/// leaves that node's CPU out, as it would on any replica.
+async fn warm_up_kubelets(
+    inventory: Arc<dyn Inventory>,
+    kubelet: Arc<dyn KubeletSource>,
+    done: Arc<AtomicBool>,
+) {
     while !inventory.is_synced() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let nodes: std::collections::BTreeSet<String> = inventory
+    let sampling = kubelet.sampling();
+    let deadline = tokio::time::Instant::now() + sampling.max_window;
+    let mut waiting: std::collections::BTreeSet<String> = inventory
         .running_pods(None)
         .iter()
         .filter_map(|p| p.node_name.as_deref().map(str::to_owned))
         .collect();
-    let fetches = futures::future::join_all(nodes.iter().map(|node| kubelet.node_usage(node))).await;
-    let errors: Vec<String> = fetches.into_iter().filter_map(|r| r.err().map(|e| e.to_string())).collect();
+    let nodes = waiting.len();
+    let mut errors: Vec<String> = Vec::new();
+    loop {
+        let fetches = futures::future::join_all(waiting.iter().map(|node| kubelet.node_usage(node))).await;
+        let mut still = std::collections::BTreeSet::new();
+        for (node, fetch) in waiting.iter().zip(fetches) {
+            match fetch {
+                Ok(usage) if !has_cpu_rate(&usage) => {
+                    still.insert(node.clone());
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        waiting = still;
+        if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep((sampling.interval / 2).max(Duration::from_millis(100))).await;
+    }
+    done.store(true, Ordering::SeqCst);
     match errors.first() {
-        None => tracing::info!(nodes = nodes.len(), "kubelet warm-up done"),
+        None if waiting.is_empty() => {
+            tracing::info!(nodes, "kubelet warm-up done: every node has a CPU rate")
+        }
+        None => tracing::warn!(
+            nodes,
+            without_cpu = waiting.len(),
+            "kubelet warm-up gave up waiting for a second sample after --max-rate-window"
+        ),
         Some(first) => {
-            tracing::warn!(nodes = nodes.len(), failed = errors.len(), first = %first, "kubelet warm-up done with errors")
+            tracing::warn!(nodes, failed = errors.len(), first = %first, "kubelet warm-up done with errors")
         }
     }
+}
+
+/// Whether a node's usage carries a CPU rate: the node's own, or any container's (a kubelet
+/// may publish no node series; a node without running containers has nothing to wait for).
+fn has_cpu_rate(usage: &crate::sources::NodeUsage) -> bool {
+    let containers = || usage.pods.values().flatten();
+    usage.node.as_ref().is_some_and(|n| n.cpu_nanocores.is_some())
+        || containers().any(|c| c.cpu_nanocores.is_some())
+        || (usage.node.is_none() && containers().next().is_none())
 }
 
 /// The check of the query file: every section's owner checks its own (the kinds their
 /// queries, the external and custom metrics APIs their metrics), whether or not that API is
 /// enabled, so a file that is valid today stays valid when it is.
-pub fn config_check() -> Check {
-    Arc::new(|file: &mut QueryFile| {
+pub fn config_check() -> Check<Template> {
+    Arc::new(|file: &mut QueryFile<Template>| {
         registry::check_kinds(file)?;
         crate::sources::resources::check_resource_queries(file)?;
         crate::metrics::external::check_metrics(file)?;
@@ -636,7 +693,7 @@ pub fn config_check() -> Check {
 fn kubelet_config(
     args: &KubeletArgs,
     kube_config: &kube::Config,
-    ca_file: Option<Arc<apiserver::tls::WatchedCaFile>>,
+    ca_file: Option<Arc<apiserver::WatchedCaFile>>,
     cache: &CacheSettings,
 ) -> KubeletConfig {
     use base64::Engine;
@@ -939,8 +996,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         // 2031-01-02T00:00:00Z, then 2032-03-04T05:06:07Z.
         mk_pair(&dir, "first", 1_925_078_400);
-        let cert = apiserver::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
-        let metrics = Metrics::new();
+        let cert = apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
         assert_eq!(expiry(&metrics), "0");
         export_serving_certificate_expiry(&cert, &metrics);
         assert_eq!(expiry(&metrics), "1925078400");

@@ -114,11 +114,11 @@ fn promtool(args: &[&str]) -> String {
 /// The sample names percolator's registry exports (`# TYPE` lines, with the suffixes each
 /// type adds to its samples).
 fn mk_exported_names() -> BTreeSet<String> {
-    use apiserver::telemetry::{LatencyLabels, Metrics, RequestLabels, UpstreamObserver};
-    let metrics = Metrics::new();
+    use apiserver::{LatencyLabels, Metrics, RequestLabels, UpstreamObserver};
+    let metrics = Metrics::new(percolator::METRICS_NAMESPACE);
     // A labelled family is encoded once it has a series: give each one.
     metrics.observe("prometheus", "success", 0.1);
-    metrics.config_reload(apiserver::telemetry::CONFIG_FILE, true);
+    metrics.config_reload(apiserver::CONFIG_FILE, true);
     metrics.cache_lookup(&"pods".into(), true);
     metrics.skipped_object(&"pods".into(), "invalid_name");
     metrics.requests.get_or_create(&RequestLabels { resource: "pods".into(), verb: "list", code: 200 }).inc();

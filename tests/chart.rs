@@ -765,17 +765,17 @@ fn the_generated_certificate_is_trusted_for_the_service() {
     for key in ["tls.crt", "tls.key", "ca.crt"] {
         std::fs::write(dir.join(key), b64(&secret["data"][key])).unwrap();
     }
-    apiserver::tls::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+    apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
     // ... and kube-apiserver's check passes: the chain to the caBundle, for the Service's name.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    for cert in apiserver::tls::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
+    for cert in apiserver::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
         roots.add(cert).unwrap();
     }
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
         .unwrap();
-    let chain = apiserver::tls::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
+    let chain = apiserver::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
     for server in [SERVICE_DNS, "percolator.percolator.svc.cluster.local"] {
         let name = rustls::pki_types::ServerName::try_from(server).unwrap();
         verifier
@@ -809,7 +809,7 @@ fn the_generated_certificate_is_trusted_for_the_service() {
 
 #[test]
 fn rendered_configuration_files_load_in_percolator() {
-    let check = percolator::server::config_check();
+    let check = percolator::config_check();
     // The defaults, a declared kind with custom and external metrics, and a string kept as is.
     let declared = json!({
         "window": "2m",
@@ -866,7 +866,7 @@ fn rendered_configuration_files_load_in_percolator() {
     assert_eq!(file.external_metrics.unwrap()[0].name, "orders_per_minute");
     // The adapter configuration: every rule source, loaded as percolator loads it.
     let adapter = config_text(declared, "percolator-adapter-config");
-    let config = percolator::adapter::AdapterConfig::from_yaml(&adapter, "rules")
+    let config = percolator::testing::AdapterConfig::from_yaml(&adapter, "rules")
         .unwrap_or_else(|e| panic!("{e}\n{adapter}"));
     assert_eq!(config.rules.len(), 2, "the default rule, then rules.custom");
     assert_eq!(config.rules[0].api_name("http_requests_total").as_deref(), Some("http_requests_per_second"));
@@ -887,7 +887,7 @@ fn rendered_configuration_files_load_in_percolator() {
     assert_eq!(config_text(&renders[2].objects, "percolator-config"), text);
 
     let only_default = config_text(&renders[3].objects, "percolator-adapter-config");
-    let config = percolator::adapter::AdapterConfig::from_yaml(&only_default, "default").unwrap();
+    let config = percolator::testing::AdapterConfig::from_yaml(&only_default, "default").unwrap();
     assert_eq!((config.rules.len(), config.external_rules.len()), (1, 0));
     assert!(config.resource_rules.is_none());
     assert!(!args_of(&renders[3].objects).iter().any(|a| a.starts_with("--resource-source")));

@@ -112,7 +112,7 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
             .unwrap();
     assert!(text.contains("# each pod serves 50 requests/s"), "the target says what it means");
     assert!(
-        percolator::metrics::custom::default_metrics().iter().any(|m| m.name == "http_requests_per_second"),
+        percolator::testing::default_custom_metrics().iter().any(|m| m.name == "http_requests_per_second"),
         "the example's metric is served by default"
     );
 
@@ -120,16 +120,16 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
     let objects = render("deploy/base");
     let text =
         find(&objects, "ConfigMap", "percolator-config")["data"]["config.yaml"].as_str().unwrap().to_string();
-    let check = percolator::server::config_check();
+    let check = percolator::config_check();
     let shipped = percolator::config::QueryFile::from_yaml(&text, "deploy/base/config.yaml", &check).unwrap();
-    for kind in percolator::kinds::registry::BUILTIN {
+    for kind in percolator::testing::BUILTIN {
         for spec in kind.queries {
-            let shipped = shipped.kind_query(kind.section, spec.field);
+            let shipped = shipped.kind_query(kind.section, spec.field).map(|t| t.text());
             assert_eq!(shipped, Some(spec.default), "{}.{}", kind.section, spec.field);
         }
     }
-    assert_eq!(shipped.external_metrics, Some(percolator::metrics::external::default_metrics()));
-    assert_eq!(shipped.custom_metrics, Some(percolator::metrics::custom::default_metrics()));
+    assert_eq!(shipped.external_metrics, Some(percolator::testing::default_external_metrics()));
+    assert_eq!(shipped.custom_metrics, Some(percolator::testing::default_custom_metrics()));
 
     // It declares no kind, and its commented example of one is valid once uncommented.
     assert!(shipped.kinds.is_empty());
@@ -317,7 +317,7 @@ fn the_custom_metrics_overlay_registers_both_versions() {
 /// table of defaults is the compiled-in list.
 #[test]
 fn documented_custom_metrics_configurations_load() {
-    let check = percolator::server::config_check();
+    let check = percolator::config_check();
     for doc in ["docs/reference/custom-metrics.md", "docs/migrating-from-prometheus-adapter.md"] {
         let text =
             std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
@@ -349,7 +349,7 @@ fn documented_custom_metrics_configurations_load() {
     let reference =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/custom-metrics.md"))
             .unwrap();
-    for metric in percolator::metrics::custom::default_metrics() {
+    for metric in percolator::testing::default_custom_metrics() {
         let labels = if metric.labels.is_empty() {
             "none".to_owned()
         } else {

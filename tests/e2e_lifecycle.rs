@@ -1,8 +1,9 @@
 //! Lifecycle against the real binary over real TLS (RELIABILITY.md, "Lifecycle"): SIGTERM
 //! fails `/readyz` first, keeps serving for `--shutdown-delay-duration`, drains the request in
 //! flight and exits 0; `--request-timeout` answers a stuck request 504; a rotated serving
-//! certificate (Secret-volume symlink swap) reaches new connections without a restart; and a
-//! panic in a handler is a 500 on a connection that keeps serving.
+//! certificate (Secret-volume symlink swap) reaches new connections without a restart; a
+//! panic in a handler is a 500 on a connection that keeps serving; and the generic server's
+//! flags read their `PERCOLATOR_<FLAG>` environment variables, which the binary names.
 //!
 //! Each test runs its own `percolator-sim` (the cluster) and a fake Prometheus whose answers
 //! take a chosen time, so "a slow request" is deterministic. Figures are printed
@@ -335,10 +336,10 @@ mod panicking {
     use std::sync::Arc;
 
     use futures::future::BoxFuture;
-    use percolator::kinds::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
+    use percolator::testing::{Column, ComputeError, KindInfo, Listing, ServedKind, Text, Texts};
 
-    pub static INFO: KindInfo = KindInfo {
-        gv: percolator::kinds::STATS,
+    pub(crate) static INFO: KindInfo = KindInfo {
+        gv: percolator::testing::STATS,
         plural: Text::Borrowed("bombs"),
         singular: Text::Borrowed("bomb"),
         kind: Text::Borrowed("Bomb"),
@@ -352,7 +353,7 @@ mod panicking {
 
     /// Computes fine; panics when the handler asks for its columns to render the answer, i.e.
     /// outside the kind computation (which has its own catch).
-    pub struct Bomb;
+    pub(crate) struct Bomb;
 
     impl ServedKind for Bomb {
         fn info(&self) -> &KindInfo {
@@ -376,15 +377,18 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     apiserver::install_crypto_provider();
     let dir = mk_dir("panic");
     let args = percolator::config::Args::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
-    let tls = apiserver::tls::server_config(&args.serving, None).unwrap();
-    let kinds: percolator::kinds::Kinds = vec![Arc::new(panicking::Bomb)];
-    let state =
-        percolator::api::ApiState::new(kinds, Arc::new(|| true), apiserver::telemetry::Metrics::new());
-    let app = percolator::api::router(state);
+    let tls = apiserver::server_config(&args.serving, None).unwrap();
+    let kinds: percolator::testing::Kinds = vec![Arc::new(panicking::Bomb)];
+    let state = percolator::testing::ApiState::new(
+        kinds,
+        Arc::new(|| true),
+        apiserver::Metrics::new(percolator::METRICS_NAMESPACE),
+    );
+    let app = percolator::testing::router(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(percolator::server::serve(listener, tls, app, 1000, async {
+    let server = tokio::spawn(percolator::testing::serve(listener, tls, app, 1000, async {
         let _ = stopped.await;
     }));
     let ca = std::fs::read(dir.join("apiserver.crt")).unwrap();
@@ -411,4 +415,30 @@ async fn a_panicking_handler_is_a_500_and_the_server_keeps_serving() {
     assert_eq!(fresh.get(format!("{url}/readyz")).send().await.unwrap().status(), 200);
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(30), server).await.unwrap().unwrap();
+}
+
+/// The generic server's flags (the `apiserver` crate's, which names no variable) read the
+/// `PERCOLATOR_<FLAG>` variables the binary gives them: the value shows in `--help` and is
+/// parsed, and checked, as the flag's.
+#[test]
+fn an_apiserver_flag_reads_its_percolator_environment_variable() {
+    let run = |vars: &[(&str, &str)], args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .args(args)
+            .env_remove("PERCOLATOR_SECURE_PORT")
+            .env_remove("PERCOLATOR_TLS_MIN_VERSION")
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let help = run(&[("PERCOLATOR_SECURE_PORT", "12345")], &["--help"]);
+    assert!(help.status.success(), "{help:?}");
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("[env: PERCOLATOR_SECURE_PORT=12345]"), "{text}");
+    assert!(text.contains("[env: PERCOLATOR_TLS_MIN_VERSION=]"), "{text}");
+
+    let refused = run(&[("PERCOLATOR_TLS_MIN_VERSION", "VersionTLS10")], &[]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("invalid value 'VersionTLS10' for '--tls-min-version"), "{text}");
 }

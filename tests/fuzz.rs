@@ -25,14 +25,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_wire::request_info::{QueryParams, RequestInfo, split_path};
-use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
-use k8s_wire::validation::{is_qualified_name, is_valid_label_value};
+use k8s_wire::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::{QueryParams, RequestInfo, split_path};
+use k8s_wire::{is_qualified_name, is_valid_label_value};
 use kube::core::Expression;
 use percolator::config::{ExternalMetricConfig, QueryFile};
-use percolator::kinds::declared::DeclaredSpec;
-use percolator::sources::prometheus::{
-    MatchOp, Matcher, keeps_label, render, validate_template, validate_unscoped_template,
+use percolator::testing::DeclaredSpec;
+use percolator::testing::{
+    MatchOp, Matcher, Template, keeps_label, validate_template, validate_unscoped_template,
 };
 use proptest::prelude::*;
 use test_support::fuzz::{
@@ -321,17 +321,17 @@ fn selectors_reaching_render_yield_exact_promql_literals() {
     ];
     let definition = ExternalMetricConfig {
         name: "m".to_owned(),
-        query: "sum(rate(m{SCOPE}[WINDOW]))".to_owned(),
+        query: Template::new("sum(rate(m{SCOPE}[WINDOW]))"),
         labels: ["cafe", "type", "pod", "code"].map(str::to_owned).to_vec(),
         window: None,
     };
     let reached = std::cell::Cell::new(0usize);
     run(5000, corpus, selector, |input| {
         let Ok(selector) = LabelSelector::parse(&input) else { return Ok(()) };
-        let Ok(matchers) = percolator::metrics::external::selector_matchers(&definition, &selector) else {
+        let Ok(matchers) = percolator::testing::selector_matchers(&definition, &selector) else {
             return Ok(());
         };
-        let promql = render(&definition.query, &matchers, Duration::from_secs(60)).unwrap();
+        let promql = definition.query.render(&matchers, Duration::from_secs(60)).unwrap();
         let block = promql
             .strip_prefix("sum(rate(m{")
             .and_then(|s| s.strip_suffix("}[1m]))"))
@@ -491,10 +491,10 @@ fn kubelet_parser() {
     };
     let scrape = jiff::Timestamp::from_second(1_764_496_812).unwrap();
     run(3000, corpus, (body(), body()), |(first, second)| {
-        let mut node = percolator::sources::kubelet::NodeSamples::new();
+        let mut node = percolator::NodeSamples::new();
         for (i, body) in [first, second].iter().enumerate() {
             let at = scrape + jiff::SignedDuration::from_secs(i as i64 * 10);
-            if let Ok(batch) = percolator::sources::kubelet::parse_resource_metrics(body, at) {
+            if let Ok(batch) = percolator::parse_resource_metrics(body, at) {
                 let _ = node.update(batch);
             }
         }
@@ -592,7 +592,7 @@ fn configuration_loader() {
         "kinds:\n- kind: T\n  scope: Cluster\n  nameLabel: namespace\n  pods: {label: app}\n  fields:\n  - {name: a, query: x, format: bytes, column: A, wide: true}\n".to_owned(),
     ];
     let window = Duration::from_secs(300);
-    let check = percolator::server::config_check();
+    let check = percolator::config_check();
     run(5000, corpus, prop_oneof![assembled(YAML_TOKENS, 24), text(120)], |yaml| {
         if let Ok(config) = QueryFile::from_yaml(&yaml, "fuzz.yaml", &check) {
             let scope = [Matcher::eq("namespace", "shop\"}").unwrap()];
@@ -608,8 +608,8 @@ fn configuration_loader() {
                 assert_eq!(spec.columns[0].name, "Name", "{yaml}");
             }
             for template in templates {
-                let _ = render(template, &scope, window);
-                let _ = render(template, &[], window);
+                let _ = template.render(&scope, window);
+                let _ = template.render(&[], window);
             }
         }
         Ok(())
@@ -633,8 +633,10 @@ fn promql_templates() {
             if validate_template(&template).is_ok() {
                 let scope =
                     [Matcher::eq("namespace", "a\"b").unwrap(), Matcher::any_of("pod", &["x|y"]).unwrap()];
-                let _ = render(&template, &scope, Duration::from_millis(1500));
+                let _ = Template::new(template.as_str()).render(&scope, Duration::from_millis(1500));
             }
+            // Any text reads as a template; an invalid one renders its error, never a panic.
+            let _ = Template::new(template.as_str()).render(&[], Duration::from_secs(60));
             Ok(())
         },
     );

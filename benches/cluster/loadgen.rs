@@ -27,7 +27,7 @@ const WINDOW: u32 = (1 << 30) - 1;
 
 /// One load run.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// `https://host:port/path?query`.
     pub url: String,
     /// HTTP/2 (ALPN `h2`) rather than HTTP/1.1.
@@ -53,7 +53,7 @@ pub struct Options {
 impl Options {
     /// The bench's usual shape (as its h2load calls): 16 connections, 1 stream each over
     /// HTTP/1.1 and 16 over HTTP/2, 1 s of warm-up then 8 s measured, no extra headers.
-    pub fn new(url: &str, h2: bool, ca_pem: Vec<u8>, expected_len: usize) -> Self {
+    pub(crate) fn new(url: &str, h2: bool, ca_pem: Vec<u8>, expected_len: usize) -> Self {
         Self {
             url: url.to_owned(),
             h2,
@@ -71,7 +71,7 @@ impl Options {
 
 /// What one run measured.
 #[derive(Debug, Clone, Copy)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Requests completed per second in the measured window.
     pub rps: f64,
     /// Median latency (ms) of the requests completed in the window.
@@ -84,7 +84,7 @@ pub struct Outcome {
 
 /// Runs the load on a thread of its own (a current-thread runtime) and returns what it
 /// measured; panics on any failure.
-pub async fn run(options: Options) -> Outcome {
+pub(crate) async fn run(options: Options) -> Outcome {
     tokio::task::spawn_blocking(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(drive(options))

@@ -15,7 +15,7 @@ use super::resources::{self, LabelError, ResourceMapping};
 use super::template::{Args, Field, Template};
 use crate::sources::prometheus::{self, SCOPE_PLACEHOLDER, is_valid_label_name, validate_template};
 use k8s_wire::GroupResource;
-use k8s_wire::selectors::LabelSelector;
+use k8s_wire::LabelSelector;
 
 /// A configuration file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -16,16 +16,16 @@ use super::config::Rule;
 use k8s_wire::GroupResource;
 
 /// One series from the series API: its labels, with `__name__`.
-pub type Series = BTreeMap<String, String>;
+pub(crate) type Series = BTreeMap<String, String>;
 
 /// A rule whose `seriesQuery` has no result in the map given to discovery.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("no series listed for query {0:?}")]
-pub struct MissingSeries(pub String);
+pub(crate) struct MissingSeries(pub String);
 
 /// A custom metric a rule serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CustomMetric {
+pub(crate) struct CustomMetric {
     /// The API name.
     pub name: String,
     /// The resource it is served on.
@@ -40,7 +40,7 @@ pub struct CustomMetric {
 
 /// An external metric a rule serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExternalMetric {
+pub(crate) struct ExternalMetric {
     /// The API name.
     pub name: String,
     /// The Prometheus series name (`.Series` of its query).
@@ -68,7 +68,7 @@ fn listed<'a>(rule: &Rule, series: &'a BTreeMap<String, Vec<Series>>) -> Result<
 /// The custom metrics of `rules`, given the series listed for each `seriesQuery` (every rule's
 /// query must be in the map, as the adapter fails the whole relist otherwise); sorted by name,
 /// then resource.
-pub fn custom_metrics(
+pub(crate) fn custom_metrics(
     rules: &[Rule],
     series: &BTreeMap<String, Vec<Series>>,
 ) -> Result<Vec<CustomMetric>, MissingSeries> {
@@ -95,7 +95,7 @@ pub fn custom_metrics(
 
 /// The external metrics of `rules`, given the series listed for each `seriesQuery`; sorted by
 /// name.
-pub fn external_metrics(
+pub(crate) fn external_metrics(
     rules: &[Rule],
     series: &BTreeMap<String, Vec<Series>>,
 ) -> Result<Vec<ExternalMetric>, MissingSeries> {

@@ -16,7 +16,7 @@ use serde::de::{self, Visitor};
 /// The whole file (`MetricsDiscoveryConfig`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     /// `rules`: custom metrics.
     #[serde(default, deserialize_with = "null_default")]
     pub rules: Vec<DiscoveryRule>,
@@ -31,7 +31,7 @@ pub struct ConfigFile {
 /// One of `rules` or `externalRules` (`DiscoveryRule`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DiscoveryRule {
+pub(crate) struct DiscoveryRule {
     /// `seriesQuery`: the selector passed to Prometheus' series API.
     #[serde(default, deserialize_with = "text")]
     pub series_query: String,
@@ -52,7 +52,7 @@ pub struct DiscoveryRule {
 /// One `seriesFilters` entry (`RegexFilter`): exactly one of `is` and `isNot`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RegexFilter {
+pub(crate) struct RegexFilter {
     /// `is`: the name must match.
     #[serde(default, deserialize_with = "text")]
     pub is: String,
@@ -64,7 +64,7 @@ pub struct RegexFilter {
 /// `resources` (`ResourceMapping`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ResourceMapping {
+pub(crate) struct ResourceMapping {
     /// `template`: label of a group-resource (`<<.Group>>`, `<<.Resource>>`).
     #[serde(default, deserialize_with = "text")]
     pub template: String,
@@ -80,7 +80,7 @@ pub struct ResourceMapping {
 /// A group-resource of `overrides` (`GroupResource`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GroupResource {
+pub(crate) struct GroupResource {
     /// `group`: empty for the core group, or any group with the resource.
     #[serde(default, deserialize_with = "text")]
     pub group: String,
@@ -92,7 +92,7 @@ pub struct GroupResource {
 /// `name` (`NameMapping`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct NameMapping {
+pub(crate) struct NameMapping {
     /// `matches`: regex on the series name (default `.*`).
     #[serde(default, deserialize_with = "text")]
     pub matches: String,
@@ -104,7 +104,7 @@ pub struct NameMapping {
 /// `resourceRules` (`ResourceRules`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ResourceRules {
+pub(crate) struct ResourceRules {
     /// `cpu`.
     #[serde(default, deserialize_with = "null_default")]
     pub cpu: ResourceRule,
@@ -119,7 +119,7 @@ pub struct ResourceRules {
 /// `resourceRules.cpu` or `resourceRules.memory` (`ResourceRule`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ResourceRule {
+pub(crate) struct ResourceRule {
     /// `containerQuery`: the containers of pods of one namespace.
     #[serde(default, deserialize_with = "text")]
     pub container_query: String,
@@ -283,7 +283,7 @@ fn prometheus_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<
 
 /// A Prometheus duration that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
     /// The empty string.
     #[error("empty duration string")]
     Empty,
@@ -309,7 +309,7 @@ pub enum DurationError {
 /// Parses a Prometheus duration as `model.ParseDuration` does: `0`, or whole numbers with
 /// units from largest to smallest, each at most once (`y`, `w`, `d`, `h`, `m`, `s`, `ms`; a year
 /// is 365 days): `30s`, `1h30m`, `1d`, `500ms`.
-pub fn parse_prometheus_duration(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_prometheus_duration(text: &str) -> Result<Duration, DurationError> {
     const UNITS: [(&str, u64); 7] = [
         ("y", 365 * 24 * 3_600_000),
         ("w", 7 * 24 * 3_600_000),

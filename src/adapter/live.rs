@@ -21,7 +21,7 @@ use crate::sources::resources::{ResourceQuery, ResourceQueryError, ResourceQuery
 
 /// What the adapter configuration serves right now.
 #[derive(Debug)]
-pub struct Discovered {
+pub(crate) struct Discovered {
     /// Increases whenever the configuration or the discovered metrics change.
     pub generation: u64,
     /// The configuration in force.
@@ -34,7 +34,7 @@ pub struct Discovered {
 
 impl Discovered {
     /// The custom metric `name` on `resource`, with the rule that serves it.
-    pub fn custom_metric(
+    pub(crate) fn custom_metric(
         &self,
         name: &str,
         resource: &k8s_wire::GroupResource,
@@ -44,14 +44,14 @@ impl Discovered {
     }
 
     /// The external metric `name`, with the rule that serves it.
-    pub fn external_metric(&self, name: &str) -> Option<(&ExternalMetric, &super::Rule)> {
+    pub(crate) fn external_metric(&self, name: &str) -> Option<(&ExternalMetric, &super::Rule)> {
         let metric = self.external.iter().find(|m| m.name == name)?;
         Some((metric, self.config.external_rules.get(metric.rule)?))
     }
 }
 
 /// The live adapter configuration.
-pub struct LiveAdapter {
+pub(crate) struct LiveAdapter {
     path: PathBuf,
     prometheus: Arc<dyn PromSource>,
     max_age: Duration,
@@ -71,7 +71,7 @@ impl std::fmt::Debug for LiveAdapter {
 
 /// Reads and checks `path` as an adapter configuration (at start, before anything else is
 /// built: a bad file stops the start at once).
-pub fn load(path: &Path) -> Result<(String, AdapterConfig), AdapterError> {
+pub(crate) fn load(path: &Path) -> Result<(String, AdapterConfig), AdapterError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| AdapterError::Parse { path: shown.clone(), message: e.to_string() })?;
@@ -87,7 +87,8 @@ fn parse(text: &str, path: &str) -> Result<AdapterConfig, AdapterError> {
 impl LiveAdapter {
     /// Loads `path` and lists its rules' series once (a failed listing is logged: the rules
     /// then serve nothing until a listing succeeds). `max_age` is how far back series count.
-    pub async fn load(
+    #[cfg(test)]
+    pub(crate) async fn load(
         path: &Path,
         prometheus: Arc<dyn PromSource>,
         max_age: Duration,
@@ -97,7 +98,7 @@ impl LiveAdapter {
 
     /// As [`LiveAdapter::load`], from the text and configuration [`load`] already read from
     /// `path`.
-    pub async fn start(
+    pub(crate) async fn start(
         path: &Path,
         (text, config): (String, AdapterConfig),
         prometheus: Arc<dyn PromSource>,
@@ -123,18 +124,18 @@ impl LiveAdapter {
     }
 
     /// What is served now.
-    pub fn current(&self) -> Arc<Discovered> {
+    pub(crate) fn current(&self) -> Arc<Discovered> {
         self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The generation of [`LiveAdapter::current`], without a lock.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// Lists the series of the desired configuration's rules and, when every listing
     /// succeeded, serves that configuration with what they name. Returns whether it did.
-    pub async fn relist(&self) -> bool {
+    pub(crate) async fn relist(&self) -> bool {
         let config = self.desired.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let end = Timestamp::now();
         let start = end
@@ -186,7 +187,7 @@ impl LiveAdapter {
     /// Re-reads the file when its content changed: a valid new configuration is listed and
     /// served, an invalid one is logged and the last good one stays. Returns `Some(valid)`
     /// when the content changed.
-    pub async fn reload(&self) -> Option<bool> {
+    pub(crate) async fn reload(&self) -> Option<bool> {
         let text = std::fs::read_to_string(&self.path).ok()?;
         {
             let mut last = self.last_text.lock().unwrap_or_else(PoisonError::into_inner);
@@ -213,7 +214,7 @@ impl LiveAdapter {
 
     /// Polls the file every `poll` and relists every `relist`, for as long as the process runs;
     /// `on_reload` hears whether each changed content was applied.
-    pub fn spawn(
+    pub(crate) fn spawn(
         self: &Arc<Self>,
         poll: Duration,
         relist: Duration,
@@ -242,7 +243,7 @@ impl LiveAdapter {
 /// `resourceRules` (the resource provider's: `.LabelMatchers` the namespace's matcher, or the
 /// nodes' names; `.GroupBy` the pod and container labels, or the node label), and from
 /// `fallback` (the `resourceQueries:` of `--config`) while the file has none.
-pub struct AdapterResourceQueries {
+pub(crate) struct AdapterResourceQueries {
     /// The adapter configuration.
     pub adapter: Arc<LiveAdapter>,
     /// The queries used while it has no `resourceRules`.

@@ -65,20 +65,20 @@
 //! groups); `<<.Resource>>` alone reads every label as a resource (`job` is `jobs.batch`);
 //! when two rules serve the same metric, the later one wins.
 
-pub mod config;
-pub mod discovery;
-pub mod file;
-pub mod live;
-pub mod naming;
-pub mod query;
-pub mod resources;
-pub mod template;
+pub(crate) mod config;
+pub(crate) mod discovery;
+pub(crate) mod file;
+pub(crate) mod live;
+pub(crate) mod naming;
+pub(crate) mod query;
+pub(crate) mod resources;
+pub(crate) mod template;
 
-pub use config::{AdapterConfig, AdapterError, ResourceRule, ResourceRules, Rule, RuleKind};
-pub use discovery::{CustomMetric, ExternalMetric, MissingSeries, Series, custom_metrics, external_metrics};
-pub use live::{Discovered, LiveAdapter};
-pub use query::QueryError;
-pub use template::{Args, Field, Template};
+pub use config::AdapterConfig;
+pub(crate) use config::{AdapterError, Rule};
+pub(crate) use discovery::{CustomMetric, ExternalMetric, Series, custom_metrics, external_metrics};
+pub(crate) use live::{Discovered, LiveAdapter};
+pub(crate) use query::QueryError;
 
 #[cfg(test)]
 mod tests;

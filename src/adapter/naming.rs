@@ -11,24 +11,24 @@ use regex::{Captures, Regex};
 
 /// A `seriesFilters` entry: `is` (the name must match) or `isNot` (it must not).
 #[derive(Debug, Clone)]
-pub struct SeriesFilter {
+pub(crate) struct SeriesFilter {
     regex: Regex,
     positive: bool,
 }
 
 impl SeriesFilter {
     /// An `is` filter.
-    pub fn is(pattern: &str) -> Result<Self, RegexError> {
+    pub(crate) fn is(pattern: &str) -> Result<Self, RegexError> {
         Ok(Self { regex: compile(pattern)?, positive: true })
     }
 
     /// An `isNot` filter.
-    pub fn is_not(pattern: &str) -> Result<Self, RegexError> {
+    pub(crate) fn is_not(pattern: &str) -> Result<Self, RegexError> {
         Ok(Self { regex: compile(pattern)?, positive: false })
     }
 
     /// Whether a series name passes the filter (an unanchored match, as Go's `MatchString`).
-    pub fn passes(&self, series_name: &str) -> bool {
+    pub(crate) fn passes(&self, series_name: &str) -> bool {
         self.regex.is_match(series_name) == self.positive
     }
 }
@@ -36,7 +36,7 @@ impl SeriesFilter {
 /// A regular expression that does not compile.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid regex {pattern:?}: {reason}")]
-pub struct RegexError {
+pub(crate) struct RegexError {
     /// The expression.
     pub pattern: String,
     /// The `regex` crate's error, on one line.
@@ -44,7 +44,7 @@ pub struct RegexError {
 }
 
 /// Compiles a Go (RE2) regular expression; the error is the `regex` crate's, on one line.
-pub fn compile(pattern: &str) -> Result<Regex, RegexError> {
+pub(crate) fn compile(pattern: &str) -> Result<Regex, RegexError> {
     Regex::new(pattern).map_err(|e| RegexError {
         pattern: pattern.to_owned(),
         reason: e.to_string().lines().last().unwrap_or_default().trim().to_owned(),
@@ -53,7 +53,7 @@ pub fn compile(pattern: &str) -> Result<Regex, RegexError> {
 
 /// Why a `name` section is rejected: the field (`matches` or `as`) and the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NameError {
+pub(crate) struct NameError {
     /// `matches` or `as`.
     pub field: &'static str,
     /// What is wrong.
@@ -62,7 +62,7 @@ pub struct NameError {
 
 /// A rule's `name` section, compiled: the API name of a series.
 #[derive(Debug, Clone)]
-pub struct NameMapping {
+pub(crate) struct NameMapping {
     matches: Regex,
     as_template: String,
 }
@@ -72,7 +72,7 @@ impl NameMapping {
     /// error with more). An `as` that names a capture group `matches` does not have is an
     /// error too: Go would expand it to nothing, silently (`$1_per_second` names the group
     /// `1_per_second`; `${1}_per_second` is what was meant).
-    pub fn new(matches: &str, as_template: &str) -> Result<Self, NameError> {
+    pub(crate) fn new(matches: &str, as_template: &str) -> Result<Self, NameError> {
         let pattern = if matches.is_empty() { ".*" } else { matches };
         let regex = compile(pattern).map_err(|e| NameError { field: "matches", message: e.to_string() })?;
         let as_template = if as_template.is_empty() {
@@ -110,18 +110,14 @@ impl NameMapping {
     }
 
     /// The `as` template in force (with its default filled in).
-    pub fn as_template(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn as_template(&self) -> &str {
         &self.as_template
-    }
-
-    /// The `matches` regex in force.
-    pub fn matches(&self) -> &Regex {
-        &self.matches
     }
 
     /// The API name of a series (`MetricNameForSeries`): `as` expanded with the first match of
     /// `matches` in the name; `None` when it does not match.
-    pub fn api_name(&self, series_name: &str) -> Option<String> {
+    pub(crate) fn api_name(&self, series_name: &str) -> Option<String> {
         let captures = self.matches.captures(series_name)?;
         Some(expand(&self.matches, &self.as_template, &captures))
     }
@@ -129,7 +125,7 @@ impl NameMapping {
 
 /// A `$` reference of an expansion template, as Go's `Regexp.Expand` reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reference {
+pub(crate) struct Reference {
     /// As written (`$1`, `${name}`).
     pub written: String,
     /// The name between `$`/`${` and the end.
@@ -167,7 +163,7 @@ fn extract(s: &str) -> Option<(Reference, &str)> {
 }
 
 /// The references of an expansion template (`$$` and malformed `$` are literal text).
-pub fn references(template: &str) -> Vec<Reference> {
+pub(crate) fn references(template: &str) -> Vec<Reference> {
     let mut found = Vec::new();
     let mut rest = template;
     while let Some(at) = rest.find('$') {
@@ -188,7 +184,7 @@ pub fn references(template: &str) -> Vec<Reference> {
 /// the group does not exist or did not take part in the match), `$$` a `$`, and a `$` that
 /// starts no reference stays as it is. A `$name` takes the longest run of letters, digits and
 /// `_`, so `$1_per_second` is the group named `1_per_second`.
-pub fn expand(regex: &Regex, template: &str, captures: &Captures<'_>) -> String {
+pub(crate) fn expand(regex: &Regex, template: &str, captures: &Captures<'_>) -> String {
     let mut out = String::with_capacity(template.len() + 16);
     let mut rest = template;
     while let Some(at) = rest.find('$') {

@@ -19,7 +19,7 @@ use kube::core::Expression;
 
 use super::template::{Args, Field, Template};
 use crate::sources::prometheus::{self, Matcher};
-use k8s_wire::selectors::{LabelSelector, Requirement};
+use k8s_wire::{LabelSelector, Requirement};
 
 /// Errors building one query; each is about the request or the rule, never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,7 +57,7 @@ pub enum QueryError {
 /// One label constraint of a query: its matcher (escaped when printed) and its raw values
 /// joined by `|` (for `.LabelValuesByName`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
+pub(crate) struct Part {
     /// The matcher.
     pub matcher: Matcher,
     /// The raw values, joined by `|`.
@@ -70,13 +70,13 @@ impl Part {
     }
 
     /// `label="value"`.
-    pub fn equal(label: &str, value: &str) -> Result<Self, QueryError> {
+    pub(crate) fn equal(label: &str, value: &str) -> Result<Self, QueryError> {
         Ok(Self::new(Matcher::eq(label, value)?, value.to_owned()))
     }
 
     /// The object names of a request: `label="name"` for one name, `label=~"a|b"` (each name
     /// regex-escaped) for more, as the adapter chooses between `=` and `=~`.
-    pub fn names<S: AsRef<str>>(label: &str, names: &[S]) -> Result<Self, QueryError> {
+    pub(crate) fn names<S: AsRef<str>>(label: &str, names: &[S]) -> Result<Self, QueryError> {
         let raw = names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join("|");
         match names {
             [] => Err(QueryError::NoNames),
@@ -87,7 +87,7 @@ impl Part {
 }
 
 /// The parts of a label selector, in its order (sorted by key, as apimachinery sorts them).
-pub fn selector_parts(selector: &LabelSelector) -> Result<Vec<Part>, QueryError> {
+pub(crate) fn selector_parts(selector: &LabelSelector) -> Result<Vec<Part>, QueryError> {
     selector.requirements().iter().map(requirement_part).collect()
 }
 
@@ -95,7 +95,7 @@ pub fn selector_parts(selector: &LabelSelector) -> Result<Vec<Part>, QueryError>
 /// adapter's rules and the metric APIs' own metrics both use it): `=`/`==` → `l="v"`, `!=` →
 /// `l!="v"`, `in` → `l=~"v1|v2"`, `notin` → `l!~"v1|v2"` (values regex-escaped), exists →
 /// `l!=""`, does-not-exist → `l=""`; `>`/`<` have no Prometheus equivalent.
-pub fn requirement_matcher(requirement: &Requirement) -> Result<Matcher, QueryError> {
+pub(crate) fn requirement_matcher(requirement: &Requirement) -> Result<Matcher, QueryError> {
     let Requirement::Expr(expression) = requirement else {
         return Err(QueryError::UnsupportedOperator(requirement.key().to_owned()));
     };
@@ -125,7 +125,7 @@ fn requirement_part(requirement: &Requirement) -> Result<Part, QueryError> {
 /// parts' matchers joined by `,`), `.LabelValuesByName` (label → raw values; a later part of
 /// the same label replaces an earlier one, as in the adapter's map), `.GroupBy` (joined by `,`)
 /// and `.GroupBySlice`.
-pub fn render(
+pub(crate) fn render(
     template: &Template,
     series: &str,
     parts: &[Part],

@@ -21,7 +21,7 @@ use k8s_wire::GroupResource;
 
 /// A resource of the fixed table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KnownResource {
+pub(crate) struct KnownResource {
     /// API group; empty for the core group.
     pub group: &'static str,
     /// Plural resource name.
@@ -36,7 +36,7 @@ pub struct KnownResource {
 
 impl KnownResource {
     /// The group-resource (plural).
-    pub fn group_resource(&self) -> GroupResource {
+    pub(crate) fn group_resource(&self) -> GroupResource {
         GroupResource::new(self.group, self.plural)
     }
 }
@@ -52,7 +52,7 @@ const fn known(
 }
 
 /// The resources a cluster is assumed to have, in place of the adapter's RESTMapper.
-pub const KNOWN_RESOURCES: &[KnownResource] = &[
+pub(crate) const KNOWN_RESOURCES: &[KnownResource] = &[
     known("", "pods", "pod", "Pod", true),
     known("", "namespaces", "namespace", "Namespace", false),
     known("", "nodes", "node", "Node", false),
@@ -83,7 +83,7 @@ pub const KNOWN_RESOURCES: &[KnownResource] = &[
 
 /// The table entry of a resource named by its plural or singular (case-insensitively); an
 /// empty `group` matches any group (the RESTMapper's `ResourceFor` with a partial resource).
-pub fn lookup(group: &str, resource: &str) -> Option<&'static KnownResource> {
+pub(crate) fn lookup(group: &str, resource: &str) -> Option<&'static KnownResource> {
     let resource = resource.to_ascii_lowercase();
     KNOWN_RESOURCES.iter().find(|k| {
         (group.is_empty() || k.group.eq_ignore_ascii_case(group))
@@ -92,25 +92,25 @@ pub fn lookup(group: &str, resource: &str) -> Option<&'static KnownResource> {
 }
 
 /// The normalized form of a group-resource (plural, the table's group), if the table has it.
-pub fn normalize(group: &str, resource: &str) -> Option<GroupResource> {
+pub(crate) fn normalize(group: &str, resource: &str) -> Option<GroupResource> {
     lookup(group, resource).map(KnownResource::group_resource)
 }
 
 /// Whether a resource is one of the three that make a metric cluster-scoped (the adapter's
 /// `NsGroupResource`, `NodeGroupResource`, `PVGroupResource`).
-pub fn is_root_scoped(gr: &GroupResource) -> bool {
+pub(crate) fn is_root_scoped(gr: &GroupResource) -> bool {
     gr.group.is_empty() && matches!(gr.resource.as_str(), "namespaces" | "nodes" | "persistentvolumes")
 }
 
 /// How a custom metrics path names `gr`: `pods`, `deployments.apps`.
-pub fn path_name(gr: &GroupResource) -> String {
+pub(crate) fn path_name(gr: &GroupResource) -> String {
     if gr.group.is_empty() { gr.resource.clone() } else { format!("{}.{}", gr.resource, gr.group) }
 }
 
 /// The `kind` and `apiVersion` of an object reference to `gr` (`describedObject`), as the
 /// adapter's `ReferenceFor` writes them (`/v1` for the core group); unknown resources get
 /// an empty kind and `<group>/v1`.
-pub fn kind_and_api_version(gr: &GroupResource) -> (&'static str, &'static str) {
+pub(crate) fn kind_and_api_version(gr: &GroupResource) -> (&'static str, &'static str) {
     let kind = lookup(&gr.group, &gr.resource).map_or("", |k| k.kind);
     let api_version = match gr.group.as_str() {
         "" => "/v1",
@@ -125,7 +125,7 @@ pub fn kind_and_api_version(gr: &GroupResource) -> (&'static str, &'static str) 
 }
 
 /// The namespaces group-resource.
-pub fn namespaces() -> GroupResource {
+pub(crate) fn namespaces() -> GroupResource {
     GroupResource::new("", "namespaces")
 }
 

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
+use discovery::MissingSeries;
 use k8s_wire::GroupResource;
-use k8s_wire::selectors::LabelSelector;
+use k8s_wire::LabelSelector;
 
 fn load(text: &str) -> AdapterConfig {
     AdapterConfig::from_yaml(text, "a.yaml").unwrap_or_else(|e| panic!("{e}"))

@@ -26,8 +26,8 @@ use crate::kinds::testkit::{FakeInventory, mk_pod};
 use crate::metrics::custom::CustomMetrics;
 use crate::sources::PromError;
 use crate::sources::workloads::{PodSelection, Workload};
-use apiserver::cache::CacheSettings;
-use apiserver::telemetry::Metrics;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
 use test_support::all_at_once;
 
 const V2: &str = "/apis/custom.metrics.k8s.io/v1beta2";
@@ -52,7 +52,7 @@ fn mk_app(prom: Arc<MkProm>, workloads: Arc<FakeWorkloads>) -> Router {
         mk_pod("shop", "web-3", "n", &[("app", "web")], &["c"], AT),
         mk_pod("other", "web-9", "n", &[("app", "web")], &["c"], AT),
     ];
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let custom = CustomMetrics::new(
         prom,
         FakeInventory::with(pods),
@@ -252,7 +252,7 @@ async fn objects_aggregate_the_running_pods_their_selector_selects() {
 async fn aggregate_avg_and_max_follow_the_configuration() {
     let yaml = "customMetrics:\n- name: rps_avg\n  query: sum by (namespace, pod) (x{SCOPE})\n  aggregate: avg\n- name: rps_max\n  query: sum by (namespace, pod) (x{SCOPE})\n  aggregate: max\n";
     let file = crate::config::QueryFile::from_yaml(yaml, "f", &super::testutil::mk_check()).unwrap();
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let pods = vec![
         mk_pod("shop", "web-1", "n", &[("app", "web")], &["c"], AT),
         mk_pod("shop", "web-2", "n", &[("app", "web")], &["c"], AT),

@@ -24,14 +24,14 @@ use serde_json::{Value, json};
 
 use crate::kinds::registry::LiveKinds;
 use crate::kinds::{GroupVersion, STATS, ServedKind};
-use k8s_wire::discovery::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, Representation, negotiate_headers};
-use k8s_wire::status::ApiError;
+use k8s_wire::ApiError;
+use k8s_wire::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use k8s_wire::{Endpoint, Representation, negotiate_headers};
 
 /// The group-versions of the served kinds (`stats.une-tasse-de.cafe/v1alpha1` first, then
 /// any other the kinds name, in the order they first appear), each with one read-only (`get`,
 /// `list`) resource per kind.
-pub fn kinds_group_versions(kinds: &[Arc<dyn ServedKind>]) -> Vec<GroupVersionResources> {
+pub(crate) fn kinds_group_versions(kinds: &[Arc<dyn ServedKind>]) -> Vec<GroupVersionResources> {
     let mut gvs = vec![STATS];
     for kind in kinds {
         if !gvs.contains(&kind.info().gv) {
@@ -78,16 +78,16 @@ impl Tagged {
 }
 
 /// Upper-case hex SHA-512, as kube's discovery (`%X`) and kube-openapi compute ETags and hashes.
-pub fn sha512_hex(data: &[u8]) -> String {
+pub(crate) fn sha512_hex(data: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA512, data);
     digest.as_ref().iter().map(|b| format!("{b:02X}")).collect()
 }
 
 /// Content type of aggregated discovery v2.
-pub const DISCOVERY_V2_CONTENT_TYPE: &str =
+pub(crate) const DISCOVERY_V2_CONTENT_TYPE: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 /// Content type of aggregated discovery v2beta1.
-pub const DISCOVERY_V2BETA1_CONTENT_TYPE: &str =
+pub(crate) const DISCOVERY_V2BETA1_CONTENT_TYPE: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// Every discovery document, serialized.
@@ -256,7 +256,7 @@ impl Discovery {
 /// with those the documents were built for, and rebuilds them when either moved, so discovery
 /// never lags the configuration that requests are served with (a rebuild is a few small JSON
 /// documents and their SHA-512, well under a millisecond).
-pub struct LiveDiscovery {
+pub(crate) struct LiveDiscovery {
     kinds: Arc<LiveKinds>,
     extra: Vec<GroupVersionResources>,
     dynamic: Vec<Arc<dyn DynamicGroupVersions>>,
@@ -274,7 +274,7 @@ impl std::fmt::Debug for LiveDiscovery {
 
 impl LiveDiscovery {
     /// Documents for `kinds`, then the static `extra` group-versions, then the `dynamic` ones.
-    pub fn new(
+    pub(crate) fn new(
         kinds: Arc<LiveKinds>,
         extra: Vec<GroupVersionResources>,
         dynamic: Vec<Arc<dyn DynamicGroupVersions>>,
@@ -307,7 +307,7 @@ impl LiveDiscovery {
     }
 
     /// The documents for the configuration in force.
-    pub fn current(&self) -> Arc<Discovery> {
+    pub(crate) fn current(&self) -> Arc<Discovery> {
         let (built_generations, built) = self.built();
         let now = (self.kinds.current().generation, self.dynamic.iter().map(|d| d.generation()).sum());
         if now == built_generations {
@@ -448,7 +448,7 @@ fn aggregated_empty(api_version: &str, content_type: &'static str) -> Response {
 }
 
 /// Whether `If-None-Match` names `etag` (exactly, in a list, or `*`).
-pub fn if_none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+pub(crate) fn if_none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
     let Ok(etag) = etag.to_str() else {
         return false;
     };

@@ -15,10 +15,11 @@ use crate::api::{ApiState, router};
 use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
 use crate::metrics::external::*;
 use crate::sources::PromError;
-use apiserver::cache::CacheSettings;
-use apiserver::telemetry::Metrics;
+use crate::sources::prometheus::Template;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
 use k8s_wire::ApiError;
-use k8s_wire::selectors::LabelSelector;
+use k8s_wire::LabelSelector;
 use test_support::all_at_once;
 
 const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
@@ -26,8 +27,8 @@ const V2_ACCEPT: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const BREWS: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_brews_per_minute";
 
-fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig>, ttl: Duration) -> Router {
-    let metrics = Metrics::new();
+fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig<Template>>, ttl: Duration) -> Router {
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let external = ExternalMetrics::new(prom, config, &CacheSettings::new(ttl, metrics.clone()));
     router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(external)))
 }
@@ -436,7 +437,7 @@ async fn discovery_lists_one_resource_per_metric() {
 
 #[tokio::test]
 async fn without_the_flag_nothing_is_served_or_advertised() {
-    let app = router(ApiState::new(Vec::new(), Arc::new(|| true), Metrics::new()));
+    let app = router(ApiState::new(Vec::new(), Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE)));
     let groups = get(&app, "/apis").await.json();
     assert_eq!(groups["groups"].as_array().unwrap().len(), 1, "{groups}");
     let v2 = call(&app, "GET", "/apis", Some(V2_ACCEPT)).await.json();
@@ -533,7 +534,7 @@ async fn mk_adapter_app(yaml: &str) -> (Arc<MkProm>, Router) {
     ];
     let adapter =
         crate::adapter::LiveAdapter::load(&path, prom.clone(), Duration::from_secs(600)).await.unwrap();
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let external = ExternalMetrics::new(
         prom.clone(),
         LiveConfig::fixed(mk_defaults(), None),

@@ -23,8 +23,8 @@ use crate::config::LiveConfig;
 use crate::kinds::{KindInfo, Kinds};
 use crate::metrics::custom::CustomMetrics;
 use crate::metrics::external::ExternalMetrics;
-use apiserver::cache::CacheSettings;
-use apiserver::telemetry::Metrics;
+use apiserver::CacheSettings;
+use apiserver::Metrics;
 use test_support::fuzz::{check_promql_literals, method, path, query, run, text};
 
 /// A fake kind with the names the path strategy favours (`w1`, `w2`) and a warning that needs
@@ -93,7 +93,7 @@ fn router_answers_client_faults_with_4xx_and_sends_only_well_formed_promql() {
     let prometheus = mk_prom(Ok(vec![sample]), Duration::ZERO);
     let app = runtime.block_on(async {
         let kinds: Kinds = vec![fuzz_kind(&WIDGET), fuzz_kind(&GADGET)];
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
         let config = LiveConfig::fixed(mk_defaults(), None);
         let cache = CacheSettings::new(Duration::from_millis(1), metrics.clone());
         let external = ExternalMetrics::new(prometheus.clone(), config.clone(), &cache);

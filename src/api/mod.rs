@@ -18,9 +18,9 @@
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
 //! kind.
 
-pub mod discovery;
-pub mod openapi;
-pub mod render;
+pub(crate) mod discovery;
+pub(crate) mod openapi;
+pub(crate) mod render;
 mod selections;
 
 use std::borrow::Cow;
@@ -42,25 +42,25 @@ use crate::kinds::registry::{KindSet, LiveKinds};
 use crate::kinds::{ComputeError, Item, Listing, ServedKind};
 use apiserver::serve::fairness::{self, ConnectionSlots};
 use apiserver::serve::guard::{self, Guard};
-use apiserver::telemetry::{LatencyLabels, Metrics, RequestLabels};
+use apiserver::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, LiveDiscovery};
-use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, Representation, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, QueryParams, RequestInfo};
-use k8s_wire::selectors::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
-use k8s_wire::status;
-use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
+use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::{Endpoint, Representation, negotiate_headers};
+use k8s_wire::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
+use k8s_wire::{ParsedRequest, QueryParams, RequestInfo};
+
 use k8s_wire::{ApiError, GroupResource};
+use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 use openapi::{LiveOpenApi, OpenApi};
 use render::{IncludeObject, RenderContext, render_list, render_object};
 
 /// Seconds a client is asked to wait while the inventory is not synced. client-go retries a
 /// 503 with `Retry-After` up to 10 times, so `kubectl` waits out a short startup instead of
 /// failing.
-pub const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
+pub(crate) const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
 
 /// Readiness probe: whether the server's inputs (the inventory) are synced.
-pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+pub(crate) type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Shared state of the router: the kinds and every precomputed document.
 #[derive(Clone)]
@@ -71,10 +71,12 @@ pub struct ApiState {
     openapi: Arc<LiveOpenApi>,
     ready: ReadyFn,
     metrics: Arc<Metrics>,
-    auth: Option<Arc<apiserver::auth::Auth>>,
+    auth: Option<Arc<apiserver::Auth>>,
     groups: Vec<Arc<dyn GroupService>>,
     guard: Arc<Guard>,
     shutting_down: Arc<AtomicBool>,
+    /// Named checks `/readyz` reports after `informer-sync` ([`ApiState::with_readiness_check`]).
+    checks: Vec<(&'static str, ReadyFn)>,
     selections: selections::SelectedLists,
 }
 
@@ -103,8 +105,16 @@ impl ApiState {
             groups: Vec::new(),
             guard: Arc::new(Guard::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            checks: Vec::new(),
             selections: selections::SelectedLists::default(),
         }
+    }
+
+    /// Adds a check `name` to `/readyz` (e.g. the first kubelet samples): readiness fails
+    /// while it does.
+    pub(crate) fn with_readiness_check(mut self, name: &'static str, check: ReadyFn) -> Self {
+        self.checks.push((name, check));
+        self
     }
 
     /// Serves at most `max_in_flight` requests at once (0: no limit; health, discovery and
@@ -124,7 +134,7 @@ impl ApiState {
 
     /// Authenticates and authorizes every request with `auth` (delegated to the cluster).
     /// Without it every request is served, which only tests should do.
-    pub fn with_auth(mut self, auth: Arc<apiserver::auth::Auth>) -> Self {
+    pub fn with_auth(mut self, auth: Arc<apiserver::Auth>) -> Self {
         self.auth = Some(auth);
         self
     }
@@ -190,7 +200,7 @@ impl Drop for InFlight<'_> {
 ///    connection or the process down; count and time every request by resource (or route
 ///    template), verb and code — refused requests included;
 /// 2. the limits ([`guard`]): sizes, deadline, in-flight limit, before any webhook is called;
-/// 3. authentication and authorization ([`apiserver::auth::admit`]), when configured;
+/// 3. authentication and authorization ([`apiserver::admit`]), when configured;
 /// 4. [`dispatch`].
 async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Response {
     // The request is parsed once, here; authentication, authorization, dispatch and the
@@ -224,7 +234,7 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
         }
         let response = guard::within_deadline(admission.timeout, uri.path(), async {
             if let Some(auth) = &state.auth
-                && let Err(response) = apiserver::auth::admit(auth, &mut request).await
+                && let Err(response) = apiserver::admit(auth, &mut request).await
             {
                 return response;
             }
@@ -420,11 +430,9 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response {
 /// fails from SIGTERM on, while requests are still served.
 fn readyz(state: &ApiState, query: &QueryParams) -> Response {
     let verbose = query.get("verbose").is_some();
-    let checks = [
-        ("ping", true),
-        ("informer-sync", (state.ready)()),
-        ("shutdown", !state.shutting_down.load(Ordering::SeqCst)),
-    ];
+    let mut checks = vec![("ping", true), ("informer-sync", (state.ready)())];
+    checks.extend(state.checks.iter().map(|(name, check)| (*name, check())));
+    checks.push(("shutdown", !state.shutting_down.load(Ordering::SeqCst)));
     let passed = checks.iter().all(|(_, ok)| *ok);
     if passed && !verbose {
         return text(StatusCode::OK, "ok");
@@ -498,7 +506,7 @@ async fn serve_resource(
         {
             return Err(ApiError::BadRequest(format!(
                 "strconv.ParseInt: parsing {}: invalid syntax",
-                status::go_quote(v)
+                k8s_wire::go_quote(v)
             )));
         }
     }
@@ -520,7 +528,7 @@ fn valid(what: &str, value: &str, errs: Vec<String>) -> Result<(), ApiError> {
     if errs.is_empty() {
         return Ok(());
     }
-    Err(ApiError::BadRequest(format!("invalid {what} {}: {}", status::go_quote(value), errs.join("; "))))
+    Err(ApiError::BadRequest(format!("invalid {what} {}: {}", k8s_wire::go_quote(value), errs.join("; "))))
 }
 
 /// Maps the path to a served kind and checks the scope; anything else is a 404.
@@ -712,7 +720,7 @@ fn json_response(body: impl Into<Body>, warnings: &[String]) -> Response {
 }
 
 /// `Warning: 299 - "<text>"` (quotes and backslashes escaped, control characters blanked).
-pub fn warning_header(text: &str) -> Option<HeaderValue> {
+pub(crate) fn warning_header(text: &str) -> Option<HeaderValue> {
     let mut value = String::with_capacity(text.len() + 9);
     value.push_str("299 - \"");
     for c in text.chars() {

@@ -26,11 +26,11 @@ use serde_json::{Map, Value, json};
 use super::discovery::{if_none_match, sha512_hex};
 use crate::kinds::registry::LiveKinds;
 use crate::kinds::{GroupVersion, KindInfo, OBJECT_META_SCHEMA, STATS, ServedKind};
-use k8s_wire::negotiate::{accepts_json, not_acceptable};
-use k8s_wire::request_info::QueryParams;
+use k8s_wire::QueryParams;
+use k8s_wire::{accepts_json, not_acceptable};
 
 /// Name of the shared ListMeta schema.
-pub const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
+pub(crate) const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 
 /// ObjectMeta, ListMeta, Time, OwnerReference, ManagedFieldsEntry and FieldsV1 in OpenAPI v3
 /// form, with Kubernetes' own descriptions (from k8s-openapi's `v1_33` schemas).
@@ -173,7 +173,7 @@ impl OpenApi {
 
 /// The OpenAPI documents in force: rebuilt when the kinds change (a configuration reload that
 /// adds, changes or removes a declared kind), on the first read after it.
-pub struct LiveOpenApi {
+pub(crate) struct LiveOpenApi {
     kinds: Arc<LiveKinds>,
     built: RwLock<(u64, Arc<OpenApi>)>,
 }
@@ -186,14 +186,14 @@ impl std::fmt::Debug for LiveOpenApi {
 
 impl LiveOpenApi {
     /// The documents of `kinds`, following them.
-    pub fn new(kinds: Arc<LiveKinds>) -> Self {
+    pub(crate) fn new(kinds: Arc<LiveKinds>) -> Self {
         let set = kinds.current();
         let built = RwLock::new((set.generation, Arc::new(OpenApi::new(set.kinds()))));
         Self { kinds, built }
     }
 
     /// The documents for the kinds in force.
-    pub fn current(&self) -> Arc<OpenApi> {
+    pub(crate) fn current(&self) -> Arc<OpenApi> {
         let (generation, built) = match self.built.read() {
             Ok(built) => built.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -499,7 +499,7 @@ fn paths(kinds: &[Arc<dyn ServedKind>], flavor: Flavor) -> Value {
 
 /// OpenAPI 3.0 ignores the siblings of a `$ref` (a property's `description`): rewrites
 /// `{"$ref": r, ...}` as `{"allOf": [{"$ref": r}], ...}`, the form kube's own v3 specs use.
-pub fn wrap_ref_siblings(schema: Value) -> Value {
+pub(crate) fn wrap_ref_siblings(schema: Value) -> Value {
     let Value::Object(mut m) = schema else {
         return schema;
     };
@@ -530,7 +530,7 @@ pub fn wrap_ref_siblings(schema: Value) -> Value {
 /// Converts a v3 schema to Swagger 2.0: `#/components/schemas/` → `#/definitions/`, a lone
 /// `allOf: [{$ref}]` back to a `$ref` with siblings (as kube's v2 spec writes it), `nullable`
 /// dropped, and `oneOf`/`anyOf` (absent from 2.0) replaced by their first alternative.
-pub fn to_v2_schema(schema: Value) -> Value {
+pub(crate) fn to_v2_schema(schema: Value) -> Value {
     let Value::Object(mut m) = schema else {
         return schema;
     };

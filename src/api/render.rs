@@ -23,14 +23,14 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::kinds::{Cell, CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
+use crate::kinds::{CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
 use apiserver::serve::fairness::{self, ConnectionSlots, SlottedBody};
-use k8s_wire::negotiate::{MetaVersion, Representation, not_acceptable};
-use k8s_wire::status::ApiError;
+use k8s_wire::ApiError;
+use k8s_wire::{MetaVersion, Representation, not_acceptable};
 
 /// `includeObject` of a Table request: what each row's `object` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IncludeObject {
+pub(crate) enum IncludeObject {
     /// `None`: `object` is `null`.
     None,
     /// `Metadata` (the default): a `PartialObjectMetadata` in the Table's version.
@@ -43,14 +43,14 @@ pub enum IncludeObject {
 impl IncludeObject {
     /// Parses the query value; absent or empty is `Metadata`, an unknown value is a 400
     /// `unrecognized includeObject value: "x"`.
-    pub fn parse(value: Option<&str>) -> Result<Self, ApiError> {
+    pub(crate) fn parse(value: Option<&str>) -> Result<Self, ApiError> {
         match value.unwrap_or_default() {
             "" | "Metadata" => Ok(Self::Metadata),
             "None" => Ok(Self::None),
             "Object" => Ok(Self::Object),
             other => Err(ApiError::BadRequest(format!(
                 "unrecognized includeObject value: {}",
-                k8s_wire::status::go_quote(other)
+                k8s_wire::go_quote(other)
             ))),
         }
     }
@@ -58,7 +58,7 @@ impl IncludeObject {
 
 /// Everything besides the items that shapes a response body.
 #[derive(Debug, Clone, Copy)]
-pub struct RenderContext<'a> {
+pub(crate) struct RenderContext<'a> {
     /// The kind served.
     pub info: &'a KindInfo,
     /// Its Table columns (the generic Name/Created At columns when empty).
@@ -72,7 +72,7 @@ pub struct RenderContext<'a> {
 }
 
 /// Renders a list response.
-pub fn render_list(
+pub(crate) fn render_list(
     ctx: &RenderContext<'_>,
     items: &[Arc<Item>],
     repr: Representation,
@@ -97,7 +97,7 @@ pub fn render_list(
 }
 
 /// Renders a single-object response.
-pub fn render_object(
+pub(crate) fn render_object(
     ctx: &RenderContext<'_>,
     item: &Item,
     repr: Representation,
@@ -114,7 +114,7 @@ pub fn render_object(
 }
 
 /// `<Kind>List` written around the precomputed objects (as their list writes them).
-pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
+pub(crate) fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
     let size: usize = items.iter().map(|i| i.list_json().len() + 1).sum();
     let mut out = Vec::with_capacity(size + 160);
     crate::kinds::listing::push_list_head(&mut out, ctx.info, ctx.resource_version);
@@ -130,7 +130,7 @@ pub fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
 
 /// The unfiltered `<Kind>List` of `listing`: its own rendered bytes (shared), or, for a
 /// listing assembled by hand, rendered once and kept with it.
-pub fn list_json(ctx: &RenderContext<'_>, listing: &Listing) -> ListBody {
+pub(crate) fn list_json(ctx: &RenderContext<'_>, listing: &Listing) -> ListBody {
     listing.rendered_list.get_or_init(|| ListBody::from(kind_list(ctx, &listing.items))).clone()
 }
 
@@ -138,7 +138,7 @@ pub fn list_json(ctx: &RenderContext<'_>, listing: &Listing) -> ListBody {
 /// on an HTTP/2 connection, one more than a frame long waits for a body slot of the connection
 /// and holds it until its last part is handed over, in frames of at most [`fairness::CHUNK`]
 /// ([`fairness`]).
-pub async fn list_body(body: ListBody, slots: Option<&ConnectionSlots>) -> Body {
+pub(crate) async fn list_body(body: ListBody, slots: Option<&ConnectionSlots>) -> Body {
     let len = body.len();
     let mut parts = body.into_parts();
     let slotted = match slots {
@@ -269,13 +269,8 @@ fn table<'a>(
     })
 }
 
-/// A Table cell as text: ages are rendered against `now`, absent fields as `<none>`.
-pub fn render_cell(cell: &Cell, now: Timestamp) -> String {
-    render_cell_ref(CellRef::from(cell), now)
-}
-
-/// A stored Table cell as text, as [`render_cell`].
-pub fn render_cell_ref(cell: CellRef<'_>, now: Timestamp) -> String {
+/// A stored Table cell as text: ages are rendered against `now`, absent fields as `<none>`.
+pub(crate) fn render_cell_ref(cell: CellRef<'_>, now: Timestamp) -> String {
     match cell {
         CellRef::Text(s) => s.to_owned(),
         CellRef::Age(ts) => human_duration(now.duration_since(ts)),
@@ -291,7 +286,7 @@ fn full_object(info: &KindInfo, item: &Item) -> Result<Box<RawValue>, ApiError> 
 }
 
 /// `metav1.Time` JSON form: RFC 3339, UTC, whole seconds (`2026-07-01T10:00:00Z`).
-pub fn format_timestamp(ts: Timestamp) -> String {
+pub(crate) fn format_timestamp(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -299,7 +294,7 @@ pub fn format_timestamp(ts: Timestamp) -> String {
 /// 10 minutes, `15m` below 3 hours, `3h20m` below 8 hours, `20h` below 2 days, `2d4h` below
 /// 8 days, `45d` below 2 years, `2y3d` below 8 years, then `9y`. Up to 2 s in the future is
 /// clock skew (`0s`); more is `<invalid>`.
-pub fn human_duration(d: SignedDuration) -> String {
+pub(crate) fn human_duration(d: SignedDuration) -> String {
     let seconds = d.as_secs();
     if seconds < -1 {
         return "<invalid>".to_owned();
@@ -440,7 +435,7 @@ fn object_metadata(item: &Item) -> MetaJson<'_> {
 }
 
 /// `metadata` JSON for a [`Meta`].
-pub fn meta_json(meta: &Meta) -> serde_json::Value {
+pub(crate) fn meta_json(meta: &Meta) -> serde_json::Value {
     let mut m = serde_json::Map::new();
     m.insert("name".into(), (*meta.name).into());
     if !meta.namespace.is_empty() {
@@ -463,7 +458,12 @@ pub fn meta_json(meta: &Meta) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::API_VERSION;
+    use crate::kinds::{API_VERSION, Cell};
+
+    /// A Table cell as text, as [`render_cell_ref`].
+    fn render_cell(cell: &Cell, now: Timestamp) -> String {
+        render_cell_ref(CellRef::from(cell), now)
+    }
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
 

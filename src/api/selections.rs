@@ -25,11 +25,17 @@ const MAX_AGE: Duration = Duration::from_secs(120);
 /// What identifies a selected list: the kind (group and plural), the namespace the listing was
 /// filtered to, and both selectors as sent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SelectionKey(Box<str>);
+pub(super) struct SelectionKey(Box<str>);
 
 impl SelectionKey {
     /// The key of a selected list of `group`/`plural`.
-    pub fn new(group: &str, plural: &str, namespace: Option<&str>, labels: &str, fields: &str) -> Self {
+    pub(super) fn new(
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        labels: &str,
+        fields: &str,
+    ) -> Self {
         let parts = [group, plural, namespace.unwrap_or_default(), labels, fields];
         let mut key = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
         for part in parts {
@@ -49,7 +55,7 @@ struct Entry {
 
 /// The rendered selected lists (module documentation). Clones share the cache.
 #[derive(Clone)]
-pub struct SelectedLists {
+pub(super) struct SelectedLists {
     cache: Cache<SelectionKey, Entry>,
 }
 
@@ -74,13 +80,13 @@ impl Default for SelectedLists {
 
 impl SelectedLists {
     /// The answer rendered for `key` from this very `listing`, if any.
-    pub async fn get(&self, key: &SelectionKey, listing: &Arc<Listing>) -> Option<Bytes> {
+    pub(super) async fn get(&self, key: &SelectionKey, listing: &Arc<Listing>) -> Option<Bytes> {
         let entry = self.cache.get(key).await?;
         std::ptr::eq(entry.listing.as_ptr(), Arc::as_ptr(listing)).then_some(entry.body)
     }
 
     /// Keeps `body`, rendered for `key` from `listing` (unless it is too large to keep).
-    pub async fn insert(&self, key: SelectionKey, listing: &Arc<Listing>, body: Bytes) {
+    pub(super) async fn insert(&self, key: SelectionKey, listing: &Arc<Listing>, body: Bytes) {
         if body.len() as u64 > MAX_BYTES / 4 {
             return;
         }

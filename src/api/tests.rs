@@ -20,7 +20,7 @@ const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroup
 
 fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
     let kinds: crate::kinds::Kinds = vec![widgets, mk_gadgets()];
-    ApiState::new(kinds, Arc::new(move || ready), Metrics::new())
+    ApiState::new(kinds, Arc::new(move || ready), Metrics::new(crate::METRICS_NAMESPACE))
 }
 
 fn mk_app() -> Router {
@@ -662,7 +662,7 @@ async fn extra_group_versions_are_discovered_and_extra_routes_merge() {
     let extra = GroupVersionResources {
         group: "external.metrics.k8s.io".into(),
         version: "v1beta1".into(),
-        resources: vec![k8s_wire::discovery::DiscoveryResource {
+        resources: vec![k8s_wire::DiscoveryResource {
             name: "cafe_brews_per_minute".into(),
             singular_name: String::new(),
             namespaced: true,
@@ -1023,11 +1023,15 @@ async fn readyz_fails_once_shutting_down() {
 
 /// A router over the built-in and declared kinds of the file `dir/config.yaml` (`yaml`), with
 /// fake sources whose Prometheus answers `x` with one pod's rate.
-fn mk_live_app(dir: &std::path::Path, yaml: &str) -> (Router, Arc<crate::config::LiveConfig>) {
+fn mk_live_app(
+    dir: &std::path::Path,
+    yaml: &str,
+) -> (Router, Arc<crate::config::LiveConfig<crate::sources::prometheus::Template>>) {
     use crate::kinds::testkit::{AT, FakeInventory, FakeKubelet, FakeProm, mk_sample};
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.yaml"), yaml).unwrap();
-    let check: crate::config::Check = Arc::new(crate::kinds::registry::check_kinds);
+    let check: crate::config::Check<crate::sources::prometheus::Template> =
+        Arc::new(crate::kinds::registry::check_kinds);
     let config = crate::config::LiveConfig::load(Some(&dir.join("config.yaml")), None, check).unwrap();
     let sample = mk_sample(&[("namespace", "shop"), ("pod", "web-1")], 2.5, AT);
     let sources = crate::kinds::Sources {
@@ -1036,9 +1040,9 @@ fn mk_live_app(dir: &std::path::Path, yaml: &str) -> (Router, Arc<crate::config:
         prometheus: Arc::new(FakeProm::default().answer("x{", vec![sample])),
         config: config.clone(),
     };
-    let cache = apiserver::cache::CacheSettings::uncounted(std::time::Duration::from_secs(60));
+    let cache = apiserver::CacheSettings::uncounted(std::time::Duration::from_secs(60));
     let kinds = crate::kinds::registry::LiveKinds::new(&sources, &cache);
-    (router(ApiState::new(kinds, Arc::new(|| true), Metrics::new())), config)
+    (router(ApiState::new(kinds, Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE))), config)
 }
 
 const TRAFFIC: &str = "kinds:
@@ -1142,7 +1146,7 @@ async fn selected_lists_are_rendered_once_per_listing() {
     ];
     let kind = Arc::new(Refreshed { inner: widgets, current: std::sync::Mutex::new(listing(first, "1")) });
     let kinds: crate::kinds::Kinds = vec![kind.clone(), mk_gadgets()];
-    let app = router(ApiState::new(kinds, Arc::new(|| true), Metrics::new()));
+    let app = router(ApiState::new(kinds, Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE)));
     let web = format!("{}?labelSelector=app%3Dweb", widgets_path("shop"));
     let sizes = |v: &Value| -> Vec<String> {
         v["items"].as_array().unwrap().iter().map(|i| i["size"].as_str().unwrap().to_owned()).collect()

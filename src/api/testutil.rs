@@ -21,6 +21,7 @@ use crate::config::{Check, QueryFile};
 use crate::kinds::{
     API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
 };
+use crate::sources::prometheus::Template;
 use crate::sources::workloads::{PodSelection, Selection, Workload, WorkloadError, WorkloadSource};
 use crate::sources::{PromError, PromSample, PromSource};
 
@@ -298,8 +299,8 @@ impl WorkloadSource for FakeWorkloads {
 
 /// The check the server runs on the query file (`server::config_check`, which `api` may not
 /// import).
-pub(crate) fn mk_check() -> Check {
-    Arc::new(|file: &mut QueryFile| {
+pub(crate) fn mk_check() -> Check<Template> {
+    Arc::new(|file: &mut QueryFile<Template>| {
         crate::kinds::registry::check_queries(file)?;
         crate::metrics::external::check_metrics(file)?;
         crate::metrics::custom::check_metrics(file)
@@ -307,7 +308,7 @@ pub(crate) fn mk_check() -> Check {
 }
 
 /// The default configuration, checked.
-pub(crate) fn mk_defaults() -> QueryFile {
+pub(crate) fn mk_defaults() -> QueryFile<Template> {
     QueryFile::from_yaml("", "defaults", &mk_check()).unwrap()
 }
 

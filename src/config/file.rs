@@ -6,6 +6,12 @@
 //! queries a kind has and their defaults, what makes an external metric valid) belongs to the
 //! section's owner, which checks it through the [`Check`] given to [`LiveConfig::load`]: a
 //! file is accepted whole or rejected whole, with a message naming the field.
+//!
+//! The file's types are generic over `Q`, the type a PromQL template deserializes into: the
+//! server reads the file with the PromQL layer's compiled template
+//! (`sources::prometheus::Template`, analysed once as the file is read, rendered without
+//! analysis), and this layer, below it, needs not know the template language. Its own tests
+//! read queries as plain `String`s.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,7 +52,7 @@ pub enum ConfigError {
 }
 
 /// Result alias for this module.
-pub type Result<T> = std::result::Result<T, ConfigError>;
+pub(crate) type Result<T> = std::result::Result<T, ConfigError>;
 
 /// A field with an invalid value, as a section's owner reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,30 +72,30 @@ impl Invalid {
 
 /// Checks a parsed file and fills the defaults of the sections its owners define; called on
 /// every load and reload. The server composes it from every section owner.
-pub type Check = Arc<dyn Fn(&mut QueryFile) -> std::result::Result<(), Invalid> + Send + Sync>;
+pub type Check<Q> = Arc<dyn Fn(&mut QueryFile<Q>) -> std::result::Result<(), Invalid> + Send + Sync>;
 
 /// Default range of rates.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
 
-/// The parsed query configuration file.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct QueryFile {
+/// The parsed query configuration file; `Q` is what each PromQL template is read as.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryFile<Q> {
     /// Range the rates are computed over (Go duration); `--window` overrides it.
     pub window: Option<Duration>,
     /// Query overrides of the built-in kinds: section key (`podMetricsSummary`) → field →
     /// PromQL template. Fields left out take the kind's default.
-    pub kind_queries: BTreeMap<String, BTreeMap<String, String>>,
+    pub kind_queries: BTreeMap<String, BTreeMap<String, Q>>,
     /// The metrics of `external.metrics.k8s.io/v1beta1`; `None` when the file leaves the key
     /// out (the external metrics API fills its defaults in then).
-    pub external_metrics: Option<Vec<ExternalMetricConfig>>,
+    pub external_metrics: Option<Vec<ExternalMetricConfig<Q>>>,
     /// The metrics of `custom.metrics.k8s.io`; `None` when the file leaves the key out (the
     /// custom metrics API fills its defaults in then).
-    pub custom_metrics: Option<Vec<CustomMetricConfig>>,
+    pub custom_metrics: Option<Vec<CustomMetricConfig<Q>>>,
     /// Kinds declared in the file (`kinds:`), served beside the built-in ones.
-    pub kinds: Vec<DeclaredKindConfig>,
+    pub kinds: Vec<DeclaredKindConfig<Q>>,
     /// The queries of `--resource-source=prometheus` (`resourceQueries:`); the resource source
     /// fills in the fields left out.
-    pub resource_queries: ResourceQueriesConfig,
+    pub resource_queries: ResourceQueriesConfig<Q>,
     /// Whether the file declares `externalMetrics` and `customMetrics` itself (rather than
     /// taking the defaults): an `--adapter-config` rule may take a default metric's name, not
     /// a declared one's.
@@ -105,10 +111,25 @@ pub struct Declares {
     pub custom_metrics: bool,
 }
 
-impl QueryFile {
+/// Every section left out (what an empty file is before its owners fill their defaults in).
+impl<Q> Default for QueryFile<Q> {
+    fn default() -> Self {
+        Self {
+            window: None,
+            kind_queries: BTreeMap::new(),
+            external_metrics: None,
+            custom_metrics: None,
+            kinds: Vec::new(),
+            resource_queries: ResourceQueriesConfig::default(),
+            declares: Declares::default(),
+        }
+    }
+}
+
+impl<Q> QueryFile<Q> {
     /// The template of `field` in the section `section`, when the file sets it.
-    pub fn kind_query(&self, section: &str, field: &str) -> Option<&str> {
-        self.kind_queries.get(section)?.get(field).map(String::as_str)
+    pub fn kind_query(&self, section: &str, field: &str) -> Option<&Q> {
+        self.kind_queries.get(section)?.get(field)
     }
 }
 
@@ -117,12 +138,12 @@ impl QueryFile {
 /// only name the `labels` listed here.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ExternalMetricConfig {
+pub struct ExternalMetricConfig<Q> {
     /// Metric name, the resource of its URL: lowercase letters, digits, `_`, `.` and `-`.
     pub name: String,
     /// PromQL template (`SCOPE`, `WINDOW` placeholders as for the other queries). Each series
     /// of the result becomes one item; its labels are the item's `metricLabels`.
-    pub query: String,
+    pub query: Q,
     /// Labels a selector may constrain (Prometheus label names, never `namespace`): each
     /// requirement becomes a matcher in `SCOPE`. A selector on any other label is a 400.
     #[serde(default)]
@@ -136,11 +157,11 @@ pub struct ExternalMetricConfig {
 /// that select pods and for namespaces under `custom.metrics.k8s.io`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct CustomMetricConfig {
+pub struct CustomMetricConfig<Q> {
     /// Metric name, the last segment of its URLs: lowercase letters, digits, `_`, `.` and `-`.
     pub name: String,
     /// PromQL template whose result keeps the `namespace` and `pod` labels: one value per pod.
-    pub query: String,
+    pub query: Q,
     /// Labels a `metricLabelSelector` may constrain (each requirement becomes an escaped
     /// matcher in `SCOPE`); a selector on any other label is a 400.
     #[serde(default)]
@@ -156,24 +177,31 @@ pub struct CustomMetricConfig {
 /// `resourceQueries:`: where `--resource-source=prometheus` reads CPU and memory. Every query
 /// is a PromQL template (`SCOPE`, `WINDOW`); fields left out take the defaults on cAdvisor's
 /// and the kubelet's series.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResourceQueriesConfig {
+pub struct ResourceQueriesConfig<Q> {
     /// CPU cores per container: the result keeps `namespace`, `pod` and `container`.
     #[serde(rename = "containerCPU")]
-    pub container_cpu: Option<String>,
+    pub container_cpu: Option<Q>,
     /// Memory working set bytes per container, with the same labels.
     #[serde(rename = "containerMemory")]
-    pub container_memory: Option<String>,
+    pub container_memory: Option<Q>,
     /// CPU cores per node: the result keeps `node`.
     #[serde(rename = "nodeCPU")]
-    pub node_cpu: Option<String>,
+    pub node_cpu: Option<Q>,
     /// Memory working set bytes per node: the result keeps `node`.
     #[serde(rename = "nodeMemory")]
-    pub node_memory: Option<String>,
+    pub node_memory: Option<Q>,
     /// Range of the CPU rates (`WINDOW`), reported as the `window` of the metrics.
     #[serde(default, deserialize_with = "de_duration")]
     pub window: Option<Duration>,
+}
+
+/// Every query left out, for its owner to fill in.
+impl<Q> Default for ResourceQueriesConfig<Q> {
+    fn default() -> Self {
+        Self { container_cpu: None, container_memory: None, node_cpu: None, node_memory: None, window: None }
+    }
 }
 
 /// How pod values combine for an object (`aggregate:` of a custom metric).
@@ -193,7 +221,7 @@ pub enum Aggregate {
 /// it, fills its defaults in (plural, singular, categories) and serves it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DeclaredKindConfig {
+pub struct DeclaredKindConfig<Q> {
     /// `Kind` of the objects, UpperCamelCase.
     pub kind: String,
     /// Plural resource name; lowercase kind + `s` when unset.
@@ -220,7 +248,7 @@ pub struct DeclaredKindConfig {
     /// Joins the running pods whose label `label` equals the object's name.
     pub pods: Option<PodsJoinConfig>,
     /// The fields, each from one query; at least one.
-    pub fields: Vec<DeclaredFieldConfig>,
+    pub fields: Vec<DeclaredFieldConfig<Q>>,
 }
 
 /// The `pods` join of a declared kind.
@@ -234,11 +262,11 @@ pub struct PodsJoinConfig {
 /// One field of a declared kind.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DeclaredFieldConfig {
+pub struct DeclaredFieldConfig<Q> {
     /// JSON field name, lowerCamelCase.
     pub name: String,
     /// PromQL template (`SCOPE`, `WINDOW`).
-    pub query: String,
+    pub query: Q,
     /// `number` (when unset), `percent`, `cores`, `bytes`, `seconds` or `timestamp`.
     pub format: Option<String>,
     /// Printer column name; no column when unset.
@@ -251,19 +279,19 @@ pub struct DeclaredFieldConfig {
 }
 
 /// The file as YAML gives it: the known keys, and every other key as a kind section.
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawFile {
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", bound(deserialize = "Q: Deserialize<'de>"))]
+struct RawFile<Q> {
     #[serde(default, deserialize_with = "de_duration")]
     window: Option<Duration>,
     #[serde(default)]
-    external_metrics: Option<Vec<ExternalMetricConfig>>,
+    external_metrics: Option<Vec<ExternalMetricConfig<Q>>>,
     #[serde(default)]
-    custom_metrics: Option<Vec<CustomMetricConfig>>,
+    custom_metrics: Option<Vec<CustomMetricConfig<Q>>>,
     #[serde(default)]
-    kinds: Vec<DeclaredKindConfig>,
+    kinds: Vec<DeclaredKindConfig<Q>>,
     #[serde(default)]
-    resource_queries: ResourceQueriesConfig,
+    resource_queries: ResourceQueriesConfig<Q>,
     #[serde(flatten)]
     sections: BTreeMap<String, serde_json::Value>,
 }
@@ -303,20 +331,27 @@ fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Op
     d.deserialize_option(OptionalDuration)
 }
 
-impl QueryFile {
+impl<Q: serde::de::DeserializeOwned> QueryFile<Q> {
     /// Parses a document (empty means every default) and runs `check` on it; `path` only names
     /// it in errors.
-    pub fn from_yaml(text: &str, path: &str, check: &Check) -> Result<Self> {
+    pub fn from_yaml(text: &str, path: &str, check: &Check<Q>) -> Result<Self> {
         let parse_error = |message: String| ConfigError::Parse { path: path.to_owned(), message };
         let mut file = if text.trim().is_empty() {
             QueryFile::default()
         } else {
-            let raw: RawFile = super::yaml::from_str::<Option<RawFile>>(text)
+            let raw: RawFile<Q> = super::yaml::from_str::<Option<RawFile<Q>>>(text)
                 .map_err(|e| parse_error(e.to_string()))?
-                .unwrap_or_default();
+                .unwrap_or_else(|| RawFile {
+                    window: None,
+                    external_metrics: None,
+                    custom_metrics: None,
+                    kinds: Vec::new(),
+                    resource_queries: ResourceQueriesConfig::default(),
+                    sections: BTreeMap::new(),
+                });
             let mut kind_queries = BTreeMap::new();
             for (key, value) in raw.sections {
-                let queries: BTreeMap<String, String> = serde_json::from_value(value)
+                let queries: BTreeMap<String, Q> = serde_json::from_value(value)
                     .map_err(|e| parse_error(format!("{key}: expected a map of field to PromQL: {e}")))?;
                 kind_queries.insert(key, queries);
             }
@@ -344,9 +379,9 @@ impl QueryFile {
 
 /// One validated configuration in force, with its effective window.
 #[derive(Debug)]
-pub struct Snapshot {
+pub struct Snapshot<Q> {
     /// The file, checked, with its owners' defaults filled in.
-    pub file: QueryFile,
+    pub file: QueryFile<Q>,
     /// Range of the rates: `--window`, else the file's `window`, else [`DEFAULT_WINDOW`].
     pub window: Duration,
     /// Increases by one at every successful reload.
@@ -358,26 +393,26 @@ pub struct Snapshot {
 /// Readers take a [`Snapshot`] per request, so a reload never disturbs requests in flight; an
 /// invalid new file is rejected with a log line and a metric, and the last good configuration
 /// stays in force.
-pub struct LiveConfig {
+pub struct LiveConfig<Q> {
     path: Option<PathBuf>,
     window_flag: Option<Duration>,
-    check: Check,
-    current: std::sync::RwLock<Arc<Snapshot>>,
+    check: Check<Q>,
+    current: std::sync::RwLock<Arc<Snapshot<Q>>>,
     /// The generation of `current`, readable without a lock (per request).
     generation: std::sync::atomic::AtomicU64,
     changes: tokio::sync::watch::Sender<u64>,
     last_text: std::sync::Mutex<Option<String>>,
 }
 
-impl std::fmt::Debug for LiveConfig {
+impl<Q> std::fmt::Debug for LiveConfig<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LiveConfig").field("path", &self.path).finish_non_exhaustive()
     }
 }
 
-impl LiveConfig {
+impl<Q: serde::de::DeserializeOwned + Send + Sync + 'static> LiveConfig<Q> {
     /// Loads `path` (defaults when `None`) through `check`; `window_flag` is `--window`.
-    pub fn load(path: Option<&Path>, window_flag: Option<Duration>, check: Check) -> Result<Arc<Self>> {
+    pub fn load(path: Option<&Path>, window_flag: Option<Duration>, check: Check<Q>) -> Result<Arc<Self>> {
         let (file, text) = match path {
             None => (QueryFile::from_yaml("", "defaults", &check)?, None),
             Some(p) => {
@@ -391,15 +426,15 @@ impl LiveConfig {
     }
 
     /// A fixed configuration, already checked (tests, or no `--config`).
-    pub fn fixed(file: QueryFile, window_flag: Option<Duration>) -> Arc<Self> {
-        Arc::new(Self::with(file, None, window_flag, Arc::new(|_: &mut QueryFile| Ok(())), None))
+    pub fn fixed(file: QueryFile<Q>, window_flag: Option<Duration>) -> Arc<Self> {
+        Arc::new(Self::with(file, None, window_flag, Arc::new(|_: &mut QueryFile<Q>| Ok(())), None))
     }
 
     fn with(
-        file: QueryFile,
+        file: QueryFile<Q>,
         path: Option<PathBuf>,
         window_flag: Option<Duration>,
-        check: Check,
+        check: Check<Q>,
         text: Option<String>,
     ) -> Self {
         let window = window_flag.or(file.window).unwrap_or(DEFAULT_WINDOW);
@@ -417,7 +452,7 @@ impl LiveConfig {
     }
 
     /// The configuration in force.
-    pub fn current(&self) -> Arc<Snapshot> {
+    pub fn current(&self) -> Arc<Snapshot<Q>> {
         match self.current.read() {
             Ok(current) => current.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -494,8 +529,8 @@ mod tests {
     use super::*;
 
     /// Accepts every file, as long as its only section is `known`.
-    fn mk_check() -> Check {
-        Arc::new(|file: &mut QueryFile| match file.kind_queries.keys().find(|k| *k != "known") {
+    fn mk_check() -> Check<String> {
+        Arc::new(|file: &mut QueryFile<String>| match file.kind_queries.keys().find(|k| *k != "known") {
             Some(key) => Err(Invalid::new(key.clone(), "unknown section")),
             None => Ok(()),
         })
@@ -537,7 +572,7 @@ mod tests {
     #[test]
     fn sections_are_maps_of_strings_named_in_errors() {
         let file = QueryFile::from_yaml("known:\n  a: x{SCOPE}\n", "f", &mk_check()).unwrap();
-        assert_eq!(file.kind_query("known", "a"), Some("x{SCOPE}"));
+        assert_eq!(file.kind_query("known", "a").map(String::as_str), Some("x{SCOPE}"));
         assert_eq!(file.kind_query("known", "b"), None);
         let err = QueryFile::from_yaml("known: 3\n", "f.yaml", &mk_check()).unwrap_err().to_string();
         assert!(err.starts_with("--config f.yaml: known: expected a map"), "{err}");

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser};
 
-pub use apiserver::options::{AuthArgs, ServingArgs};
-use apiserver::options::{kubernetes_style, parse_positive_duration};
+pub use apiserver::{AuthArgs, ServingArgs};
+use apiserver::{env_named, kubernetes_style, parse_positive_duration};
 use k8s_wire::duration;
 
 /// All flags of the `percolator` binary.
@@ -53,9 +53,15 @@ pub struct Args {
     pub verbosity: u8,
 }
 
+/// The prefix of every flag's environment variable: `--cert-dir` is `PERCOLATOR_CERT_DIR`.
+const ENV_PREFIX: &str = "PERCOLATOR_";
+
 /// Kubernetes components' flag style ([`kubernetes_style`]), except that a header value may hold
-/// commas: `--prometheus-header` takes one header per flag, or per line (its own delimiter).
+/// commas: `--prometheus-header` takes one header per flag, or per line (its own delimiter). The
+/// generic server's flags (`apiserver`'s, which name no variable) get their `PERCOLATOR_<FLAG>`
+/// environment variable here ([`env_named`]).
 fn flag_style(arg: clap::Arg) -> clap::Arg {
+    let arg = env_named(ENV_PREFIX, arg);
     if arg.get_id() == "prometheus_headers" { arg } else { kubernetes_style(arg) }
 }
 
@@ -71,7 +77,7 @@ fn parse_rate_window(text: &str) -> std::result::Result<Duration, FlagValueError
 
 /// A flag value that does not parse (clap prints it after the flag's name).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum FlagValueError {
+pub(crate) enum FlagValueError {
     /// `--max-rate-window` below a second.
     #[error("must be at least 1s")]
     RateWindowTooShort,
@@ -401,7 +407,7 @@ pub struct AdapterArgs {
 }
 
 /// Flags of caching: one TTL for every cache of computed results (served objects, external
-/// metric values, kubelet samples per node), all built by [`apiserver::cache`].
+/// metric values, kubelet samples per node), all built by [`apiserver::TtlCache`].
 #[derive(Debug, Clone, ClapArgs)]
 pub struct CacheArgs {
     /// How long computed objects, external metric values and kubelet samples are cached
@@ -445,8 +451,9 @@ mod tests {
     }
 
     /// Every flag can be set from `PERCOLATOR_<FLAG>` (upper case, dashes to underscores), as
-    /// the README promises: a flag added without one fails here. `-v` is `--v`, so
-    /// `PERCOLATOR_V`.
+    /// the README promises: the generic server's flags included (they get theirs from
+    /// `flag_style`), and a variable spelled by hand that breaks the rule fails here. `-v` is
+    /// `--v`, so `PERCOLATOR_V`.
     #[test]
     fn every_flag_has_its_environment_variable() {
         let mut command = Args::command();

@@ -2,8 +2,8 @@
 //! ([`file`]), and how their YAML is read ([`yaml`]). A leaf: it knows the shapes of flags and file, not what the other modules make
 //! of them. Every bad flag or file fails at start with a message naming the flag or field.
 
-pub mod file;
-pub mod flags;
+pub(crate) mod file;
+pub(crate) mod flags;
 pub mod yaml;
 
 pub use file::{

@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde::de::DeserializeOwned;
+use serde_path_to_error::Segment;
 use serde_saphyr::{
     DuplicateKeyPolicy, Localizer, Location, MessageFormatter, SnippetMode, UserMessageFormatter,
 };
@@ -70,7 +71,15 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
     let mut path = String::new();
     serde_saphyr::with_deserializer_from_str_with_options(text, options(), |deserializer| {
         serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            path = key_path(e.path());
+            let mut segments: Vec<&Segment> = e.path().iter().collect();
+            // An unknown key is reported at the mapping that holds it, as a missing one is:
+            // the key being read is the last segment, left out.
+            if let (Some(field), Some(Segment::Map { key })) = (unknown_field(e.inner()), segments.last())
+                && key == field
+            {
+                segments.pop();
+            }
+            path = key_path(segments);
             e.into_inner()
         })
     })
@@ -80,36 +89,39 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
             formatter: &formatter as &dyn MessageFormatter,
             snippets: SnippetMode::Off,
         });
-        // An unknown key is reported at the mapping that holds it, as a missing one is.
-        let key_segment = path.rsplit_once('.').map_or(path.as_str(), |(_, last)| last);
-        if !key_segment.is_empty()
-            && !key_segment.ends_with(']')
-            && message.starts_with(&format!("unknown field `{key_segment}`"))
-        {
-            let parent = path.len() - key_segment.len();
-            path.truncate(parent.saturating_sub(1));
-        }
         YamlError { path, message }
     })
 }
 
+/// The key a `deny_unknown_fields` type refused, when that is the error (under the alias and
+/// snippet wrappers serde-saphyr may put around it).
+fn unknown_field(mut error: &serde_saphyr::Error) -> Option<&str> {
+    loop {
+        match error {
+            serde_saphyr::Error::AliasError { error: inner, .. }
+            | serde_saphyr::Error::WithSnippet { error: inner, .. } => error = inner,
+            serde_saphyr::Error::SerdeUnknownField { field, .. } => return Some(field),
+            _ => return None,
+        }
+    }
+}
+
 /// `rules[0].resources.overrides`: keys joined by dots, indexes in brackets; the key being
 /// read when a mapping's key was at fault (a duplicate) is left out.
-fn key_path(path: &serde_path_to_error::Path) -> String {
+fn key_path<'a>(segments: impl IntoIterator<Item = &'a Segment>) -> String {
     let mut text = String::new();
-    for segment in path {
+    for segment in segments {
         match segment {
-            serde_path_to_error::Segment::Seq { index } => {
+            Segment::Seq { index } => {
                 let _ = write!(text, "[{index}]");
             }
-            serde_path_to_error::Segment::Map { key }
-            | serde_path_to_error::Segment::Enum { variant: key } => {
+            Segment::Map { key } | Segment::Enum { variant: key } => {
                 if !text.is_empty() {
                     text.push('.');
                 }
                 text.push_str(key);
             }
-            serde_path_to_error::Segment::Unknown => {}
+            Segment::Unknown => {}
         }
     }
     text
@@ -160,6 +172,16 @@ mod tests {
         assert_eq!(
             error("items:\n- {name: a, nmae: b}\n"),
             "items[0]: unknown field `nmae`, expected one of name, on at line 2 column 13"
+        );
+        // The unknown key is left out of the path by what the error is, not by its text: a key
+        // with a dot (which the old text match cut at the dot) or at the top.
+        assert_eq!(
+            error("items:\n- {name: a, x.y: b}\n"),
+            "items[0]: unknown field `x.y`, expected one of name, on at line 2 column 13"
+        );
+        assert_eq!(
+            error("items: []\nitem: 1\n"),
+            "unknown field `item`, expected one of items, labels at line 2 column 1"
         );
         assert_eq!(error("items:\n- {}\n"), "items[0]: missing field `name` at line 2 column 3");
         assert_eq!(error("items: 5\n"), "items: expected sequence start at line 1 column 8");

@@ -16,7 +16,8 @@ use futures::future::BoxFuture;
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
 use crate::config::LiveConfig;
-use apiserver::cache::{CacheSettings, TtlCache};
+use crate::sources::prometheus::Template;
+use apiserver::{CacheSettings, TtlCache};
 
 /// Entries kept at most (one per namespace plus the all-namespaces entry).
 const MAX_ENTRIES: u64 = 10_000;
@@ -26,10 +27,10 @@ const MAX_ENTRIES: u64 = 10_000;
 type Key = (u64, Option<Arc<str>>);
 
 /// A [`ServedKind`] whose lists are cached for the TTL.
-pub struct CachedKind {
+pub(crate) struct CachedKind {
     inner: Arc<dyn ServedKind>,
     cache: TtlCache<Key, Arc<Listing>>,
-    config: Arc<LiveConfig>,
+    config: Arc<LiveConfig<Template>>,
 }
 
 impl std::fmt::Debug for CachedKind {
@@ -41,7 +42,11 @@ impl std::fmt::Debug for CachedKind {
 impl CachedKind {
     /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
     /// `config`) is part of every key.
-    pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, config: Arc<LiveConfig>) -> Self {
+    pub(crate) fn new(
+        inner: Arc<dyn ServedKind>,
+        settings: &CacheSettings,
+        config: Arc<LiveConfig<Template>>,
+    ) -> Self {
         let cache = TtlCache::new(inner.info().plural.clone(), settings, MAX_ENTRIES);
         Self { inner, cache, config }
     }
@@ -115,7 +120,7 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apiserver::telemetry::Metrics;
+    use apiserver::Metrics;
     use std::sync::LazyLock;
     use std::time::Duration;
     use test_support::all_at_once;
@@ -125,7 +130,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_expire() {
         let pods = Pods::new(Duration::from_millis(50));
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
         let config = LiveConfig::fixed(Default::default(), None);
         let settings = CacheSettings::new(Duration::from_millis(300), metrics.clone());
         let cached = Arc::new(CachedKind::new(pods.clone(), &settings, config));
@@ -162,7 +167,11 @@ mod tests {
     fn instant_pods(ttl: Duration) -> (Arc<Pods>, CachedKind) {
         let pods = Pods::new(Duration::ZERO);
         let config = LiveConfig::fixed(Default::default(), None);
-        let cached = CachedKind::new(pods.clone(), &CacheSettings::new(ttl, Metrics::new()), config);
+        let cached = CachedKind::new(
+            pods.clone(),
+            &CacheSettings::new(ttl, Metrics::new(crate::METRICS_NAMESPACE)),
+            config,
+        );
         (pods, cached)
     }
 

@@ -23,11 +23,11 @@ use crate::sources::{PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
 
 /// Pod label naming the cafe a pod serves.
-pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
+pub(crate) const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
 /// Object label carrying the cafe's type (espresso, lungo, cappuccino, latte).
-pub const TYPE_LABEL: &str = "une-tasse-de.cafe/type";
+pub(crate) const TYPE_LABEL: &str = "une-tasse-de.cafe/type";
 /// A cafe is ready when its temperature is within this band (°C), inclusive.
-pub const READY_BAND: (f64, f64) = (60.0, 95.0);
+pub(crate) const READY_BAND: (f64, f64) = (60.0, 95.0);
 
 static INFO: KindInfo = KindInfo {
     gv: super::STATS,
@@ -58,34 +58,34 @@ macro_rules! quantile {
 }
 
 /// The kind in the registry.
-pub static KIND: Builtin = Builtin {
+pub(crate) static KIND: Builtin = Builtin {
     info: &INFO,
     section: "cafeBrewStats",
-    queries: &[BREWS, FAILURES, P50, P95, P99, TEMPERATURE, LAST_BREWED],
+    queries: &[&BREWS, &FAILURES, &P50, &P95, &P99, &TEMPERATURE, &LAST_BREWED],
     build: |sources| Arc::new(CafeBrewStatsKind::new(sources)),
 };
 
 // Results keep the `namespace` and `cafe` labels; `brews` also keeps `type`.
 
 /// Completed brews in the window, per cafe and type.
-const BREWS: QuerySpec =
+static BREWS: QuerySpec =
     QuerySpec::new("brews", "sum by (namespace, cafe, type) (increase(cafe_brews_total{SCOPE}[WINDOW]))");
 /// Failed brews in the window, per cafe.
-const FAILURES: QuerySpec = QuerySpec::new(
+static FAILURES: QuerySpec = QuerySpec::new(
     "failures",
     "sum by (namespace, cafe) (increase(cafe_brew_failures_total{SCOPE}[WINDOW]))",
 );
 /// Median brew time in seconds, per cafe.
-const P50: QuerySpec = QuerySpec::new("p50", quantile!("0.5"));
+static P50: QuerySpec = QuerySpec::new("p50", quantile!("0.5"));
 /// 95th percentile brew time in seconds, per cafe.
-const P95: QuerySpec = QuerySpec::new("p95", quantile!("0.95"));
+static P95: QuerySpec = QuerySpec::new("p95", quantile!("0.95"));
 /// 99th percentile brew time in seconds, per cafe.
-const P99: QuerySpec = QuerySpec::new("p99", quantile!("0.99"));
+static P99: QuerySpec = QuerySpec::new("p99", quantile!("0.99"));
 /// Current temperature in °C, per cafe.
-const TEMPERATURE: QuerySpec =
+static TEMPERATURE: QuerySpec =
     QuerySpec::new("temperature", "max by (namespace, cafe) (cafe_temperature_celsius{SCOPE})");
 /// Unix time of the last completed brew, per cafe.
-const LAST_BREWED: QuerySpec =
+static LAST_BREWED: QuerySpec =
     QuerySpec::new("lastBrewed", "max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})");
 
 static COLUMNS: &[Column] = &[
@@ -104,7 +104,7 @@ static COLUMNS: &[Column] = &[
 
 /// Computes CafeBrewStats from the sources.
 #[derive(Debug)]
-pub struct CafeBrewStatsKind {
+pub(crate) struct CafeBrewStatsKind {
     sources: Sources,
 }
 
@@ -121,7 +121,7 @@ struct Series {
 
 impl CafeBrewStatsKind {
     /// Builds the kind from its sources (queries come from `sources.config`).
-    pub fn new(sources: Sources) -> Self {
+    pub(crate) fn new(sources: Sources) -> Self {
         Self { sources }
     }
 
@@ -171,7 +171,7 @@ impl CafeBrewStatsKind {
         list.reserve(cafes.len());
         for (key, pods) in &cafes {
             // A label value that is not a valid object name cannot be served (or fetched).
-            if k8s_wire::validation::is_dns1123_subdomain(&key.name).is_empty() {
+            if k8s_wire::is_dns1123_subdomain(&key.name).is_empty() {
                 self.item(&mut list, key, pods, &series, &usage, (&window, w));
             }
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::config::{LiveConfig, Snapshot};
-use crate::sources::prometheus::{self, Matcher, render};
+use crate::sources::prometheus::{self, Matcher, Template};
 use crate::sources::{
     ContainerUsage, Inventory, PodInfo, PodKey, PromError, PromSample, PromSource, UsageSource,
 };
@@ -44,7 +44,7 @@ pub struct Sources {
     /// PromQL.
     pub prometheus: Arc<dyn PromSource>,
     /// The query configuration in force (reloadable): kinds take one snapshot per computation.
-    pub config: Arc<LiveConfig>,
+    pub config: Arc<LiveConfig<Template>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -61,7 +61,7 @@ pub struct Computation {
     /// The inventory's resource version, the listing's `metadata.resourceVersion`.
     pub resource_version: String,
     /// The configuration in force, for every query of this computation.
-    pub config: Arc<Snapshot>,
+    pub config: Arc<Snapshot<Template>>,
 }
 
 impl Sources {
@@ -88,12 +88,13 @@ impl Sources {
         (usage.pods, usage.warning)
     }
 
-    /// Renders `template` for `namespace` (all namespaces when `None`) and runs it. The
-    /// namespace has been validated as a DNS-1123 label by the API layer and is escaped here.
+    /// Renders `template` (compiled when the configuration was read) for `namespace` (all
+    /// namespaces when `None`) and runs it. The namespace has been validated as a DNS-1123
+    /// label by the API layer and is escaped here.
     pub async fn query(
         &self,
         field: &str,
-        template: &str,
+        template: &Template,
         namespace: Option<&str>,
         window: Duration,
     ) -> Result<Vec<PromSample>, QueryError> {
@@ -102,34 +103,34 @@ impl Sources {
             Some(ns) => vec![Matcher::eq("namespace", ns).map_err(template_error)?],
             None => Vec::new(),
         };
-        let promql = render(template, &scope, window).map_err(template_error)?;
+        let promql = template.render(&scope, window).map_err(template_error)?;
         Ok(self.prometheus.query(promql).await?)
     }
 }
 
 /// CPU is published to the micro-core: two cumulative samples in seconds carry no more
 /// precision.
-pub const CPU_STEP: f64 = 1e-6;
+pub(crate) const CPU_STEP: f64 = 1e-6;
 
 /// `cores` rounded to [`CPU_STEP`].
-pub fn round_cpu(cores: f64) -> f64 {
+pub(crate) fn round_cpu(cores: f64) -> f64 {
     round_to(cores, CPU_STEP)
 }
 
 /// Rates are published to the milli-unit (0.001/s): finer digits are floating-point noise of
 /// `rate()`, and they make Quantities unreadable (`15840230907n`).
-pub const RATE_STEP: f64 = 1e-3;
+pub(crate) const RATE_STEP: f64 = 1e-3;
 /// Ratios to the micro-unit, so small error ratios keep three significant digits.
-pub const RATIO_STEP: f64 = 1e-6;
+pub(crate) const RATIO_STEP: f64 = 1e-6;
 
 /// `value` rounded to a multiple of `step`.
-pub fn round_to(value: f64, step: f64) -> f64 {
+pub(crate) fn round_to(value: f64, step: f64) -> f64 {
     (value / step).round() * step
 }
 
 /// The kubelet usage of the pods an object joins (a cafe's serving pods), summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct GroupUsage {
+pub(crate) struct GroupUsage {
     /// CPU in cores, rounded by [`round_cpu`]: only when every pod has a CPU rate for every
     /// container.
     pub cpu: Option<f64>,
@@ -141,7 +142,7 @@ pub struct GroupUsage {
 
 impl GroupUsage {
     /// The usage of `pods` in `usage` (from [`Sources::pod_usage`]); no pods, no usage.
-    pub fn of(pods: &[&PodInfo], usage: &HashMap<PodKey, Vec<ContainerUsage>>) -> Self {
+    pub(crate) fn of(pods: &[&PodInfo], usage: &HashMap<PodKey, Vec<ContainerUsage>>) -> Self {
         let containers: Vec<Option<&Vec<ContainerUsage>>> = pods
             .iter()
             .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
@@ -170,7 +171,7 @@ impl GroupUsage {
 
 /// Indexes a query result by its `namespace` and `pod` labels, or records why `field` is
 /// missing.
-pub fn index_by_pod(
+pub(crate) fn index_by_pod(
     result: Result<Vec<PromSample>, QueryError>,
     field: &str,
     warnings: &mut Vec<String>,
@@ -180,7 +181,7 @@ pub fn index_by_pod(
 
 /// Indexes a query result by its `namespace` label and `label`, or records why `field` is
 /// missing. Samples without those labels are ignored.
-pub fn index_by(
+pub(crate) fn index_by(
     result: Result<Vec<PromSample>, QueryError>,
     field: &str,
     label: &str,

@@ -112,7 +112,7 @@ fn type_meta_field(key: &str, value: &str) -> Vec<u8> {
 /// Appends the opening of `info`'s `<Kind>List` up to its items:
 /// `{"kind":…,"apiVersion":…,"metadata":{"resourceVersion":…},"items":[` (no
 /// `resourceVersion` when empty).
-pub fn push_list_head(out: &mut Vec<u8>, info: &KindInfo, resource_version: &str) {
+pub(crate) fn push_list_head(out: &mut Vec<u8>, info: &KindInfo, resource_version: &str) {
     out.extend_from_slice(b"{\"kind\":");
     push_json_str(out, &info.list_kind);
     out.extend_from_slice(b",\"apiVersion\":");
@@ -448,7 +448,7 @@ const MAX_CHUNK: usize = 256 * 1024;
 /// Writes a [`Listing`]'s objects straight into its `<Kind>List` JSON (module documentation),
 /// in chunks: the buffer never grows by copying, so computing a listing takes its size once,
 /// not up to three times.
-pub struct ListingBuilder {
+pub(crate) struct ListingBuilder {
     resource_version: String,
     prefixes: TypeMetaPrefixes,
     head: Bytes,
@@ -473,7 +473,7 @@ impl std::fmt::Debug for ListingBuilder {
 
 impl ListingBuilder {
     /// A listing of `info`'s objects at `resource_version` (empty: none in the list).
-    pub fn new(info: &KindInfo, resource_version: String) -> Self {
+    pub(crate) fn new(info: &KindInfo, resource_version: String) -> Self {
         let mut head = Vec::with_capacity(160);
         push_list_head(&mut head, info, &resource_version);
         Self {
@@ -490,14 +490,14 @@ impl ListingBuilder {
 
     /// Room for `additional` more objects (when their number is known, the list of them is not
     /// grown by copying).
-    pub fn reserve(&mut self, additional: usize) {
+    pub(crate) fn reserve(&mut self, additional: usize) {
         self.items.reserve_exact(additional);
     }
 
     /// Adds an object: `object` serialized (with its `kind` and `apiVersion`) straight into
     /// the list, with its metadata (`object` borrows it, so it is shared here) and its Table
     /// cells.
-    pub fn push<T: Serialize>(&mut self, meta: &Meta, object: &T, cells: &[Cell]) {
+    pub(crate) fn push<T: Serialize>(&mut self, meta: &Meta, object: &T, cells: &[Cell]) {
         self.scratch.clear();
         let type_meta = write_object(&mut self.scratch, object, &self.prefixes);
         let cells = Cells::pack(type_meta, cells, meta);
@@ -535,18 +535,8 @@ impl ListingBuilder {
         }
     }
 
-    /// Objects added so far.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether no object was added.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// The listing, with `warnings`.
-    pub fn finish(mut self, warnings: Vec<String>) -> Listing {
+    pub(crate) fn finish(mut self, warnings: Vec<String>) -> Listing {
         if !self.sorted {
             self.reorder();
         }

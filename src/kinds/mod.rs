@@ -6,38 +6,40 @@
 //! Adding a built-in kind: one new file here exporting a [`Builtin`], its `mod` line below and
 //! one line in [`registry::BUILTIN`].
 
-pub mod cached;
-pub mod declared;
-pub mod inputs;
-pub mod listing;
-pub mod registry;
+pub(crate) mod cached;
+pub(crate) mod declared;
+pub(crate) mod inputs;
+pub(crate) mod listing;
+pub(crate) mod registry;
 
-pub mod cafe_brew_stats;
-pub mod pod_metrics_summary;
-pub mod resource_metrics;
+pub(crate) mod cafe_brew_stats;
+pub(crate) mod pod_metrics_summary;
+pub(crate) mod resource_metrics;
 
 #[cfg(test)]
 pub(crate) mod testkit;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 use serde::Serialize;
 
-pub use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
-pub use listing::{CellRef, Item, ListBody, Listing, ListingBuilder};
+pub(crate) use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
+pub use listing::Listing;
+pub(crate) use listing::{CellRef, Item, ListBody, ListingBuilder};
 
 use crate::config::Snapshot;
+use crate::sources::prometheus::Template;
 use crate::sources::{Labels, PodInfo, PodKey};
 
 /// API group of percolator's own kinds.
-pub const GROUP: &str = "stats.une-tasse-de.cafe";
+pub(crate) const GROUP: &str = "stats.une-tasse-de.cafe";
 /// API version of percolator's own kinds.
-pub const VERSION: &str = "v1alpha1";
+pub(crate) const VERSION: &str = "v1alpha1";
 /// `apiVersion` of percolator's own kinds.
-pub const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
+pub(crate) const API_VERSION: &str = "stats.une-tasse-de.cafe/v1alpha1";
 
 /// The API group and version a kind is served under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -305,37 +307,48 @@ pub struct Builtin {
     /// Key of the kind's section in the query file (`podMetricsSummary`).
     pub section: &'static str,
     /// Its PromQL templates, each overridable in the section.
-    pub queries: &'static [QuerySpec],
+    pub queries: &'static [&'static QuerySpec],
     /// Builds the (uncached) kind from its sources.
     pub build: fn(Sources) -> Arc<dyn ServedKind>,
 }
 
-/// One PromQL template of a kind. `SCOPE` stands for the namespace matcher (empty across all
-/// namespaces) and `WINDOW` for the range.
+/// One PromQL template of a kind (a `static`: its default is compiled once). `SCOPE` stands
+/// for the namespace matcher (empty across all namespaces) and `WINDOW` for the range.
 #[derive(Debug)]
 pub struct QuerySpec {
     /// Its key in the kind's section of the file (`requests`).
     pub field: &'static str,
     /// The compiled-in template.
     pub default: &'static str,
+    /// `default` compiled, when the first configuration is checked.
+    compiled: OnceLock<Template>,
 }
 
 impl QuerySpec {
     /// The template `default` for the file key `field`.
     pub const fn new(field: &'static str, default: &'static str) -> Self {
-        Self { field, default }
+        Self { field, default, compiled: OnceLock::new() }
+    }
+
+    /// The default, compiled (once).
+    pub fn default_template(&self) -> &Template {
+        self.compiled.get_or_init(|| Template::new(self.default))
     }
 }
 
 impl Builtin {
-    /// The template of `spec` in force: the file's override, else the default.
-    pub fn query<'a>(&self, config: &'a Snapshot, spec: &'a QuerySpec) -> &'a str {
-        config.file.kind_query(self.section, spec.field).unwrap_or(spec.default)
+    /// The template of `spec` in force: the file's override, else the default; both compiled
+    /// when the configuration was read and checked.
+    pub fn query<'a>(&self, config: &'a Snapshot<Template>, spec: &'a QuerySpec) -> &'a Template {
+        match config.file.kind_query(self.section, spec.field) {
+            Some(template) => template,
+            None => spec.default_template(),
+        }
     }
 }
 
 /// Name of the shared ObjectMeta schema in OpenAPI documents.
-pub const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+pub(crate) const OBJECT_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// The kinds served, shared by the router, discovery and OpenAPI.
 pub type Kinds = Vec<Arc<dyn ServedKind>>;
@@ -343,7 +356,7 @@ pub type Kinds = Vec<Arc<dyn ServedKind>>;
 /// Name of a component schema in OpenAPI documents: the group reversed, as Kubernetes names
 /// its own (`cafe.une-tasse-de.stats.v1alpha1.PodMetricsSummary`,
 /// `io.k8s.metrics.v1beta1.PodMetrics`).
-pub fn schema_name(gv: GroupVersion, kind: &str) -> String {
+pub(crate) fn schema_name(gv: GroupVersion, kind: &str) -> String {
     let mut reversed: Vec<&str> = gv.group.split('.').collect();
     reversed.reverse();
     format!("{}.{}.{kind}", reversed.join("."), gv.version)
@@ -351,7 +364,7 @@ pub fn schema_name(gv: GroupVersion, kind: &str) -> String {
 
 /// The OpenAPI v3 schema of a kind: `properties` plus the `apiVersion`, `kind` and `metadata`
 /// every object has, the kind's description and its group-version-kind.
-pub fn kind_schema(
+pub(crate) fn kind_schema(
     info: &KindInfo,
     metadata_description: &str,
     properties: serde_json::Value,
@@ -373,7 +386,7 @@ pub fn kind_schema(
 }
 
 /// RFC 3339, UTC, whole seconds, as `metav1.Time` serializes.
-pub fn rfc3339(ts: Timestamp) -> String {
+pub(crate) fn rfc3339(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -381,7 +394,7 @@ pub fn rfc3339(ts: Timestamp) -> String {
 /// namespace) has no `namespace`, as kube-apiserver serializes it.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectMeta<'a> {
+pub(crate) struct ObjectMeta<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     namespace: &'a str,

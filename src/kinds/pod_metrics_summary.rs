@@ -37,19 +37,19 @@ static INFO: KindInfo = KindInfo {
 };
 
 /// The kind in the registry.
-pub static KIND: Builtin = Builtin {
+pub(crate) static KIND: Builtin = Builtin {
     info: &INFO,
     section: "podMetricsSummary",
-    queries: &[REQUESTS, ERRORS],
+    queries: &[&REQUESTS, &ERRORS],
     build: |sources| Arc::new(PodMetricsSummaries::new(sources)),
 };
 
 /// Requests per second per pod; the result keeps the `namespace` and `pod` labels.
-const REQUESTS: QuerySpec =
+static REQUESTS: QuerySpec =
     QuerySpec::new("requests", "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))");
 
 /// Error (5xx) responses per second per pod; the result keeps `namespace` and `pod`.
-const ERRORS: QuerySpec = QuerySpec::new(
+static ERRORS: QuerySpec = QuerySpec::new(
     "errors",
     "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",SCOPE}[WINDOW]))",
 );
@@ -69,13 +69,13 @@ static COLUMNS: &[Column] = &[
 
 /// Computes PodMetricsSummaries from the sources.
 #[derive(Debug)]
-pub struct PodMetricsSummaries {
+pub(crate) struct PodMetricsSummaries {
     sources: Sources,
 }
 
 impl PodMetricsSummaries {
     /// Builds the kind from its sources (queries come from `sources.config`).
-    pub fn new(sources: Sources) -> Self {
+    pub(crate) fn new(sources: Sources) -> Self {
         Self { sources }
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-pub use super::{Builtin, QuerySpec};
+pub(crate) use super::Builtin;
 
 use std::sync::RwLock;
 
@@ -13,15 +13,24 @@ use super::cached::CachedKind;
 use super::declared::{DeclaredKind, DeclaredSpec, check_declared};
 use super::{Kinds, ServedKind, Sources};
 use crate::config::{Invalid, QueryFile};
-use crate::sources::prometheus::validate_template;
-use apiserver::cache::CacheSettings;
+use crate::sources::prometheus::Template;
+use apiserver::CacheSettings;
 
 /// Every built-in kind, in discovery order.
 pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::cafe_brew_stats::KIND];
 
 /// Checks the kind sections of `file`: each names a built-in kind, each field one of its
-/// queries, and each template is valid (keeps `SCOPE`, parses).
-pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
+/// queries, and each template is valid (keeps `SCOPE`, parses). The built-in kinds' defaults
+/// are compiled here too, once.
+pub(crate) fn check_queries(file: &QueryFile<Template>) -> Result<(), Invalid> {
+    for kind in BUILTIN {
+        for spec in kind.queries {
+            let name = format!("{}.{}", kind.section, spec.field);
+            spec.default_template()
+                .check_scoped()
+                .map_err(|e| Invalid::new(name, format!("default: {e}")))?;
+        }
+    }
     for (section, queries) in &file.kind_queries {
         let Some(kind) = BUILTIN.iter().find(|k| k.section == section) else {
             let known: Vec<&str> = BUILTIN.iter().map(|k| k.section).collect();
@@ -43,7 +52,7 @@ pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
                     format!("unknown query; expected one of {}", known.join(", ")),
                 ));
             }
-            validate_template(template).map_err(|e| Invalid::new(name, e.to_string()))?;
+            template.check_scoped().map_err(|e| Invalid::new(name, e.to_string()))?;
         }
     }
     Ok(())
@@ -51,7 +60,7 @@ pub fn check_queries(file: &QueryFile) -> Result<(), Invalid> {
 
 /// Checks the whole query file as far as kinds are concerned: the built-in kinds' sections
 /// and the declared kinds.
-pub fn check_kinds(file: &mut QueryFile) -> Result<(), Invalid> {
+pub(crate) fn check_kinds(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
     check_queries(file)?;
     check_declared(file, BUILTIN)
 }
@@ -210,18 +219,19 @@ mod tests {
     use crate::kinds::{GROUP, VERSION};
 
     fn check(yaml: &str) -> Result<(), String> {
-        let check: crate::config::Check = Arc::new(|file: &mut QueryFile| check_queries(file));
+        let check: crate::config::Check<Template> =
+            Arc::new(|file: &mut QueryFile<Template>| check_queries(file));
         QueryFile::from_yaml(yaml, "f.yaml", &check).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Live kinds over a configuration file `dir/config.yaml` holding `yaml`.
-    fn mk_live(dir: &std::path::Path, yaml: &str) -> (LiveKinds, Arc<crate::config::LiveConfig>) {
+    fn mk_live(dir: &std::path::Path, yaml: &str) -> (LiveKinds, Arc<crate::config::LiveConfig<Template>>) {
         use crate::kinds::testkit::{FakeInventory, FakeKubelet, FakeProm};
         use crate::sources::resources::KubeletUsage;
         std::fs::create_dir_all(dir).unwrap();
         let path = dir.join("config.yaml");
         std::fs::write(&path, yaml).unwrap();
-        let check: crate::config::Check = Arc::new(check_kinds);
+        let check: crate::config::Check<Template> = Arc::new(check_kinds);
         let config = crate::config::LiveConfig::load(Some(&path), None, check).unwrap();
         let sources = Sources {
             inventory: FakeInventory::with(Vec::new()),
@@ -284,7 +294,8 @@ mod tests {
     fn default_templates_are_valid() {
         for kind in BUILTIN {
             for spec in kind.queries {
-                validate_template(spec.default)
+                spec.default_template()
+                    .check_scoped()
                     .unwrap_or_else(|e| panic!("{}.{}: {e}", kind.section, spec.field));
             }
         }

@@ -30,7 +30,7 @@ use crate::sources::{ContainerUsage, NodeInfo, PodKey};
 use k8s_wire::{duration, quantity};
 
 /// `metrics.k8s.io/v1beta1`.
-pub const METRICS: GroupVersion =
+pub(crate) const METRICS: GroupVersion =
     GroupVersion { group: "metrics.k8s.io", version: "v1beta1", api_version: "metrics.k8s.io/v1beta1" };
 
 /// A kind of `metrics.k8s.io`: singular name empty, no short names, no categories, as
@@ -83,7 +83,7 @@ static COLUMNS: &[Column] = &[
 ];
 
 /// The two kinds, uncached (the registry puts them behind their caches).
-pub fn kinds(sources: &Sources) -> [Arc<dyn super::ServedKind>; 2] {
+pub(crate) fn kinds(sources: &Sources) -> [Arc<dyn super::ServedKind>; 2] {
     [Resource::Pods, Resource::Nodes].map(|resource| {
         Arc::new(ResourceMetrics { resource, sources: sources.clone() }) as Arc<dyn super::ServedKind>
     })

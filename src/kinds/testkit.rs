@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use super::cafe_brew_stats::CAFE_LABEL;
 use super::{CellRef, Item, Sources};
 use crate::config::{Check, LiveConfig, QueryFile};
+use crate::sources::prometheus::Template;
 use crate::sources::resources::KubeletUsage;
 use crate::sources::{
     ContainerUsage, Inventory, KubeletError, KubeletSource, NodeInfo, NodeUsage, PodInfo, PodKey, PromError,
@@ -269,7 +270,8 @@ pub(crate) fn mk_sources(
     kubelet: Arc<FakeKubelet>,
     prom: Arc<FakeProm>,
 ) -> Sources {
-    let check: Check = Arc::new(|file: &mut QueryFile| crate::kinds::registry::check_queries(file));
+    let check: Check<Template> =
+        Arc::new(|file: &mut QueryFile<Template>| crate::kinds::registry::check_queries(file));
     let file = QueryFile::from_yaml("", "defaults", &check).unwrap_or_else(|e| panic!("defaults: {e}"));
     Sources {
         inventory,

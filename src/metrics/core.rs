@@ -15,21 +15,21 @@ use crate::adapter::QueryError;
 use crate::adapter::query::requirement_matcher;
 use crate::config::{Invalid, QueryFile, Snapshot};
 use crate::sources::PromError;
-use crate::sources::prometheus::{Matcher, is_valid_label_name, render, validate_template};
-use k8s_wire::discovery::DiscoveryResource;
-use k8s_wire::request_info::{RequestInfo, lower_case_method};
-use k8s_wire::selectors::LabelSelector;
-use k8s_wire::status::go_quote;
+use crate::sources::prometheus::{Matcher, Template, is_valid_label_name};
+use k8s_wire::DiscoveryResource;
+use k8s_wire::LabelSelector;
+use k8s_wire::go_quote;
 use k8s_wire::{ApiError, GroupResource};
+use k8s_wire::{RequestInfo, lower_case_method};
 
 /// Seconds a client is asked to wait when Prometheus fails. client-go retries a 503 carrying
 /// `Retry-After` up to 10 times, so a short delay keeps an HPA sync (every 15 s) from blocking
 /// long on an outage, while single-flight keeps the retries from multiplying queries.
-pub const PROMETHEUS_RETRY_AFTER_SECONDS: u32 = 1;
+pub(crate) const PROMETHEUS_RETRY_AFTER_SECONDS: u32 = 1;
 
 /// Entries a metric API's query cache keeps at most: one per (metric, namespace, selector)
 /// asked for within a TTL.
-pub const MAX_ENTRIES: u64 = 10_000;
+pub(crate) const MAX_ENTRIES: u64 = 10_000;
 
 /// Names a metric may not take: they are namespace subresources in a Kubernetes URL
 /// (`/namespaces/NS/status`), so requests for them would be authorized as such.
@@ -38,7 +38,7 @@ const RESERVED_METRIC_NAMES: [&str; 4] = [".", "..", "status", "finalize"];
 /// Errors of the metric APIs' endpoints (external and custom), each rendered as a
 /// `metav1.Status`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MetricsError {
+pub(crate) enum MetricsError {
     /// Any error the generic HTTP layer knows how to render.
     #[error(transparent)]
     Api(#[from] ApiError),
@@ -50,18 +50,18 @@ pub enum MetricsError {
 
 impl MetricsError {
     /// `the server could not find the metric <metric> for <resource>`.
-    pub fn not_found(metric: &str, resource: &str) -> Self {
+    pub(crate) fn not_found(metric: &str, resource: &str) -> Self {
         Self::MetricNotFound(format!("the server could not find the metric {metric} for {resource}"))
     }
 
     /// `the server could not find the metric <metric> for <resource> <name>`.
-    pub fn not_found_for(metric: &str, resource: &str, name: &str) -> Self {
+    pub(crate) fn not_found_for(metric: &str, resource: &str, name: &str) -> Self {
         Self::MetricNotFound(format!("the server could not find the metric {metric} for {resource} {name}"))
     }
 }
 
 /// Result alias of the metric APIs.
-pub type Result<T, E = MetricsError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = MetricsError> = std::result::Result<T, E>;
 
 impl IntoResponse for MetricsError {
     fn into_response(self) -> Response {
@@ -91,7 +91,7 @@ impl IntoResponse for MetricsError {
 
 /// A metric name the `--config` file may not use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MetricNameError {
+pub(crate) enum MetricNameError {
     /// Not 1 to 253 characters among lowercase letters, digits, `_`, `.` and `-`.
     #[error(
         "{0:?} is not a valid metric name: 1 to 253 characters among lowercase letters, digits, \
@@ -105,7 +105,7 @@ pub enum MetricNameError {
 
 /// The two metric APIs, for what their shared steps say differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     /// `external.metrics.k8s.io`.
     External,
     /// `custom.metrics.k8s.io`.
@@ -114,7 +114,7 @@ pub enum Api {
 
 impl Api {
     /// How errors and logs name the API's metrics: `external`, `custom`.
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Self::External => "external",
             Self::Custom => "custom",
@@ -122,7 +122,7 @@ impl Api {
     }
 
     /// The API group.
-    pub const fn group(self) -> &'static str {
+    pub(crate) const fn group(self) -> &'static str {
         match self {
             Self::External => "external.metrics.k8s.io",
             Self::Custom => "custom.metrics.k8s.io",
@@ -130,7 +130,7 @@ impl Api {
     }
 
     /// The key of the API's metrics in the `--config` file.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Self::External => "externalMetrics",
             Self::Custom => "customMetrics",
@@ -140,22 +140,22 @@ impl Api {
 
 /// A metric the `--config` file declares for an API (its `externalMetrics` or
 /// `customMetrics`), with the compiled-in defaults used when the key is absent.
-pub trait Declared: Sized + Send + Sync + 'static {
+pub(crate) trait Declared: Sized + Send + Sync + 'static {
     /// The API that serves it.
     const API: Api;
     /// The file's list, `None` before the defaults are filled in.
-    fn slot(file: &mut QueryFile) -> &mut Option<Vec<Self>>;
+    fn slot(file: &mut QueryFile<Template>) -> &mut Option<Vec<Self>>;
     /// The metrics in force: [`check_metrics`] filled the defaults in when the file has none,
     /// so this is never empty.
-    fn of(snapshot: &Snapshot) -> &[Self];
+    fn of(snapshot: &Snapshot<Template>) -> &[Self];
     /// Whether the file declares the list (rather than taking the defaults).
-    fn declared(snapshot: &Snapshot) -> bool;
+    fn declared(snapshot: &Snapshot<Template>) -> bool;
     /// The compiled-in metrics.
     fn defaults() -> Vec<Self>;
     /// Its name.
     fn name(&self) -> &str;
-    /// Its PromQL template.
-    fn query(&self) -> &str;
+    /// Its PromQL template, compiled when the file was read.
+    fn query(&self) -> &Template;
     /// The labels its selector may constrain.
     fn labels(&self) -> &[String];
     /// Its window, when it sets its own.
@@ -174,15 +174,17 @@ macro_rules! declared {
         impl $crate::metrics::core::Declared for $type {
             const API: $crate::metrics::core::Api = $crate::metrics::core::Api::$api;
 
-            fn slot(file: &mut $crate::config::QueryFile) -> &mut Option<Vec<Self>> {
+            fn slot(
+                file: &mut $crate::config::QueryFile<$crate::sources::prometheus::Template>,
+            ) -> &mut Option<Vec<Self>> {
                 &mut file.$field
             }
 
-            fn of(snapshot: &$crate::config::Snapshot) -> &[Self] {
+            fn of(snapshot: &$crate::config::Snapshot<$crate::sources::prometheus::Template>) -> &[Self] {
                 snapshot.file.$field.as_deref().unwrap_or_default()
             }
 
-            fn declared(snapshot: &$crate::config::Snapshot) -> bool {
+            fn declared(snapshot: &$crate::config::Snapshot<$crate::sources::prometheus::Template>) -> bool {
                 snapshot.file.declares.$field
             }
 
@@ -194,7 +196,7 @@ macro_rules! declared {
                 &self.name
             }
 
-            fn query(&self) -> &str {
+            fn query(&self) -> &$crate::sources::prometheus::Template {
                 &self.query
             }
 
@@ -214,7 +216,7 @@ pub(crate) use declared;
 
 /// Checks the file's metrics for `D`'s API and fills in its defaults when the key is absent.
 /// Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics<D: Declared>(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
+pub(crate) fn check_metrics<D: Declared>(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
     let key = D::API.key();
     let metrics = D::slot(file).get_or_insert_with(D::defaults);
     if metrics.is_empty() {
@@ -238,7 +240,7 @@ pub fn check_metrics<D: Declared>(file: &mut QueryFile) -> std::result::Result<(
                 format!("duplicate name {name:?} (also {key}[{first}])"),
             ));
         }
-        validate_template(metric.query()).map_err(|e| Invalid::new(field("query"), e.to_string()))?;
+        metric.query().check_scoped().map_err(|e| Invalid::new(field("query"), e.to_string()))?;
         metric.check_query(&field("query"))?;
         check_metric_labels(metric.labels(), &at)?;
         if metric.window().is_some_and(|w| w < Duration::from_secs(1)) {
@@ -250,7 +252,7 @@ pub fn check_metrics<D: Declared>(file: &mut QueryFile) -> std::result::Result<(
 
 /// Checks a metric's name: lowercase letters, digits, `_`, `.` and `-`, and not a reserved
 /// URL segment.
-pub fn check_metric_name(name: &str) -> std::result::Result<(), MetricNameError> {
+pub(crate) fn check_metric_name(name: &str) -> std::result::Result<(), MetricNameError> {
     let name_ok = !name.is_empty()
         && name.len() <= 253
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b));
@@ -266,7 +268,7 @@ pub fn check_metric_name(name: &str) -> std::result::Result<(), MetricNameError>
 /// Checks the `labels` a metric's selector may constrain (`at` is the metric's field path):
 /// Prometheus label names, not `namespace` (the request's namespace always scopes the query),
 /// not reserved, no duplicates.
-pub fn check_metric_labels(labels: &[String], at: &str) -> std::result::Result<(), Invalid> {
+pub(crate) fn check_metric_labels(labels: &[String], at: &str) -> std::result::Result<(), Invalid> {
     for (j, label) in labels.iter().enumerate() {
         let label_field = format!("{at}.labels[{j}]");
         if !is_valid_label_name(label) {
@@ -295,7 +297,7 @@ pub fn check_metric_labels(labels: &[String], at: &str) -> std::result::Result<(
 /// `the external metric x`), each requirement mapped by [`requirement_matcher`]. A label the
 /// metric does not accept, or `gt`/`lt`, is a 400. Values passed the selector parser's
 /// label-value validation and are escaped again here.
-pub fn label_matchers(
+pub(crate) fn label_matchers(
     what: &str,
     labels: &[String],
     selector: &LabelSelector,
@@ -332,7 +334,7 @@ pub fn label_matchers(
 /// `namespace="<namespace>"` plus `matchers`, and the cache key's selector part (the matchers
 /// rendered, sorted and deduplicated: selectors that differ only in order or spelling, `=` /
 /// `==`, share an entry).
-pub fn scoped_query<D: Declared>(
+pub(crate) fn scoped_query<D: Declared>(
     definition: &D,
     namespace: &str,
     matchers: Vec<Matcher>,
@@ -346,12 +348,16 @@ pub fn scoped_query<D: Declared>(
     canonical.dedup();
     let mut scope = vec![Matcher::eq("namespace", namespace).map_err(internal)?];
     scope.extend(matchers);
-    let promql = render(definition.query(), &scope, window).map_err(internal)?;
+    let promql = definition.query().render(&scope, window).map_err(internal)?;
     Ok((promql, canonical.join(",")))
 }
 
 /// 405 for anything but a `get` (`GET` or `HEAD`, not `watch`) of `resource`.
-pub fn check_read(info: &RequestInfo, method: &Method, resource: GroupResource) -> Result<(), ApiError> {
+pub(crate) fn check_read(
+    info: &RequestInfo,
+    method: &Method,
+    resource: GroupResource,
+) -> Result<(), ApiError> {
     if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
         let verb =
             if info.verb.is_empty() { lower_case_method(method) } else { info.verb.clone() }.into_owned();
@@ -361,7 +367,7 @@ pub fn check_read(info: &RequestInfo, method: &Method, resource: GroupResource) 
 }
 
 /// 400 for a namespace or name that is not a valid Kubernetes name.
-pub fn check_name(what: &str, value: &str, valid: fn(&str) -> Vec<String>) -> Result<(), ApiError> {
+pub(crate) fn check_name(what: &str, value: &str, valid: fn(&str) -> Vec<String>) -> Result<(), ApiError> {
     let errors = valid(value);
     if errors.is_empty() {
         Ok(())
@@ -372,7 +378,7 @@ pub fn check_name(what: &str, value: &str, valid: fn(&str) -> Vec<String>) -> Re
 
 /// The Status of an adapter rule's query that could not be built for a request: the request's
 /// fault (a selector Prometheus cannot express) is a 400, the rule's a 500 naming it.
-pub fn adapter_query_error(metric: &str, rule: &str, error: QueryError) -> ApiError {
+pub(crate) fn adapter_query_error(metric: &str, rule: &str, error: QueryError) -> ApiError {
     match error {
         QueryError::UnsupportedOperator(_) | QueryError::Matcher(_) | QueryError::UnsafeRawValue { .. } => {
             ApiError::BadRequest(format!("metric {metric}: {error}"))
@@ -384,7 +390,7 @@ pub fn adapter_query_error(metric: &str, rule: &str, error: QueryError) -> ApiEr
 }
 
 /// The 503 (with `Retry-After`) of a failed Prometheus query for `what` (`the external metric x`).
-pub fn prometheus_unavailable(what: &str, error: &PromError) -> ApiError {
+pub(crate) fn prometheus_unavailable(what: &str, error: &PromError) -> ApiError {
     let cause = match error {
         PromError::Unreachable(_) => "Prometheus is unreachable",
         PromError::Query(_) => "the Prometheus query failed",
@@ -397,18 +403,20 @@ pub fn prometheus_unavailable(what: &str, error: &PromError) -> ApiError {
 }
 
 /// The response of a metric API's handler: its answer, or its error as a `metav1.Status`.
-pub fn answer<'a>(handled: impl Future<Output = Result<Response>> + Send + 'a) -> BoxFuture<'a, Response> {
+pub(crate) fn answer<'a>(
+    handled: impl Future<Output = Result<Response>> + Send + 'a,
+) -> BoxFuture<'a, Response> {
     Box::pin(async move { handled.await.unwrap_or_else(IntoResponse::into_response) })
 }
 
 /// A 200 with a JSON body.
-pub fn json_response(body: Bytes) -> Response {
+pub(crate) fn json_response(body: Bytes) -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 /// A resource of a metric API's discovery: get only, of `kind`, as the adapter library lists
 /// them.
-pub fn discovery_resource(name: String, namespaced: bool, kind: &str) -> DiscoveryResource {
+pub(crate) fn discovery_resource(name: String, namespaced: bool, kind: &str) -> DiscoveryResource {
     DiscoveryResource {
         name,
         singular_name: String::new(),
@@ -429,6 +437,6 @@ fn round_to_micro(value: f64) -> f64 {
 }
 
 /// A metric value as the metric APIs publish it: a Quantity of `value` rounded to micro units.
-pub fn metric_quantity(value: f64) -> String {
+pub(crate) fn metric_quantity(value: f64) -> String {
     k8s_wire::quantity::decimal_si(round_to_micro(value))
 }

@@ -45,23 +45,23 @@ use super::core::{
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::{Discovered, LiveAdapter, resources};
 use crate::config::{Aggregate, CustomMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
-use crate::sources::prometheus::{Matcher, keeps_label};
+use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
 use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
-use apiserver::cache::{CacheSettings, TtlCache};
-use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo};
-use k8s_wire::selectors::{LabelSelector, Requirement};
-use k8s_wire::validation::{is_dns1123_label, is_dns1123_subdomain};
+use apiserver::{CacheSettings, TtlCache};
 use k8s_wire::{ApiError, GroupResource};
+use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::{Endpoint, negotiate_headers};
+use k8s_wire::{LabelSelector, Requirement};
+use k8s_wire::{ParsedRequest, RequestInfo};
+use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 
 /// API group of custom metrics.
-pub const GROUP: &str = Api::Custom.group();
+pub(crate) const GROUP: &str = Api::Custom.group();
 /// The versions served, preferred first (the HPA picks the preferred one).
-pub const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+pub(crate) const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 /// Kind of the responses, and of every resource in discovery.
-pub const LIST_KIND: &str = "MetricValueList";
+pub(crate) const LIST_KIND: &str = "MetricValueList";
 
 /// Name of the rendered answers' cache in `percolator_cache_requests_total`.
 const RESPONSES_CACHE_NAME: &str = "custom.metrics.k8s.io responses";
@@ -110,8 +110,8 @@ type PodValues = HashMap<String, PodValue>;
 /// The custom metrics service: the `customMetrics` of the reloadable configuration and the
 /// `rules` of an adapter configuration, values through a [`PromSource`], pods from the
 /// [`Inventory`], objects from a [`WorkloadSource`].
-pub struct CustomMetrics {
-    backend: Backend<CustomMetricConfig, Arc<PodValues>>,
+pub(crate) struct CustomMetrics {
+    backend: Backend<CustomMetricConfig<Template>, Arc<PodValues>>,
     inventory: Arc<dyn Inventory>,
     workloads: Arc<dyn WorkloadSource>,
     /// Rendered answers, by request (version, path, both selectors), each kept until the
@@ -127,11 +127,11 @@ impl std::fmt::Debug for CustomMetrics {
 
 impl CustomMetrics {
     /// Serves the `customMetrics` of `config` (checked by [`check_metrics`]).
-    pub fn new(
+    pub(crate) fn new(
         prometheus: Arc<dyn PromSource>,
         inventory: Arc<dyn Inventory>,
         workloads: Arc<dyn WorkloadSource>,
-        config: Arc<LiveConfig>,
+        config: Arc<LiveConfig<Template>>,
         cache: &CacheSettings,
     ) -> Self {
         let responses = TtlCache::new(RESPONSES_CACHE_NAME, cache, MAX_ENTRIES);
@@ -141,7 +141,7 @@ impl CustomMetrics {
     /// Also serves the `rules` of `adapter` (after the own metrics: a name both declare is the
     /// own metric's, for the resources the own metric serves).
     #[must_use]
-    pub fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
+    pub(crate) fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
         self.backend.set_adapter(adapter);
         self
     }
@@ -149,7 +149,9 @@ impl CustomMetrics {
     /// The discovery entries of `definitions`, one per version: per metric, `pods/M`, each
     /// workload resource's `R/M` (namespaced) and `namespaces/M` (cluster), get only, as the
     /// adapter library lists them.
-    pub fn group_version_resources(definitions: &[CustomMetricConfig]) -> Vec<GroupVersionResources> {
+    pub(crate) fn group_version_resources(
+        definitions: &[CustomMetricConfig<Template>],
+    ) -> Vec<GroupVersionResources> {
         let resource = |name: String, namespaced: bool| discovery_resource(name, namespaced, LIST_KIND);
         let mut resources = Vec::new();
         for d in definitions {
@@ -227,7 +229,8 @@ impl CustomMetrics {
             return self.handle_adapter(request, headers, discovered.as_deref(), ask).await;
         };
         let (pod_selector, metric_selector) = selectors(request, target)?;
-        let matchers = Backend::<CustomMetricConfig, Arc<PodValues>>::matchers(definition, &metric_selector)?;
+        let matchers =
+            Backend::<CustomMetricConfig<Template>, Arc<PodValues>>::matchers(definition, &metric_selector)?;
         negotiate_headers(headers, Endpoint::Plain)?;
         if !self.inventory.is_synced() {
             return Err(ApiError::ServiceUnavailable {
@@ -417,8 +420,8 @@ impl CustomMetrics {
     /// concurrent miss; with when they expire.
     async fn values(
         &self,
-        snapshot: &Snapshot,
-        definition: &CustomMetricConfig,
+        snapshot: &Snapshot<Template>,
+        definition: &CustomMetricConfig<Template>,
         namespace: &str,
         matchers: Vec<Matcher>,
     ) -> Result<(Arc<PodValues>, std::time::Instant)> {
@@ -744,21 +747,21 @@ fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[It
 
 /// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
 /// this is never empty.
-pub fn metrics_of(snapshot: &Snapshot) -> &[CustomMetricConfig] {
-    CustomMetricConfig::of(snapshot)
+pub(crate) fn metrics_of(snapshot: &Snapshot<Template>) -> &[CustomMetricConfig<Template>] {
+    CustomMetricConfig::<Template>::of(snapshot)
 }
 
 /// Checks the file's `customMetrics` and fills in [`default_metrics`] when the key is absent.
 /// Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
-    super::core::check_metrics::<CustomMetricConfig>(file)
+pub(crate) fn check_metrics(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
+    super::core::check_metrics::<CustomMetricConfig<Template>>(file)
 }
 
-declared!(CustomMetricConfig, Custom, custom_metrics, default_metrics;
+declared!(CustomMetricConfig<Template>, Custom, custom_metrics, default_metrics;
     /// The query keeps the labels that place each value on a pod ([`POD_LABELS`]).
     fn check_query(&self, field: &str) -> std::result::Result<(), Invalid> {
         for label in POD_LABELS {
-            keeps_label(&self.query, label).map_err(|message| {
+            self.query.keeps_label(label).map_err(|message| {
                 Invalid::new(field, format!("{message}, which places each value on a pod"))
             })?;
         }
@@ -766,10 +769,10 @@ declared!(CustomMetricConfig, Custom, custom_metrics, default_metrics;
     }
 );
 
-fn custom(name: &str, query: &str, labels: &[&str]) -> CustomMetricConfig {
+fn custom(name: &str, query: &str, labels: &[&str]) -> CustomMetricConfig<Template> {
     CustomMetricConfig {
         name: name.to_owned(),
-        query: query.to_owned(),
+        query: Template::new(query),
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
         aggregate: Aggregate::Sum,
         window: None,
@@ -778,7 +781,7 @@ fn custom(name: &str, query: &str, labels: &[&str]) -> CustomMetricConfig {
 
 /// The compiled-in custom metrics: `http_requests_per_second` and `http_errors_per_second`
 /// (5xx), per pod.
-pub fn default_metrics() -> Vec<CustomMetricConfig> {
+pub fn default_metrics() -> Vec<CustomMetricConfig<Template>> {
     vec![
         custom(
             "http_requests_per_second",
@@ -797,8 +800,8 @@ pub fn default_metrics() -> Vec<CustomMetricConfig> {
 mod tests {
     use super::*;
 
-    fn load(yaml: &str) -> std::result::Result<QueryFile, String> {
-        let check: crate::config::Check = Arc::new(check_metrics);
+    fn load(yaml: &str) -> std::result::Result<QueryFile<Template>, String> {
+        let check: crate::config::Check<Template> = Arc::new(check_metrics);
         QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
     }
 

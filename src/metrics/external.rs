@@ -40,44 +40,48 @@ use super::core::{
 use super::provider::{Backend, CacheKey, Provider};
 use crate::adapter::LiveAdapter;
 use crate::config::{ExternalMetricConfig, Invalid, LiveConfig, QueryFile, Snapshot};
-use crate::sources::prometheus::Matcher;
+use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::{PromSample, PromSource};
-use apiserver::cache::CacheSettings;
-use k8s_wire::discovery::{DynamicGroupVersions, GroupService, GroupVersionResources};
-use k8s_wire::negotiate::{Endpoint, negotiate_headers};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo};
-use k8s_wire::selectors::LabelSelector;
-use k8s_wire::validation::is_dns1123_label;
+use apiserver::CacheSettings;
+use k8s_wire::LabelSelector;
+use k8s_wire::is_dns1123_label;
 use k8s_wire::{ApiError, GroupResource};
+use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use k8s_wire::{Endpoint, negotiate_headers};
+use k8s_wire::{ParsedRequest, RequestInfo};
 
 /// API group of external metrics.
-pub const GROUP: &str = Api::External.group();
+pub(crate) const GROUP: &str = Api::External.group();
 /// The one version served.
-pub const VERSION: &str = "v1beta1";
+pub(crate) const VERSION: &str = "v1beta1";
 /// `apiVersion` of the responses.
-pub const API_VERSION: &str = "external.metrics.k8s.io/v1beta1";
+pub(crate) const API_VERSION: &str = "external.metrics.k8s.io/v1beta1";
 /// Kind of the responses, and of every metric in discovery (as the adapter library lists them).
-pub const LIST_KIND: &str = "ExternalMetricValueList";
+pub(crate) const LIST_KIND: &str = "ExternalMetricValueList";
 
 /// The external metrics service: the `externalMetrics` of the reloadable configuration and the
 /// `externalRules` of an adapter configuration, PromQL through a [`PromSource`], rendered
 /// answers in the query cache.
 #[derive(Debug)]
-pub struct ExternalMetrics {
-    backend: Backend<ExternalMetricConfig, Bytes>,
+pub(crate) struct ExternalMetrics {
+    backend: Backend<ExternalMetricConfig<Template>, Bytes>,
 }
 
 impl ExternalMetrics {
     /// Serves the `externalMetrics` of `config` (checked by [`check_metrics`]) from
     /// `prometheus`, with a cache built from `cache`.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+    pub(crate) fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self { backend: Backend::new(prometheus, config, cache) }
     }
 
     /// Also serves the `externalRules` of `adapter` (after the own metrics: a name both
     /// declare is the own metric's).
     #[must_use]
-    pub fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
+    pub(crate) fn with_adapter(mut self, adapter: Arc<LiveAdapter>) -> Self {
         self.backend.set_adapter(adapter);
         self
     }
@@ -98,7 +102,7 @@ impl ExternalMetrics {
 
     /// The discovery entry of `names`: one namespaced, get-only resource per metric, as the
     /// adapter library lists them.
-    pub fn group_version_resources<S: AsRef<str>>(names: &[S]) -> GroupVersionResources {
+    pub(crate) fn group_version_resources<S: AsRef<str>>(names: &[S]) -> GroupVersionResources {
         let resources =
             names.iter().map(|name| discovery_resource(name.as_ref().to_owned(), true, LIST_KIND)).collect();
         GroupVersionResources { group: GROUP.to_owned(), version: VERSION.to_owned(), resources }
@@ -200,10 +204,10 @@ impl DynamicGroupVersions for ExternalMetrics {
 /// `in` → `l=~"v1|v2"`, `notin` → `l!~"v1|v2"` (values regex-escaped), exists → `l!=""`,
 /// does-not-exist → `l=""`. A label the metric does not accept, or `gt`/`lt`, is a 400.
 pub fn selector_matchers(
-    definition: &ExternalMetricConfig,
+    definition: &ExternalMetricConfig<Template>,
     selector: &LabelSelector,
 ) -> Result<Vec<Matcher>, ApiError> {
-    Backend::<ExternalMetricConfig, Bytes>::matchers(definition, selector)
+    Backend::<ExternalMetricConfig<Template>, Bytes>::matchers(definition, selector)
 }
 
 /// `metav1.ListMeta` of the list: always `{}`.
@@ -237,7 +241,7 @@ struct ExternalMetricValue<'a> {
 /// The `ExternalMetricValueList` JSON of a query result: one item per series with a finite
 /// value (NaN, e.g. a ratio over no requests, and infinities have no Quantity form and are
 /// left out, as no data), sorted by labels.
-pub fn value_list(metric: &str, window: Option<Duration>, samples: Vec<PromSample>) -> Vec<u8> {
+pub(crate) fn value_list(metric: &str, window: Option<Duration>, samples: Vec<PromSample>) -> Vec<u8> {
     let mut items: Vec<ExternalMetricValue<'_>> = samples
         .into_iter()
         .filter(|s| {
@@ -268,22 +272,22 @@ pub fn value_list(metric: &str, window: Option<Duration>, samples: Vec<PromSampl
 
 /// The metrics in force. [`check_metrics`] filled the defaults in when the file has none, so
 /// this is never empty.
-pub fn metrics_of(snapshot: &Snapshot) -> &[ExternalMetricConfig] {
-    ExternalMetricConfig::of(snapshot)
+pub(crate) fn metrics_of(snapshot: &Snapshot<Template>) -> &[ExternalMetricConfig<Template>] {
+    ExternalMetricConfig::<Template>::of(snapshot)
 }
 
 /// Checks the file's `externalMetrics` and fills in [`default_metrics`] when the key is
 /// absent. Never empty: an empty resource list makes every kubectl discovery report an error.
-pub fn check_metrics(file: &mut QueryFile) -> std::result::Result<(), Invalid> {
-    super::core::check_metrics::<ExternalMetricConfig>(file)
+pub(crate) fn check_metrics(file: &mut QueryFile<Template>) -> std::result::Result<(), Invalid> {
+    super::core::check_metrics::<ExternalMetricConfig<Template>>(file)
 }
 
-declared!(ExternalMetricConfig, External, external_metrics, default_metrics);
+declared!(ExternalMetricConfig<Template>, External, external_metrics, default_metrics);
 
-fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
+fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig<Template> {
     ExternalMetricConfig {
         name: name.to_owned(),
-        query: query.to_owned(),
+        query: Template::new(query),
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
         window: None,
     }
@@ -291,7 +295,7 @@ fn external(name: &str, query: &str, labels: &[&str]) -> ExternalMetricConfig {
 
 /// The compiled-in external metrics: `cafe_brews_per_minute`, `cafe_brew_duration_p95_seconds`,
 /// `http_requests_per_second` and `http_error_ratio`.
-pub fn default_metrics() -> Vec<ExternalMetricConfig> {
+pub fn default_metrics() -> Vec<ExternalMetricConfig<Template>> {
     vec![
         external(
             "cafe_brews_per_minute",
@@ -320,8 +324,8 @@ pub fn default_metrics() -> Vec<ExternalMetricConfig> {
 mod tests {
     use super::*;
 
-    fn load(yaml: &str) -> std::result::Result<QueryFile, String> {
-        let check: crate::config::Check = Arc::new(check_metrics);
+    fn load(yaml: &str) -> std::result::Result<QueryFile<Template>, String> {
+        let check: crate::config::Check<Template> = Arc::new(check_metrics);
         QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
     }
 

@@ -12,9 +12,7 @@
 //! `metrics.k8s.io` is not here: it is two served kinds (`kinds::resource_metrics`) that take
 //! their Tables, selectors and cache from the kinds machinery, as every other kind does.
 
-pub mod core;
-pub mod custom;
-pub mod external;
-pub mod provider;
-
-pub use provider::{Backend, Provider};
+pub(crate) mod core;
+pub(crate) mod custom;
+pub(crate) mod external;
+pub(crate) mod provider;

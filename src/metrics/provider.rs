@@ -8,18 +8,18 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 use super::core::{Api, Declared, MAX_ENTRIES, Result, label_matchers, prometheus_unavailable};
 use crate::adapter::{Discovered, LiveAdapter};
 use crate::config::{LiveConfig, Snapshot};
-use crate::sources::prometheus::Matcher;
+use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::{PromSample, PromSource};
 use k8s_wire::ApiError;
-use k8s_wire::selectors::LabelSelector;
+use k8s_wire::LabelSelector;
 
 /// A source of the metrics one API serves.
-pub trait Provider: Send + Sync {
+pub(crate) trait Provider: Send + Sync {
     /// Grows whenever the metrics it serves change.
     fn generation(&self) -> u64;
     /// The names of the metrics it serves, in order.
@@ -29,14 +29,14 @@ pub trait Provider: Send + Sync {
 }
 
 /// The metrics of the reloadable `--config` file (`D`: `externalMetrics` or `customMetrics`).
-pub struct ConfigMetrics<D> {
-    config: Arc<LiveConfig>,
+pub(crate) struct ConfigMetrics<D> {
+    config: Arc<LiveConfig<Template>>,
     declared: PhantomData<fn() -> D>,
 }
 
 impl<D: Declared> ConfigMetrics<D> {
     /// The configuration in force: one snapshot serves a whole request.
-    pub fn current(&self) -> Arc<Snapshot> {
+    pub(crate) fn current(&self) -> Arc<Snapshot<Template>> {
         self.config.current()
     }
 }
@@ -56,19 +56,19 @@ impl<D: Declared> Provider for ConfigMetrics<D> {
 }
 
 /// The `externalRules` or `rules` (as `api` says) of a prometheus-adapter configuration.
-pub struct AdapterRules {
+pub(crate) struct AdapterRules {
     adapter: Arc<LiveAdapter>,
     api: Api,
 }
 
 impl AdapterRules {
     /// The configuration in force and the metrics its rules found.
-    pub fn current(&self) -> Arc<Discovered> {
+    pub(crate) fn current(&self) -> Arc<Discovered> {
         self.adapter.current()
     }
 
     /// Whether `discovered` serves `metric` in this API (custom: on any resource).
-    pub fn serves_in(&self, discovered: &Discovered, metric: &str) -> bool {
+    pub(crate) fn serves_in(&self, discovered: &Discovered, metric: &str) -> bool {
         match self.api {
             Api::External => discovered.external_metric(metric).is_some(),
             Api::Custom => discovered.custom.iter().any(|m| m.name == metric),
@@ -96,7 +96,7 @@ impl Provider for AdapterRules {
 
 /// What a cached query result is found by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CacheKey {
+pub(crate) struct CacheKey {
     /// The generation of the configuration the query comes from: results of a replaced
     /// configuration are not served after a reload.
     pub generation: u64,
@@ -112,7 +112,7 @@ pub struct CacheKey {
 }
 
 /// The two providers of one API (`D`'s), Prometheus, and the cache of query results `V`.
-pub struct Backend<D, V> {
+pub(crate) struct Backend<D, V> {
     prometheus: Arc<dyn PromSource>,
     cache: TtlCache<CacheKey, V>,
     /// The `--config` file's metrics.
@@ -131,7 +131,11 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     /// Serves the metrics of `config` (checked by [`check_metrics`](super::core::check_metrics))
     /// from `prometheus`, with a cache built from `cache` and named after the API's group in
     /// `percolator_cache_requests_total`.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+    pub(crate) fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self {
             prometheus,
             cache: TtlCache::new(D::API.group(), cache, MAX_ENTRIES),
@@ -141,20 +145,20 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     }
 
     /// Also serves the rules of `adapter`.
-    pub fn set_adapter(&mut self, adapter: Arc<LiveAdapter>) {
+    pub(crate) fn set_adapter(&mut self, adapter: Arc<LiveAdapter>) {
         self.adapter = Some(AdapterRules { adapter, api: D::API });
     }
 
     /// Both generations only grow, so their sum changes whenever either does.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.config.generation() + self.adapter.as_ref().map_or(0, Provider::generation)
     }
 
     /// The declared metric that answers for `metric` in `snapshot`: none when a default metric
     /// yields its name to an adapter rule of `discovered` (a declared one keeps it).
-    pub fn own<'s>(
+    pub(crate) fn own<'s>(
         &self,
-        snapshot: &'s Snapshot,
+        snapshot: &'s Snapshot<Template>,
         discovered: Option<&Discovered>,
         metric: &str,
     ) -> Option<&'s D> {
@@ -164,7 +168,7 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     }
 
     /// The matchers of `selector` on `definition`'s labels.
-    pub fn matchers(definition: &D, selector: &LabelSelector) -> Result<Vec<Matcher>, ApiError> {
+    pub(crate) fn matchers(definition: &D, selector: &LabelSelector) -> Result<Vec<Matcher>, ApiError> {
         let what = format!("the {} metric {}", D::API.word(), definition.name());
         label_matchers(&what, definition.labels(), selector)
     }
@@ -172,7 +176,7 @@ impl<D: Declared, V: Clone + Send + Sync + 'static> Backend<D, V> {
     /// The result of `promql` for `key`, from the cache or from Prometheus (one query for every
     /// concurrent miss, made into `V` by `convert`), with when it expires. A failure is logged
     /// here, once per failed query, and answered 503.
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         key: CacheKey,
         promql: String,

@@ -3,7 +3,9 @@
 //! ([`PodInfo`], [`NodeInfo`]), never whole objects. Only running pods are kept.
 //!
 //! Reads are local and never block on the Kubernetes API; readiness waits for the first full
-//! list of both resources.
+//! list of both resources. While the API cannot be reached the last known state is served;
+//! the watches are retried at most [`MAX_REWATCH_DELAY`] apart (jitter included), so the
+//! inventory catches up that soon after the API is back.
 //!
 //! Memory: values most pods share with others (their namespace, node, label set and container
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
@@ -22,12 +24,31 @@ use kube::{Api, Client};
 
 use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
 
+/// The longest wait between two attempts to watch again after a failure, jitter included.
+pub(crate) const MAX_REWATCH_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// The delays between attempts to list and watch again after a failure: a step of 0.8 s
+/// doubling up to half [`MAX_REWATCH_DELAY`], each wait the step plus a random part of up to
+/// the step itself (backon's jitter), so 0.8–1.6 s, 1.6–3.2 s, then 2–4 s; back to the first
+/// step after any event. client-go's reflectors (and kube-rs' default) go up to 30 s, which after an outage
+/// of kube-apiserver of half a minute leaves the inventory up to 30 s behind once it is back;
+/// percolator's two watches per replica can retry more often than that (issue 33).
+fn rewatch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(800))
+        .with_max_delay(MAX_REWATCH_DELAY / 2)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
 /// A pod's key: namespace, name.
 type PodKey = (Arc<str>, Arc<str>);
 
 /// The watch-backed inventory.
 #[derive(Default)]
-pub struct KubeInventory {
+pub(crate) struct KubeInventory {
     pods: Mirror<PodKey, PodInfo>,
     nodes: Mirror<String, NodeInfo>,
     version: AtomicU64,
@@ -180,7 +201,7 @@ impl std::fmt::Debug for KubeInventory {
 impl KubeInventory {
     /// Starts watching pods and nodes with `client`; the returned inventory fills in the
     /// background (see [`Inventory::is_synced`]).
-    pub fn start(client: Client) -> Arc<Self> {
+    pub(crate) fn start(client: Client) -> Arc<Self> {
         let inventory = Arc::new(Self::default());
         // Asking the API server for running pods only keeps the stream small; phases are
         // re-checked locally in case a server ignores the field selector.
@@ -198,7 +219,7 @@ impl KubeInventory {
     where
         S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     {
-        let mut stream = std::pin::pin!(stream.default_backoff());
+        let mut stream = std::pin::pin!(stream.backoff(rewatch_backoff()));
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => apply(&self, event),
@@ -212,7 +233,7 @@ impl KubeInventory {
     }
 
     /// Folds one pod watch event into the store.
-    pub fn apply_pods(&self, event: Event<Pod>) {
+    pub(crate) fn apply_pods(&self, event: Event<Pod>) {
         let view =
             |pod: &Pod| self.pod_info(pod).map(|info| ((info.namespace.clone(), info.name.clone()), info));
         if self.pods.apply(event, pod_key, view) {
@@ -221,7 +242,7 @@ impl KubeInventory {
     }
 
     /// Folds one node watch event into the store.
-    pub fn apply_nodes(&self, event: Event<Node>) {
+    pub(crate) fn apply_nodes(&self, event: Event<Node>) {
         let key = |node: &Node| node.metadata.name.clone().unwrap_or_default();
         let view = |node: &Node| Some((key(node), node_info(node)));
         if self.nodes.apply(event, key, view) {

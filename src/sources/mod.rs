@@ -10,11 +10,11 @@
 //! - [`workloads::WorkloadSource`]: the pod selection of Deployments, StatefulSets, ReplicaSets,
 //!   DaemonSets and Services (read one by one, cached).
 
-pub mod inventory;
-pub mod kubelet;
-pub mod prometheus;
-pub mod resources;
-pub mod workloads;
+pub(crate) mod inventory;
+pub(crate) mod kubelet;
+pub(crate) mod prometheus;
+pub(crate) mod resources;
+pub(crate) mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub struct PodInfo {
 }
 
 /// A label set.
-pub type Labels = BTreeMap<String, String>;
+pub(crate) type Labels = BTreeMap<String, String>;
 
 /// A node as the inventory knows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,7 +121,7 @@ pub struct NodeUsage {
 
 /// Errors from a kubelet.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum KubeletError {
+pub(crate) enum KubeletError {
     /// The node is not in the inventory or has no usable address.
     #[error("node {node}: no usable address ({reason})")]
     NoAddress {
@@ -147,7 +147,7 @@ pub enum KubeletError {
 }
 
 /// Per-node kubelet usage.
-pub trait KubeletSource: Send + Sync {
+pub(crate) trait KubeletSource: Send + Sync {
     /// Container usage of every pod on `node`. Implementations cache per node and make
     /// concurrent calls for the same node share one fetch.
     fn node_usage(&self, node: &str) -> BoxFuture<'_, Result<Arc<NodeUsage>, KubeletError>>;
@@ -238,4 +238,4 @@ pub trait PromSource: Send + Sync {
     }
 }
 
-pub use apiserver::telemetry::{NoopObserver, UpstreamObserver, outcome};
+pub(crate) use apiserver::{UpstreamObserver, outcome};

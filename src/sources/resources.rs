@@ -20,25 +20,25 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 
-use super::prometheus::{Matcher, keeps_label, render, validate_template, validate_unscoped_template};
+use super::prometheus::{self, Matcher, Template};
 use super::{
     ContainerUsage, KubeletSource, NodeInfo, NodesUsage, PodInfo, PodKey, PodsUsage, PromError, PromSample,
     PromSource, UsageSource,
 };
 use crate::config::{Invalid, LiveConfig, QueryFile};
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 /// Failed nodes named in one warning; the rest are counted.
 const LISTED: usize = 5;
 
 /// CPU and memory from the kubelets.
-pub struct KubeletUsage {
+pub(crate) struct KubeletUsage {
     kubelet: Arc<dyn KubeletSource>,
 }
 
 impl KubeletUsage {
     /// Reads usage through `kubelet`.
-    pub fn new(kubelet: Arc<dyn KubeletSource>) -> Self {
+    pub(crate) fn new(kubelet: Arc<dyn KubeletSource>) -> Self {
         Self { kubelet }
     }
 
@@ -139,16 +139,16 @@ impl UsageSource for KubeletUsage {
 
 /// Default of `resourceQueries.containerCPU`: cAdvisor's per-container counter. Its series
 /// for the pod's cgroup (`container=""`) and sandbox (`container="POD"`) are left out.
-pub const DEFAULT_CONTAINER_CPU: &str = r#"sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{container!="",container!="POD",SCOPE}[WINDOW]))"#;
+pub(crate) const DEFAULT_CONTAINER_CPU: &str = r#"sum by (namespace, pod, container) (rate(container_cpu_usage_seconds_total{container!="",container!="POD",SCOPE}[WINDOW]))"#;
 /// Default of `resourceQueries.containerMemory`.
-pub const DEFAULT_CONTAINER_MEMORY: &str = r#"sum by (namespace, pod, container) (container_memory_working_set_bytes{container!="",container!="POD",SCOPE})"#;
+pub(crate) const DEFAULT_CONTAINER_MEMORY: &str = r#"sum by (namespace, pod, container) (container_memory_working_set_bytes{container!="",container!="POD",SCOPE})"#;
 /// Default of `resourceQueries.nodeCPU`: the kubelet's `/metrics/resource` node counter, with
 /// the `node` label Prometheus Operator (and most kubelet scrape configurations) attach.
-pub const DEFAULT_NODE_CPU: &str = "sum by (node) (rate(node_cpu_usage_seconds_total[WINDOW]))";
+pub(crate) const DEFAULT_NODE_CPU: &str = "sum by (node) (rate(node_cpu_usage_seconds_total[WINDOW]))";
 /// Default of `resourceQueries.nodeMemory`.
-pub const DEFAULT_NODE_MEMORY: &str = "sum by (node) (node_memory_working_set_bytes)";
+pub(crate) const DEFAULT_NODE_MEMORY: &str = "sum by (node) (node_memory_working_set_bytes)";
 /// Default of `resourceQueries.window`: four scrapes at Prometheus' usual 15s interval.
-pub const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RESOURCE_WINDOW: Duration = Duration::from_secs(60);
 
 /// CPU rates are rounded to the micro-core: `rate()` over float counters leaves noise in the
 /// last digits (`0.0090000012`), which would put a value on the wrong side of a millicore when
@@ -168,18 +168,18 @@ const NODE_LABEL: &str = "node";
 
 /// Checks `resourceQueries:` and fills in its defaults (whatever `--resource-source` is, so a
 /// file valid today stays valid when the flag changes).
-pub fn check_resource_queries(file: &mut QueryFile) -> Result<(), Invalid> {
+pub(crate) fn check_resource_queries(file: &mut QueryFile<Template>) -> Result<(), Invalid> {
     let queries = &mut file.resource_queries;
     let field = |name: &str| format!("resourceQueries.{name}");
     for (name, query, default) in [
         ("containerCPU", &mut queries.container_cpu, DEFAULT_CONTAINER_CPU),
         ("containerMemory", &mut queries.container_memory, DEFAULT_CONTAINER_MEMORY),
     ] {
-        let query = query.get_or_insert_with(|| default.to_owned());
+        let query = query.get_or_insert_with(|| Template::new(default));
         // SCOPE in every selector: a namespaced request never reads another namespace.
-        validate_template(query).map_err(|e| Invalid::new(field(name), e.to_string()))?;
+        query.check_scoped().map_err(|e| Invalid::new(field(name), e.to_string()))?;
         for label in CONTAINER_LABELS {
-            keeps_label(query, label).map_err(|message| {
+            query.keeps_label(label).map_err(|message| {
                 Invalid::new(field(name), format!("{message}, which places each value on a container"))
             })?;
         }
@@ -188,9 +188,9 @@ pub fn check_resource_queries(file: &mut QueryFile) -> Result<(), Invalid> {
         ("nodeCPU", &mut queries.node_cpu, DEFAULT_NODE_CPU),
         ("nodeMemory", &mut queries.node_memory, DEFAULT_NODE_MEMORY),
     ] {
-        let query = query.get_or_insert_with(|| default.to_owned());
-        validate_unscoped_template(query).map_err(|e| Invalid::new(field(name), e.to_string()))?;
-        keeps_label(query, NODE_LABEL).map_err(|message| {
+        let query = query.get_or_insert_with(|| Template::new(default));
+        query.check().map_err(|e| Invalid::new(field(name), e.to_string()))?;
+        query.keeps_label(NODE_LABEL).map_err(|message| {
             Invalid::new(field(name), format!("{message}, which names the node of each value"))
         })?;
     }
@@ -219,7 +219,7 @@ type ScopeResult = Result<Arc<PodTable>, Arc<PromError>>;
 /// The rendered CPU and memory queries of one namespace's pods or of the nodes, and how to
 /// read their results.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceQuery {
+pub(crate) struct ResourceQuery {
     /// CPU cores per object (and container).
     pub cpu: String,
     /// Memory working set bytes per object (and container).
@@ -234,7 +234,7 @@ pub struct ResourceQuery {
 
 /// Why the resource queries could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResourceQueryError {
+pub(crate) enum ResourceQueryError {
     /// A `resourceQueries:` template does not render for the scope asked for.
     #[error(transparent)]
     Template(#[from] super::prometheus::Error),
@@ -253,7 +253,7 @@ impl From<String> for ResourceQueryError {
 
 /// Where `--resource-source=prometheus` takes its queries from: the `resourceQueries:` of
 /// `--config` ([`ConfigQueries`]), or an adapter configuration's `resourceRules`.
-pub trait ResourceQueryPlan: Send + Sync {
+pub(crate) trait ResourceQueryPlan: Send + Sync {
     /// Changes whenever the queries may have.
     fn generation(&self) -> u64;
     /// The queries of the pods of `namespace` (never reading another namespace).
@@ -262,8 +262,19 @@ pub trait ResourceQueryPlan: Send + Sync {
     fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError>;
 }
 
+/// Renders a `resourceQueries:` template, which [`check_resource_queries`] compiled or filled in.
+fn render(
+    query: Option<&Template>,
+    scope: &[Matcher],
+    window: Duration,
+) -> Result<String, prometheus::Error> {
+    let unset =
+        || prometheus::Error::Template { at: 0, reason: "no query: the file was not checked".to_owned() };
+    query.ok_or_else(unset)?.render(scope, window)
+}
+
 /// The `resourceQueries:` of `--config`.
-pub struct ConfigQueries(pub Arc<LiveConfig>);
+pub(crate) struct ConfigQueries(pub Arc<LiveConfig<Template>>);
 
 impl ResourceQueryPlan for ConfigQueries {
     fn generation(&self) -> u64 {
@@ -275,7 +286,7 @@ impl ResourceQueryPlan for ConfigQueries {
         let queries = &snapshot.file.resource_queries;
         let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
         let scope = [Matcher::eq("namespace", namespace)?];
-        let render = |q: &Option<String>| render(q.as_deref().unwrap_or_default(), &scope, window);
+        let render = |q: &Option<Template>| render(q.as_ref(), &scope, window);
         Ok(ResourceQuery {
             cpu: render(&queries.container_cpu)?,
             memory: render(&queries.container_memory)?,
@@ -289,7 +300,7 @@ impl ResourceQueryPlan for ConfigQueries {
         let snapshot = self.0.current();
         let queries = &snapshot.file.resource_queries;
         let window = queries.window.unwrap_or(DEFAULT_RESOURCE_WINDOW);
-        let render = |q: &Option<String>| render(q.as_deref().unwrap_or_default(), &[], window);
+        let render = |q: &Option<Template>| render(q.as_ref(), &[], window);
         Ok(ResourceQuery {
             cpu: render(&queries.node_cpu)?,
             memory: render(&queries.node_memory)?,
@@ -301,7 +312,7 @@ impl ResourceQueryPlan for ConfigQueries {
 }
 
 /// CPU and memory from Prometheus (`--resource-source=prometheus`).
-pub struct PromUsage {
+pub(crate) struct PromUsage {
     prometheus: Arc<dyn PromSource>,
     plan: Arc<dyn ResourceQueryPlan>,
     /// Per (configuration generation, namespace), the usage of its pods.
@@ -312,12 +323,17 @@ pub struct PromUsage {
 
 impl PromUsage {
     /// Reads usage through `prometheus`, with the `resourceQueries` of `config` in force.
-    pub fn new(prometheus: Arc<dyn PromSource>, config: Arc<LiveConfig>, cache: &CacheSettings) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(
+        prometheus: Arc<dyn PromSource>,
+        config: Arc<LiveConfig<Template>>,
+        cache: &CacheSettings,
+    ) -> Self {
         Self::with_plan(prometheus, Arc::new(ConfigQueries(config)), cache)
     }
 
     /// Reads usage through `prometheus` with the queries of `plan`.
-    pub fn with_plan(
+    pub(crate) fn with_plan(
         prometheus: Arc<dyn PromSource>,
         plan: Arc<dyn ResourceQueryPlan>,
         cache: &CacheSettings,
@@ -543,11 +559,11 @@ mod tests {
         }
     }
 
-    fn check() -> Check {
+    fn check() -> Check<Template> {
         Arc::new(check_resource_queries)
     }
 
-    fn config(yaml: &str) -> Arc<LiveConfig> {
+    fn config(yaml: &str) -> Arc<LiveConfig<Template>> {
         LiveConfig::fixed(QueryFile::from_yaml(yaml, "config.yaml", &check()).unwrap(), None)
     }
 
@@ -782,8 +798,11 @@ resourceQueries:
             QueryFile::from_yaml("resourceQueries:\n  podCPU: x\n", "c", &check()).unwrap_err().to_string();
         assert!(error.contains("unknown field `podCPU`") && error.contains("containerCPU"), "{error}");
         let file = QueryFile::from_yaml("", "c", &check()).unwrap();
-        assert_eq!(file.resource_queries.container_cpu.as_deref(), Some(DEFAULT_CONTAINER_CPU));
-        assert_eq!(file.resource_queries.node_memory.as_deref(), Some(DEFAULT_NODE_MEMORY));
+        assert_eq!(
+            file.resource_queries.container_cpu.as_ref().map(Template::text),
+            Some(DEFAULT_CONTAINER_CPU)
+        );
+        assert_eq!(file.resource_queries.node_memory.as_ref().map(Template::text), Some(DEFAULT_NODE_MEMORY));
         assert_eq!(file.resource_queries.window, Some(DEFAULT_RESOURCE_WINDOW));
     }
 }

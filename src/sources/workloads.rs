@@ -19,11 +19,11 @@ use kube::Api;
 use kube::core::{ParseExpressionError, Selector, SelectorExt};
 
 use super::Labels;
-use apiserver::cache::{CacheSettings, TtlCache};
+use apiserver::{CacheSettings, TtlCache};
 
 /// A resource whose objects select pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Workload {
+pub(crate) enum Workload {
     /// `deployments.apps`.
     Deployment,
     /// `statefulsets.apps`.
@@ -38,12 +38,12 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload resource, in discovery order.
-    pub const ALL: [Workload; 5] =
+    pub(crate) const ALL: [Workload; 5] =
         [Self::Deployment, Self::StatefulSet, Self::ReplicaSet, Self::DaemonSet, Self::Service];
 
     /// The resource as a RESTMapper group-resource string (`deployments.apps`, `services`):
     /// how the HPA names it in custom metrics paths.
-    pub fn resource(self) -> &'static str {
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             Self::Deployment => "deployments.apps",
             Self::StatefulSet => "statefulsets.apps",
@@ -54,12 +54,12 @@ impl Workload {
     }
 
     /// The workload named by a group-resource string.
-    pub fn from_resource(resource: &str) -> Option<Self> {
+    pub(crate) fn from_resource(resource: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|w| w.resource() == resource)
     }
 
     /// Kind of its objects.
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Self::Deployment => "Deployment",
             Self::StatefulSet => "StatefulSet",
@@ -71,7 +71,7 @@ impl Workload {
 
     /// `apiVersion` of an object reference to it, as the custom metrics adapter library writes
     /// it (`group + "/" + version`, so `/v1` for the core group).
-    pub fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         match self {
             Self::Service => "/v1",
             _ => "apps/v1",
@@ -81,7 +81,7 @@ impl Workload {
 
 /// The pods an object selects.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PodSelection {
+pub(crate) enum PodSelection {
     /// None (a Service without selector).
     Nothing,
     /// Those whose labels match.
@@ -90,7 +90,7 @@ pub enum PodSelection {
 
 impl PodSelection {
     /// Whether a pod with `labels` is selected.
-    pub fn selects(&self, labels: &Labels) -> bool {
+    pub(crate) fn selects(&self, labels: &Labels) -> bool {
         match self {
             Self::Nothing => false,
             Self::Matching(selector) => selector.matches(labels),
@@ -111,7 +111,7 @@ impl PodSelection {
 
 /// Errors reading a workload object.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum WorkloadError {
+pub(crate) enum WorkloadError {
     /// kube-apiserver could not be reached or refused the read.
     #[error("reading {resource} {namespace}/{name}: {reason}")]
     Unavailable {
@@ -139,10 +139,10 @@ pub enum WorkloadError {
 }
 
 /// What [`WorkloadSource::selection`] answers.
-pub type Selection<'a> = BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>>;
+pub(crate) type Selection<'a> = BoxFuture<'a, Result<Option<Arc<PodSelection>>, WorkloadError>>;
 
 /// Reads workload objects' pod selections.
-pub trait WorkloadSource: Send + Sync {
+pub(crate) trait WorkloadSource: Send + Sync {
     /// The pods the object `namespace/name` of `workload` selects; `None` when there is no such
     /// object. Implementations cache and make concurrent reads of one object share one call.
     fn selection<'a>(&'a self, workload: Workload, namespace: &'a str, name: &'a str) -> Selection<'a>;
@@ -157,7 +157,7 @@ const MAX_ENTRIES: u64 = 10_000;
 type Key = (Workload, String, String);
 
 /// [`WorkloadSource`] over kube-apiserver.
-pub struct KubeWorkloads {
+pub(crate) struct KubeWorkloads {
     client: kube::Client,
     cache: TtlCache<Key, Option<Arc<PodSelection>>>,
 }
@@ -170,7 +170,7 @@ impl std::fmt::Debug for KubeWorkloads {
 
 impl KubeWorkloads {
     /// Reads with `client`, caching each object's selection for the TTL of `cache`.
-    pub fn new(client: kube::Client, cache: &CacheSettings) -> Self {
+    pub(crate) fn new(client: kube::Client, cache: &CacheSettings) -> Self {
         Self { client, cache: TtlCache::new(CACHE_NAME, cache, MAX_ENTRIES) }
     }
 

@@ -10,25 +10,25 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 /// The Kubernetes version the objects are validated against.
-pub const KUBERNETES_VERSION: &str = "1.33.0";
+pub(crate) const KUBERNETES_VERSION: &str = "1.33.0";
 
 /// API groups of the custom resources the manifests may hold (cert-manager's, the Prometheus
 /// Operator's): outside the Kubernetes schemas, so [`kubernetes_validate`] leaves them to the
 /// caller's own checks.
-pub const CRD_GROUPS: &[&str] = &["cert-manager.io", "monitoring.coreos.com"];
+pub(crate) const CRD_GROUPS: &[&str] = &["cert-manager.io", "monitoring.coreos.com"];
 
 /// A path of the repository.
-pub fn repo_path(relative: &str) -> PathBuf {
+pub(crate) fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
 /// The objects of a multi-document YAML stream, empty documents left out.
-pub fn parse_stream(text: &str) -> Vec<Value> {
+pub(crate) fn parse_stream(text: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(text).unwrap().into_iter().filter(|v| !v.is_null()).collect()
 }
 
 /// `kubectl kustomize DIR` (DIR relative to the repository, or absolute), as objects.
-pub fn kustomize(dir: &str) -> Vec<Value> {
+pub(crate) fn kustomize(dir: &str) -> Vec<Value> {
     let out = std::process::Command::new(super::kubectl_bin())
         .args(["kustomize", dir])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -39,7 +39,7 @@ pub fn kustomize(dir: &str) -> Vec<Value> {
 }
 
 /// The object of `kind` named `name`.
-pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
@@ -47,7 +47,7 @@ pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
 }
 
 /// Whether `object` is a custom resource of [`CRD_GROUPS`].
-pub fn is_custom_resource(object: &Value) -> bool {
+pub(crate) fn is_custom_resource(object: &Value) -> bool {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     CRD_GROUPS.iter().any(|group| api_version.starts_with(&format!("{group}/")))
 }
@@ -55,7 +55,7 @@ pub fn is_custom_resource(object: &Value) -> bool {
 /// Validates every object but the custom resources with `kubernetes-validate --strict`
 /// against [`KUBERNETES_VERSION`] (one run for all of them): each must pass, with no warning.
 /// `what` names the objects in messages and the temporary file (unique per process and call).
-pub fn kubernetes_validate(objects: &[Value], what: &str) {
+pub(crate) fn kubernetes_validate(objects: &[Value], what: &str) {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let checked: Vec<&Value> = objects.iter().filter(|o| !is_custom_resource(o)).collect();
     let slug: String =
@@ -87,7 +87,7 @@ pub fn kubernetes_validate(objects: &[Value], what: &str) {
 /// The `restricted` Pod Security Standard (and the baseline it includes) for a pod spec, plus
 /// what percolator's manifests promise beyond it: a read-only root filesystem, probes on
 /// `/livez` and `/readyz` over HTTPS, and resource requests. `what` names it in messages.
-pub fn assert_restricted_pod_spec(pod: &Value, what: &str) {
+pub(crate) fn assert_restricted_pod_spec(pod: &Value, what: &str) {
     // Baseline: no host namespaces, ports, paths or privilege.
     for field in ["hostNetwork", "hostPID", "hostIPC"] {
         assert!(pod.get(field).is_none_or(|v| v == false), "{what}: {field}");

@@ -12,13 +12,13 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// The local Prometheus and the fault proxy (the simulator's library).
-pub use percolator_sim::devenv;
+pub(crate) use percolator_sim::devenv;
 /// Kubernetes manifests: kustomize rendering, kubernetes-validate, the Pod Security checks.
-pub mod manifests;
+pub(crate) mod manifests;
 /// The TLS + token + tenant front (the simulator's library).
-pub use percolator_sim::securefront;
+pub(crate) use percolator_sim::securefront;
 
-pub use devenv::Engine;
+pub(crate) use devenv::Engine;
 use devenv::{FaultProxy, MetricsEngine, PrometheusOptions, ScrapeJob};
 use securefront::SecureFront;
 use serde_json::Value;
@@ -26,17 +26,17 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Scrape interval of the test Prometheus (and backfill step).
-pub const SCRAPE: Duration = Duration::from_secs(2);
+pub(crate) const SCRAPE: Duration = Duration::from_secs(2);
 /// Bearer token of the e2e user (`tester`, group `viewers` in the simulator's policy).
-pub const TESTER_TOKEN: &str = "tester-token";
+pub(crate) const TESTER_TOKEN: &str = "tester-token";
 /// Kubelet sample period of the simulator in tests.
-pub const HOUSEKEEPING: &str = "2s";
+pub(crate) const HOUSEKEEPING: &str = "2s";
 /// The tenant the [`SecureFront`] accepts and percolator sends (`X-Scope-OrgID`).
-pub const FRONT_TENANT: &str = "team-cafe";
+pub(crate) const FRONT_TENANT: &str = "team-cafe";
 
 /// Sizes and knobs of one environment.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub seed: u64,
     pub nodes: u32,
     pub pods_per_node: u32,
@@ -83,8 +83,10 @@ impl Default for Options {
 }
 
 /// A running environment.
-pub struct Env {
+pub(crate) struct Env {
     pub dir: PathBuf,
+    /// percolator's flags but `--secure-port` and the certificates, for [`Env::replica`].
+    pub percolator_args: Vec<String>,
     pub sim_api: String,
     pub sim_metrics: String,
     pub url: String,
@@ -101,7 +103,7 @@ pub struct Env {
     percolator: Child,
 }
 
-pub fn mk_dir(name: &str) -> PathBuf {
+pub(crate) fn mk_dir(name: &str) -> PathBuf {
     // Unique within the process: a test's own directory and its `Env`'s often share a name
     // (the suffix was the nanoseconds of an `Instant` just taken, which repeat, so `Env::start`
     // could delete the files a test had just written for it).
@@ -118,7 +120,7 @@ pub fn mk_dir(name: &str) -> PathBuf {
 
 /// Reads `child`'s stdout (stderr when `log` is given, copied there) until `pick` accepts a
 /// JSON line, within 60 s, then keeps draining it so the child never blocks on a full pipe.
-pub async fn read_ready_line(
+pub(crate) async fn read_ready_line(
     child: &mut Child,
     what: &str,
     pick: impl Fn(&Value) -> Option<Value>,
@@ -169,7 +171,7 @@ pub async fn read_ready_line(
 }
 
 impl Env {
-    pub async fn start(name: &str, options: Options) -> Env {
+    pub(crate) async fn start(name: &str, options: Options) -> Env {
         apiserver::install_crypto_provider();
         let dir = mk_dir(name);
         let state = dir.join("sim");
@@ -265,18 +267,24 @@ impl Env {
         };
 
         let stderr_log = dir.join("percolator.log");
+        // Every flag but the port and the certificates, which replicas choose ([`Replica`]).
+        let mut percolator_args: Vec<String> = vec!["--bind-address".into(), "127.0.0.1".into()];
+        percolator_args.extend(["--kubeconfig".into(), state.join("kubeconfig").display().to_string()]);
+        percolator_args.extend(["--prometheus-url".into(), prometheus_url.clone()]);
+        percolator_args.extend(connection_args.iter().cloned());
+        for flag in ["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"] {
+            percolator_args.push(flag.into());
+        }
+        // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
+        for flag in ["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"] {
+            percolator_args.push(flag.into());
+        }
+        percolator_args.extend(options.extra_args.iter().cloned());
         let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
-            .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", "0"])
             .arg("--cert-dir")
             .arg(dir.join("certs"))
-            .arg("--kubeconfig")
-            .arg(state.join("kubeconfig"))
-            .args(["--prometheus-url", &prometheus_url])
-            .args(&connection_args)
-            .args(["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"])
-            // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
-            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
-            .args(&options.extra_args)
+            .args(&percolator_args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -307,6 +315,7 @@ impl Env {
         let client = mk_percolator_client(&dir.join("certs"));
         let env = Env {
             dir,
+            percolator_args,
             sim_api,
             sim_metrics,
             url,
@@ -338,7 +347,7 @@ impl Env {
 
     /// A client trusting percolator's serving certificate that authenticates with `token`
     /// (anonymous when `None`).
-    pub fn client_as(&self, token: Option<&str>) -> reqwest::Client {
+    pub(crate) fn client_as(&self, token: Option<&str>) -> reqwest::Client {
         let ca = std::fs::read(self.dir.join("certs/apiserver.crt")).unwrap();
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = token {
@@ -352,7 +361,7 @@ impl Env {
     }
 
     /// Runs real kubectl against percolator with a per-environment discovery cache.
-    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new(kubectl_bin())
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -365,7 +374,7 @@ impl Env {
 
     /// Waits (15 s at most) until percolator has counted one rejected configuration reload
     /// and reports its last reload as failed.
-    pub async fn wait_for_rejected_reload(&self) {
+    pub(crate) async fn wait_for_rejected_reload(&self) {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let (_, _, metrics) = self.get("/metrics", None).await;
@@ -382,7 +391,7 @@ impl Env {
     }
 
     /// kubectl that must succeed; returns stdout.
-    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+    pub(crate) fn kubectl_ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
         assert!(
             out.status.success(),
@@ -394,7 +403,11 @@ impl Env {
     }
 
     /// GET with an Accept header; returns status, headers and body.
-    pub async fn get(&self, path: &str, accept: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {
+    pub(crate) async fn get(
+        &self,
+        path: &str,
+        accept: Option<&str>,
+    ) -> (u16, reqwest::header::HeaderMap, String) {
         let mut request = self.client.get(format!("{}{path}", self.url));
         if let Some(accept) = accept {
             request = request.header("accept", accept);
@@ -406,30 +419,30 @@ impl Env {
     }
 
     /// GET returning JSON.
-    pub async fn get_json(&self, path: &str) -> Value {
+    pub(crate) async fn get_json(&self, path: &str) -> Value {
         let (status, _, body) = self.get(path, None).await;
         assert_eq!(status, 200, "GET {path}: {body}");
         serde_json::from_str(&body).unwrap()
     }
 
     /// The simulator's ground truth now.
-    pub async fn truth(&self) -> Value {
+    pub(crate) async fn truth(&self) -> Value {
         self.client.get(format!("{}/sim/truth", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
     }
 
     /// The simulator's upstream call counters.
-    pub async fn sim_stats(&self) -> Value {
+    pub(crate) async fn sim_stats(&self) -> Value {
         self.client.get(format!("{}/sim/stats", self.sim_metrics)).send().await.unwrap().json().await.unwrap()
     }
 
     /// Sets simulator faults (`POST /sim/faults`, e.g. `{"kubelet": {"node-0": "hang"}}`);
     /// returns the fault state.
-    pub async fn set_faults(&self, faults: &str) -> Value {
+    pub(crate) async fn set_faults(&self, faults: &str) -> Value {
         post_faults(&self.client, &self.sim_metrics, faults).await
     }
 
     /// Deletes one running pod and creates its replacement (`POST /sim/churn`).
-    pub async fn churn(&self) -> Value {
+    pub(crate) async fn churn(&self) -> Value {
         self.client
             .post(format!("{}/sim/churn", self.sim_metrics))
             .send()
@@ -441,17 +454,17 @@ impl Env {
     }
 
     /// The fault-injecting proxy in front of Prometheus (started with `prometheus_proxy`).
-    pub fn proxy(&self) -> &FaultProxy {
+    pub(crate) fn proxy(&self) -> &FaultProxy {
         self.proxy.as_ref().expect("the environment was started with prometheus_proxy")
     }
 
     /// The TLS + token + tenant front before the engine (started with `secure_front`).
-    pub fn front(&self) -> &SecureFront {
+    pub(crate) fn front(&self) -> &SecureFront {
         self.front.as_ref().expect("the environment was started with secure_front")
     }
 
     /// percolator's resident set and its peak so far (`VmRSS`, `VmHWM`), in KiB.
-    pub fn percolator_memory_kib(&self) -> (u64, u64) {
+    pub(crate) fn percolator_memory_kib(&self) -> (u64, u64) {
         let pid = self.percolator.id().expect("percolator is running");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let field = |name: &str| -> u64 {
@@ -465,13 +478,13 @@ impl Env {
     }
 
     /// Whether the percolator process is still running.
-    pub fn percolator_alive(&mut self) -> bool {
+    pub(crate) fn percolator_alive(&mut self) -> bool {
         matches!(self.percolator.try_wait(), Ok(None))
     }
 
     /// A client trusting percolator's serving certificate that presents the certificate
     /// `name` from the simulator's state directory (e.g. `front-proxy-client`).
-    pub fn client_with_cert(&self, name: &str) -> reqwest::Client {
+    pub(crate) fn client_with_cert(&self, name: &str) -> reqwest::Client {
         let state = self.dir.join("sim");
         let mut pem = std::fs::read(state.join(format!("{name}.crt"))).unwrap();
         pem.extend(std::fs::read(state.join(format!("{name}.key"))).unwrap());
@@ -485,7 +498,7 @@ impl Env {
 
     /// Waits until every running pod of `namespace` (all when None) has a CPU value, which
     /// needs two kubelet samples one housekeeping period apart.
-    pub async fn wait_for_cpu(&self, namespace: Option<&str>) -> Value {
+    pub(crate) async fn wait_for_cpu(&self, namespace: Option<&str>) -> Value {
         let path = match namespace {
             Some(ns) => format!("/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/{ns}/podmetricssummaries"),
             None => "/apis/stats.une-tasse-de.cafe/v1alpha1/podmetricssummaries".to_string(),
@@ -503,15 +516,121 @@ impl Env {
     }
 }
 
+/// A serving certificate and key for 127.0.0.1 shared by [`Replica`]s (as the replicas of a
+/// Deployment mount one Secret), and the certificate's PEM to trust it.
+pub(crate) struct ServingPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub pem: Vec<u8>,
+}
+
+/// Writes a self-signed serving pair for 127.0.0.1 and localhost into `dir`.
+pub(crate) fn serving_pair(dir: &Path) -> ServingPair {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    ServingPair { cert, key, pem: generated.cert.pem().into_bytes() }
+}
+
+/// One more percolator process of an [`Env`], with the environment's flags (as the replicas
+/// of one Deployment have), a [`ServingPair`], and a port of its own that it keeps across
+/// restarts. Killed when dropped.
+pub(crate) struct Replica {
+    pub name: String,
+    pub url: String,
+    pub log: PathBuf,
+    port: u16,
+    args: Vec<String>,
+    ca: Vec<u8>,
+    child: Option<Child>,
+}
+
+impl Env {
+    /// Starts a replica named `name` serving `pair`, with the environment's flags and `extra`;
+    /// returns once its `/readyz` passes.
+    pub(crate) async fn replica(&self, name: &str, pair: &ServingPair, extra: &[&str]) -> Replica {
+        let mut args = self.percolator_args.clone();
+        args.extend(["--tls-cert-file".into(), pair.cert.display().to_string()]);
+        args.extend(["--tls-private-key-file".into(), pair.key.display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut replica = Replica {
+            name: name.to_owned(),
+            url: String::new(),
+            log: self.dir.join(format!("{name}.log")),
+            port: 0,
+            args,
+            ca: pair.pem.clone(),
+            child: None,
+        };
+        replica.start_again().await;
+        replica
+    }
+}
+
+impl Replica {
+    /// Starts the process (again, on the same port); returns once its `/readyz` passes.
+    pub(crate) async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "{} is running", self.name);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .args(["--secure-port", &self.port.to_string()])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("percolator starts");
+        let serving = read_ready_line(
+            &mut child,
+            &self.name,
+            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
+            Some(&self.log),
+        )
+        .await;
+        let address = serving.as_str().unwrap().to_owned();
+        self.port = address.rsplit_once(':').unwrap().1.parse().unwrap();
+        self.url = format!("https://{address}");
+        self.child = Some(child);
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&self.ca).unwrap())
+            .build()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} never became ready", self.name);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits (60 s at most) for the process to exit; its exit status.
+    pub(crate) async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("the replica is running");
+        let pid = child.id().expect("the replica is running");
+        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM {pid}");
+        tokio::time::timeout(Duration::from_secs(60), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not exit within 60 s of SIGTERM", self.name))
+            .unwrap()
+    }
+}
+
 /// The engine of an [`Env`]: a [`MetricsEngine`] (through `Deref`), with the query log that
 /// the parts of tests checking PromQL read.
-pub struct EngineHandle(MetricsEngine);
+pub(crate) struct EngineHandle(MetricsEngine);
 
 impl EngineHandle {
     /// Every PromQL expression the engine has run so far, in order. Only Prometheus keeps a
     /// query log: on VictoriaMetrics this fails the test (parts reading the log run on
     /// Prometheus only; [`MetricsEngine::logged_queries`] asks without failing).
-    pub fn queries(&self) -> Vec<String> {
+    pub(crate) fn queries(&self) -> Vec<String> {
         self.0.logged_queries().unwrap_or_else(|| panic!("{:?} keeps no query log", self.0.engine()))
     }
 }
@@ -531,7 +650,7 @@ impl std::ops::DerefMut for EngineHandle {
 
 /// The `generation`th bearer token of a [`SecureFront`]: unique to this process, so that a
 /// search of the logs for it finds only a leak.
-pub fn front_token(generation: u32) -> String {
+pub(crate) fn front_token(generation: u32) -> String {
     format!("front-token-{generation}-{}-{}", std::process::id(), jiff::Timestamp::now().as_nanosecond())
 }
 
@@ -551,7 +670,7 @@ async fn post_faults(client: &reqwest::Client, sim_metrics: &str, faults: &str) 
 
 /// Headers authenticating as the e2e user.
 /// The Running pods of `namespace` in the simulator's truth.
-pub fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
+pub(crate) fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
     truth["pods"]
         .as_array()
         .unwrap()
@@ -561,13 +680,13 @@ pub fn running_pods<'a>(truth: &'a Value, namespace: &str) -> Vec<&'a Value> {
 }
 
 /// Kubelet fetches of every node so far, from the simulator's stats.
-pub fn kubelet_fetches(stats: &Value) -> u64 {
+pub(crate) fn kubelet_fetches(stats: &Value) -> u64 {
     stats["kubeletFetches"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
 }
 
 /// A client of the percolator whose `--cert-dir` is `cert_dir` (trusting the self-signed
 /// certificate it generated there), sending the test's credentials.
-pub fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
+pub(crate) fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
     let ca = std::fs::read(cert_dir.join("apiserver.crt")).unwrap();
     reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
@@ -576,19 +695,19 @@ pub fn mk_percolator_client(cert_dir: &Path) -> reqwest::Client {
         .unwrap()
 }
 
-pub fn auth_headers() -> reqwest::header::HeaderMap {
+pub(crate) fn auth_headers() -> reqwest::header::HeaderMap {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {TESTER_TOKEN}").parse().unwrap());
     headers
 }
 
-pub fn kubectl_bin() -> String {
+pub(crate) fn kubectl_bin() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_string())
 }
 
 /// The virtual environment of the Python test tools, as `scripts/install-deps.sh` makes it:
 /// `$PERCOLATOR_VENV` (absolute, or relative to the repository) or `<repo>/.venv`.
-pub fn venv() -> PathBuf {
+pub(crate) fn venv() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     match std::env::var_os("PERCOLATOR_VENV") {
         Some(dir) if !dir.is_empty() => root.join(dir),
@@ -598,7 +717,7 @@ pub fn venv() -> PathBuf {
 
 /// `bin/NAME` of the [`venv`] (`python`, `kubernetes-validate`); panics saying how to make it
 /// when it is missing.
-pub fn venv_bin(name: &str) -> PathBuf {
+pub(crate) fn venv_bin(name: &str) -> PathBuf {
     let bin = venv().join("bin").join(name);
     assert!(
         bin.exists(),
@@ -611,18 +730,18 @@ pub fn venv_bin(name: &str) -> PathBuf {
 
 /// The Python of the [`venv`], which has every Python test tool (`tests/python/*.py` run with
 /// it).
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     venv_bin("python")
 }
 
 /// Parses a Quantity string to a float.
-pub fn q(v: &Value) -> f64 {
+pub(crate) fn q(v: &Value) -> f64 {
     k8s_wire::quantity::parse(v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"))).unwrap()
 }
 
 /// Asserts `actual` is within `tolerance` (relative) of `expected`.
 #[track_caller]
-pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
+pub(crate) fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
     let ok = if expected == 0.0 {
         actual.abs() < 1e-9
     } else {
@@ -633,7 +752,7 @@ pub fn assert_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
 
 /// Asserts a cafe's `brewsPerMinute` and `failureRatio` Quantities are within 5% of the
 /// simulator's truth `cafe`.
-pub fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
+pub(crate) fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
     let rates = [("brewsPerMinute", "brews/min"), ("failureRatio", "failure ratio")];
     for (field, name) in rates {
         assert_close(q(&item[field]), cafe[field].as_f64().unwrap(), 0.05, &format!("{what} {name}"));
@@ -642,7 +761,7 @@ pub fn assert_cafe_rates(item: &Value, cafe: &Value, what: &str) {
 
 /// Asserts the `cpu` and `memory` Quantities of `usage` are within the (cpu, memory)
 /// tolerances of `truth`'s `cpuCores` and `memoryBytes`, as "`what` cpu" and "`what` memory".
-pub fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64), what: &str) {
+pub(crate) fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64), what: &str) {
     assert_close(q(&usage["cpu"]), truth["cpuCores"].as_f64().unwrap(), cpu, &format!("{what} cpu"));
     assert_close(
         q(&usage["memory"]),
@@ -654,7 +773,7 @@ pub fn assert_usage_close(usage: &Value, truth: &Value, (cpu, memory): (f64, f64
 
 /// Splits kubectl's table output at the header's column starts (a header such as
 /// `LAST BREWED` holds a space, and a cell may be empty).
-pub fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
+pub(crate) fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
     let mut lines = out.lines().filter(|l| !l.trim().is_empty());
     let header = lines.next().unwrap_or_default();
     let bytes = header.as_bytes();
@@ -676,7 +795,7 @@ pub fn table(out: &str) -> (Vec<String>, Vec<Vec<String>>) {
 
 /// Writes `text` as a ConfigMap volume update does: a new data directory, then an atomic swap
 /// of the `..data` symlink that `config.yaml` points through.
-pub fn configmap_write(dir: &Path, generation: u32, text: &str) {
+pub(crate) fn configmap_write(dir: &Path, generation: u32, text: &str) {
     let data = format!("..2026_{generation:02}");
     std::fs::create_dir_all(dir.join(&data)).unwrap();
     std::fs::write(dir.join(&data).join("config.yaml"), text).unwrap();
@@ -689,10 +808,10 @@ pub fn configmap_write(dir: &Path, generation: u32, text: &str) {
 }
 
 /// Upper bounds of the simulator's brew-duration buckets.
-pub const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
+pub(crate) const BUCKETS: &[f64] = &[5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0];
 
 /// Width of the histogram bucket holding `value`.
-pub fn bucket_width(value: f64) -> f64 {
+pub(crate) fn bucket_width(value: f64) -> f64 {
     let mut lower = 0.0;
     for &upper in BUCKETS {
         if value <= upper {
@@ -704,6 +823,6 @@ pub fn bucket_width(value: f64) -> f64 {
 }
 
 /// The (namespace, name) of an object's metadata or of a simulator truth entry.
-pub fn key(v: &Value) -> (String, String) {
+pub(crate) fn key(v: &Value) -> (String, String) {
     (v["namespace"].as_str().unwrap().to_string(), v["name"].as_str().unwrap().to_string())
 }

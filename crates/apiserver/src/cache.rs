@@ -22,7 +22,7 @@ use crate::telemetry::Metrics;
 pub struct CacheSettings {
     /// How long a computed result is served.
     pub ttl: Duration,
-    /// Where lookups are counted (`percolator_cache_requests_total`); none in some tests.
+    /// Where lookups are counted (`<namespace>_cache_requests_total`); none in some tests.
     pub metrics: Option<Arc<Metrics>>,
 }
 
@@ -58,7 +58,7 @@ pub struct TtlCache<K, V> {
     name: Cow<'static, str>,
     cache: Cache<K, Entry<V>>,
     settings: CacheSettings,
-    /// Its entry count for `percolator_cache_entries`, while the cache lives.
+    /// Its entry count for the `cache_entries` gauge, while the cache lives.
     _entries: Option<Arc<crate::telemetry::Probe>>,
 }
 
@@ -162,7 +162,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_errors_are_not_cached() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         let cache: Arc<TtlCache<u32, u32>> = Arc::new(TtlCache::new(
             "test",
             &CacheSettings::new(Duration::from_millis(200), metrics.clone()),

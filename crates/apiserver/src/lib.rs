@@ -1,18 +1,37 @@
 //! What a Kubernetes aggregated API server needs whatever it serves, as k8s.io/apiserver gives
-//! a Go extension server: the generic server's flags ([`options`]), serving TLS with reloaded
-//! certificates ([`tls`]), delegated authentication and authorization ([`auth`]), the request
-//! guard, HTTP/2 fairness and write batching of the connection loop ([`serve`]), TTL caches
-//! with single flight ([`cache`]) and the server's own metrics and logs ([`telemetry`]).
+//! a Go extension server: the generic server's flags ([`ServingArgs`], [`AuthArgs`]), serving
+//! TLS with reloaded certificates ([`server_config_reloading`]), delegated authentication and
+//! authorization ([`Auth`], [`admit`]), the request guard, HTTP/2 fairness and write batching
+//! of the connection loop ([`serve`]), TTL caches with single flight ([`TtlCache`]) and the
+//! server's own metrics and logs ([`Metrics`], [`init_logging`]). Its modules are private but
+//! for [`serve`]; the root re-exports what a server uses.
 //!
-//! It names no resource a server serves: the layers above (the `percolator` crate) bring the
-//! kinds, the metric APIs and the router. Below it only `k8s-wire`.
+//! It names no resource a server serves, nor the server: the layers above bring the kinds, the
+//! metric APIs and the router, and choose the names users see (the metrics' namespace,
+//! [`Metrics::new`]; the flags' environment variables, [`env_named`]). Below it only `k8s-wire`.
 
-pub mod auth;
-pub mod cache;
-pub mod options;
+mod auth;
+mod cache;
+mod options;
 pub mod serve;
-pub mod telemetry;
-pub mod tls;
+mod telemetry;
+mod tls;
+
+// The modules are private; the crate's API is what the layers above use, re-exported here.
+// `serve`'s parts (`batch`, `fairness`, `guard`) stay modules: a server composes them into its
+// connection loop through their names (`guard::admit`, `fairness::CHUNK`, `batch::split`).
+pub use auth::x509::not_after;
+pub use auth::{Auth, AuthError, PeerCertificates, admit};
+pub use cache::{CacheSettings, TtlCache};
+pub use options::{AuthArgs, ServingArgs, env_named, kubernetes_style, parse_positive_duration};
+pub use telemetry::{
+    ADAPTER_CONFIG_FILE, CONFIG_FILE, LatencyLabels, Metrics, NoopObserver, Probe, RequestLabels,
+    UpstreamObserver, init_logging, outcome,
+};
+pub use tls::{
+    AnyServerCert, CaBoundSessions, ReloadingCert, TlsError, WatchedCaFile, WatchedRootsVerifier, read_certs,
+    server_config, server_config_reloading,
+};
 
 /// Installs the process-wide rustls crypto provider (ring). Idempotent.
 pub fn install_crypto_provider() {

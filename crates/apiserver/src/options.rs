@@ -1,7 +1,8 @@
 //! The flags of the generic server, as k8s.io/apiserver's `options` package gives a Go extension
 //! server: the HTTPS listener ([`ServingArgs`]) and delegated authentication and authorization
 //! ([`AuthArgs`]), spelled as kube-apiserver and metrics-server spell them. A server composes
-//! them into its own clap `Parser` with `#[command(flatten)]` and [`kubernetes_style`].
+//! them into its own clap `Parser` with `#[command(flatten)]` and [`kubernetes_style`]. They
+//! name no environment variable: the server gives them its own (see [`env_named`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,42 +14,42 @@ use k8s_wire::duration;
 #[derive(Debug, Clone, ClapArgs)]
 pub struct ServingArgs {
     /// Port of the HTTPS listener (0 picks a free port and logs it).
-    #[arg(long, default_value_t = 10250, env = "PERCOLATOR_SECURE_PORT")]
+    #[arg(long, default_value_t = 10250)]
     pub secure_port: u16,
     /// Address of the HTTPS listener.
-    #[arg(long, default_value = "0.0.0.0", env = "PERCOLATOR_BIND_ADDRESS")]
+    #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: std::net::IpAddr,
     /// Directory where the self-signed serving certificate is written when --tls-cert-file is
     /// not given.
-    #[arg(long, default_value = "apiserver.local.config/certificates", env = "PERCOLATOR_CERT_DIR")]
+    #[arg(long, default_value = "apiserver.local.config/certificates")]
     pub cert_dir: PathBuf,
     /// PEM serving certificate (with intermediates). Requires --tls-private-key-file.
-    #[arg(long, requires = "tls_private_key_file", env = "PERCOLATOR_TLS_CERT_FILE")]
+    #[arg(long, requires = "tls_private_key_file")]
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key of --tls-cert-file.
-    #[arg(long, requires = "tls_cert_file", env = "PERCOLATOR_TLS_PRIVATE_KEY_FILE")]
+    #[arg(long, requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
     /// Minimum TLS version: VersionTLS12 or VersionTLS13.
-    #[arg(long, default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"], env = "PERCOLATOR_TLS_MIN_VERSION")]
+    #[arg(long, default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"])]
     pub tls_min_version: String,
     /// Maximum concurrent HTTP/2 streams per connection (kube-apiserver multiplexes every
     /// proxied request over one connection).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..), env = "PERCOLATOR_HTTP2_MAX_STREAMS_PER_CONNECTION")]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..))]
     pub http2_max_streams_per_connection: u32,
     /// Maximum number of requests served at once (kube-apiserver's flag). Beyond it requests
     /// are answered at once with 429 TooManyRequests and Retry-After: 1 instead of queueing.
     /// Health, discovery, OpenAPI, /version and /metrics are exempt: they are precomputed,
     /// cheap, and must keep answering under overload. 0 disables the limit.
-    #[arg(long, default_value_t = 400, env = "PERCOLATOR_MAX_REQUESTS_INFLIGHT")]
+    #[arg(long, default_value_t = 400)]
     pub max_requests_inflight: u32,
     /// Longest time a request may take (kube-apiserver's flag, e.g. 60s); a request still
     /// running then is answered 504 Timeout. A request's `?timeout=` can only shorten it.
-    #[arg(long, default_value = "60s", value_parser = parse_positive_duration, env = "PERCOLATOR_REQUEST_TIMEOUT")]
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
     pub request_timeout: Duration,
     /// After SIGTERM, how long /readyz fails while requests are still served normally, so that
     /// endpoints and load balancers stop sending traffic before the listener closes
     /// (kube-apiserver's flag). In-flight requests are then drained. A second signal skips it.
-    #[arg(long, default_value = "5s", value_parser = duration::parse, env = "PERCOLATOR_SHUTDOWN_DELAY_DURATION")]
+    #[arg(long, default_value = "5s", value_parser = duration::parse)]
     pub shutdown_delay_duration: Duration,
     /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
     /// --cert-dir) are checked for changes; a changed pair is served to new connections
@@ -56,7 +57,7 @@ pub struct ServingArgs {
     /// --requestheader-client-ca-file, --kubelet-certificate-authority, --prometheus-ca-file)
     /// and --prometheus-client-tls-cert-file/--prometheus-client-tls-key-file are checked as often:
     /// a changed, valid bundle applies to the next request or connection.
-    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, env = "PERCOLATOR_TLS_RELOAD_INTERVAL")]
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub tls_reload_interval: Duration,
 }
 
@@ -73,6 +74,20 @@ pub fn kubernetes_style(arg: clap::Arg) -> clap::Arg {
                 .action(clap::ArgAction::Set)
         }
         clap::ArgAction::Append => arg.value_delimiter(','),
+        _ => arg,
+    }
+}
+
+/// Gives a flag without an environment variable the one `prefix` names it by: `--tls-cert-file`
+/// with prefix `EXAMPLE_` reads `EXAMPLE_TLS_CERT_FILE` (upper case, dashes to underscores); a
+/// flag without a long name, or with its own variable, is left as it is. A server applies it
+/// to all its flags with `#[command(mut_args(...))]`, choosing the prefix its users see.
+pub fn env_named(prefix: &str, arg: clap::Arg) -> clap::Arg {
+    match arg.get_long() {
+        Some(long) if arg.get_env().is_none() => {
+            let name = format!("{prefix}{}", long.to_uppercase().replace('-', "_"));
+            arg.env(name)
+        }
         _ => arg,
     }
 }
@@ -103,68 +118,64 @@ pub struct AuthArgs {
     /// kubeconfig used to create TokenReviews and to read the ConfigMap
     /// kube-system/extension-apiserver-authentication; the cluster configuration (--kubeconfig
     /// or in-cluster) when unset.
-    #[arg(long, env = "PERCOLATOR_AUTHENTICATION_KUBECONFIG")]
+    #[arg(long)]
     pub authentication_kubeconfig: Option<PathBuf>,
     /// kubeconfig used to create SubjectAccessReviews; the cluster configuration (--kubeconfig
     /// or in-cluster) when unset.
-    #[arg(long, env = "PERCOLATOR_AUTHORIZATION_KUBECONFIG")]
+    #[arg(long)]
     pub authorization_kubeconfig: Option<PathBuf>,
     /// PEM bundle of the CAs that sign client certificates (user = CN, groups = O); read from
     /// the ConfigMap key client-ca-file when unset.
-    #[arg(long, env = "PERCOLATOR_CLIENT_CA_FILE")]
+    #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
     /// PEM bundle of the CAs that sign the front proxy's (the aggregator's) client certificate.
     /// When unset, it and every other --requestheader-* setting come from the ConfigMap.
-    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_CLIENT_CA_FILE")]
+    #[arg(long)]
     pub requestheader_client_ca_file: Option<PathBuf>,
     /// Common names allowed for the front proxy's certificate (comma-separated); empty allows
     /// any certificate signed by --requestheader-client-ca-file.
-    #[arg(long, env = "PERCOLATOR_REQUESTHEADER_ALLOWED_NAMES")]
+    #[arg(long)]
     pub requestheader_allowed_names: Vec<String>,
     /// Headers carrying the user name; the first non-empty one wins.
-    #[arg(long, default_value = "X-Remote-User", env = "PERCOLATOR_REQUESTHEADER_USERNAME_HEADERS")]
+    #[arg(long, default_value = "X-Remote-User")]
     pub requestheader_username_headers: Vec<String>,
     /// Headers carrying the groups; every value of every one is a group.
-    #[arg(long, default_value = "X-Remote-Group", env = "PERCOLATOR_REQUESTHEADER_GROUP_HEADERS")]
+    #[arg(long, default_value = "X-Remote-Group")]
     pub requestheader_group_headers: Vec<String>,
     /// Prefixes of the headers carrying extra user attributes (the rest of the name is the key).
-    #[arg(long, default_value = "X-Remote-Extra-", env = "PERCOLATOR_REQUESTHEADER_EXTRA_HEADERS_PREFIX")]
+    #[arg(long, default_value = "X-Remote-Extra-")]
     pub requestheader_extra_headers_prefix: Vec<String>,
     /// Headers carrying the user's UID; the first non-empty one wins.
-    #[arg(long, default_value = "X-Remote-Uid", env = "PERCOLATOR_REQUESTHEADER_UID_HEADERS")]
+    #[arg(long, default_value = "X-Remote-Uid")]
     pub requestheader_uid_headers: Vec<String>,
     /// Do not read the ConfigMap kube-system/extension-apiserver-authentication: only the CA
     /// files given as flags are trusted.
-    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_SKIP_LOOKUP")]
+    #[arg(long, default_value_t = false)]
     pub authentication_skip_lookup: bool,
     /// Start even when the ConfigMap kube-system/extension-apiserver-authentication cannot be
     /// read (requests may then all be treated as anonymous).
-    #[arg(long, default_value_t = false, env = "PERCOLATOR_AUTHENTICATION_TOLERATE_LOOKUP_FAILURE")]
+    #[arg(long, default_value_t = false)]
     pub authentication_tolerate_lookup_failure: bool,
     /// Treat requests that no authenticator claims as user system:anonymous (group
     /// system:unauthenticated); with false they get a 401.
-    #[arg(long, default_value_t = true, env = "PERCOLATOR_ANONYMOUS_AUTH")]
+    #[arg(long, default_value_t = true)]
     pub anonymous_auth: bool,
     /// How long TokenReview results (authenticated or not) are cached.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL")]
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub authentication_token_webhook_cache_ttl: Duration,
     /// How long allowed SubjectAccessReview results are cached.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_AUTHORIZED_TTL")]
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
     /// How long denied SubjectAccessReview results are cached.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "PERCOLATOR_AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL")]
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
     /// Non-resource paths anyone may get without a SubjectAccessReview (comma-separated; exact
     /// match, a trailing * matches a prefix).
-    #[arg(
-        long,
-        default_value = "/healthz,/readyz,/livez",
-        env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_PATHS"
-    )]
+    #[arg(long, default_value = "/healthz,/readyz,/livez")]
     pub authorization_always_allow_paths: Vec<String>,
     /// Groups whose members are allowed everything without a SubjectAccessReview
     /// (comma-separated).
-    #[arg(long, default_value = "system:masters", env = "PERCOLATOR_AUTHORIZATION_ALWAYS_ALLOW_GROUPS")]
+    #[arg(long, default_value = "system:masters")]
     pub authorization_always_allow_groups: Vec<String>,
 }
 
@@ -177,4 +188,50 @@ pub(crate) struct TestFlags {
     pub serving: ServingArgs,
     #[command(flatten)]
     pub auth: AuthArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    /// The generic flags under a server that names their variables `EXAMPLE_<FLAG>`.
+    #[derive(Debug, Parser)]
+    #[command(name = "example", mut_args(|arg| kubernetes_style(env_named("EXAMPLE_", arg))))]
+    struct Named {
+        #[command(flatten)]
+        serving: ServingArgs,
+        #[command(flatten)]
+        auth: AuthArgs,
+        /// A flag with its own variable, which `env_named` leaves alone.
+        #[arg(long, env = "OWN_NAME")]
+        own: Option<String>,
+    }
+
+    fn env_of(long: &str) -> Option<String> {
+        let command = Named::command();
+        let arg = command.get_arguments().find(|a| a.get_long() == Some(long));
+        arg.and_then(|a| a.get_env()).map(|e| e.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn the_generic_flags_name_no_variable_of_their_own() {
+        let mut command = TestFlags::command();
+        command.build();
+        let named: Vec<_> =
+            command.get_arguments().filter(|a| a.get_env().is_some()).map(|a| a.get_id()).collect();
+        assert!(named.is_empty(), "{named:?}");
+    }
+
+    #[test]
+    fn env_named_derives_the_server_s_variables_from_the_long_names() {
+        assert_eq!(env_of("secure-port").as_deref(), Some("EXAMPLE_SECURE_PORT"));
+        assert_eq!(env_of("tls-cert-file").as_deref(), Some("EXAMPLE_TLS_CERT_FILE"));
+        assert_eq!(
+            env_of("requestheader-extra-headers-prefix").as_deref(),
+            Some("EXAMPLE_REQUESTHEADER_EXTRA_HEADERS_PREFIX")
+        );
+        assert_eq!(env_of("own").as_deref(), Some("OWN_NAME"));
+    }
 }

@@ -1,8 +1,9 @@
-//! Own telemetry: the Prometheus metrics percolator exports on `/metrics` (one registry passed
+//! Own telemetry: the Prometheus metrics a server exports on `/metrics` (one registry passed
 //! down, no globals; label sets as derived types) and structured logging with Kubernetes-style
 //! `-v` levels.
 //!
-//! Metric names follow `percolator_<subsystem>_<name>_<unit>`.
+//! Metric names follow `<namespace>_<subsystem>_<name>_<unit>`, the namespace being the
+//! server's choice ([`Metrics::new`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -62,7 +63,7 @@ pub struct SourceLabels {
     pub source: &'static str,
 }
 
-/// Every metric percolator exports.
+/// Every metric a server exports through this crate.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -132,10 +133,11 @@ fn latency_buckets() -> Histogram {
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
-    pub fn new() -> Arc<Self> {
+    /// Creates and registers every metric, each name prefixed with `namespace_` (a server's
+    /// own name: `example` exports `example_requests_total`).
+    pub fn new(namespace: &str) -> Arc<Self> {
         let mut m = Self {
-            registry: Registry::with_prefix("percolator"),
+            registry: Registry::with_prefix(namespace),
             requests: Family::default(),
             request_duration: Family::new_with_constructor(latency_buckets),
             in_flight: Gauge::default(),
@@ -248,7 +250,7 @@ pub type Probe = dyn Fn() -> u64 + Send + Sync;
 
 /// Labels of the cache entry gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheNameLabels {
+pub(crate) struct CacheNameLabels {
     /// Cache name (as in [`CacheLabels`]).
     pub cache: Cow<'static, str>,
 }
@@ -400,19 +402,19 @@ mod tests {
 
     #[test]
     fn encodes_named_metrics() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         metrics.cache_lookup(&"podmetricssummaries".into(), true);
         metrics.observe("prometheus", "success", 0.01);
         let text = metrics.encode();
         assert!(
-            text.contains("percolator_cache_requests_total{cache=\"podmetricssummaries\",result=\"hit\"} 1"),
+            text.contains("example_cache_requests_total{cache=\"podmetricssummaries\",result=\"hit\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("percolator_upstream_requests_total{source=\"prometheus\",outcome=\"success\"} 1"),
+            text.contains("example_upstream_requests_total{source=\"prometheus\",outcome=\"success\"} 1"),
             "{text}"
         );
-        assert!(text.contains("percolator_upstream_request_duration_seconds_bucket"), "{text}");
+        assert!(text.contains("example_upstream_request_duration_seconds_bucket"), "{text}");
     }
 
     fn value(text: &str, series: &str) -> Option<String> {
@@ -421,18 +423,18 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sampled_gauges_read_the_runtime_and_live_probes_at_scrape_time() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let _ = stopped.await;
         });
         let text = metrics.encode();
-        let alive: i64 = value(&text, "percolator_tokio_tasks_alive").unwrap().parse().unwrap();
+        let alive: i64 = value(&text, "example_tokio_tasks_alive").unwrap().parse().unwrap();
         assert!(alive >= 1, "the spawned task is alive: {text}");
-        assert_eq!(value(&text, "percolator_tokio_workers").as_deref(), Some("2"));
+        assert_eq!(value(&text, "example_tokio_workers").as_deref(), Some("2"));
         let _ = stop.send(());
         task.await.unwrap();
-        let after: i64 = value(&metrics.encode(), "percolator_tokio_tasks_alive").unwrap().parse().unwrap();
+        let after: i64 = value(&metrics.encode(), "example_tokio_tasks_alive").unwrap().parse().unwrap();
         assert_eq!(after, alive - 1, "the finished task is no longer counted");
 
         let a: Arc<Probe> = Arc::new(|| 3);
@@ -442,26 +444,26 @@ mod tests {
         let parked: Arc<Probe> = Arc::new(|| 5);
         metrics.sampled.kubelet_parked(&parked);
         let text = metrics.encode();
-        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("7"));
-        assert_eq!(value(&text, "percolator_kubelet_connections_parked").as_deref(), Some("5"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("7"));
+        assert_eq!(value(&text, "example_kubelet_connections_parked").as_deref(), Some("5"));
         drop((a, parked));
         let text = metrics.encode();
-        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("4"));
-        assert_eq!(value(&text, "percolator_kubelet_connections_parked").as_deref(), Some("0"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("4"));
+        assert_eq!(value(&text, "example_kubelet_connections_parked").as_deref(), Some("0"));
         drop(b);
         let text = metrics.encode();
-        assert_eq!(value(&text, "percolator_cache_entries{cache=\"kubelet\"}").as_deref(), Some("0"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("0"));
     }
 
     #[test]
     fn serving_certificate_expiration_is_a_timestamp_gauge() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new("example");
         let line = |text: &str| {
             text.lines()
-                .find(|l| l.starts_with("percolator_tls_serving_certificate_expiration_timestamp_seconds "))
+                .find(|l| l.starts_with("example_tls_serving_certificate_expiration_timestamp_seconds "))
                 .map(str::to_owned)
         };
-        let name = "percolator_tls_serving_certificate_expiration_timestamp_seconds";
+        let name = "example_tls_serving_certificate_expiration_timestamp_seconds";
         assert_eq!(line(&metrics.encode()).as_deref(), Some(format!("{name} 0").as_str()));
         assert!(metrics.encode().contains(&format!("# TYPE {name} gauge")));
         // 2031-01-02T00:00:00Z

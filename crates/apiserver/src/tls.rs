@@ -63,7 +63,7 @@ pub enum TlsError {
 }
 
 /// Result alias for this module.
-pub type Result<T> = std::result::Result<T, TlsError>;
+pub(crate) type Result<T> = std::result::Result<T, TlsError>;
 
 /// File names of the self-signed pair inside `--cert-dir`, as the generic API server names them.
 const SELF_SIGNED_CERT: &str = "apiserver.crt";
@@ -233,7 +233,7 @@ impl ReloadingCert {
 /// Calls `check` on `target` every `interval` (first one interval from now) until `target` is
 /// dropped (the poller holds it weakly); the returned handle stops it sooner. The pollers of
 /// files given as flags (certificates, CA bundles) share it.
-pub fn spawn_poller<T: Send + Sync + 'static>(
+pub(crate) fn spawn_poller<T: Send + Sync + 'static>(
     target: &Arc<T>,
     interval: Duration,
     check: impl Fn(&T) + Send + 'static,
@@ -304,11 +304,6 @@ fn parse_certs(pem: &[u8], path: &Path, flag: &'static str) -> Result<Vec<Certif
         });
     }
     Ok(certs)
-}
-
-/// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
-pub fn read_key(path: &Path, flag: &'static str) -> Result<PrivateKeyDer<'static>> {
-    parse_key(&read_file(path, flag)?, path, flag)
 }
 
 fn parse_key(pem: &[u8], path: &Path, flag: &'static str) -> Result<PrivateKeyDer<'static>> {
@@ -721,9 +716,9 @@ mod tests {
     #[test]
     fn self_signed_is_generated_once_and_reused() {
         crate::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-tls-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let args = crate::options::TestFlags::parse_from(["percolator", "--cert-dir", dir.to_str().unwrap()]);
+        let args = crate::options::TestFlags::parse_from(["apiserver", "--cert-dir", dir.to_str().unwrap()]);
         let config = server_config(&args.serving, None).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
         let first = std::fs::read(dir.join(SELF_SIGNED_CERT)).unwrap();
@@ -735,7 +730,7 @@ mod tests {
     #[test]
     fn missing_file_names_the_flag() {
         let args = crate::options::TestFlags::parse_from([
-            "percolator",
+            "apiserver",
             "--tls-cert-file",
             "/nonexistent/c.pem",
             "--tls-private-key-file",
@@ -757,7 +752,7 @@ mod tests {
     #[test]
     fn reload_follows_a_symlink_swap_and_keeps_the_last_good_pair() {
         crate::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-tls-reload-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-tls-reload-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (first_der, first_cert, first_key) = write_pair(&dir, "first");
@@ -796,7 +791,7 @@ mod tests {
     #[test]
     fn observers_see_the_chain_at_once_and_after_each_change_in_force() {
         crate::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-tls-observe-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-tls-observe-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (first_der, first_cert, first_key) = write_pair(&dir, "first");
@@ -853,7 +848,7 @@ mod watched_ca_tests {
     }
 
     fn mk_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("percolator-watched-ca-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("apiserver-watched-ca-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir

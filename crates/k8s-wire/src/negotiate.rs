@@ -17,13 +17,13 @@ use http::HeaderMap;
 
 use super::status::ApiError;
 
-/// The media types percolator serves, as listed in a 406 message.
-pub const ACCEPTED_MEDIA_TYPES: &[&str] = &["application/json"];
+/// The media types served, as listed in a 406 message.
+pub(crate) const ACCEPTED_MEDIA_TYPES: &[&str] = &["application/json"];
 
 /// Group of the Table and PartialObjectMetadata conversions.
-pub const META_GROUP: &str = "meta.k8s.io";
+pub(crate) const META_GROUP: &str = "meta.k8s.io";
 /// Group of aggregated discovery.
-pub const DISCOVERY_GROUP: &str = "apidiscovery.k8s.io";
+pub(crate) const DISCOVERY_GROUP: &str = "apidiscovery.k8s.io";
 
 /// A `meta.k8s.io` version a conversion was requested in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub enum Endpoint {
 
 /// One clause of an `Accept` header (goautoneg's `Accept`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Clause {
+pub(crate) struct Clause {
     /// Media type (`application`, `*`).
     pub type_: String,
     /// Media subtype (`json`, `*`).
@@ -104,7 +104,7 @@ pub struct Clause {
 
 /// Parses an `Accept` header into clauses ordered like goautoneg's `ParseAccept` (by q, then
 /// concrete types before wildcards, otherwise in header order).
-pub fn parse_accept(header: &str) -> Vec<Clause> {
+pub(crate) fn parse_accept(header: &str) -> Vec<Clause> {
     let mut clauses = Vec::new();
     for part in header.split(',') {
         let part = part.trim_matches(' ');
@@ -160,7 +160,7 @@ pub fn negotiate_headers(headers: &HeaderMap, endpoint: Endpoint) -> Result<Repr
 
 /// Negotiates the representation for `accept` (absent or empty means JSON) on `endpoint`.
 /// No acceptable clause → 406 `only the following media types are accepted: ...`.
-pub fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Representation, ApiError> {
+pub(crate) fn negotiate(accept: Option<&str>, endpoint: Endpoint) -> Result<Representation, ApiError> {
     let accept = accept.unwrap_or_default();
     if accept.trim().is_empty() {
         return Ok(Representation::Json);

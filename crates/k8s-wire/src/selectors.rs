@@ -532,7 +532,7 @@ fn new_requirement(key: String, op: Op, values: BTreeSet<String>) -> Result<Requ
 }
 
 /// Field name of an object's name.
-pub const FIELD_NAME: &str = "metadata.name";
+pub(crate) const FIELD_NAME: &str = "metadata.name";
 /// Field name of an object's namespace.
 pub const FIELD_NAMESPACE: &str = "metadata.namespace";
 

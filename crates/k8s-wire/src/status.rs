@@ -141,9 +141,6 @@ fn forbidden_message(resource: &GroupResource, name: &str, reason: &str) -> Stri
     }
 }
 
-/// Result alias for the HTTP layer.
-pub type Result<T, E = ApiError> = std::result::Result<T, E>;
-
 impl ApiError {
     /// The HTTP status code (equal to `code` in the body).
     pub fn status_code(&self) -> StatusCode {

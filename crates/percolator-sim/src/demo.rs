@@ -223,7 +223,7 @@ pub async fn run(
         // Nothing balances traffic away from the demo: stop at once on Ctrl-C.
         "--shutdown-delay-duration=0s".to_string(),
     ];
-    let percolator = percolator::server::prepare(percolator::config::Args::parse_from(flags)).await?;
+    let percolator = percolator::prepare(percolator::config::Args::parse_from(flags)).await?;
     let address = percolator.local_addr()?;
     let server = tokio::spawn(percolator.serve(async move {
         shutdown.await;
@@ -387,8 +387,7 @@ mod tests {
 
     #[test]
     fn the_demo_configuration_declares_one_valid_kind() {
-        let file =
-            QueryFile::from_yaml(super::DEMO_CONFIG, "demo", &percolator::server::config_check()).unwrap();
+        let file = QueryFile::from_yaml(super::DEMO_CONFIG, "demo", &percolator::config_check()).unwrap();
         let kinds: Vec<(&str, Option<&str>)> =
             file.kinds.iter().map(|k| (k.kind.as_str(), k.plural.as_deref())).collect();
         assert_eq!(kinds, [("AppTraffic", Some("apptraffics"))]);

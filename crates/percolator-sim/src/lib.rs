@@ -7,9 +7,16 @@
 //! - [`devenv`]: the local Prometheus (or VictoriaMetrics) and the fault proxy, which the tests
 //!   and benchmarks start;
 //! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine;
+//! - [`balancer`]: a front balancing HTTP/2 streams over percolator replicas by readiness, as
+//!   kube-aggregator reaches a Service (the rolling-restart tests);
 //! - [`soak`]: the soak run (`percolator-sim soak`, `scripts/soak.sh`, `tests/soak.rs`): an
 //!   hour of churn, load and faults, and whether anything grows.
+//!
+//! These modules are public because they are namespaces: the binary's commands
+//! (`demo::run`, `sim::run`, `soak::…`) and the tests' harness (`devenv::…`, `securefront::…`,
+//! `balancer::…`) are named through them. The simulator's parts inside `sim` are private.
 
+pub mod balancer;
 pub mod demo;
 pub mod devenv;
 #[cfg(test)]

@@ -39,7 +39,7 @@ async fn main() -> anyhow::Result<()> {
             // The demo logs to files in its directory (see `demo::init_logging`).
             let dir = demo::prepare_dir(&args)?;
             demo::init_logging(&dir, args.verbosity)?;
-            demo::run(args, dir, percolator::server::shutdown_signal()).await
+            demo::run(args, dir, percolator::shutdown_signal()).await
         }
         (Some(Command::Soak(args)), _) => {
             tracing_subscriber::fmt()
@@ -67,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
-            Ok(sim::run(sim, percolator::server::shutdown_signal()).await?)
+            Ok(sim::run(sim, percolator::shutdown_signal()).await?)
         }
         (None, None) => anyhow::bail!("--state-dir is required (or use `percolator-sim demo`)"),
     }

@@ -1404,7 +1404,7 @@ mod tests {
             let loaded = percolator::config::QueryFile::from_yaml(
                 &yaml,
                 "soak.yaml",
-                &percolator::server::config_check(),
+                &percolator::config_check(),
             );
             assert_eq!(loaded.is_ok(), valid, "{yaml}\n{loaded:?}");
         }

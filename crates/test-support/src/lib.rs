@@ -1,12 +1,15 @@
 //! Helpers shared by the tests of every crate of the workspace (a dev-dependency only):
-//! [`all_at_once`] makes identical calls overlap, [`pki`] mints CAs and certificates, [`fuzz`]
-//! is the proptest harness with its request strategies and PromQL literal checkers.
+//! [`all_at_once`] makes identical calls overlap, [`mk_ca`], [`mk_leaf`] and [`mk_cert`] mint CAs
+//! and certificates, [`fuzz`] (a module: its strategies and checkers are named through it) is
+//! the proptest harness with its request strategies and PromQL literal checkers.
 
 // Test code: a failed expectation is a panic, as in the tests that use it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod fuzz;
-pub mod pki;
+mod pki;
+
+pub use pki::{MkCa, MkLeaf, mk_ca, mk_cert, mk_leaf};
 
 use std::future::Future;
 use std::sync::Arc;

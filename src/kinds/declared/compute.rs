@@ -21,8 +21,8 @@ use crate::kinds::{
     rfc3339,
 };
 use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
-use k8s_wire::validation::{is_dns1123_subdomain, is_valid_label_value};
 use k8s_wire::{duration, quantity};
+use k8s_wire::{is_dns1123_subdomain, is_valid_label_value};
 
 /// The `reason` label of an object skipped because its name label value is not a valid
 /// Kubernetes object name.

@@ -6,7 +6,7 @@
 //! [`DeclaredKind`] serves one: its OpenAPI schema here, its computation in `compute`.
 
 mod compute;
-pub mod spec;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -15,13 +15,14 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::json;
 
-pub use spec::{DeclaredSpec, FieldSpec, Format, check_declared};
+pub use spec::DeclaredSpec;
+pub(crate) use spec::{FieldSpec, Format, check_declared};
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Sources, kind_schema, schema_name};
-use apiserver::telemetry::Metrics;
+use apiserver::Metrics;
 
 /// A declared kind, computed at request time from its queries.
-pub struct DeclaredKind {
+pub(crate) struct DeclaredKind {
     spec: Arc<DeclaredSpec>,
     sources: Sources,
     metrics: Option<Arc<Metrics>>,
@@ -36,13 +37,8 @@ impl std::fmt::Debug for DeclaredKind {
 impl DeclaredKind {
     /// The kind of `spec`, computed from `sources`; object names that are not valid Kubernetes
     /// names are skipped and counted in `metrics`.
-    pub fn new(spec: Arc<DeclaredSpec>, sources: Sources, metrics: Option<Arc<Metrics>>) -> Self {
+    pub(crate) fn new(spec: Arc<DeclaredSpec>, sources: Sources, metrics: Option<Arc<Metrics>>) -> Self {
         Self { spec, sources, metrics }
-    }
-
-    /// Its spec.
-    pub fn spec(&self) -> &Arc<DeclaredSpec> {
-        &self.spec
     }
 }
 

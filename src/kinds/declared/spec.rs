@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use crate::config::{DeclaredFieldConfig, DeclaredKindConfig, Invalid, QueryFile};
 use crate::kinds::{Builtin, Column, KindInfo, Text};
-use crate::sources::prometheus::{
-    is_valid_label_name, keeps_label, validate_template, validate_unscoped_template,
-};
-use k8s_wire::status::go_quote;
-use k8s_wire::validation::{is_dns1123_label, is_qualified_name};
+use crate::sources::prometheus::{Template, is_valid_label_name};
+use k8s_wire::go_quote;
+use k8s_wire::{is_dns1123_label, is_qualified_name};
 
 /// How a field's value is published (JSON and Table cell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +50,8 @@ impl Format {
 pub struct FieldSpec {
     /// JSON field name (lowerCamelCase).
     pub name: String,
-    /// PromQL template.
-    pub query: String,
+    /// PromQL template, compiled when the file was read.
+    pub query: Template,
     /// How the value is published.
     pub format: Format,
     /// Printer column, if any.
@@ -85,16 +83,16 @@ pub struct DeclaredSpec {
 }
 
 /// Field names no declared field may take: every object has them.
-pub const RESERVED_FIELDS: [&str; 5] = ["apiVersion", "kind", "metadata", "timestamp", "window"];
+pub(crate) const RESERVED_FIELDS: [&str; 5] = ["apiVersion", "kind", "metadata", "timestamp", "window"];
 /// Field names the `pods` join adds (reserved too when the kind has the join).
-pub const POD_JOIN_FIELDS: [&str; 3] = ["pods", "cpu", "memory"];
+pub(crate) const POD_JOIN_FIELDS: [&str; 3] = ["pods", "cpu", "memory"];
 
 /// Categories of a kind that does not set `categories`.
-pub const DEFAULT_CATEGORIES: [&str; 1] = ["percolator"];
+pub(crate) const DEFAULT_CATEGORIES: [&str; 1] = ["percolator"];
 /// Scope of a kind that does not set `scope`.
-pub const NAMESPACED: &str = "Namespaced";
+pub(crate) const NAMESPACED: &str = "Namespaced";
 /// The other scope.
-pub const CLUSTER: &str = "Cluster";
+pub(crate) const CLUSTER: &str = "Cluster";
 /// Longest kind name: a DNS-1123 label's, as its lowercase form is the default singular.
 const MAX_KIND_LEN: usize = 63;
 /// Longest column name.
@@ -105,17 +103,17 @@ const POD_JOIN_COLUMNS: [&str; 3] = ["Pods", "CPU", "Memory"];
 const NAMESPACE_LABEL: &str = "namespace";
 
 /// The plural of a kind that does not set `plural`: lowercase kind + `s`.
-pub fn default_plural(kind: &str) -> String {
+pub(crate) fn default_plural(kind: &str) -> String {
     format!("{}s", kind.to_ascii_lowercase())
 }
 
 /// The singular of a kind that does not set `singular`: lowercase kind.
-pub fn default_singular(kind: &str) -> String {
+pub(crate) fn default_singular(kind: &str) -> String {
     kind.to_ascii_lowercase()
 }
 
 /// The description of a kind that does not set `description`.
-pub fn default_description(kind: &str) -> String {
+pub(crate) fn default_description(kind: &str) -> String {
     format!(
         "{kind} is declared in the percolator configuration and computed at request time from Prometheus."
     )
@@ -297,7 +295,7 @@ fn check_prometheus_label(value: &str) -> Result<(), NameError> {
 /// defaults in (plural, singular, categories, scope, description; each field's format and
 /// description). A file is rejected whole: the error names the kind (`kinds[AppTraffic]`, or
 /// `kinds[2]` when it has no valid kind name), the field and what is wrong.
-pub fn check_declared(file: &mut QueryFile, builtin: &[&Builtin]) -> Result<(), Invalid> {
+pub(crate) fn check_declared(file: &mut QueryFile<Template>, builtin: &[&Builtin]) -> Result<(), Invalid> {
     let mut claimed = Claimed::new(builtin);
     for (index, config) in file.kinds.iter_mut().enumerate() {
         check_kind(index, config, &mut claimed)?;
@@ -306,7 +304,11 @@ pub fn check_declared(file: &mut QueryFile, builtin: &[&Builtin]) -> Result<(), 
 }
 
 /// Checks one declared kind (the one at `index`) and fills its defaults in.
-fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claimed) -> Result<(), Invalid> {
+fn check_kind(
+    index: usize,
+    config: &mut DeclaredKindConfig<Template>,
+    claimed: &mut Claimed,
+) -> Result<(), Invalid> {
     let kind = config.kind.clone();
     claimed.check_kind(&kind).map_err(|e| Invalid::new(format!("kinds[{index}].kind"), e.to_string()))?;
     claimed.kinds.push(KindName { kind: kind.clone(), declared: Some(index) });
@@ -393,13 +395,13 @@ fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claim
         check_field(i, field, earlier, joined).map_err(|(path, message)| Invalid::new(at(&path), message))?;
         let query_at = format!("fields[{}].query", field.name);
         let query = &field.query;
-        let scoped = if namespaced { validate_template(query) } else { validate_unscoped_template(query) };
+        let scoped = if namespaced { query.check_scoped() } else { query.check() };
         scoped.map_err(|e| Invalid::new(at(&query_at), e.to_string()))?;
-        keeps_label(query, &name_label).map_err(|message| {
+        query.keeps_label(&name_label).map_err(|message| {
             Invalid::new(at(&query_at), format!("{message}, which names the objects (nameLabel)"))
         })?;
         if namespaced {
-            keeps_label(query, NAMESPACE_LABEL).map_err(|message| {
+            query.keeps_label(NAMESPACE_LABEL).map_err(|message| {
                 Invalid::new(
                     at(&query_at),
                     format!("{message}, which places the objects of a Namespaced kind"),
@@ -414,8 +416,8 @@ fn check_kind(index: usize, config: &mut DeclaredKindConfig, claimed: &mut Claim
 /// error is the field path under the kind and the message.
 fn check_field(
     index: usize,
-    field: &mut DeclaredFieldConfig,
-    earlier: &[DeclaredFieldConfig],
+    field: &mut DeclaredFieldConfig<Template>,
+    earlier: &[DeclaredFieldConfig<Template>],
     joined: bool,
 ) -> Result<(), (String, String)> {
     let name = field.name.clone();
@@ -480,7 +482,7 @@ fn check_field(
 impl DeclaredSpec {
     /// The spec of an entry that [`check_declared`] accepted (defaults filled in; an unset one
     /// takes its default here too).
-    pub fn from_config(config: &DeclaredKindConfig) -> Self {
+    pub fn from_config(config: &DeclaredKindConfig<Template>) -> Self {
         let kind = config.kind.clone();
         let owned = |texts: &[String]| -> Cow<'static, [Text]> {
             Cow::Owned(texts.iter().map(|t| Text::Owned(t.clone())).collect())
@@ -596,8 +598,8 @@ kinds:
     /// A field whose query keeps every label.
     const FIELD: &str = "fields: [{name: rps, query: 'x{SCOPE}'}]";
 
-    fn load(yaml: &str) -> Result<QueryFile, String> {
-        let check: Check = Arc::new(|file: &mut QueryFile| check_declared(file, BUILTIN));
+    fn load(yaml: &str) -> Result<QueryFile<Template>, String> {
+        let check: Check<Template> = Arc::new(|file: &mut QueryFile<Template>| check_declared(file, BUILTIN));
         QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
     }
 
@@ -619,7 +621,7 @@ kinds:
         is_dns1123_label(value).join("; ")
     }
 
-    fn config_error(field: &str, message: &str) -> Result<QueryFile, String> {
+    fn config_error(field: &str, message: &str) -> Result<QueryFile<Template>, String> {
         Err(format!("--config f.yaml: field {field}: {message}"))
     }
 
@@ -909,9 +911,10 @@ kinds:
     fn the_builtin_default_queries_pass_the_same_label_analysis() {
         for kind in BUILTIN {
             for spec in kind.queries {
-                assert_eq!(keeps_label(spec.default, "namespace"), Ok(()), "{}.{}", kind.section, spec.field);
+                let template = spec.default_template();
+                assert_eq!(template.keeps_label("namespace"), Ok(()), "{}.{}", kind.section, spec.field);
                 let name_label = if kind.section == "cafeBrewStats" { "cafe" } else { "pod" };
-                assert_eq!(keeps_label(spec.default, name_label), Ok(()), "{}.{}", kind.section, spec.field);
+                assert_eq!(template.keeps_label(name_label), Ok(()), "{}.{}", kind.section, spec.field);
             }
         }
     }
@@ -961,7 +964,7 @@ kinds:
         let mut again = file.clone();
         check_declared(&mut again, BUILTIN).unwrap();
         assert_eq!(again, file);
-        let accept_all: Check = Arc::new(|_: &mut QueryFile| Ok(()));
+        let accept_all: Check<Template> = Arc::new(|_: &mut QueryFile<Template>| Ok(()));
         let unchecked = QueryFile::from_yaml(&yaml, "f.yaml", &accept_all).unwrap();
         assert_eq!(unchecked.kinds[0].plural, None);
         assert_eq!(unchecked.kinds[0].fields[0].format, None);

@@ -12,7 +12,7 @@ use super::{DeclaredKind, DeclaredSpec, FieldSpec, Format};
 use crate::kinds::testkit::*;
 use crate::kinds::{Column, KindInfo, Listing, ServedKind};
 use crate::sources::{KubeletError, PromError, PromSample};
-use apiserver::telemetry::Metrics;
+use apiserver::Metrics;
 
 const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
 
@@ -34,7 +34,7 @@ fn mk_info(kind: &str, plural: &str, namespaced: bool, description: &str) -> Kin
 fn mk_field(name: &str, query: &str, format: Format, column: Option<&str>, description: &str) -> FieldSpec {
     FieldSpec {
         name: name.to_owned(),
-        query: query.to_owned(),
+        query: query.into(),
         format,
         column: column.map(str::to_owned),
         wide: false,
@@ -376,7 +376,7 @@ async fn all_namespaces_list_sends_unscoped_promql_and_sorts_by_namespace() {
 
 #[tokio::test]
 async fn invalid_object_names_are_skipped_and_counted() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let (kind, _, _) = mk_traffic_kind(mk_traffic_prom(), Some(metrics.clone()));
     let listing = kind.list(Some("ns")).await.unwrap();
     assert!(listing.items.iter().all(|i| &*i.meta.name != "Bad_Name"));
@@ -480,7 +480,7 @@ async fn cluster_kind_names_objects_by_label_without_namespace() {
             mk_sample(&[("job", "no-namespace")], 3.0, AT),
         ],
     ));
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let inventory = FakeInventory::with(vec![mk_pod("shop", "web-1", "node-a", &[], &["app"], AT)]);
     let kubelet = Arc::new(FakeKubelet::default());
     let kind =
@@ -565,7 +565,7 @@ fn mk_cafes() -> (Arc<FakeInventory>, FakeKubelet, FakeProm) {
 #[tokio::test]
 async fn pods_join_counts_pods_and_sums_their_usage() {
     let (inventory, kubelet, prom) = mk_cafes();
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let kubelet = Arc::new(kubelet);
     let kind = mk_kind(mk_cafe_load(), inventory, kubelet.clone(), Arc::new(prom), Some(metrics.clone()));
     let listing = kind.list(Some("ns")).await.unwrap();
@@ -778,7 +778,7 @@ async fn cluster_kind_joins_the_pods_of_every_namespace() {
     let mut spec = mk_cafe_load();
     spec.info.namespaced = false;
     spec.fields.truncate(1);
-    spec.fields[0].query = "sum by (cafe) (rate(cafe_brews_total[WINDOW]))".to_owned();
+    spec.fields[0].query = "sum by (cafe) (rate(cafe_brews_total[WINDOW]))".into();
     spec.columns = mk_columns("CafeLoad", &spec.fields, true);
     let prom = Arc::new(FakeProm::default().answer(
         "cafe_brews_total",

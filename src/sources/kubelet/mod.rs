@@ -1,6 +1,6 @@
 //! Kubelet `GET /metrics/resource` (CONTRACT §8): [`KubeletClient`], the [`KubeletSource`]
-//! that fetches it over HTTPS, with its configuration ([`KubeletConfig`], [`BearerToken`],
-//! [`Scheme`]) and errors ([`Error`]). The other concerns have their own files, re-exported
+//! that fetches it over HTTPS, with its configuration ([`KubeletConfig`], [`BearerToken`]) and
+//! errors ([`Error`]). The other concerns have their own files, re-exported
 //! here:
 //!
 //! - `parse`: decoding one body ([`parse_resource_metrics`] → [`ParsedBatch`]);
@@ -41,34 +41,36 @@ use tokio::sync::Semaphore;
 use tokio::time::timeout_at;
 
 use super::{Inventory, KubeletSource, NodeInfo, NodeUsage, UpstreamObserver, outcome};
-use apiserver::cache::{CacheSettings, TtlCache};
-use apiserver::tls::WatchedCaFile;
+use apiserver::WatchedCaFile;
+use apiserver::{CacheSettings, TtlCache};
 use transport::Transport;
 
-pub use super::KubeletError;
-pub use parse::{ContainerKey, ContainerSample, ParsedBatch, Sample, parse_resource_metrics};
-pub use rates::{NodeSamples, RateRules};
-pub use sampler::Sampling;
+pub(crate) use super::KubeletError;
+pub(crate) use parse::ParsedBatch;
+pub use parse::parse_resource_metrics;
+pub use rates::NodeSamples;
+pub(crate) use rates::RateRules;
+pub(crate) use sampler::Sampling;
 
 /// The kubelet's default secure port.
-pub const DEFAULT_PORT: u16 = 10250;
+pub(crate) const DEFAULT_PORT: u16 = 10250;
 
 /// Path of the resource metrics endpoint.
-pub const RESOURCE_METRICS_PATH: &str = "/metrics/resource";
+pub(crate) const RESOURCE_METRICS_PATH: &str = "/metrics/resource";
 
 /// Largest body we read from a kubelet. A node with 110 pods answers about 100 KiB and one with
 /// 500 pods of 3 containers about 1.2 MiB, so 8 MiB only stops a broken or hostile endpoint.
 /// Every concurrent fetch may hold this much (a 64 MiB cap let one 10 MB body take percolator
 /// from 27 to 240 MiB resident).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Most containers accepted from one kubelet. Far above what a node runs (kubelets default
 /// to 110 pods), it bounds the rate state kept per node, which a dense body under the size
 /// cap could otherwise fill with tens of thousands of phantom containers.
-pub const DEFAULT_MAX_CONTAINERS: usize = 10_000;
+pub(crate) const DEFAULT_MAX_CONTAINERS: usize = 10_000;
 
 /// metrics-server's default `--kubelet-preferred-address-types` order.
-pub const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 5] =
+pub(crate) const DEFAULT_PREFERRED_ADDRESS_TYPES: [&str; 5] =
     ["Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP"];
 
 /// The `source` passed to the [`UpstreamObserver`].
@@ -113,11 +115,11 @@ pub enum Error {
 }
 
 /// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where the bearer token sent to kubelets comes from.
 #[derive(Clone)]
-pub enum BearerToken {
+pub(crate) enum BearerToken {
     /// A fixed token.
     Static(String),
     /// A file holding the token (a projected service-account token), re-read at most once a
@@ -134,19 +136,9 @@ impl fmt::Debug for BearerToken {
     }
 }
 
-/// URL scheme used to reach kubelets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Scheme {
-    /// HTTPS, as every real kubelet serves.
-    #[default]
-    Https,
-    /// Plain HTTP, for simulators and tests only: the bearer token travels in clear.
-    Http,
-}
-
 /// How to reach and read kubelets (metrics-server's `--kubelet-*` flags).
 #[derive(Debug, Clone)]
-pub struct KubeletConfig {
+pub(crate) struct KubeletConfig {
     /// `--kubelet-port`, used unless the node status gives one and
     /// [`use_node_status_port`](Self::use_node_status_port) is set.
     pub port: u16,
@@ -177,8 +169,6 @@ pub struct KubeletConfig {
     pub max_body_bytes: usize,
     /// Most containers accepted from one body; see [`DEFAULT_MAX_CONTAINERS`].
     pub max_containers: usize,
-    /// HTTPS unless talking to a simulator.
-    pub scheme: Scheme,
     /// `--kubelet-reuse-connections`: keep each kubelet's connection open between fetches
     /// (parked without hyper's buffers: about 16 KiB resident per node), or close it after
     /// each fetch (one TCP and TLS handshake per node per fetch).
@@ -192,7 +182,7 @@ pub struct KubeletConfig {
 
 impl KubeletConfig {
     /// The background sampling these settings give.
-    pub fn sampling(&self) -> Sampling {
+    pub(crate) fn sampling(&self) -> Sampling {
         Sampling::new(self.cache.ttl, self.max_rate_window, self.idle_after)
     }
 }
@@ -215,7 +205,6 @@ impl Default for KubeletConfig {
             max_concurrency: 64,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_containers: DEFAULT_MAX_CONTAINERS,
-            scheme: Scheme::Https,
             reuse_connections: true,
             max_rate_window: RateRules::DEFAULT_MAX_WINDOW,
             idle_after: Sampling::DEFAULT_IDLE_AFTER,
@@ -224,7 +213,7 @@ impl Default for KubeletConfig {
 }
 
 /// Reads kubelets' `/metrics/resource` and keeps their CPU rate state.
-pub struct KubeletClient {
+pub(crate) struct KubeletClient {
     inner: Arc<Inner>,
     /// The background sampler, started by the first request that needs a node.
     sampler: OnceLock<AbortOnDrop>,
@@ -265,7 +254,7 @@ struct Failure {
 impl KubeletClient {
     /// Builds a client. Fails when the TLS settings are unusable (no CA and not insecure, a CA
     /// bundle without certificates).
-    pub fn new(
+    pub(crate) fn new(
         config: KubeletConfig,
         inventory: Arc<dyn Inventory>,
         observer: Arc<dyn UpstreamObserver>,
@@ -280,7 +269,6 @@ impl KubeletClient {
         // A kept connection to a node that vanished without a reset is found dead by the
         // kernel instead of lasting until a fetch times out on it (Go's dialer does the same).
         tcp.set_keepalive(Some(TCP_KEEPALIVE));
-        // HTTPS or, for simulators, HTTP: the scheme of each URL decides.
         let https = HttpsConnector::from((tcp, tls));
         let transport = Transport::new(https, config.reuse_connections, config.cache.metrics.as_deref());
         let sampling = config.sampling();
@@ -424,11 +412,7 @@ impl Inner {
             Some(port) if self.config.use_node_status_port && port != 0 => port,
             _ => self.config.port,
         };
-        let scheme = match self.config.scheme {
-            Scheme::Https => "https",
-            Scheme::Http => "http",
-        };
-        Ok(format!("{scheme}://{host}:{port}{RESOURCE_METRICS_PATH}"))
+        Ok(format!("https://{host}:{port}{RESOURCE_METRICS_PATH}"))
     }
 
     /// Requests, reads and decodes one body.
@@ -704,10 +688,9 @@ pub(super) mod tests {
     #[test]
     fn https_without_a_trust_anchor_is_refused() {
         let inventory: Arc<dyn Inventory> = Arc::new(MkInventory::default());
-        let err =
-            KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(super::super::NoopObserver))
-                .err()
-                .unwrap();
+        let err = KubeletClient::new(KubeletConfig::default(), inventory, Arc::new(apiserver::NoopObserver))
+            .err()
+            .unwrap();
         assert!(matches!(err, Error::CertificateAuthority(_)), "{err}");
     }
 

@@ -19,7 +19,7 @@ use super::lock;
 
 /// How often nodes are sampled in the background and for how long after the last request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sampling {
+pub(crate) struct Sampling {
     /// The widest window a CPU rate may span (`--max-rate-window`).
     pub max_window: Duration,
     /// Time between two background samples of a node.
@@ -37,13 +37,13 @@ impl Sampling {
     /// The default `--idle-after`: longer than any sensible HPA sync period or dashboard
     /// refresh, short enough that a forgotten `watch kubectl top` stops costing soon after it
     /// ends.
-    pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(300);
+    pub(crate) const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(300);
 
     /// The settings for a cache TTL (`--cache-ttl`), a largest rate window and an idle
     /// period: one sample per TTL, and at least three per window so that a pair of distinct
     /// samples stays within it whatever the TTL. A node's sample is served for about one
     /// interval ([`sample_ttl`](Self::sample_ttl)).
-    pub fn new(cache_ttl: Duration, max_window: Duration, idle_after: Duration) -> Self {
+    pub(crate) fn new(cache_ttl: Duration, max_window: Duration, idle_after: Duration) -> Self {
         let third = max_window / 3;
         let interval = if cache_ttl.is_zero() { third } else { cache_ttl.min(third) };
         let interval = interval.max(Duration::from_millis(100));
@@ -58,7 +58,7 @@ impl Sampling {
     /// more, so that the next round's sample lands before the last one expires and a request
     /// between the two never fetches on its own (the rounds replace samples at one interval of
     /// age; an idle client's samples expire after one and a half).
-    pub fn sample_ttl(&self, cache_ttl: Duration) -> Duration {
+    pub(crate) fn sample_ttl(&self, cache_ttl: Duration) -> Duration {
         let ttl = cache_ttl.min(self.interval);
         if ttl.is_zero() || self.idle_after.is_zero() { ttl } else { ttl + self.interval / 2 }
     }
@@ -66,14 +66,14 @@ impl Sampling {
 
 /// When each node's data was last asked for, and the wake-up of a parked sampler.
 #[derive(Debug, Default)]
-pub struct Demand {
+pub(super) struct Demand {
     asked: Mutex<HashMap<String, Instant>>,
     wake: Notify,
 }
 
 impl Demand {
     /// Records that `node`'s data is wanted now; wakes the sampler if nothing was wanted.
-    pub fn ask(&self, node: &str) {
+    pub(super) fn ask(&self, node: &str) {
         let now = Instant::now();
         let mut asked = lock(&self.asked);
         let was_idle = asked.is_empty();
@@ -91,12 +91,12 @@ impl Demand {
     }
 
     /// Forgets `node` (it left the inventory).
-    pub fn forget(&self, node: &str) {
+    pub(super) fn forget(&self, node: &str) {
         lock(&self.asked).remove(node);
     }
 
     /// The nodes asked for within `idle_after`, sorted; the others are forgotten.
-    pub fn recent(&self, idle_after: Duration) -> Vec<String> {
+    pub(super) fn recent(&self, idle_after: Duration) -> Vec<String> {
         let now = Instant::now();
         let mut asked = lock(&self.asked);
         asked.retain(|_, at| now.saturating_duration_since(*at) < idle_after);
@@ -106,13 +106,13 @@ impl Demand {
     }
 
     /// Resolves at the next [`ask`](Self::ask) after nothing was wanted.
-    pub async fn asked(&self) {
+    pub(super) async fn asked(&self) {
         self.wake.notified().await;
     }
 }
 
 /// What the loop samples with.
-pub trait Sampler: Send + Sync {
+pub(super) trait Sampler: Send + Sync {
     /// Takes a new sample of `node` and caches it, unless its cached sample is younger than
     /// `age`.
     fn refresh(&self, node: &str, age: Duration) -> impl Future<Output = ()> + Send;
@@ -120,7 +120,7 @@ pub trait Sampler: Send + Sync {
 
 /// Samples the nodes of `demand` every `sampling.interval` while they are asked for; parks when
 /// none is. Runs until dropped (the client aborts it).
-pub async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampling) {
+pub(super) async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampling) {
     let mut active = false;
     loop {
         let nodes = demand.recent(sampling.idle_after);

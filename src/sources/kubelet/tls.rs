@@ -1,8 +1,8 @@
 //! The rustls client configuration for kubelet connections: verification against the
 //! `--kubelet-certificate-authority` file as it is when a connection is made (the file is
-//! watched, [`apiserver::tls::WatchedRootsVerifier`]), else against the cluster CA of the
+//! watched, [`apiserver::WatchedRootsVerifier`]), else against the cluster CA of the
 //! kubeconfig (fixed), or, with `--kubelet-insecure-tls`, of nothing but the handshake
-//! signature (the verifier shared with the rest of the crate, [`apiserver::tls`]). HTTPS without
+//! signature (the verifier shared with the rest of the crate, [`apiserver::WatchedRootsVerifier`]). HTTPS without
 //! any of them is refused.
 
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use super::{Error, KubeletConfig, Result, Scheme};
-use apiserver::tls::{AnyServerCert, CaBoundSessions, WatchedRootsVerifier};
+use super::{Error, KubeletConfig, Result};
+use apiserver::{AnyServerCert, CaBoundSessions, WatchedRootsVerifier};
 
 /// Builds the rustls configuration for kubelet connections.
 pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig> {
@@ -49,12 +49,11 @@ pub(super) fn tls_config(config: &KubeletConfig) -> Result<rustls::ClientConfig>
                     return Err(Error::CertificateAuthority("no certificate in the PEM bundle".to_owned()));
                 }
             }
-            None if config.scheme == Scheme::Https => {
+            None => {
                 return Err(Error::CertificateAuthority(
                     "none given: set --kubelet-certificate-authority or --kubelet-insecure-tls".to_owned(),
                 ));
             }
-            None => {}
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     };

@@ -72,7 +72,7 @@ pub(super) struct Transport {
     /// `None` when connections are closed after each fetch.
     pool: Option<Arc<Pool>>,
     /// The pool's size for `percolator_kubelet_connections_parked`, while the transport lives.
-    _parked: Option<Arc<apiserver::telemetry::Probe>>,
+    _parked: Option<Arc<apiserver::Probe>>,
 }
 
 /// A response whose body is being read: hand it back with [`Exchange::finish`] so that its
@@ -100,12 +100,12 @@ impl Transport {
     pub(super) fn new(
         connector: HttpsConnector<HttpConnector>,
         reuse: bool,
-        metrics: Option<&apiserver::telemetry::Metrics>,
+        metrics: Option<&apiserver::Metrics>,
     ) -> Self {
         let pool = reuse.then(|| Arc::new(Pool::default()));
         let parked = pool.as_ref().zip(metrics).map(|(pool, metrics)| {
             let pool = Arc::downgrade(pool);
-            let probe: Arc<apiserver::telemetry::Probe> =
+            let probe: Arc<apiserver::Probe> =
                 Arc::new(move || pool.upgrade().map_or(0, |pool| pool.len() as u64));
             metrics.sampled.kubelet_parked(&probe);
             probe

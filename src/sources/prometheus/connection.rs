@@ -6,7 +6,7 @@
 //!
 //! Credentials are read from files at each request when the file changed (one `stat`), so a
 //! rotated projected ServiceAccount token applies to the next query. Certificates and CA files
-//! are watched by the reloaders of [`apiserver::tls`].
+//! are watched by the reloaders of [`apiserver::ReloadingCert`] and [`apiserver::WatchedCaFile`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,12 +19,12 @@ use rustls::crypto::CryptoProvider;
 
 use super::{Error, Result};
 use crate::config::{PrometheusArgs, PrometheusHeader};
-use apiserver::tls::{AnyServerCert, ReloadingCert};
+use apiserver::{AnyServerCert, ReloadingCert};
 
 /// What the flags say about reaching Prometheus. Its `Debug` shows the URL without its
 /// password and header names only.
 #[derive(Clone)]
-pub struct ConnectionSettings {
+pub(crate) struct ConnectionSettings {
     /// Base URL of the HTTP API.
     pub url: url::Url,
     /// Budget of one call.
@@ -49,7 +49,8 @@ pub struct ConnectionSettings {
 
 impl ConnectionSettings {
     /// Plain access to `url`: no TLS settings, credentials or headers, the default answer limit.
-    pub fn plain(url: url::Url, timeout: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn plain(url: url::Url, timeout: Duration) -> Self {
         Self {
             url,
             timeout,
@@ -66,7 +67,7 @@ impl ConnectionSettings {
 
     /// The settings of the `--prometheus-*` flags; `reload_interval` is how often certificate
     /// files are checked (`--tls-reload-interval`).
-    pub fn from_args(args: &PrometheusArgs, reload_interval: Duration) -> Self {
+    pub(crate) fn from_args(args: &PrometheusArgs, reload_interval: Duration) -> Self {
         Self {
             url: args.prometheus_url.clone(),
             timeout: args.prometheus_timeout,
@@ -88,7 +89,7 @@ impl ConnectionSettings {
     }
 
     /// The URL as it may be logged (a password in it replaced).
-    pub fn display_url(&self) -> String {
+    pub(crate) fn display_url(&self) -> String {
         let mut url = self.url.clone();
         if url.password().is_some() {
             // Angle brackets would be percent-encoded in a URL.
@@ -112,7 +113,7 @@ impl ConnectionSettings {
 }
 
 /// What a secret is replaced with in messages.
-pub const REDACTED: &str = "<redacted>";
+pub(super) const REDACTED: &str = "<redacted>";
 
 /// A secret kept in a file (a token, a user name, a password), re-read when the file changes.
 /// Its `Debug` shows the flag and path, never the value.
@@ -124,7 +125,7 @@ struct SecretFile {
 
 /// Why no credential can be sent.
 #[derive(Debug, thiserror::Error)]
-pub enum CredentialError {
+pub(super) enum CredentialError {
     /// The credential file is empty and no earlier value is known.
     #[error("{flag} {} is empty", .path.display())]
     Empty {
@@ -267,7 +268,7 @@ enum Credentials {
 
 /// An HTTP client set up for one Prometheus, with its credentials and limits. Its `Debug`
 /// holds no secret.
-pub struct Connection {
+pub(super) struct Connection {
     /// The client: TLS, timeouts and the constant headers.
     pub http: reqwest::Client,
     credentials: Credentials,
@@ -279,7 +280,7 @@ pub struct Connection {
 
 impl Connection {
     /// Builds the client; every unusable setting fails here, naming its flag.
-    pub fn new(settings: &ConnectionSettings) -> Result<Self> {
+    pub(super) fn new(settings: &ConnectionSettings) -> Result<Self> {
         // reqwest panics when no rustls provider is installed; main installs ring, and doing it
         // here too (idempotent) keeps that panic off every path.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -353,7 +354,7 @@ impl Connection {
 
     /// The `Authorization` header of the next request, from the credential files as they are
     /// now.
-    pub fn authorization(&self) -> std::result::Result<Option<HeaderValue>, CredentialError> {
+    pub(super) fn authorization(&self) -> std::result::Result<Option<HeaderValue>, CredentialError> {
         let value = match &self.credentials {
             Credentials::None => return Ok(None),
             Credentials::Bearer(token) => format!("Bearer {}", token.current()?),
@@ -368,7 +369,7 @@ impl Connection {
     }
 
     /// `message` with every secret this connection knows replaced by [`REDACTED`].
-    pub fn redact(&self, message: String) -> String {
+    pub(super) fn redact(&self, message: String) -> String {
         let mut secrets: Vec<String> = self.fixed_secrets.clone();
         match &self.credentials {
             Credentials::None => {}
@@ -399,7 +400,10 @@ impl Connection {
     /// exceed [`Connection::max_response_bytes`]: an answer is never held beyond the limit.
     /// Chunks are kept as they arrive (no buffer doubling while the answer streams in) and
     /// joined once at the end.
-    pub async fn read_body(&self, mut response: reqwest::Response) -> std::result::Result<Bytes, BodyError> {
+    pub(super) async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+    ) -> std::result::Result<Bytes, BodyError> {
         let limit = self.max_response_bytes;
         if response.content_length().is_some_and(|length| length > limit) {
             return Err(BodyError::TooLarge);
@@ -429,7 +433,7 @@ impl Connection {
 
 /// Why an answer's body could not be read.
 #[derive(Debug)]
-pub enum BodyError {
+pub(super) enum BodyError {
     /// It grew past the limit.
     TooLarge,
     /// The connection failed while reading.
@@ -454,13 +458,13 @@ fn tls_config(settings: &ConnectionSettings) -> Result<Option<rustls::ClientConf
         tracing::warn!("--prometheus-insecure-skip-tls-verify: Prometheus' certificate is not verified");
         builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServerCert::new(&provider)))
     } else if let Some(ca_file) = &settings.ca_file {
-        let file = apiserver::tls::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
+        let file = apiserver::WatchedCaFile::load(ca_file, "--prometheus-ca-file")
             .map_err(|e| Error::Client(e.to_string()))?;
         file.spawn_reloader(settings.reload_interval);
-        let verifier = apiserver::tls::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
+        let verifier = apiserver::WatchedRootsVerifier::new(Arc::clone(&file), &provider)
             .map_err(|e| Error::Client(e.to_string()))?;
         // A resumed session is not verified again: forget them when the CA file changes.
-        resumption = Some(apiserver::tls::CaBoundSessions::new(file));
+        resumption = Some(apiserver::CaBoundSessions::new(file));
         builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
     } else {
         let verifier = rustls_platform_verifier::Verifier::new(Arc::clone(&provider)).map_err(tls_error)?;
@@ -836,12 +840,9 @@ mod tests {
 
     /// An HTTPS server (certificate for 127.0.0.1 from `server_ca`) that requires a client
     /// certificate from `client_ca` and answers [`ONE`] to each request.
-    async fn mk_tls_server(
-        server_ca: &test_support::pki::MkCa,
-        client_ca: &test_support::pki::MkCa,
-    ) -> String {
+    async fn mk_tls_server(server_ca: &test_support::MkCa, client_ca: &test_support::MkCa) -> String {
         use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-        let leaf = test_support::pki::mk_cert(server_ca, |params| {
+        let leaf = test_support::mk_cert(server_ca, |params| {
             params.subject_alt_names = vec![rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap())];
             params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         });
@@ -890,15 +891,15 @@ mod tests {
     #[tokio::test]
     async fn tls_with_a_ca_file_and_a_client_certificate() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let server_ca = test_support::pki::mk_ca("prometheus-ca");
-        let client_ca = test_support::pki::mk_ca("client-ca");
-        let other_ca = test_support::pki::mk_ca("other-ca");
+        let server_ca = test_support::mk_ca("prometheus-ca");
+        let client_ca = test_support::mk_ca("client-ca");
+        let other_ca = test_support::mk_ca("other-ca");
         let url = mk_tls_server(&server_ca, &client_ca).await;
         let dir = temp("tls");
         std::fs::write(dir.join("ca.crt"), &server_ca.pem).unwrap();
         std::fs::write(dir.join("other.crt"), &other_ca.pem).unwrap();
-        let write_client = |ca: &test_support::pki::MkCa, name: &str| {
-            let leaf = test_support::pki::mk_cert(ca, |params| {
+        let write_client = |ca: &test_support::MkCa, name: &str| {
+            let leaf = test_support::mk_cert(ca, |params| {
                 params.distinguished_name.push(rcgen::DnType::CommonName, "percolator");
                 params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
             });

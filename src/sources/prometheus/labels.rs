@@ -25,13 +25,13 @@ const OPAQUE_FUNCTIONS: [&str; 4] = ["label_replace", "label_join", "absent", "a
 ///
 /// The error reads `drops the label "pod" (sum by (namespace) keeps only namespace)`.
 pub fn keeps_label(template: &str, label: &str) -> std::result::Result<(), LabelCheckError> {
-    Template::parse(template)?.keeps_label(label)
+    Template::new(template).keeps_label(label)
 }
 
 impl Template {
-    /// [`keeps_label`] for an analysed template.
+    /// [`keeps_label`] for a compiled template: its syntax tree, kept since it was read.
     pub fn keeps_label(&self, label: &str) -> std::result::Result<(), LabelCheckError> {
-        match value(self.expr(), label) {
+        match value(self.expr()?, label) {
             Value::Vector(Ok(())) => Ok(()),
             Value::Vector(Err(reason)) | Value::Scalar(reason) => {
                 Err(LabelCheckError::Dropped { label: label.to_owned(), reason })
@@ -48,7 +48,7 @@ pub enum LabelCheckError {
     Template(#[from] super::Error),
     /// The result loses the label; `reason` names the operation (`sum by (namespace) keeps
     /// only namespace`).
-    #[error("drops the label {} ({reason})", k8s_wire::status::go_quote(.label))]
+    #[error("drops the label {} ({reason})", k8s_wire::go_quote(.label))]
     Dropped {
         /// The label.
         label: String,

@@ -1,7 +1,7 @@
 //! Prometheus: the HTTP client ([`PromClient`], a [`PromSource`]) running PromQL instant vector
 //! queries through `prometheus-http-query`, and the errors of the module. The PromQL template
-//! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, validation on
-//! `promql-parser`'s syntax tree) is in `template`, re-exported here; `labels` checks on that
+//! language (the `SCOPE` and `WINDOW` placeholders, matchers, escaping, a [`Template`]
+//! analysed once on `promql-parser`'s syntax tree) is in `template`, re-exported here; `labels` checks on that
 //! tree that a template's result keeps a label.
 
 mod connection;
@@ -18,16 +18,17 @@ use jiff::Timestamp;
 use super::kubelet::error_chain;
 use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
 
+pub(crate) use connection::ConnectionSettings;
 use connection::{BodyError, Connection};
-pub use connection::{ConnectionSettings, CredentialError, REDACTED};
-pub use labels::{LabelCheckError, keeps_label};
+pub use labels::keeps_label;
 
-/// Default of `--prometheus-max-response-bytes`: 128 MiB.
-pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
-pub use template::{
-    MatchOp, Matcher, SCOPE_PLACEHOLDER, Template, WINDOW_PLACEHOLDER, escape_label_value, escape_regex,
-    format_duration, is_valid_label_name, render, validate_template, validate_unscoped_template,
-};
+/// Default of `--prometheus-max-response-bytes`: 128 MiB (the flag says it again).
+#[cfg(test)]
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 128 << 20;
+#[cfg(test)]
+use template::escape_label_value;
+pub use template::{MatchOp, Matcher, Template, validate_template, validate_unscoped_template};
+pub(crate) use template::{SCOPE_PLACEHOLDER, is_valid_label_name};
 
 /// The `source` passed to the [`UpstreamObserver`].
 const SOURCE: &str = "prometheus";
@@ -65,10 +66,10 @@ pub enum Error {
 }
 
 /// Result alias for this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Runs PromQL instant queries (and series listings) against one Prometheus HTTP API.
-pub struct PromClient {
+pub(crate) struct PromClient {
     client: prometheus_http_query::Client,
     /// TLS, credentials, headers, the answer limit and the redaction of secrets.
     connection: Connection,
@@ -110,7 +111,8 @@ struct VectorItem {
 impl PromClient {
     /// A client for the Prometheus at `url` (e.g. `http://prometheus:9090`) without TLS
     /// settings or credentials; every query is bounded by `timeout`.
-    pub fn new(url: &str, timeout: Duration, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
+    #[cfg(test)]
+    pub(crate) fn new(url: &str, timeout: Duration, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
         let url = url::Url::parse(url).map_err(|e| Error::Client(format!("{url:?}: {e}")))?;
         let settings = ConnectionSettings::plain(url, timeout);
         Self::connect(&settings, observer)
@@ -118,7 +120,10 @@ impl PromClient {
 
     /// A client for the Prometheus `settings` describe; every query is bounded by its timeout,
     /// both on our side and as Prometheus' own evaluation timeout.
-    pub fn connect(settings: &ConnectionSettings, observer: Arc<dyn UpstreamObserver>) -> Result<Self> {
+    pub(crate) fn connect(
+        settings: &ConnectionSettings,
+        observer: Arc<dyn UpstreamObserver>,
+    ) -> Result<Self> {
         let connection = Connection::new(settings)?;
         let url = settings.url.as_str();
         let client = prometheus_http_query::Client::from(connection.http.clone(), url)
@@ -438,12 +443,12 @@ mod tests {
             let scope =
                 [Matcher::eq("namespace", value).unwrap(), Matcher::none_of("pod", &[value]).unwrap()];
             for template in [REQUESTS, ERRORS] {
-                let query = render(template, &scope, Duration::from_secs(90)).unwrap();
+                let query = Template::new(template).render(&scope, Duration::from_secs(90)).unwrap();
                 assert_eq!(client.query(query.clone()).await.unwrap(), vec![], "{query}");
             }
         }
         for template in [REQUESTS, ERRORS, "x{SCOPE,code=\"500\"}", "max_over_time(x{SCOPE}[WINDOW:1m])"] {
-            let query = render(template, &[], FIVE_MINUTES).unwrap();
+            let query = Template::new(template).render(&[], FIVE_MINUTES).unwrap();
             assert_eq!(client.query(query.clone()).await.unwrap(), vec![], "{query}");
         }
 

@@ -12,15 +12,15 @@
 //! - `WINDOW`, as a range (`[WINDOW]`, or `[WINDOW:…]` for a subquery), becomes a Prometheus
 //!   duration (`5m`, `1m30s`).
 //!
-//! [`validate_template`] runs at configuration load and also checks that every vector selector
-//! of the template carries `SCOPE`: a selector without it would read every namespace.
-//! [`validate_unscoped_template`] is the same check for queries that are never scoped (a
-//! cluster-scoped declared kind), where `SCOPE` may be left out. [`keeps_label`] tells,
-//! statically, whether a query's result keeps a label that aggregations could drop.
+//! A [`Template`] is analysed once, when the configuration is read, and held by the
+//! configuration; rendering it only splices. [`Template::check_scoped`] (at configuration load)
+//! also checks that every vector selector of the template carries `SCOPE`: a selector without
+//! it would read every namespace. [`Template::check`] is the same check for queries that are
+//! never scoped (a cluster-scoped declared kind), where `SCOPE` may be left out.
+//! [`keeps_label`](super::keeps_label) tells, statically, whether a query's result keeps a
+//! label that aggregations could drop.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use promql_parser::parser::{Expr, VectorSelector};
@@ -28,10 +28,10 @@ use promql_parser::parser::{Expr, VectorSelector};
 use super::{Error, Result};
 
 /// Placeholder for the request's matchers.
-pub const SCOPE_PLACEHOLDER: &str = "SCOPE";
+pub(crate) const SCOPE_PLACEHOLDER: &str = "SCOPE";
 
 /// Placeholder for the rate window.
-pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
+pub(super) const WINDOW_PLACEHOLDER: &str = "WINDOW";
 
 // ---------------------------------------------------------------------------------------------
 // Escaping and matchers
@@ -40,7 +40,7 @@ pub const WINDOW_PLACEHOLDER: &str = "WINDOW";
 /// Escapes a value for a PromQL double-quoted string (without the quotes): `\` and `"` are
 /// backslash-escaped, newline, carriage return and tab become `\n`, `\r`, `\t`, and other
 /// control characters `\u00XX`, as Go's string unquoting reads them.
-pub fn escape_label_value(value: &str) -> String {
+pub(super) fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     for c in value.chars() {
         match c {
@@ -62,7 +62,7 @@ pub fn escape_label_value(value: &str) -> String {
 
 /// Escapes regular-expression metacharacters so the value matches itself literally in RE2 (the
 /// set Go's `regexp.QuoteMeta` escapes: `\.+*?()|[]{}^$`).
-pub fn escape_regex(value: &str) -> String {
+pub(super) fn escape_regex(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 4);
     for c in value.chars() {
         if "\\.+*?()|[]{}^$".contains(c) {
@@ -74,7 +74,7 @@ pub fn escape_regex(value: &str) -> String {
 }
 
 /// Whether `name` is a classic Prometheus label name, `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_valid_label_name(name: &str) -> bool {
+pub(crate) fn is_valid_label_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -181,7 +181,7 @@ fn literal_alternation<S: AsRef<str>>(name: &str, values: &[S]) -> Result<String
 
 /// Formats a window as a Prometheus duration (`5m`, `30s`, `1m30s`, `1h`, `1s500ms`); fails for
 /// a window under a millisecond. Sub-millisecond parts are dropped.
-pub fn format_duration(window: Duration) -> Result<String> {
+pub(super) fn format_duration(window: Duration) -> Result<String> {
     let mut ms = window.as_millis();
     if ms == 0 {
         return Err(Error::InvalidWindow(window));
@@ -207,16 +207,25 @@ const SCOPE_SENTINEL: &str = "__percolator_scope__=\"scope\"";
 /// What `WINDOW` becomes while a template is parsed (any valid duration).
 const WINDOW_SENTINEL: &str = "5m";
 
-/// Templates compiled by [`render`], by text; more than this many (a configuration reloaded
-/// with ever new queries) and the cache starts over.
-const RENDER_CACHE_SIZE: usize = 256;
-
-/// A template analysed once, at configuration load: its text, where its placeholders stand,
-/// and its PromQL with the placeholders replaced by sentinels (`SCOPE` by a matcher, `WINDOW`
-/// by a duration). [`Template::render`] only splices.
-#[derive(Debug, Clone, PartialEq)]
+/// A PromQL template compiled: its text as configured and its analysis, done once when the
+/// template is read (the configuration file's loading, or [`Template::parse`]): where its
+/// placeholders stand, the first vector selector without `SCOPE`, and its PromQL with the
+/// placeholders replaced by sentinels (`SCOPE` by a matcher, `WINDOW` by a duration).
+/// [`Template::render`] only splices. A template that does not analyse keeps its error: the
+/// configuration's check reports it with the field's name ([`Template::check`]), and
+/// rendering it returns it.
+///
+/// It reads from a string (`serde`, `From`); it compares, prints (`Debug`, `Display`) and
+/// reports errors by its text.
+#[derive(Clone)]
 pub struct Template {
     text: String,
+    analysis: Result<Analysis>,
+}
+
+/// What [`Template`] keeps of its analysis.
+#[derive(Clone)]
+struct Analysis {
     placeholders: Vec<Found>,
     /// The first vector selector without `SCOPE` (as PromQL), if any.
     unscoped_selector: Option<String>,
@@ -224,36 +233,27 @@ pub struct Template {
 }
 
 impl Template {
-    /// Analyses a template: `SCOPE` appears only as an element of a label-matcher block and
-    /// `WINDOW` only as a range (`[WINDOW]`, `[WINDOW:…]`), and the whole is valid PromQL.
-    /// Selectors need not carry `SCOPE` (see [`Template::scoped`]).
+    /// Analyses `text` once: `SCOPE` must appear only as an element of a label-matcher block and
+    /// `WINDOW` only as a range (`[WINDOW]`, `[WINDOW:…]`), and the whole must be valid PromQL.
+    /// Selectors need not carry `SCOPE` (see [`Template::check_scoped`]). An invalid template is
+    /// kept with its error ([`Template::check`]).
+    pub fn new(text: impl Into<String>) -> Self {
+        let text = text.into();
+        let analysis = analyse(&text);
+        Self { text, analysis }
+    }
+
+    /// [`Template::new`], failing when the template is invalid.
     pub fn parse(text: &str) -> Result<Self> {
-        if let Some(at) = text.find(SCOPE_SENTINEL_LABEL) {
-            return Err(template_error(at, format!("the label name {SCOPE_SENTINEL_LABEL} is reserved")));
-        }
-        let placeholders = placeholders(text)?;
-        let mut probe = String::with_capacity(text.len() + SCOPE_SENTINEL.len() * placeholders.len());
-        let mut copied = 0;
-        for found in &placeholders {
-            probe.push_str(text.get(copied..found.start).unwrap_or_default());
-            probe.push_str(match found.kind {
-                Placeholder::Scope => SCOPE_SENTINEL,
-                Placeholder::Window => WINDOW_SENTINEL,
-            });
-            copied = found.end;
-        }
-        probe.push_str(text.get(copied..).unwrap_or_default());
-        let expr = promql_parser::parser::parse(&probe).map_err(Error::InvalidPromql)?;
-        let mut selectors = Vec::new();
-        collect_selectors(&expr, &mut selectors);
-        let unscoped_selector = selectors.iter().find(|s| !is_scoped(s)).map(ToString::to_string);
-        Ok(Self { text: text.to_owned(), placeholders, unscoped_selector, expr })
+        let template = Self::new(text);
+        template.check()?;
+        Ok(template)
     }
 
     /// Analyses a template whose every vector selector must carry `SCOPE` (at least one does):
     /// a selector without it would read every namespace.
     pub fn scoped(text: &str) -> Result<Self> {
-        let template = Self::parse(text)?;
+        let template = Self::new(text);
         template.check_scoped()?;
         Ok(template)
     }
@@ -263,41 +263,55 @@ impl Template {
         &self.text
     }
 
-    /// The parsed PromQL, `SCOPE` standing as a matcher on a reserved label and `WINDOW` as
-    /// `5m`.
-    pub(super) fn expr(&self) -> &Expr {
-        &self.expr
+    /// Whether the template is valid: its placeholders in place, and valid PromQL. Selectors
+    /// need not carry `SCOPE` (a cluster-scoped kind's query is never scoped).
+    pub fn check(&self) -> Result<()> {
+        self.analysis().map(|_| ())
     }
 
-    /// Whether every selector carries `SCOPE`, and at least one does.
-    fn check_scoped(&self) -> Result<()> {
-        if let Some(selector) = &self.unscoped_selector {
+    /// Whether the template is valid and every selector carries `SCOPE`, at least one doing so.
+    pub fn check_scoped(&self) -> Result<()> {
+        let analysis = self.analysis()?;
+        if let Some(selector) = &analysis.unscoped_selector {
             return Err(Error::Unscoped(selector.clone()));
         }
-        if !self.placeholders.iter().any(|p| p.kind == Placeholder::Scope) {
+        if !analysis.placeholders.iter().any(|p| p.kind == Placeholder::Scope) {
             return Err(Error::Template { at: 0, reason: "no SCOPE placeholder".to_owned() });
         }
         Ok(())
     }
 
+    /// The parsed PromQL, `SCOPE` standing as a matcher on a reserved label and `WINDOW` as
+    /// `5m`.
+    pub(super) fn expr(&self) -> Result<&Expr> {
+        self.analysis().map(|analysis| &analysis.expr)
+    }
+
+    fn analysis(&self) -> Result<&Analysis> {
+        self.analysis.as_ref().map_err(Clone::clone)
+    }
+
     /// Renders the template: `SCOPE` becomes the comma-joined matchers (with an adjacent comma
     /// removed when there are none, so `{SCOPE,code="500"}` stays valid), `WINDOW` the window.
-    /// With matchers, every selector must carry `SCOPE` (as [`Template::scoped`] checks), so
-    /// none escapes the scope; without matchers there is nothing to scope.
+    /// With matchers, every selector must carry `SCOPE` (as [`Template::check_scoped`] checks),
+    /// so none escapes the scope; without matchers there is nothing to scope. Nothing is
+    /// analysed here: the positions were found when the template was read.
     pub fn render(&self, scope: &[Matcher], window: Duration) -> Result<String> {
+        let analysis = self.analysis()?;
         if !scope.is_empty() {
             self.check_scoped()?;
         }
-        let window_text = if self.placeholders.iter().any(|p| p.kind == Placeholder::Window) {
+        let placeholders = &analysis.placeholders;
+        let window_text = if placeholders.iter().any(|p| p.kind == Placeholder::Window) {
             Some(format_duration(window)?)
         } else {
             None
         };
         let scope_text = scope.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
         let template = self.text.as_str();
-        let mut out = String::with_capacity(template.len() + scope_text.len() * self.placeholders.len());
+        let mut out = String::with_capacity(template.len() + scope_text.len() * placeholders.len());
         let mut copied = 0;
-        for found in &self.placeholders {
+        for found in placeholders {
             let (start, end, replacement) = match found.kind {
                 Placeholder::Window => (found.start, found.end, window_text.as_deref().unwrap_or_default()),
                 Placeholder::Scope if !scope_text.is_empty() => (found.start, found.end, scope_text.as_str()),
@@ -316,6 +330,87 @@ impl Template {
     }
 }
 
+/// Templates are equal when their texts are (the analysis follows from the text).
+impl PartialEq for Template {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Template {}
+
+/// `Template("sum(x{SCOPE})")`: the text, not the syntax tree.
+impl fmt::Debug for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Template").field(&self.text).finish()
+    }
+}
+
+/// The text as configured.
+impl fmt::Display for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl From<String> for Template {
+    fn from(text: String) -> Self {
+        Self::new(text)
+    }
+}
+
+impl From<&str> for Template {
+    fn from(text: &str) -> Self {
+        Self::new(text)
+    }
+}
+
+/// Reads a string and analyses it; an invalid template is kept with its error, for the
+/// configuration's check to report under the field's name.
+impl<'de> serde::Deserialize<'de> for Template {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many templates this thread analysed (tests count the analyses a render does: none).
+    static ANALYSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many templates this thread has analysed.
+#[cfg(test)]
+pub(crate) fn analyses() -> usize {
+    ANALYSES.with(std::cell::Cell::get)
+}
+
+/// The analysis of [`Template::new`].
+fn analyse(text: &str) -> Result<Analysis> {
+    #[cfg(test)]
+    ANALYSES.with(|n| n.set(n.get() + 1));
+    if let Some(at) = text.find(SCOPE_SENTINEL_LABEL) {
+        return Err(template_error(at, format!("the label name {SCOPE_SENTINEL_LABEL} is reserved")));
+    }
+    let placeholders = placeholders(text)?;
+    let mut probe = String::with_capacity(text.len() + SCOPE_SENTINEL.len() * placeholders.len());
+    let mut copied = 0;
+    for found in &placeholders {
+        probe.push_str(text.get(copied..found.start).unwrap_or_default());
+        probe.push_str(match found.kind {
+            Placeholder::Scope => SCOPE_SENTINEL,
+            Placeholder::Window => WINDOW_SENTINEL,
+        });
+        copied = found.end;
+    }
+    probe.push_str(text.get(copied..).unwrap_or_default());
+    let expr = promql_parser::parser::parse(&probe).map_err(Error::InvalidPromql)?;
+    let mut selectors = Vec::new();
+    collect_selectors(&expr, &mut selectors);
+    let unscoped_selector = selectors.iter().find(|s| !is_scoped(s)).map(ToString::to_string);
+    Ok(Analysis { placeholders, unscoped_selector, expr })
+}
+
 /// Checks a template at configuration load (see [`Template::scoped`]): `SCOPE` appears at
 /// least once and only as an element of a label-matcher block, every vector selector carries
 /// it, `WINDOW` appears only as a range (`[WINDOW]`, `[WINDOW:…]`), and the template is valid
@@ -329,28 +424,6 @@ pub fn validate_template(template: &str) -> Result<()> {
 /// must still be an element of a label-matcher block, and it renders empty.
 pub fn validate_unscoped_template(template: &str) -> Result<()> {
     Template::parse(template).map(|_| ())
-}
-
-/// Renders a template as [`Template::render`] does. The template is analysed on its first
-/// render and kept: a configured query is analysed once, not on every request.
-pub fn render(template: &str, scope: &[Matcher], window: Duration) -> Result<String> {
-    compiled(template)?.render(scope, window)
-}
-
-/// The analysed `template`, from the cache or analysed now.
-fn compiled(template: &str) -> Result<Arc<Template>> {
-    static CACHE: LazyLock<Mutex<HashMap<String, Arc<Template>>>> = LazyLock::new(Mutex::default);
-    let cached = CACHE.lock().unwrap_or_else(PoisonError::into_inner).get(template).cloned();
-    if let Some(compiled) = cached {
-        return Ok(compiled);
-    }
-    let compiled = Arc::new(Template::parse(template)?);
-    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    if cache.len() >= RENDER_CACHE_SIZE {
-        cache.clear();
-    }
-    cache.insert(template.to_owned(), compiled.clone());
-    Ok(compiled)
 }
 
 /// Every vector selector of `expr`, those of range selectors and subqueries included.
@@ -586,6 +659,12 @@ fn placeholders(template: &str) -> Result<Vec<Found>> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+
+    /// Renders `text` as the configuration does: analysed once (here, for this call), then
+    /// spliced.
+    fn render(text: &str, scope: &[Matcher], window: Duration) -> Result<String> {
+        Template::new(text).render(scope, window)
+    }
 
     pub(in crate::sources::prometheus) const REQUESTS: &str =
         "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))";
@@ -852,19 +931,92 @@ pub(super) mod tests {
 
     #[test]
     fn a_template_is_analysed_once() {
+        let before = analyses();
         let template = Template::scoped(ERRORS).unwrap();
+        assert_eq!(analyses(), before + 1);
         assert_eq!(template.text(), ERRORS);
+        assert_eq!(template.to_string(), ERRORS);
+        assert_eq!(format!("{template:?}"), format!("Template({ERRORS:?})"));
         let scope = [Matcher::eq("namespace", "shop").unwrap()];
-        assert_eq!(
-            template.render(&scope, FIVE_MINUTES).unwrap(),
-            "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",namespace=\"shop\"}[5m]))"
-        );
-        assert_eq!(render(ERRORS, &scope, FIVE_MINUTES), template.render(&scope, FIVE_MINUTES));
-        // `render` keeps what it analysed: the same template is not analysed again.
-        let first = compiled(ERRORS).unwrap();
-        assert!(Arc::ptr_eq(&first, &compiled(ERRORS).unwrap()));
-        // A template rejected at load is rejected by `render` too.
-        assert!(matches!(render("sum(x{SCOPE}) +", &[], FIVE_MINUTES), Err(Error::InvalidPromql(_))));
+        for _ in 0..1000 {
+            assert_eq!(
+                template.render(&scope, FIVE_MINUTES).unwrap(),
+                "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\",namespace=\"shop\"}[5m]))"
+            );
+        }
+        let cloned = template.clone();
+        assert_eq!(cloned.render(&[], FIVE_MINUTES).unwrap(), render(ERRORS, &[], FIVE_MINUTES).unwrap());
+        // Rendering and checking a compiled template (or its clone) never analyses it again:
+        // the one more is the `render` helper's own template.
+        template.check_scoped().unwrap();
+        assert_eq!(analyses(), before + 2);
+        // A template rejected at load keeps its error, and rendering returns it.
+        let invalid = Template::new("sum(x{SCOPE}) +");
+        assert!(matches!(invalid.check(), Err(Error::InvalidPromql(_))));
+        assert_eq!(invalid.render(&[], FIVE_MINUTES), Err(invalid.check().unwrap_err()));
+        assert_eq!(invalid.text(), "sum(x{SCOPE}) +");
         assert_eq!(Template::scoped("x"), Err(Error::Unscoped("x".to_owned())));
+        assert!(matches!(Template::parse("x{"), Err(Error::Template { .. })));
+    }
+
+    #[test]
+    fn templates_read_from_strings_and_compare_by_text() {
+        let read: Template = serde_json::from_value(serde_json::json!(REQUESTS)).unwrap();
+        assert_eq!(read, Template::new(REQUESTS));
+        assert_eq!(read, Template::from(REQUESTS.to_owned()));
+        assert_ne!(read, Template::new(ERRORS));
+        // An invalid template reads too: the configuration's check names its field.
+        let invalid: Template = serde_json::from_value(serde_json::json!("sum(rate(x[WINDOW])")).unwrap();
+        assert_eq!(invalid.check(), Err(Error::Template { at: 3, reason: "unbalanced brackets".to_owned() }));
+        assert_eq!(invalid.text(), "sum(rate(x[WINDOW])");
+        assert!(serde_json::from_value::<Template>(serde_json::json!(3)).is_err());
+    }
+
+    #[test]
+    fn compiled_templates_render_what_analysis_at_each_render_did() {
+        // Each case: template, scope, window, and the PromQL the previous path (analysis at
+        // every render, then splicing) produced.
+        let shop = [Matcher::eq("namespace", "shop").unwrap()];
+        let two = [Matcher::eq("namespace", "shop").unwrap(), Matcher::any_of("pod", &["a", "b.c"]).unwrap()];
+        let cases: [(&str, &[Matcher], Duration, &str); 8] = [
+            (
+                REQUESTS,
+                &two,
+                FIVE_MINUTES,
+                "sum by (namespace, pod) (rate(http_requests_total{namespace=\"shop\",pod=~\"a|b\\\\.c\"}[5m]))",
+            ),
+            (
+                ERRORS,
+                &[],
+                Duration::from_secs(90),
+                "sum by (namespace, pod) (rate(http_requests_total{code=~\"5..\"}[1m30s]))",
+            ),
+            ("x{SCOPE,code=\"5\"}", &[], FIVE_MINUTES, "x{code=\"5\"}"),
+            ("x{code=\"5\",SCOPE}", &shop, FIVE_MINUTES, "x{code=\"5\",namespace=\"shop\"}"),
+            ("x{SCOPE} / y{SCOPE}", &shop, FIVE_MINUTES, "x{namespace=\"shop\"} / y{namespace=\"shop\"}"),
+            (
+                "max_over_time(rate(x{SCOPE}[1m])[WINDOW:30s])",
+                &shop,
+                Duration::from_millis(1500),
+                "max_over_time(rate(x{namespace=\"shop\"}[1m])[1s500ms:30s])",
+            ),
+            (
+                "sum by (node) (rate(x[WINDOW]))",
+                &[],
+                Duration::from_secs(3600),
+                "sum by (node) (rate(x[1h]))",
+            ),
+            ("vector(1)", &[], FIVE_MINUTES, "vector(1)"),
+        ];
+        for (text, scope, window, expected) in cases {
+            let template = Template::new(text);
+            assert_eq!(template.render(scope, window).unwrap(), expected, "{text}");
+            assert_eq!(template.render(scope, window).unwrap(), expected, "{text}, again");
+        }
+        // A window Prometheus cannot express is an error of the render, not of the template.
+        assert_eq!(
+            Template::new(REQUESTS).render(&[], Duration::from_micros(10)),
+            Err(Error::InvalidWindow(Duration::from_micros(10)))
+        );
     }
 }

@@ -20,11 +20,11 @@ use super::x509::{CaBundle, CertificateError, VerifiedChain};
 use super::{PeerCertificates, UserInfo};
 
 /// `user.Anonymous`.
-pub const ANONYMOUS_USER: &str = "system:anonymous";
+pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
 /// `user.AllUnauthenticated`.
-pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+pub(crate) const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 /// `user.AllAuthenticated`.
-pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
 /// `user.CredentialIDKey`: extra set by the x509 authenticator.
 const CREDENTIAL_ID_KEY: &str = "authentication.kubernetes.io/credential-id";
 
@@ -37,7 +37,7 @@ const DEFAULT_EXTRA_PREFIX: &str = "x-remote-extra-";
 
 /// Why a request could not be authenticated (logged at debug, never sent).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AuthnError {
+pub(crate) enum AuthnError {
     /// The front proxy certificate did not verify or its CN is not allowed.
     #[error("request-header: {0}")]
     RequestHeader(RequestHeaderError),
@@ -47,14 +47,11 @@ pub enum AuthnError {
     /// The token was rejected or could not be reviewed.
     #[error("token: {0}")]
     Token(String),
-    /// No authenticator accepted the request and anonymous access is off.
-    #[error("no credentials and anonymous access is disabled")]
-    NoCredentials,
 }
 
 /// Why the front proxy authenticator refused a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RequestHeaderError {
+pub(crate) enum RequestHeaderError {
     /// The peer chain did not verify against the request-header CA.
     #[error(transparent)]
     Certificate(#[from] CertificateError),
@@ -65,7 +62,7 @@ pub enum RequestHeaderError {
 
 /// Why the x509 authenticator refused a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ClientCertificateError {
+pub(crate) enum ClientCertificateError {
     /// The peer chain did not verify against the client CA.
     #[error(transparent)]
     Certificate(#[from] CertificateError),
@@ -79,7 +76,7 @@ pub enum ClientCertificateError {
 
 /// The TokenReview authenticator with its cache (keyed by the SHA-256 of the token, both
 /// outcomes kept for the TTL, call failures not kept; concurrent misses share one call).
-pub struct TokenAuthenticator {
+pub(crate) struct TokenAuthenticator {
     reviewer: Arc<dyn TokenReviewer>,
     cache: Cache<[u8; 32], TokenOutcome>,
 }
@@ -92,7 +89,7 @@ enum TokenOutcome {
 
 impl TokenAuthenticator {
     /// Reviews with `reviewer`, caching for `ttl`.
-    pub fn new(reviewer: Arc<dyn TokenReviewer>, ttl: Duration) -> Self {
+    pub(crate) fn new(reviewer: Arc<dyn TokenReviewer>, ttl: Duration) -> Self {
         Self { reviewer, cache: Cache::builder().time_to_live(ttl).max_capacity(MAX_TOKENS).build() }
     }
 
@@ -166,7 +163,7 @@ pub(crate) async fn authenticate(
 }
 
 /// The anonymous user.
-pub fn anonymous() -> UserInfo {
+pub(crate) fn anonymous() -> UserInfo {
     UserInfo {
         name: ANONYMOUS_USER.to_owned(),
         groups: vec![UNAUTHENTICATED_GROUP.to_owned()],

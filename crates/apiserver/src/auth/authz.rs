@@ -4,12 +4,23 @@
 //! cached by the spec's attributes (see [`decision_key`]): allowed answers for the authorized TTL, others for the
 //! unauthorized TTL, concurrent identical misses sharing one call.
 //!
+//! Stale-if-error (issue 33): when the SubjectAccessReview cannot be made because kube-apiserver
+//! is unreachable (connection refused or reset, no answer within the budget, 429 or 5xx; see
+//! [`ReviewError::is_unreachable`]), the last decision reviewed for the same attributes within
+//! [`STALE_IF_ERROR`] is used instead, allowed or denied alike. While the authorizer is known to
+//! be unreachable (the last review failed so), an expired decision that has such a last known
+//! value is served at once and one review at a time is tried in the background, so cached
+//! identities do not wait for the retries of a failing review on every expiry; the first
+//! successful review ends it. A request with no last known decision is reviewed as usual and,
+//! if kube-apiserver cannot be reached, answered 503 ([`AuthorizeError::Unavailable`]).
+//!
 //! A list, watch or deletecollection carries its label and field selectors as the review's
 //! `resourceAttributes.labelSelector` / `fieldSelector` requirements ([`SelectorAttributes`]),
 //! as the webhook authorizer of k8s.io/apiserver sends them from 1.31. Older clusters drop the
 //! unknown fields and decide on the rest; only the review's `status` is read.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
@@ -23,11 +34,14 @@ use moka::future::Cache;
 
 use super::UserInfo;
 use super::review::{AccessReviewer, ReviewError};
-use k8s_wire::request_info::RequestInfo;
-use k8s_wire::selectors::{FieldSelector, LabelSelector, Requirement};
+use k8s_wire::RequestInfo;
+use k8s_wire::{FieldSelector, LabelSelector, Requirement};
 
 /// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
 const MAX_DECISIONS: u64 = 8192;
+/// How long after its last successful review a decision may still be used while
+/// kube-apiserver cannot be reached (stale-if-error).
+pub(crate) const STALE_IF_ERROR: Duration = Duration::from_secs(300);
 /// Requests whose attributes are this long or longer are not cached (`shouldCache`).
 const MAX_CACHEABLE_ATTRIBUTES: usize = 10_000;
 
@@ -39,14 +53,14 @@ pub struct PathPatternError(pub String);
 /// `--authorization-always-allow-paths` (`apiserver/pkg/authorization/path`): matched against
 /// the path without its leading `/`, exactly, or as a prefix for entries ending in `*`.
 #[derive(Debug, Clone, Default)]
-pub struct AlwaysAllowPaths {
+pub(crate) struct AlwaysAllowPaths {
     exact: Vec<String>,
     prefixes: Vec<String>,
 }
 
 impl AlwaysAllowPaths {
     /// Parses the flag's entries.
-    pub fn new(patterns: &[String]) -> Result<Self, PathPatternError> {
+    pub(crate) fn new(patterns: &[String]) -> Result<Self, PathPatternError> {
         let mut paths = Self::default();
         for pattern in patterns {
             let p = pattern.strip_prefix('/').unwrap_or(pattern);
@@ -61,7 +75,7 @@ impl AlwaysAllowPaths {
     }
 
     /// Whether `path` is always allowed.
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         let p = path.strip_prefix('/').unwrap_or(path);
         self.exact.iter().any(|e| e == p) || self.prefixes.iter().any(|prefix| p.starts_with(prefix.as_str()))
     }
@@ -69,7 +83,7 @@ impl AlwaysAllowPaths {
 
 /// What the authorizer decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Go on.
     Allow,
     /// 403, with the authorizer's reason (possibly empty).
@@ -77,11 +91,60 @@ pub enum Decision {
 }
 
 /// The authorizer chain with its cache.
-pub struct Authorizer {
+pub(crate) struct Authorizer {
     reviewer: Arc<dyn AccessReviewer>,
     cache: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
+    stale: Stale,
     groups: Vec<String>,
     paths: AlwaysAllowPaths,
+}
+
+/// The stale-if-error state: the last decision of every key reviewed within
+/// [`STALE_IF_ERROR`], whether the last review failed as unreachable, and whether a background
+/// review is under way.
+#[derive(Clone)]
+struct Stale {
+    last_known: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
+    unreachable: Arc<AtomicBool>,
+    probing: Arc<AtomicBool>,
+}
+
+impl Stale {
+    /// A review's outcome: remembered, and the authorizer's reachability updated.
+    async fn record(
+        &self,
+        key: Vec<u8>,
+        result: Result<SubjectAccessReviewStatus, ReviewError>,
+    ) -> Result<Arc<SubjectAccessReviewStatus>, ReviewError> {
+        match result {
+            Ok(status) => {
+                let status = Arc::new(status);
+                self.last_known.insert(key, Arc::clone(&status)).await;
+                if self.unreachable.swap(false, Ordering::SeqCst) {
+                    tracing::info!("SubjectAccessReview answered again: decisions are fresh again");
+                }
+                Ok(status)
+            }
+            Err(error) if error.is_unreachable() => {
+                if !self.unreachable.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(
+                        %error,
+                        stale_if_error = ?STALE_IF_ERROR,
+                        "SubjectAccessReview unreachable: serving the last known decisions, 503 for the others"
+                    );
+                }
+                Err(error)
+            }
+            // kube-apiserver answered (a 403 to percolator itself, a malformed status): it is
+            // reachable, so no decision is served stale; the request gets the error.
+            Err(error) => {
+                if self.unreachable.swap(false, Ordering::SeqCst) {
+                    tracing::info!(%error, "SubjectAccessReview answered again, with an error: no stale decisions");
+                }
+                Err(error)
+            }
+        }
+    }
 }
 
 /// Expiry by outcome: allowed entries live for one TTL, the others for another.
@@ -101,9 +164,14 @@ impl Expiry<Vec<u8>, Arc<SubjectAccessReviewStatus>> for ByOutcome {
     }
 }
 
-/// Why no decision could be made (the request is answered 500).
+/// Why no decision could be made (the request is answered 503 when kube-apiserver is
+/// unreachable, 500 otherwise).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum AuthorizeError {
+pub(crate) enum AuthorizeError {
+    /// kube-apiserver could not be reached for the SubjectAccessReview and no decision for
+    /// these attributes is known from the last [`STALE_IF_ERROR`].
+    #[error("SubjectAccessReview unreachable: {0}")]
+    Unavailable(Arc<ReviewError>),
     /// The SubjectAccessReview call failed.
     #[error("SubjectAccessReview failed: {0}")]
     Review(Arc<ReviewError>),
@@ -114,7 +182,7 @@ pub enum AuthorizeError {
 
 impl Authorizer {
     /// Builds the chain.
-    pub fn new(
+    pub(crate) fn new(
         reviewer: Arc<dyn AccessReviewer>,
         groups: Vec<String>,
         paths: AlwaysAllowPaths,
@@ -125,12 +193,78 @@ impl Authorizer {
             .max_capacity(MAX_DECISIONS)
             .expire_after(ByOutcome { allowed: authorized_ttl, denied: unauthorized_ttl })
             .build();
-        Self { reviewer, cache, groups, paths }
+        let stale = Stale {
+            last_known: Cache::builder().max_capacity(MAX_DECISIONS).time_to_live(STALE_IF_ERROR).build(),
+            unreachable: Arc::new(AtomicBool::new(false)),
+            probing: Arc::new(AtomicBool::new(false)),
+        };
+        Self { reviewer, cache, stale, groups, paths }
+    }
+
+    /// The same chain with another stale-if-error bound (tests shorten it).
+    #[cfg(test)]
+    pub(crate) fn with_stale_if_error(mut self, bound: Duration) -> Self {
+        self.stale.last_known = Cache::builder().max_capacity(MAX_DECISIONS).time_to_live(bound).build();
+        self
+    }
+
+    /// The decision for `key`: cached, else reviewed (concurrent identical misses share one
+    /// call), else the last known one while kube-apiserver is unreachable (module docs).
+    async fn cached_review(
+        &self,
+        key: Vec<u8>,
+        spec: SubjectAccessReviewSpec,
+    ) -> Result<Arc<SubjectAccessReviewStatus>, AuthorizeError> {
+        if let Some(status) = self.cache.get(&key).await {
+            return Ok(status);
+        }
+        if self.stale.unreachable.load(Ordering::SeqCst) {
+            // While kube-apiserver is known to be unreachable, no request waits out a review's
+            // retries: the last known decision, else a 503 at once; one review at a time probes
+            // in the background and ends this state when it is answered.
+            let last = self.stale.last_known.get(&key).await;
+            self.review_in_background(key, spec);
+            return last.ok_or(AuthorizeError::Unavailable(Arc::new(ReviewError::Unreachable)));
+        }
+        let stale = self.stale.clone();
+        let reviewed = self
+            .cache
+            .try_get_with(key.clone(), async {
+                let result = self.reviewer.review(spec).await;
+                stale.record(key.clone(), result).await
+            })
+            .await;
+        match reviewed {
+            Ok(status) => Ok(status),
+            Err(error) if error.is_unreachable() => match self.stale.last_known.get(&key).await {
+                Some(status) => Ok(status),
+                None => Err(AuthorizeError::Unavailable(error)),
+            },
+            Err(error) => Err(AuthorizeError::Review(error)),
+        }
+    }
+
+    /// Reviews `spec` in a background task, unless one is under way: its answer refreshes the
+    /// cache and, if it comes, ends the unreachable state.
+    fn review_in_background(&self, key: Vec<u8>, spec: SubjectAccessReviewSpec) {
+        if self.stale.probing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (reviewer, cache, stale) = (Arc::clone(&self.reviewer), self.cache.clone(), self.stale.clone());
+        tokio::spawn(async move {
+            let _ = cache
+                .try_get_with(key.clone(), async {
+                    let result = reviewer.review(spec).await;
+                    stale.record(key.clone(), result).await
+                })
+                .await;
+            stale.probing.store(false, Ordering::SeqCst);
+        });
     }
 
     /// Decides on `info` for `user`. `path` is the decoded URL path. An error means the
     /// review could not be made (the caller answers 500).
-    pub async fn authorize(
+    pub(crate) async fn authorize(
         &self,
         user: &UserInfo,
         info: &RequestInfo,
@@ -144,15 +278,17 @@ impl Authorizer {
         }
         let selectors = SelectorAttributes::of(info);
         let status = if should_cache(info, path) {
-            self.cache
-                .try_get_with(decision_key(user, info, path, &selectors), async {
-                    self.reviewer.review(spec_with(user, info, path, selectors.clone())).await.map(Arc::new)
-                })
-                .await
-                .map_err(AuthorizeError::Review)?
+            let key = decision_key(user, info, path, &selectors);
+            self.cached_review(key, spec_with(user, info, path, selectors)).await?
         } else {
             let spec = spec_with(user, info, path, selectors);
-            Arc::new(self.reviewer.review(spec).await.map_err(|e| AuthorizeError::Review(Arc::new(e)))?)
+            Arc::new(self.reviewer.review(spec).await.map_err(|e| {
+                if e.is_unreachable() {
+                    AuthorizeError::Unavailable(Arc::new(e))
+                } else {
+                    AuthorizeError::Review(Arc::new(e))
+                }
+            })?)
         };
         let reason = status.reason.clone().unwrap_or_default();
         match (status.allowed, status.denied == Some(true)) {
@@ -175,7 +311,7 @@ impl Authorizer {
 /// sorted as text. A selector that is empty, does not parse, or leaves no requirement gives no
 /// attribute (`null`, never `{}`); each selector on its own.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SelectorAttributes {
+pub(crate) struct SelectorAttributes {
     /// `resourceAttributes.labelSelector`.
     pub label: Option<LabelSelectorAttributes>,
     /// `resourceAttributes.fieldSelector`.
@@ -184,7 +320,7 @@ pub struct SelectorAttributes {
 
 impl SelectorAttributes {
     /// The selector attributes of `info`'s request.
-    pub fn of(info: &RequestInfo) -> Self {
+    pub(crate) fn of(info: &RequestInfo) -> Self {
         if !info.is_resource_request {
             return Self::default();
         }
@@ -354,12 +490,13 @@ fn some(s: &str) -> Option<String> {
 }
 
 /// The review's spec, with Go's `omitempty` (empty strings and lists left out), and the
-/// request's [`SelectorAttributes`].
-pub fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAccessReviewSpec {
+/// request's [`SelectorAttributes`] (the tests' shorthand for [`spec_with`]).
+#[cfg(test)]
+pub(crate) fn review_spec(user: &UserInfo, info: &RequestInfo, path: &str) -> SubjectAccessReviewSpec {
     spec_with(user, info, path, SelectorAttributes::of(info))
 }
 
-/// [`review_spec`] with the selector attributes already derived.
+/// The review's spec, with the selector attributes already derived.
 fn spec_with(
     user: &UserInfo,
     info: &RequestInfo,
@@ -394,8 +531,8 @@ fn spec_with(
 
 /// The text after `is forbidden: ` (`responsewriters.forbiddenMessage`, HTML-escaped, then
 /// `: <reason>` when the authorizer gave one).
-pub fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
-    use k8s_wire::status::go_quote;
+pub(crate) fn forbidden_reason(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> String {
+    use k8s_wire::go_quote;
     let message = if !info.is_resource_request {
         format!("User {} cannot {} path {}", go_quote(&user.name), info.verb, go_quote(path))
     } else {

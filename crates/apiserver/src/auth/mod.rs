@@ -1,27 +1,29 @@
 //! Delegated authentication and authorization (CONTRACT §5), as the generic Kubernetes API
-//! server does them for an aggregated server, in one axum [`middleware`]:
+//! server does them for an aggregated server, in one call per request ([`admit`]):
 //!
 //! 1. authenticate ([`authn`]): front proxy (request-header) certificate + `X-Remote-*`
 //!    headers, x509 client certificate, bearer token through TokenReview; else anonymous;
 //! 2. strip `Authorization` and the identity headers;
 //! 3. authorize ([`authz`]): always-allow groups and paths, else SubjectAccessReview;
 //! 4. put the [`UserInfo`] (as an `Arc`) into the request's extensions and go on, or answer the
-//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 500 `InternalError`).
+//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 503 `ServiceUnavailable` when
+//!    kube-apiserver cannot be reached for a SubjectAccessReview and no recent decision is known
+//!    ([`authz`]'s stale-if-error), 500 `InternalError`).
 //!
 //! Trust material (client CA, front proxy CA and header names) comes from flags or the
 //! `kube-system/extension-apiserver-authentication` ConfigMap, watched ([`trust`]). The TLS
 //! listener requests a client certificate without verifying its chain ([`tls`]); the TLS accept
-//! loop hands the chain to the middleware as a [`PeerCertificates`] extension; a chain is
+//! loop hands the chain to [`admit`] as a [`PeerCertificates`] extension; a chain is
 //! verified against the current CAs on the first request of its connection and again whenever
 //! those CAs change or the chain's validity ends. The upstream calls are behind
 //! [`TokenReviewer`] and [`AccessReviewer`].
 
-pub mod authn;
-pub mod authz;
-pub mod review;
-pub mod tls;
-pub mod trust;
-pub mod x509;
+pub(crate) mod authn;
+pub(crate) mod authz;
+pub(crate) mod review;
+pub(crate) mod tls;
+pub(crate) mod trust;
+pub(crate) mod x509;
 
 #[cfg(test)]
 mod tests;
@@ -30,24 +32,23 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
-pub use crate::options::AuthArgs;
+pub(crate) use crate::options::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
-use k8s_wire::request_info::{ParsedRequest, RequestInfo, percent_decode};
 use k8s_wire::{ApiError, GroupResource};
-pub use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, ReviewError, TokenReviewer};
-pub use trust::{RequestHeaderConfig, Trust, TrustMaterial};
-pub use x509::CaBundle;
+use k8s_wire::{ParsedRequest, RequestInfo, percent_decode};
+pub(crate) use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, TokenReviewer};
+pub(crate) use trust::Trust;
+pub(crate) use x509::CaBundle;
 
 /// The authenticated user of a request (`user.Info`), found in the request's extensions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserInfo {
+pub(crate) struct UserInfo {
     /// User name.
     pub name: String,
     /// UID, empty when unknown.
@@ -250,17 +251,6 @@ async fn config_for(
         .map_err(|e| error(e.to_string()))
 }
 
-/// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
-/// extensions and without credentials in the headers; or answers 401/403/500 as a
-/// `metav1.Status`. Install with `axum::middleware::from_fn_with_state(auth, middleware)`; the
-/// API server calls [`admit`] directly.
-pub async fn middleware(State(auth): State<Arc<Auth>>, mut request: Request, next: Next) -> Response {
-    match admit(&auth, &mut request).await {
-        Ok(()) => next.run(request).await,
-        Err(response) => response,
-    }
-}
-
 /// Authenticates and authorizes `request`: on success the [`UserInfo`] is in its extensions
 /// and no credential is left in its headers; otherwise the 401/403/500 `metav1.Status` to
 /// answer.
@@ -309,11 +299,23 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
             tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
             return Err(forbidden(&user, info, &path, &reason));
         }
+        Err(authz::AuthorizeError::Unavailable(error)) => {
+            tracing::warn!(user = %user.name, verb = %info.verb, %path, %error, "authorizer unreachable: 503");
+            return Err(ApiError::ServiceUnavailable {
+                message: AUTHORIZER_UNAVAILABLE.to_owned(),
+                retry_after: Some(1),
+            }
+            .into_response());
+        }
         Err(detail) => return Err(ApiError::Internal(detail.to_string()).into_response()),
     }
     request.extensions_mut().insert(user);
     Ok(())
 }
+
+/// The message of the 503 answered when no authorization decision can be made because
+/// kube-apiserver, which answers SubjectAccessReviews, cannot be reached.
+pub(crate) const AUTHORIZER_UNAVAILABLE: &str = "the authorizer is unavailable: kube-apiserver cannot be reached for a SubjectAccessReview of this request; try again later";
 
 /// The 403 of `responsewriters.Forbidden`.
 fn forbidden(user: &UserInfo, info: &RequestInfo, path: &str, reason: &str) -> Response {

@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 /// Budget of one review, retries included (`TokenRequestTimeout`, the SAR client timeout).
-pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts per review (`DefaultAuthWebhookRetryBackoff`: 5 steps).
 const ATTEMPTS: u32 = 5;
 /// First retry delay, multiplied by 1.5 after each retry.
@@ -35,9 +35,25 @@ pub enum ReviewError {
     /// The answer had no `status`.
     #[error("the review came back without a status")]
     NoStatus,
+    /// The last review found kube-apiserver unreachable and none has been answered since:
+    /// this one was not sent (a background review probes).
+    #[error("kube-apiserver was unreachable at the last review and has not answered since")]
+    Unreachable,
     /// Any other failure (fakes use it).
     #[error("{0}")]
     Other(String),
+}
+
+impl ReviewError {
+    /// Whether the failure says kube-apiserver could not be reached (no answer within the
+    /// budget, a connection error, 429 or 5xx) rather than a malformed exchange.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Timeout(_) | Self::Unreachable => true,
+            Self::Kube(error) => is_transient(error),
+            Self::NoStatus | Self::Other(_) => false,
+        }
+    }
 }
 
 /// Creates TokenReviews.
@@ -57,15 +73,15 @@ pub trait AccessReviewer: Send + Sync {
 
 /// Creates review objects through the Kubernetes API, with the budget and retries above.
 #[derive(Clone)]
-pub struct KubeReviewer<K> {
+pub(crate) struct KubeReviewer<K> {
     api: Api<K>,
     timeout: Duration,
 }
 
 /// [`TokenReviewer`] through the Kubernetes API.
-pub type KubeTokenReviewer = KubeReviewer<TokenReview>;
+pub(crate) type KubeTokenReviewer = KubeReviewer<TokenReview>;
 /// [`AccessReviewer`] through the Kubernetes API.
-pub type KubeAccessReviewer = KubeReviewer<SubjectAccessReview>;
+pub(crate) type KubeAccessReviewer = KubeReviewer<SubjectAccessReview>;
 
 impl<K> std::fmt::Debug for KubeReviewer<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,7 +98,7 @@ where
         + std::fmt::Debug,
 {
     /// Reviews with `client`.
-    pub fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client) -> Self {
         Self { api: Api::all(client), timeout: REVIEW_TIMEOUT }
     }
 

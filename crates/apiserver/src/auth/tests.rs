@@ -24,16 +24,33 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use super::review::ReviewError;
+use super::trust::{RequestHeaderConfig, TrustMaterial};
 use super::*;
 use test_support::all_at_once;
-use test_support::pki::{MkCa, mk_ca, mk_cert, mk_leaf};
+use test_support::{MkCa, mk_ca, mk_cert, mk_leaf};
+
+/// Authenticates and authorizes the request, then calls `next` with the [`UserInfo`] in the
+/// extensions and without credentials in the headers; or answers 401/403/500 as a
+/// `metav1.Status`. [`admit`] as an axum
+/// middleware, as the tests install it (`axum::middleware::from_fn_with_state(auth, middleware)`).
+async fn middleware(
+    axum::extract::State(auth): axum::extract::State<Arc<Auth>>,
+    mut request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match admit(&auth, &mut request).await {
+        Ok(()) => next.run(request).await,
+        Err(response) => response,
+    }
+}
 
 const G: &str = "stats.une-tasse-de.cafe";
 const PMS_SHOP: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/podmetricssummaries";
 
 /// The auth flags of a command line, parsed as the binary parses them.
 fn mk_args(flags: &[&str]) -> AuthArgs {
-    let args = std::iter::once("percolator").chain(flags.iter().copied());
+    let args = std::iter::once("apiserver").chain(flags.iter().copied());
     crate::options::TestFlags::try_parse_from(args).unwrap().auth
 }
 
@@ -81,6 +98,8 @@ type Rule = Box<dyn Fn(&SubjectAccessReviewSpec) -> Result<SubjectAccessReviewSt
 
 struct FakeAccess {
     calls: AtomicUsize,
+    /// kube-apiserver unreachable: every review fails as a timed-out call would.
+    down: std::sync::atomic::AtomicBool,
     specs: Mutex<Vec<SubjectAccessReviewSpec>>,
     delay: Duration,
     rule: Rule,
@@ -95,6 +114,7 @@ impl FakeAccess {
     ) -> Arc<Self> {
         Arc::new(Self {
             calls: AtomicUsize::new(0),
+            down: Default::default(),
             specs: Mutex::default(),
             delay: Duration::ZERO,
             rule: Box::new(rule),
@@ -126,6 +146,9 @@ impl AccessReviewer for FakeAccess {
         Box::pin(async move {
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;
+            }
+            if self.down.load(Ordering::SeqCst) {
+                return Err(ReviewError::Timeout(review::REVIEW_TIMEOUT));
             }
             self.specs.lock().unwrap().push(spec.clone());
             (self.rule)(&spec).map_err(ReviewError::Other)
@@ -203,7 +226,7 @@ fn mk_req(
     }
     // As the router's outermost layer does for every request.
     let uri: http::Uri = path.parse().unwrap();
-    let parsed = k8s_wire::request_info::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
+    let parsed = k8s_wire::ParsedRequest::new(&http::Method::GET, uri.path(), uri.query());
     builder.extension(Arc::new(parsed)).body(Body::empty()).unwrap()
 }
 
@@ -692,6 +715,82 @@ async fn review_failures_are_500_and_not_cached() {
 }
 
 #[tokio::test]
+async fn an_unreachable_authorizer_is_503_for_unknown_decisions_and_stale_for_known_ones() {
+    let access = FakeAccess::standard();
+    let (auth, _) = mk_auth(
+        TrustMaterial::default(),
+        &[
+            "--authorization-webhook-cache-authorized-ttl=200ms",
+            "--authorization-webhook-cache-unauthorized-ttl=200ms",
+        ],
+        access.clone(),
+    );
+    let alice = [("Authorization", "Bearer alice-token")];
+    let bob = [("Authorization", "Bearer bob-token")];
+    let all = "/apis/stats.une-tasse-de.cafe/v1alpha1/podmetricssummaries";
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &bob, None)).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(access.calls(), 2);
+
+    // kube-apiserver goes away and both decisions expire: the last known ones still apply.
+    access.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+        let (status, _, body) = call(&auth, mk_req(PMS_SHOP, &bob, None)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "a stale denial stays a denial: {body}");
+    }
+    assert!(access.calls() > 2, "the expired decisions were reviewed again");
+    // A decision never made is a 503 naming the authorizer, with a Retry-After.
+    let (status, headers, body) = call(&auth, mk_req(all, &alice, None)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        body,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": AUTHORIZER_UNAVAILABLE, "reason": "ServiceUnavailable",
+            "details": {"retryAfterSeconds": 1}, "code": 503
+        })
+    );
+    assert_eq!(headers["retry-after"], "1");
+
+    // Back: the next reviews answer, the new decision is made, the old ones are fresh again.
+    access.down.store(false, Ordering::SeqCst);
+    // Let a background review started by the last stale answer end first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = access.calls();
+    assert_eq!(call(&auth, mk_req(all, &alice, None)).await.0, StatusCode::OK);
+    assert_eq!(access.calls(), before + 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+    assert_eq!(access.calls(), before + 2, "reviewed synchronously again once reachable");
+}
+
+#[tokio::test]
+async fn stale_decisions_are_served_only_within_the_bound_and_only_for_unreachability() {
+    let access = FakeAccess::standard();
+    let ttl = Duration::from_millis(100);
+    let authorizer =
+        authz::Authorizer::new(access.clone(), Vec::new(), AlwaysAllowPaths::default(), ttl, ttl)
+            .with_stale_if_error(Duration::from_millis(600));
+    let alice = UserInfo { name: "alice".into(), ..Default::default() };
+    let info = RequestInfo::new(&http::Method::GET, PMS_SHOP, None).unwrap();
+    let decide = || authorizer.authorize(&alice, &info, PMS_SHOP);
+    assert_eq!(decide().await.unwrap(), Decision::Allow);
+    access.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(decide().await.unwrap(), Decision::Allow, "within the bound: the last decision");
+    // Past the bound (600 ms after the last successful review): no decision.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(matches!(decide().await, Err(authz::AuthorizeError::Unavailable(_))));
+
+    // Only unreachability is covered by a stale decision (other failures stay 500s, see
+    // review_failures_are_500_and_not_cached).
+    assert!(!ReviewError::NoStatus.is_unreachable() && !ReviewError::Other("x".into()).is_unreachable());
+    assert!(ReviewError::Timeout(review::REVIEW_TIMEOUT).is_unreachable());
+}
+
+#[tokio::test]
 async fn decisions_are_cached_separately_by_outcome() {
     let (auth, _, access) = mk_plain_auth(&[
         "--authorization-webhook-cache-authorized-ttl=10s",
@@ -778,6 +877,7 @@ async fn selector_attributes_are_sent_and_key_the_cache() {
 async fn concurrent_identical_reviews_make_one_call() {
     let access = Arc::new(FakeAccess {
         calls: AtomicUsize::new(0),
+        down: Default::default(),
         specs: Mutex::default(),
         delay: Duration::from_millis(200),
         rule: Box::new(standard_rule),
@@ -993,7 +1093,7 @@ async fn configmap_is_read_at_start_and_watched() {
 #[tokio::test]
 async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
     let w = mk_world();
-    let dir = std::env::temp_dir().join(format!("percolator-auth-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("apiserver-auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fp = dir.join("front-proxy-ca.crt");
     std::fs::write(&fp, &w.other_ca.pem).unwrap();
@@ -1040,7 +1140,7 @@ async fn flags_pin_their_part_and_skip_lookup_skips_the_configmap() {
 async fn rotated_ca_files_apply_to_the_next_request_and_bad_ones_keep_the_last_good() {
     let w = mk_world();
     let (client_ca_2, front_proxy_ca_2) = (mk_ca("client-ca-2"), mk_ca("front-proxy-ca-2"));
-    let dir = std::env::temp_dir().join(format!("percolator-auth-files-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("apiserver-auth-files-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let volume = dir.join("client-ca");
     std::fs::create_dir_all(&volume).unwrap();

@@ -20,7 +20,7 @@ struct RequestClientCert {
 
 /// The handshake-time client certificate verifier for the serving `rustls::ServerConfig`
 /// (`ServerConfig::builder().with_client_cert_verifier(...)`).
-pub fn client_cert_verifier() -> Arc<dyn ClientCertVerifier> {
+pub(crate) fn client_cert_verifier() -> Arc<dyn ClientCertVerifier> {
     Arc::new(RequestClientCert {
         algorithms: rustls::crypto::ring::default_provider().signature_verification_algorithms,
     })
@@ -60,7 +60,7 @@ mod tests {
     use crate::tls::AnyServerCert;
     use rustls::SignatureScheme;
     use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-    use test_support::pki::{mk_ca, mk_leaf};
+    use test_support::{mk_ca, mk_leaf};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn provider() -> Arc<rustls::crypto::CryptoProvider> {

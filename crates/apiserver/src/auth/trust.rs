@@ -28,9 +28,9 @@ use super::{AuthArgs, non_empty};
 use crate::tls::WatchedCaFile;
 
 /// Namespace of the trust ConfigMap.
-pub const CONFIGMAP_NAMESPACE: &str = "kube-system";
+pub(crate) const CONFIGMAP_NAMESPACE: &str = "kube-system";
 /// Name of the trust ConfigMap.
-pub const CONFIGMAP_NAME: &str = "extension-apiserver-authentication";
+pub(crate) const CONFIGMAP_NAME: &str = "extension-apiserver-authentication";
 
 /// What to do when reading the ConfigMap is refused (printed in the start error).
 pub(crate) const RBAC_HINT: &str = "the server's identity needs get, list and watch on it: bind the Role \
@@ -416,7 +416,9 @@ pub enum ConfigMapError {
 /// `client-ca-file` and `requestheader-client-ca-file`, JSON string arrays for the header
 /// lists and allowed names (missing = empty). Request-header settings exist only with a
 /// request-header CA.
-pub fn material_from_configmap(data: &BTreeMap<String, String>) -> Result<TrustMaterial, ConfigMapError> {
+pub(crate) fn material_from_configmap(
+    data: &BTreeMap<String, String>,
+) -> Result<TrustMaterial, ConfigMapError> {
     let bundle = |key: &'static str| match data.get(key) {
         Some(pem) => {
             CaBundle::from_pem(pem.as_bytes()).map_err(|error| ConfigMapError::Bundle { key, error })

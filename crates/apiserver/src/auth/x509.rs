@@ -152,7 +152,7 @@ const MAX_VERDICTS: usize = 4;
 
 /// A presented chain and the bundles it verified against (see
 /// [`PeerCertificates::verify`](super::PeerCertificates::verify)).
-pub struct PeerChain {
+pub(crate) struct PeerChain {
     chain: Vec<CertificateDer<'static>>,
     verdicts: Mutex<Vec<Verdict>>,
 }
@@ -260,7 +260,7 @@ fn after_issuer(cert: &[u8]) -> Result<&[u8], DerError> {
 }
 
 /// Reads the subject of a DER certificate.
-pub fn subject(cert: &[u8]) -> Result<Subject, DerError> {
+pub(crate) fn subject(cert: &[u8]) -> Result<Subject, DerError> {
     let rest = after_issuer(cert)?;
     let (_, rest) = expect(rest, TAG_SEQUENCE, "validity")?;
     let (mut rdns, _) = expect(rest, TAG_SEQUENCE, "subject")?;

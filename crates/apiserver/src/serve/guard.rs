@@ -24,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use http::{Method, Uri};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use k8s_wire::request_info::{QueryParams, split_path};
-use k8s_wire::status::{ApiError, go_quote};
+use k8s_wire::{ApiError, go_quote};
+use k8s_wire::{QueryParams, split_path};
 
 /// Longest request URI (path and query) accepted: 8 KiB, the usual front-proxy limit. Longer
 /// ones are answered 414 before authentication. (hyper itself refuses URIs over 64 KiB on

@@ -48,7 +48,7 @@ use super::workload::{SimNode, SimPod, counter_origin, linear};
 
 /// How a simulated series' value depends on time.
 #[derive(Debug, Clone, PartialEq)]
-pub enum SeriesValue {
+pub(super) enum SeriesValue {
     /// `rate × (t − start)`, 0 before `start`.
     Linear {
         /// Per second.
@@ -76,7 +76,7 @@ pub enum SeriesValue {
 
 impl SeriesValue {
     /// The value at unix time `t`.
-    pub fn at(&self, t: f64) -> f64 {
+    pub(super) fn at(&self, t: f64) -> f64 {
         match self {
             SeriesValue::Linear { rate, start } => linear(*rate, *start, t),
             SeriesValue::LastEvent { rate, start } if *rate > 0.0 => {
@@ -92,7 +92,7 @@ impl SeriesValue {
     /// Whether the series has a sample at `t`: a sum of usage terms once its first term has
     /// started (a container's series appear when it starts, as on a kubelet); the others
     /// always.
-    pub fn exists_at(&self, t: f64) -> bool {
+    pub(super) fn exists_at(&self, t: f64) -> bool {
         match self {
             SeriesValue::CpuSeconds(terms) | SeriesValue::WorkingSet(terms) => {
                 terms.iter().any(|(_, start)| *start <= t)
@@ -104,7 +104,7 @@ impl SeriesValue {
 
 /// The type of a metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FamilyType {
+pub(super) enum FamilyType {
     /// A counter: its samples are named `<name>_total`.
     Counter,
     /// A gauge.
@@ -115,7 +115,7 @@ pub enum FamilyType {
 
 /// One metric family an exporter writes.
 #[derive(Debug, Clone, Copy)]
-pub struct Family {
+pub(super) struct Family {
     /// OpenMetrics family name (without `_total`).
     pub name: &'static str,
     /// `# HELP` text.
@@ -145,22 +145,22 @@ impl Family {
 /// family's sample name (`""`, or `_bucket`, `_sum`, `_count` for a histogram), its labels
 /// (sorted by name) and its value function. The series of one histogram come in exposition
 /// order: the buckets by increasing `le` (`+Inf` last), then `_sum` and `_count`.
-pub type SeriesSink<'a> = dyn FnMut(&'static str, &[(&str, &str)], SeriesValue) + 'a;
+pub(super) type SeriesSink<'a> = dyn FnMut(&'static str, &[(&str, &str)], SeriesValue) + 'a;
 
 /// Emits the series of family number `family` (an index into [`Exporter::families`]) for
 /// `pod`, a Running pod whose counters start at unix time `start` ([`counter_origin`]).
-pub type PodSeries = fn(family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>);
+pub(super) type PodSeries = fn(family: usize, pod: &SimPod, start: f64, sink: &mut SeriesSink<'_>);
 
 /// Emits the series of family number `family` for `node`, which hosts `pods` (every pod
 /// scheduled on it, in the order its kubelet lists them; Running or not), with counters from
 /// the cluster's `origin`.
-pub type NodeSeries =
+pub(super) type NodeSeries =
     fn(family: usize, node: &SimNode, pods: &[Arc<SimPod>], origin: f64, sink: &mut SeriesSink<'_>);
 
 /// A simulated exporter: metric families with per-pod series and, optionally, per-node
 /// series (written after the pods' in each family).
 #[derive(Clone, Copy)]
-pub struct Exporter {
+pub(super) struct Exporter {
     /// The families it exports, in output order.
     pub families: &'static [Family],
     /// Its series of one pod.
@@ -170,7 +170,7 @@ pub struct Exporter {
 }
 
 /// `http_requests_total{code,namespace,pod}` of the pods with HTTP series.
-pub const HTTP_REQUESTS: Exporter = Exporter {
+pub(super) const HTTP_REQUESTS: Exporter = Exporter {
     families: &[Family {
         name: "http_requests",
         help: "Total number of HTTP requests by status code.",

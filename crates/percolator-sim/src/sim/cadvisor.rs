@@ -36,17 +36,18 @@ use super::workload::{SimNode, SimPod, counter_origin, node_name};
 const DOMAIN_RUNTIME_ID: u64 = 30;
 
 /// Image of every pod's sandbox (`container="POD"`).
-pub const SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
+pub(super) const SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
 
 /// CPU usage of a pod's sandbox, cores.
-pub const SANDBOX_CPU_CORES: f64 = 0.0001;
+pub(super) const SANDBOX_CPU_CORES: f64 = 0.0001;
 
 /// Working set of a pod's sandbox, bytes.
-pub const SANDBOX_MEMORY_BYTES: f64 = 450_560.0;
+pub(super) const SANDBOX_MEMORY_BYTES: f64 = 450_560.0;
 
 /// The cAdvisor and node series: per-pod series of the containers, sandbox and pod cgroup,
 /// per-node series of the root cgroup and the node.
-pub const EXPORTER: Exporter = Exporter { families: FAMILIES, pod_series, node_series: Some(node_series) };
+pub(super) const EXPORTER: Exporter =
+    Exporter { families: FAMILIES, pod_series, node_series: Some(node_series) };
 
 const CONTAINER_CPU: usize = 0;
 const CONTAINER_MEMORY: usize = 1;
@@ -78,7 +79,7 @@ const FAMILIES: &[Family] = &[
 
 /// Which slot of a pod a runtime id is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
+pub(super) enum Slot {
     /// Container number `k` of the pod.
     Container(usize),
     /// The pod's sandbox.
@@ -87,7 +88,7 @@ pub enum Slot {
 
 /// The 64-hex-digit runtime id of `slot` of `pod` (cAdvisor's `name` and the last segment of
 /// its `id`), deterministic from the pod's uid.
-pub fn runtime_id(pod: &SimPod, slot: Slot) -> String {
+pub(super) fn runtime_id(pod: &SimPod, slot: Slot) -> String {
     // FNV-1a of the uid: the id follows the pod, whatever created it.
     let uid = pod
         .uid
@@ -106,7 +107,7 @@ pub fn runtime_id(pod: &SimPod, slot: Slot) -> String {
 }
 
 /// The cgroup of `pod`: `/kubepods/burstable/pod<uid>`.
-pub fn pod_cgroup(pod: &SimPod) -> String {
+pub(super) fn pod_cgroup(pod: &SimPod) -> String {
     format!("/kubepods/burstable/pod{}", pod.uid)
 }
 

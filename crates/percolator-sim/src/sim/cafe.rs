@@ -28,17 +28,17 @@ const DOMAIN_CAFE_NAME: u64 = 21;
 
 /// Length of one temperature step (seconds of wall time): the temperature is constant from
 /// one multiple of it to the next.
-pub const TEMPERATURE_STEP_SECONDS: i64 = 30;
+pub(super) const TEMPERATURE_STEP_SECONDS: i64 = 30;
 
 /// Failure reasons of `cafe_brew_failures_total` and their shares of the failures.
-pub const FAILURE_REASONS: [(&str, f64); 2] = [("grind", 0.7), ("pressure", 0.3)];
+pub(super) const FAILURE_REASONS: [(&str, f64); 2] = [("grind", 0.7), ("pressure", 0.3)];
 
 /// Label of a serving pod naming its cafe.
-pub const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
+pub(super) const CAFE_LABEL: &str = "une-tasse-de.cafe/cafe";
 
 /// What a cafe brews (its `type` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CafeType {
+pub(super) enum CafeType {
     /// `espresso`
     Espresso,
     /// `lungo`
@@ -51,11 +51,11 @@ pub enum CafeType {
 
 impl CafeType {
     /// Every type, in the order cafes cycle through them.
-    pub const ALL: [CafeType; 4] =
+    pub(super) const ALL: [CafeType; 4] =
         [CafeType::Espresso, CafeType::Lungo, CafeType::Cappuccino, CafeType::Latte];
 
     /// The `type` label value.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             CafeType::Espresso => "espresso",
             CafeType::Lungo => "lungo",
@@ -69,7 +69,7 @@ impl CafeType {
 /// `base + amplitude × sin(2π × (step + phase) / period)`, rounded to 0.1, where
 /// `step = floor(t / 30)` counts steps since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepCurve {
+pub(super) struct StepCurve {
     /// Centre of the curve.
     pub base: f64,
     /// Half the peak-to-peak swing.
@@ -82,17 +82,17 @@ pub struct StepCurve {
 
 impl StepCurve {
     /// The step number of unix time `t`.
-    pub fn step(t: f64) -> i64 {
+    pub(super) fn step(t: f64) -> i64 {
         (t / TEMPERATURE_STEP_SECONDS as f64).floor() as i64
     }
 
     /// Unix time at which the step containing `t` started.
-    pub fn step_start(t: f64) -> i64 {
+    pub(super) fn step_start(t: f64) -> i64 {
         Self::step(t) * TEMPERATURE_STEP_SECONDS
     }
 
     /// The value during step number `step`.
-    pub fn at_step(&self, step: i64) -> f64 {
+    pub(super) fn at_step(&self, step: i64) -> f64 {
         let period = i64::from(self.period_steps.max(1));
         let k = (step + i64::from(self.phase_steps)).rem_euclid(period);
         let v = self.base + self.amplitude * (2.0 * PI * k as f64 / period as f64).sin();
@@ -100,12 +100,12 @@ impl StepCurve {
     }
 
     /// The value at unix time `t`.
-    pub fn at(&self, t: f64) -> f64 {
+    pub(super) fn at(&self, t: f64) -> f64 {
         self.at_step(Self::step(t))
     }
 
     /// The lowest and highest values the curve ever takes.
-    pub fn range(&self) -> (f64, f64) {
+    pub(super) fn range(&self) -> (f64, f64) {
         (0..i64::from(self.period_steps.max(1)))
             .map(|s| self.at_step(s))
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)))
@@ -114,7 +114,7 @@ impl StepCurve {
 
 /// A simulated cafe: its identity and its (constant) brewing behaviour.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Cafe {
+pub(super) struct Cafe {
     /// Namespace.
     pub namespace: String,
     /// DNS-1123 name, unique in the namespace (`espresso-du-matin`).
@@ -141,22 +141,22 @@ pub struct Cafe {
 
 impl Cafe {
     /// Failed brews per minute, all pods together.
-    pub fn failures_per_minute(&self) -> f64 {
+    pub(super) fn failures_per_minute(&self) -> f64 {
         self.brews_per_minute * self.failure_fraction
     }
 
     /// Failures over all attempts: `failures / (brews + failures)`.
-    pub fn failure_ratio(&self) -> f64 {
+    pub(super) fn failure_ratio(&self) -> f64 {
         self.failure_fraction / (1.0 + self.failure_fraction)
     }
 
     /// Completed brews per second of one serving pod.
-    pub fn brews_per_second_per_pod(&self) -> f64 {
+    pub(super) fn brews_per_second_per_pod(&self) -> f64 {
         self.brews_per_minute / 60.0 / f64::from(self.pods.max(1))
     }
 
     /// The share of brews lasting at most `le` seconds (uniform durations).
-    pub fn duration_cdf(&self, le: f64) -> f64 {
+    pub(super) fn duration_cdf(&self, le: f64) -> f64 {
         if le >= self.duration_max {
             1.0
         } else if le <= self.duration_min {
@@ -167,12 +167,12 @@ impl Cafe {
     }
 
     /// The `q`-quantile of the brew duration, seconds.
-    pub fn duration_quantile(&self, q: f64) -> f64 {
+    pub(super) fn duration_quantile(&self, q: f64) -> f64 {
         self.duration_min + q * (self.duration_max - self.duration_min)
     }
 
     /// The mean brew duration, seconds.
-    pub fn duration_mean(&self) -> f64 {
+    pub(super) fn duration_mean(&self) -> f64 {
         (self.duration_min + self.duration_max) / 2.0
     }
 }
@@ -275,7 +275,7 @@ fn unique_name(seed: u64, c: u64, kind: CafeType, taken: &[String]) -> String {
 
 /// The cafe metric contract, one series set per serving pod (labels `cafe`, `namespace`,
 /// `pod`, `type`; `reason` on failures, `le` on buckets).
-pub const EXPORTER: Exporter = Exporter { families: FAMILIES, pod_series, node_series: None };
+pub(super) const EXPORTER: Exporter = Exporter { families: FAMILIES, pod_series, node_series: None };
 
 const FAMILIES: &[Family] = &[
     Family { name: "cafe_brews", help: "Completed brews.", kind: FamilyType::Counter },

@@ -27,6 +27,16 @@
 //!   resumes from a resourceVersion gets a `410 Expired` ERROR event, so clients re-list.
 //!
 //! `GET` also reports how many watches were dropped and how many 410s were sent.
+//!
+//! The Kubernetes API itself (an outage of kube-apiserver, issue 33):
+//! - `{"api": "down"}`: every open connection of the API listener is aborted (watches end
+//!   mid-stream, requests in flight get no answer) and every new one is reset (TCP RST) before
+//!   the TLS handshake, so clients see the API unreachable (TokenReview, SubjectAccessReview,
+//!   lists and watches alike);
+//! - `{"api": "up"}`: new connections are served again.
+//!
+//! `GET` reports the state (`"api": "up"`) and how many connections were reset while down
+//! (`apiConnectionsReset`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +58,7 @@ pub(crate) const HUGE_PADDING_BYTES: usize = 10 * 1024 * 1024;
 /// What a simulated kubelet does with `GET /metrics/resource`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum KubeletFault {
+pub(super) enum KubeletFault {
     /// Normal answers.
     #[default]
     Ok,
@@ -71,13 +81,24 @@ pub enum KubeletFault {
 /// A one-shot action on the Kubernetes watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum WatchFault {
+pub(super) enum WatchFault {
     /// Nothing.
     Ok,
     /// Abort every open watch.
     Drop,
     /// Abort every open watch and answer the next resuming watch of each kind with 410.
     GoneOnce,
+}
+
+/// Whether the simulated kube-apiserver can be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum ApiFault {
+    /// Served normally.
+    #[default]
+    Up,
+    /// Open connections aborted, new ones reset.
+    Down,
 }
 
 /// Kinds whose next resuming watch `gone-once` expires (`WatchKind::kind` names).
@@ -90,6 +111,8 @@ pub(crate) struct Faults {
     gone: Mutex<BTreeSet<&'static str>>,
     dropped: AtomicU64,
     expired: AtomicU64,
+    api: watch::Sender<ApiFault>,
+    api_resets: AtomicU64,
 }
 
 impl Faults {
@@ -101,6 +124,8 @@ impl Faults {
             gone: Mutex::new(BTreeSet::new()),
             dropped: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            api: watch::Sender::new(ApiFault::Up),
+            api_resets: AtomicU64::new(0),
         }
     }
 
@@ -123,6 +148,30 @@ impl Faults {
                 changed
             });
         }
+    }
+
+    /// The API's current state.
+    pub(crate) fn api(&self) -> ApiFault {
+        *self.api.borrow()
+    }
+
+    /// Changes of the API's state, from now on.
+    pub(crate) fn api_changes(&self) -> watch::Receiver<ApiFault> {
+        self.api.subscribe()
+    }
+
+    /// Sets the API's state; subscribers hear of it only when it changes.
+    pub(crate) fn set_api(&self, fault: ApiFault) {
+        self.api.send_if_modified(|current| {
+            let changed = *current != fault;
+            *current = fault;
+            changed
+        });
+    }
+
+    /// Counts one API connection reset while the API is down.
+    pub(crate) fn count_api_reset(&self) {
+        self.api_resets.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A signal that changes whenever open watches must be aborted.
@@ -168,6 +217,8 @@ impl Faults {
             "watch": "ok",
             "watchDropped": self.dropped.load(Ordering::Relaxed),
             "watchExpired": self.expired.load(Ordering::Relaxed),
+            "api": self.api(),
+            "apiConnectionsReset": self.api_resets.load(Ordering::Relaxed),
         })
     }
 }
@@ -204,6 +255,8 @@ struct FaultRequest {
     kubelet: BTreeMap<String, KubeletFault>,
     #[serde(default)]
     watch: Option<WatchFault>,
+    #[serde(default)]
+    api: Option<ApiFault>,
 }
 
 /// The `/sim/faults` endpoints.
@@ -248,7 +301,10 @@ async fn set_faults(State(cluster): State<Arc<Cluster>>, body: Bytes) -> Respons
     if let Some(watch) = request.watch {
         cluster.faults.apply_watch(watch);
     }
-    tracing::info!(kubelet = ?request.kubelet, watch = ?request.watch, "faults set");
+    if let Some(api) = request.api {
+        cluster.faults.set_api(api);
+    }
+    tracing::info!(kubelet = ?request.kubelet, watch = ?request.watch, api = ?request.api, "faults set");
     Json(cluster.faults.state(&cluster)).into_response()
 }
 
@@ -298,6 +354,7 @@ mod tests {
             r#"{"kubelet": {"node-9": "hang"}}"#,
             r#"{"kubelet": {"node-0": "sleepy"}}"#,
             r#"{"watch": "maybe"}"#,
+            r#"{"api": "sideways"}"#,
             r#"{"nodes": {}}"#,
             "not json",
         ] {
@@ -319,6 +376,22 @@ mod tests {
         assert!(!cluster.faults.take_gone("Pod"));
         let (_, state) = call(&router, "GET", "").await;
         assert_eq!(state["watchExpired"], 1);
+        assert_eq!(state["api"], "up");
+
+        let mut api = cluster.faults.api_changes();
+        let (status, state) = call(&router, "POST", r#"{"api": "down"}"#).await;
+        assert_eq!(status, StatusCode::OK, "{state}");
+        assert_eq!(state["api"], "down");
+        assert_eq!(cluster.faults.api(), ApiFault::Down);
+        assert!(api.has_changed().unwrap());
+        api.borrow_and_update();
+        // Down again is no change; up is.
+        call(&router, "POST", r#"{"api": "down"}"#).await;
+        assert!(!api.has_changed().unwrap());
+        let (_, state) = call(&router, "POST", r#"{"api": "up"}"#).await;
+        assert_eq!(state["api"], "up");
+        assert!(api.has_changed().unwrap());
+        assert_eq!(*api.borrow_and_update(), ApiFault::Up);
     }
 
     #[test]
@@ -327,8 +400,7 @@ mod tests {
         assert!(padding.len() >= HUGE_PADDING_BYTES && padding.len() < HUGE_PADDING_BYTES + 1024);
         let text = std::str::from_utf8(&padding).unwrap();
         assert!(text.ends_with('\n'));
-        let batch =
-            percolator::sources::kubelet::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
+        let batch = percolator::parse_resource_metrics(text, jiff::Timestamp::UNIX_EPOCH).unwrap();
         assert!(batch.containers.len() > 50_000);
         assert_eq!(batch.malformed_lines, 0);
     }

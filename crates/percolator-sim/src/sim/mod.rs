@@ -28,25 +28,25 @@
 
 mod aggregator;
 mod api;
-pub mod apps;
-pub mod cadvisor;
-pub mod cafe;
+mod apps;
+mod cadvisor;
+mod cafe;
 mod cluster;
 mod controllers;
-pub mod faults;
+mod faults;
 mod kubelet;
 mod objects;
 mod pki;
-pub mod policy;
+mod policy;
 mod reviews;
 mod rng;
-pub mod selector;
+mod selector;
 mod serve;
 #[cfg(test)]
 mod testutil;
 mod text;
 mod trust;
-pub mod workload;
+mod workload;
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -418,7 +418,16 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
         policy: Arc::clone(&policy),
         aggregation: Arc::clone(&aggregation),
     });
-    tasks.spawn(serve::serve_tls(api_listener, pki.api_config()?, api_router, shutdown.clone()));
+    // The API can be made unreachable (`{"api": "down"}`, [`faults`]).
+    let resets = Arc::clone(&cluster);
+    tasks.spawn(serve::serve_tls_unless_down(
+        api_listener,
+        pki.api_config()?,
+        api_router,
+        shutdown.clone(),
+        cluster.faults.api_changes(),
+        Arc::new(move || resets.faults.count_api_reset()),
+    ));
     let apps_router = apps::router(apps::AppState {
         cluster: Arc::clone(&cluster),
         exporters: apps::exporters(config.cadvisor),

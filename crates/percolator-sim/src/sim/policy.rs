@@ -58,7 +58,7 @@ use percolator::config::yaml;
 use super::rng::{SplitMix64, mix64};
 
 /// The built-in policy (used without `--policy`).
-pub const DEFAULT_POLICY: &str = r#"tokens:
+pub(super) const DEFAULT_POLICY: &str = r#"tokens:
 - {token: alice-token, username: alice, groups: [devs]}
 - {token: carol-token, username: carol, groups: [viewers]}
 - {token: bob-token, username: bob}
@@ -100,7 +100,7 @@ rules:
 "#;
 
 /// Rules appended to every policy: the simulator's own service account.
-pub const SERVICE_ACCOUNT_RULES: &str = r#"rules:
+pub(super) const SERVICE_ACCOUNT_RULES: &str = r#"rules:
 - name: "percolator:system:auth-delegator"
   role: "system:auth-delegator"
   serviceAccounts: [kube-system/percolator]

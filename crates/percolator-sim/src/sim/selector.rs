@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as metav1;
 /// An invalid selector, with a message for the 400 Status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct SelectorError(String);
+pub(super) struct SelectorError(String);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum LabelReq {
@@ -30,7 +30,7 @@ enum LabelReq {
 
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelSelector(Vec<LabelReq>);
+pub(super) struct LabelSelector(Vec<LabelReq>);
 
 /// Splits on commas outside parentheses.
 fn split_top(s: &str) -> Vec<&str> {
@@ -67,7 +67,7 @@ impl LabelSelector {
     ///
     /// # Errors
     /// A [`SelectorError`] naming the bad requirement.
-    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+    pub(super) fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {
             return Ok(Self(reqs));
@@ -125,7 +125,7 @@ impl LabelSelector {
     /// # Errors
     /// A [`SelectorError`] for an unknown operator, or values where the operator takes none
     /// (or none where it needs some), as kube-apiserver's validation would reject them.
-    pub fn from_k8s(selector: &metav1::LabelSelector) -> Result<Self, SelectorError> {
+    pub(super) fn from_k8s(selector: &metav1::LabelSelector) -> Result<Self, SelectorError> {
         let mut reqs: Vec<LabelReq> =
             selector.match_labels.iter().flatten().map(|(k, v)| LabelReq::Eq(k.clone(), v.clone())).collect();
         for e in selector.match_expressions.iter().flatten() {
@@ -149,14 +149,14 @@ impl LabelSelector {
 
     /// The selector of a Service's `spec.selector`: every pair must hold. `None` for an
     /// absent or empty map, which selects no pod (the endpoints are managed elsewhere).
-    pub fn from_map(selector: Option<&BTreeMap<String, String>>) -> Option<Self> {
+    pub(super) fn from_map(selector: Option<&BTreeMap<String, String>>) -> Option<Self> {
         let map = selector.filter(|m| !m.is_empty())?;
         Some(Self(map.iter().map(|(k, v)| LabelReq::Eq(k.clone(), v.clone())).collect()))
     }
 
     /// The requirements that pin a key to a few values (`k=v`, `k in (a,b)`): a matching
     /// object has one of them, so a caller may look candidates up by them.
-    pub fn pinned(&self) -> impl Iterator<Item = (&str, &[String])> {
+    pub(super) fn pinned(&self) -> impl Iterator<Item = (&str, &[String])> {
         self.0.iter().filter_map(|req| match req {
             LabelReq::Eq(k, v) => Some((k.as_str(), std::slice::from_ref(v))),
             LabelReq::In(k, vs) => Some((k.as_str(), vs.as_slice())),
@@ -165,7 +165,7 @@ impl LabelSelector {
     }
 
     /// Whether an object whose labels are looked up by `label` matches.
-    pub fn matches<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+    pub(super) fn matches<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|req| match req {
             LabelReq::Eq(k, v) => label(k) == Some(v.as_str()),
             LabelReq::NotEq(k, v) => label(k) != Some(v.as_str()),
@@ -179,14 +179,14 @@ impl LabelSelector {
 
 /// A parsed field selector: `(field, value, equal?)` terms, unknown fields dropped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector(Vec<(String, String, bool)>);
+pub(super) struct FieldSelector(Vec<(String, String, bool)>);
 
 impl FieldSelector {
     /// Parses `s`, keeping only the fields in `known`.
     ///
     /// # Errors
     /// A [`SelectorError`] for a term without an operator.
-    pub fn parse(s: &str, known: &[&str]) -> Result<Self, SelectorError> {
+    pub(super) fn parse(s: &str, known: &[&str]) -> Result<Self, SelectorError> {
         let mut terms = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (field, value, eq) = if let Some((f, v)) = part.split_once("!=") {
@@ -206,7 +206,7 @@ impl FieldSelector {
     }
 
     /// Whether an object whose fields are looked up by `field` matches.
-    pub fn matches<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
+    pub(super) fn matches<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|(f, v, eq)| (field(f) == Some(v.as_str())) == *eq)
     }
 }

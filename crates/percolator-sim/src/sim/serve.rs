@@ -16,6 +16,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use super::faults::ApiFault;
+
 /// Resolves once the simulator shuts down.
 #[derive(Clone)]
 pub(crate) struct Shutdown(watch::Receiver<bool>);
@@ -76,21 +78,40 @@ where
     // Dropping the JoinSet aborts the open connections.
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown`.
-pub(crate) async fn serve_tls(
+/// Serves `router` over TLS on `listener` until `shutdown`, as a server that can be made
+/// unreachable: while `api` is [`ApiFault::Down`], new connections are reset (TCP RST) before the
+/// handshake and counted with `on_reset`, and a change to down aborts every open connection
+/// (watch streams and requests in flight included).
+pub(crate) async fn serve_tls_unless_down(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: axum::Router,
     shutdown: Shutdown,
+    api: watch::Receiver<ApiFault>,
+    on_reset: Arc<dyn Fn() + Send + Sync>,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     accept_loop(listener, shutdown, move |stream| {
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(router.clone());
+        let mut api = api.clone();
+        let on_reset = Arc::clone(&on_reset);
         async move {
-            match acceptor.accept(stream).await {
-                Ok(tls) => serve_connection(tls, service).await,
-                Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+            if *api.borrow_and_update() == ApiFault::Down {
+                // SO_LINGER 0: closing sends RST instead of FIN.
+                let _ = stream.set_zero_linger();
+                on_reset();
+                return;
+            }
+            let serve = async {
+                match acceptor.accept(stream).await {
+                    Ok(tls) => serve_connection(tls, service).await,
+                    Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+                }
+            };
+            tokio::select! {
+                () = serve => {}
+                _ = api.wait_for(|api| *api == ApiFault::Down) => tracing::debug!("API down: connection aborted"),
             }
         }
     })

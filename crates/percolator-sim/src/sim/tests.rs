@@ -520,8 +520,8 @@ async fn kubelet_faults_over_tls() {
     assert!(!old.contains("[STABLE]") && !old.contains("resource_scrape_error"));
     assert!(old.ends_with("scrape_error 0\n"));
     let scrape_time = jiff::Timestamp::from_second(2_000_000_000).unwrap();
-    let parsed = percolator::sources::kubelet::parse_resource_metrics(&old, scrape_time).unwrap();
-    let current = percolator::sources::kubelet::parse_resource_metrics(&normal, scrape_time).unwrap();
+    let parsed = percolator::parse_resource_metrics(&old, scrape_time).unwrap();
+    let current = percolator::parse_resource_metrics(&normal, scrape_time).unwrap();
     assert_eq!(parsed.containers.len(), current.containers.len());
     assert!(!parsed.scrape_error);
     assert_eq!(parsed.malformed_lines, 0);
@@ -672,5 +672,43 @@ async fn cadvisor_flag_serves_the_kubelets_usage() {
     );
     assert!(with.contains("container=\"POD\",id=\"/kubepods/burstable/pod"));
     stop(off, dir.join("off")).await;
+    stop(sim, dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_down_aborts_watches_and_resets_connections_until_up() {
+    let (sim, dir) = start_default().await;
+    let control = mk_http_client(&sim);
+    let client = mk_kube_client(&sim).await;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let listed = pods.list(&Default::default()).await.unwrap();
+    assert!(!listed.items.is_empty());
+    // A watch open on a pooled connection.
+    let version = listed.metadata.resource_version.clone().unwrap();
+    let mut watch = pods.watch(&kube::api::WatchParams::default(), &version).await.unwrap().boxed();
+
+    let state = set_faults(&sim, &control, r#"{"api": "down"}"#).await;
+    assert_eq!(state["api"], "down");
+    // The open watch ends (an error or the end of the stream), within seconds.
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match watch.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch outlived the outage");
+    // New requests fail fast: the connection is reset before any answer.
+    let t = std::time::Instant::now();
+    assert!(pods.list(&Default::default()).await.is_err());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let state = control_json(control.get(format!("{}/sim/faults", sim.ready.metrics))).await;
+    assert!(state["apiConnectionsReset"].as_u64().unwrap() >= 1, "{state}");
+
+    let state = set_faults(&sim, &control, r#"{"api": "up"}"#).await;
+    assert_eq!(state["api"], "up");
+    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), listed.items.len());
     stop(sim, dir).await;
 }

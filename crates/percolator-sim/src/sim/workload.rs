@@ -21,7 +21,7 @@ use super::cafe::{self, CAFE_LABEL, Cafe};
 use super::rng::SplitMix64;
 
 /// How long before the simulator's start its counters begin.
-pub const ORIGIN_OFFSET_SECONDS: i64 = 3600;
+pub(super) const ORIGIN_OFFSET_SECONDS: i64 = 3600;
 
 const DOMAIN_NODE: u64 = 1;
 const DOMAIN_POD: u64 = 2;
@@ -32,7 +32,7 @@ const DOMAIN_CAFE_POD: u64 = 7;
 
 /// The app a pod runs (its `app` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum App {
+pub(super) enum App {
     /// A web frontend (HTTP series).
     Web,
     /// An API backend (HTTP series).
@@ -47,7 +47,7 @@ pub enum App {
 
 impl App {
     /// The `app` label value.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             App::Web => "web",
             App::Api => "api",
@@ -80,7 +80,7 @@ impl App {
 
 /// The `tier` label some pods carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
+pub(super) enum Tier {
     /// `tier=frontend`
     Frontend,
     /// `tier=backend`
@@ -89,7 +89,7 @@ pub enum Tier {
 
 impl Tier {
     /// The `tier` label value.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Tier::Frontend => "frontend",
             Tier::Backend => "backend",
@@ -99,7 +99,7 @@ impl Tier {
 
 /// A pod's phase (`status.phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(super) enum Phase {
     /// Scheduled, containers still being created; no usage, no series.
     Pending,
     /// Running: the only phase with kubelet and app series.
@@ -110,7 +110,7 @@ pub enum Phase {
 
 impl Phase {
     /// The `status.phase` string.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
             Phase::Running => "Running",
@@ -121,7 +121,7 @@ impl Phase {
 
 /// A simulated node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SimNode {
+pub(super) struct SimNode {
     /// Index `i` of `node-i`.
     pub index: u32,
     /// `node-i`.
@@ -144,7 +144,7 @@ pub struct SimNode {
 
 /// A container of a pod, with its constant usage.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SimContainer {
+pub(super) struct SimContainer {
     /// `app` or `envoy`; `brewer` or `exporter` in a cafe's pods.
     pub name: &'static str,
     /// Image reference.
@@ -158,11 +158,11 @@ pub struct SimContainer {
 }
 
 /// HTTP status codes of `http_requests_total`, in the order of [`HttpProfile::rates`].
-pub const HTTP_CODES: [&str; 4] = ["200", "404", "500", "503"];
+pub(super) const HTTP_CODES: [&str; 4] = ["200", "404", "500", "503"];
 
 /// A pod's HTTP request rates per code.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HttpProfile {
+pub(super) struct HttpProfile {
     /// Requests per second for each of [`HTTP_CODES`].
     pub rates: [f64; 4],
     /// Whether the 5xx series exist at all (when false, `500`/`503` are never exported).
@@ -171,25 +171,25 @@ pub struct HttpProfile {
 
 impl HttpProfile {
     /// The exported `(code, rate)` series.
-    pub fn series(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+    pub(super) fn series(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
         let n = if self.has_errors { 4 } else { 2 };
         HTTP_CODES.iter().copied().zip(self.rates).take(n)
     }
 
     /// Sum over all exported codes.
-    pub fn requests_per_second(&self) -> f64 {
+    pub(super) fn requests_per_second(&self) -> f64 {
         self.series().map(|(_, r)| r).sum()
     }
 
     /// Sum over the 5xx codes, `None` when the pod has no 5xx series.
-    pub fn errors_per_second(&self) -> Option<f64> {
+    pub(super) fn errors_per_second(&self) -> Option<f64> {
         self.has_errors.then(|| self.rates[2] + self.rates[3])
     }
 }
 
 /// A simulated pod. Kept small: the simulator holds up to 150k of them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SimPod {
+pub(super) struct SimPod {
     /// Namespace.
     pub namespace: String,
     /// `<app>-<10 hex>-<5 alnum>` (`<cafe>-<10 hex>-<5 alnum>` for a cafe's pods).
@@ -225,7 +225,7 @@ pub struct SimPod {
 
 impl SimPod {
     /// The value of label `key`, if the pod has it.
-    pub fn label(&self, key: &str) -> Option<&str> {
+    pub(super) fn label(&self, key: &str) -> Option<&str> {
         match key {
             "app" => Some(self.app.as_str()),
             "pod-template-hash" => Some(&self.template_hash),
@@ -236,7 +236,7 @@ impl SimPod {
     }
 
     /// All labels, sorted by key.
-    pub fn labels(&self) -> Vec<(&'static str, &str)> {
+    pub(super) fn labels(&self) -> Vec<(&'static str, &str)> {
         let mut labels = vec![("app", self.app.as_str()), ("pod-template-hash", self.template_hash.as_str())];
         if let Some(tier) = self.tier {
             labels.push(("tier", tier.as_str()));
@@ -248,17 +248,17 @@ impl SimPod {
     }
 
     /// Whether the pod is Running (only those have series).
-    pub fn is_running(&self) -> bool {
+    pub(super) fn is_running(&self) -> bool {
         self.phase == Phase::Running
     }
 
     /// When the pod started (its first container), unix seconds.
-    pub fn started(&self) -> i64 {
+    pub(super) fn started(&self) -> i64 {
         self.containers.iter().map(|c| c.started).min().unwrap_or(self.created)
     }
 
     /// The `<app>-<hash>` (`<cafe>-<hash>`) ReplicaSet name owning the pod.
-    pub fn replica_set(&self) -> String {
+    pub(super) fn replica_set(&self) -> String {
         match &self.cafe {
             Some(cafe) => format!("{}-{}", cafe.name, self.template_hash),
             None => format!("{}-{}", self.app.as_str(), self.template_hash),
@@ -267,18 +267,18 @@ impl SimPod {
 }
 
 /// Where a linear counter starts counting: `max(origin, started)`.
-pub fn counter_origin(origin: f64, started: i64) -> f64 {
+pub(super) fn counter_origin(origin: f64, started: i64) -> f64 {
     origin.max(started as f64)
 }
 
 /// The value at `t` of a counter growing at `rate` since `start` (0 before it).
-pub fn linear(rate: f64, start: f64, t: f64) -> f64 {
+pub(super) fn linear(rate: f64, start: f64, t: f64) -> f64 {
     rate * (t - start).max(0.0)
 }
 
 /// The sizing and seed of a workload.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadParams {
+pub(super) struct WorkloadParams {
     /// Seed of every random choice.
     pub seed: u64,
     /// Number of nodes.
@@ -293,7 +293,7 @@ pub struct WorkloadParams {
 
 /// A generated workload (before any churn).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
+pub(super) struct Workload {
     /// Nodes, by index.
     pub nodes: Vec<SimNode>,
     /// Pods, in generation order (the cafes' serving pods last).
@@ -305,12 +305,12 @@ pub struct Workload {
 }
 
 /// The name of node `index`: `node-i`.
-pub fn node_name(index: u32) -> String {
+pub(super) fn node_name(index: u32) -> String {
     format!("node-{index}")
 }
 
 /// The InternalIP of node `index`: `127.1.(i/250).(i%250+1)`.
-pub fn node_ip(index: u32) -> Ipv4Addr {
+pub(super) fn node_ip(index: u32) -> Ipv4Addr {
     Ipv4Addr::new(127, 1, (index / 250) as u8, (index % 250 + 1) as u8)
 }
 
@@ -442,7 +442,7 @@ fn app_for(i: u64, rng: &mut SplitMix64) -> App {
 
 impl Workload {
     /// Generates the workload for `params`, relative to `start` (unix seconds).
-    pub fn generate(params: &WorkloadParams, start: i64) -> Workload {
+    pub(super) fn generate(params: &WorkloadParams, start: i64) -> Workload {
         let seed = params.seed;
         let n_nodes = params.nodes.max(1);
         let nodes: Vec<SimNode> = (0..n_nodes)
@@ -577,7 +577,7 @@ fn token(seed: u64) -> String {
 
 /// A replacement for `old` created by the `n`-th churn at `now`: same deployment (or cafe),
 /// node and usage profile, new name, uid, IP and start time.
-pub fn replacement(
+pub(super) fn replacement(
     seed: u64,
     n: u64,
     old: &SimPod,
