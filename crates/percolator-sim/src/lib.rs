@@ -8,10 +8,12 @@
 //!   and benchmarks start;
 //! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine;
 //! - [`balancer`]: a front balancing HTTP/2 streams over percolator replicas by readiness, as
-//!   kube-aggregator reaches a Service (the rolling-restart tests).
+//!   kube-aggregator reaches a Service (the rolling-restart tests);
+//! - [`soak`]: the soak run (`percolator-sim soak`, `scripts/soak.sh`, `tests/soak.rs`): an
+//!   hour of churn, load and faults, and whether anything grows.
 //!
-//! These modules are public because they are namespaces: the binary's two commands
-//! (`demo::run`, `sim::run`) and the tests' harness (`devenv::…`, `securefront::…`,
+//! These modules are public because they are namespaces: the binary's commands
+//! (`demo::run`, `sim::run`, `soak::…`) and the tests' harness (`devenv::…`, `securefront::…`,
 //! `balancer::…`) are named through them. The simulator's parts inside `sim` are private.
 
 pub mod balancer;
@@ -21,6 +23,7 @@ pub mod devenv;
 mod devenv_tests;
 pub mod securefront;
 pub mod sim;
+pub mod soak;
 
 /// The `percolator-sim` binary of this build, for the tests and benchmarks of other packages
 /// (Cargo gives `CARGO_BIN_EXE_<name>` only for a package's own binaries): it sits next to the

@@ -4,7 +4,7 @@
 //! percolator). The modules are the `percolator_sim` library's.
 
 use clap::{Parser, Subcommand};
-use percolator_sim::{demo, sim};
+use percolator_sim::{demo, sim, soak};
 
 /// mimalloc: fewer cycles per allocation than glibc's malloc on the request path, and less
 /// fragmentation across worker threads (BENCHMARKS.md).
@@ -25,6 +25,9 @@ struct Cli {
 enum Command {
     /// Run the local demo: the simulator, a real Prometheus and percolator, on loopback.
     Demo(demo::DemoArgs),
+    /// Run the soak: percolator under churn, load and faults for an hour (`--minutes`), and a
+    /// report of whether anything grows (RELIABILITY.md, "Soak"; `scripts/soak.sh`).
+    Soak(soak::SoakArgs),
 }
 
 #[tokio::main]
@@ -37,6 +40,24 @@ async fn main() -> anyhow::Result<()> {
             let dir = demo::prepare_dir(&args)?;
             demo::init_logging(&dir, args.verbosity)?;
             demo::run(args, dir, percolator::shutdown_signal()).await
+        }
+        (Some(Command::Soak(args)), _) => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            let options = args.options()?;
+            let dir = options.dir.clone();
+            let report = soak::run(options).await?;
+            println!("{}", report.markdown);
+            println!("report: {0}/report.md, picture: {0}/soak.svg", dir.display());
+            if !report.failures.is_empty() {
+                anyhow::bail!("{} soak goal(s) missed", report.failures.len());
+            }
+            Ok(())
         }
         (None, Some(sim)) => {
             tracing_subscriber::fmt()

@@ -1,0 +1,1412 @@
+//! The soak run (RELIABILITY.md, "Soak"; `scripts/soak.sh`, `percolator-sim soak`): hours of
+//! churn and faults against a real percolator, checking that nothing grows.
+//!
+//! [`run`] starts the simulator (pods with churn), a real Prometheus scraping it (history
+//! backfilled), and percolator with every API enabled (the kinds, a declared kind from its
+//! `--config` file, `metrics.k8s.io`, custom and external metrics), its serving certificate
+//! from files and the front proxy's CA; then, for [`Options::duration`]:
+//!
+//! - steady clients over HTTP/2 with the front proxy's client certificate and
+//!   `X-Remote-User`/`X-Remote-Group`, as kube-aggregator sends them: lists of each kind, in
+//!   every namespace and in each, JSON and Table, with and without a label selector
+//!   ([`load`]); HPA-like gets of custom and external metrics, every target once per 15 s;
+//!   `kubectl top` lists of `metrics.k8s.io`;
+//! - faults on a [`Schedule`] scaled with the duration: Prometheus stopped and restarted, one
+//!   kubelet down one period in five, the `--config` file edited (a valid edit, then an invalid
+//!   one, in turn), the serving certificate rotated once, the simulator's watches expired
+//!   (`410`, `gone-once`) once; after each, the time until the first complete answer;
+//! - a [`Sample`] every [`Schedule::sample_every`]: resident memory, descriptors and threads
+//!   (`/proc/<pid>`), tokio tasks alive, cache entries and parked kubelet connections
+//!   (percolator's `/metrics`), latency percentiles and answers by code.
+//!
+//! The [`Report`] judges the goals ([`Report::failures`]) and is written to the directory as
+//! `report.md`, `samples.csv` and `soak.svg` ([`plot`]).
+
+mod load;
+mod plot;
+pub mod stats;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+use crate::devenv::{self, Prometheus, PrometheusOptions, ScrapeJob};
+pub use load::{Class, Record, Records};
+use load::{Clients, Run, Target};
+pub use stats::Slope;
+
+/// Errors of the soak run (a goal missed is not one: see [`Report::failures`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SoakError {
+    /// Something could not be started or prepared.
+    #[error("{0}")]
+    Setup(String),
+    /// File I/O.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Prometheus.
+    #[error(transparent)]
+    DevEnv(#[from] devenv::DevEnvError),
+    /// The HTTP client could not be built or the simulator's control port failed.
+    #[error("HTTP: {0}")]
+    Http(#[from] reqwest::Error),
+    /// The picture.
+    #[error("picture: {0}")]
+    Plot(String),
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, SoakError>;
+
+const PODS_PER_NODE: u32 = 30;
+const NAMESPACES: usize = 10;
+const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
+const CUSTOM: &str = "/apis/custom.metrics.k8s.io/v1beta2";
+const EXTERNAL: &str = "/apis/external.metrics.k8s.io/v1beta1";
+const RESOURCE: &str = "/apis/metrics.k8s.io/v1beta1";
+/// The kinds listed: the two built-in ones and the one the `--config` file declares.
+const KINDS: [&str; 3] = ["podmetricssummaries", "cafebrewstats", "podtraffics"];
+
+/// `percolator-sim soak`: the flags of `scripts/soak.sh`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakArgs {
+    /// How long the load and the faults run, in minutes (the warm-up, the fault periods and
+    /// the sampling scale with it).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(3..=1440))]
+    pub minutes: u64,
+    /// Pods of the simulator (30 per node).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(30..=150_000))]
+    pub pods: u32,
+    /// Where the report (report.md, samples.csv, soak.svg) and the processes' files (run/) go.
+    #[arg(long, default_value = "target/soak")]
+    pub out: PathBuf,
+    /// The percolator binary (default: `percolator` beside this binary).
+    #[arg(long)]
+    pub percolator: Option<PathBuf>,
+}
+
+impl SoakArgs {
+    /// The options of the run these flags ask for.
+    pub fn options(&self) -> Result<Options> {
+        let percolator = match &self.percolator {
+            Some(path) => path.clone(),
+            None => {
+                std::env::current_exe()?.with_file_name(format!("percolator{}", std::env::consts::EXE_SUFFIX))
+            }
+        };
+        if !percolator.is_file() {
+            return Err(SoakError::Setup(format!(
+                "no percolator binary at {}: build it (`cargo build --release --bin percolator`) or pass --percolator",
+                percolator.display()
+            )));
+        }
+        std::fs::create_dir_all(&self.out)?;
+        let dir = std::fs::canonicalize(&self.out)?;
+        Ok(Options::new(percolator, dir, Duration::from_secs(self.minutes * 60), self.pods))
+    }
+}
+
+/// What one soak run does.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The percolator binary.
+    pub percolator: PathBuf,
+    /// Where the processes keep their files (`run/`) and the report is written.
+    pub dir: PathBuf,
+    /// How long the clients and faults run.
+    pub duration: Duration,
+    /// Pods of the simulator (30 per node).
+    pub pods: u32,
+    /// percolator's `--cache-ttl`: also the recovery goal.
+    pub cache_ttl: Duration,
+    /// percolator's `--request-timeout`: no request may take longer.
+    pub request_timeout: Duration,
+    /// percolator's `--tls-reload-interval` (the serving certificate and the `--config` file
+    /// are polled at it).
+    pub reload_interval: Duration,
+    /// Prometheus' scrape interval.
+    pub scrape: Duration,
+    /// The rates' window (the `--config` file's `window`).
+    pub window: String,
+    /// The simulator's `--churn-interval` (one pod replaced each time).
+    pub churn: Duration,
+    /// Each list worker sends one list this often.
+    pub list_every: Duration,
+    /// List workers (each on its own HTTP/2 connection).
+    pub list_workers: usize,
+    /// HPA-like targets (half custom, half external metrics), each asked once per 15 s.
+    pub hpa_targets: usize,
+    /// One `kubectl top` request this often.
+    pub top_every: Duration,
+    /// The fault schedule and sampling.
+    pub schedule: Schedule,
+}
+
+impl Options {
+    /// The soak of `scripts/soak.sh`: `duration` (one hour by default) at `pods` (10,000), with
+    /// percolator's defaults (`--cache-ttl 15s`, `--request-timeout 60s`,
+    /// `--tls-reload-interval 10s`, a 5-minute window), pod churn every 2 s, four list workers
+    /// each listing every 2 s, 50 HPA targets, `kubectl top` every 5 s.
+    pub fn new(percolator: PathBuf, dir: PathBuf, duration: Duration, pods: u32) -> Self {
+        let cache_ttl = Duration::from_secs(15);
+        Self {
+            percolator,
+            dir,
+            duration,
+            pods,
+            cache_ttl,
+            request_timeout: Duration::from_secs(60),
+            reload_interval: Duration::from_secs(10),
+            scrape: Duration::from_secs(15),
+            window: "5m".to_owned(),
+            churn: Duration::from_secs(2),
+            list_every: Duration::from_secs(2),
+            list_workers: 4,
+            hpa_targets: 50,
+            top_every: Duration::from_secs(5),
+            schedule: Schedule::for_duration(duration, cache_ttl),
+        }
+    }
+
+    /// The few minutes' version of the test suite: `pods` pods, `--cache-ttl 5s`,
+    /// `--tls-reload-interval 2s`, a 1-minute window scraped every 5 s, lighter clients.
+    pub fn short(percolator: PathBuf, dir: PathBuf, duration: Duration, pods: u32) -> Self {
+        let cache_ttl = Duration::from_secs(5);
+        Self {
+            cache_ttl,
+            reload_interval: Duration::from_secs(2),
+            scrape: Duration::from_secs(5),
+            window: "1m".to_owned(),
+            list_every: Duration::from_secs(2),
+            list_workers: 2,
+            top_every: Duration::from_secs(5),
+            schedule: Schedule::for_duration(duration, cache_ttl),
+            ..Self::new(percolator, dir, duration, pods)
+        }
+    }
+}
+
+impl Options {
+    /// Seconds within which `kind` must have recovered: one cache TTL, plus 1 s because the
+    /// probes poll every half second; for a hanging kubelet also `--kubelet-request-timeout`,
+    /// since a fetch sent while the kubelet hung runs out its timeout after the kubelet is
+    /// back, and the node is sampled again (every TTL) only then.
+    pub fn recovery_goal(&self, kind: FaultKind) -> f64 {
+        let goal = self.cache_ttl.as_secs_f64() + 1.0;
+        if kind == FaultKind::Kubelet { goal + KUBELET_REQUEST_TIMEOUT.as_secs_f64() } else { goal }
+    }
+}
+
+/// percolator's `--kubelet-request-timeout` in the soak (its default, passed explicitly).
+const KUBELET_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// When the faults happen and samples are taken, scaled with the run's length: the hour's
+/// values times `minutes / 60`, with floors so that a short run still has each fault.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Samples before this are not fitted (10 minutes for the hour; at least one minute).
+    pub warm_up: Duration,
+    /// Sampling period (30 s for the hour; at least 5 s).
+    pub sample_every: Duration,
+    /// Prometheus is stopped this often (10 minutes for the hour; at least a minute)…
+    pub prometheus_every: Duration,
+    /// …for this long (30 s; at least 10 s).
+    pub prometheus_down: Duration,
+    /// One kubelet is down the middle fifth of each such period (5 minutes; at least a minute).
+    pub flap_cycle: Duration,
+    /// The `--config` file is edited this often, half a period in (5 minutes; at least 30 s).
+    pub config_every: Duration,
+    /// When the serving certificate is rotated (55% of the run).
+    pub rotate_at: Duration,
+    /// When the watches are expired (near 45% of the run, at 80% of a kubelet flap cycle).
+    pub watch_at: Duration,
+    /// No fault starts in the run's last stretch this long, so that every recovery is seen.
+    pub quiet_tail: Duration,
+}
+
+impl Schedule {
+    /// The schedule of a run of `duration` with `--cache-ttl` `ttl`.
+    pub fn for_duration(duration: Duration, ttl: Duration) -> Self {
+        let scale = duration.as_secs_f64() / 3600.0;
+        let scaled = |hour_value: u64, floor: u64| {
+            Duration::from_secs_f64((hour_value as f64 * scale).max(floor as f64))
+        };
+        Self {
+            warm_up: scaled(600, 60).min(duration / 3),
+            sample_every: scaled(30, 5),
+            prometheus_every: scaled(600, 60),
+            prometheus_down: scaled(30, 10),
+            flap_cycle: scaled(300, 60),
+            config_every: scaled(300, 30),
+            rotate_at: duration.mul_f64(0.55),
+            // In the kubelet's quiet part of a flap cycle (it hangs from 40% to 60% of each),
+            // so that the re-list after the 410 is not timed waiting on the hung kubelet.
+            watch_at: {
+                let cycle = scaled(300, 60);
+                cycle.mul_f64((duration.as_secs_f64() * 0.45 / cycle.as_secs_f64()).floor() + 0.8)
+            },
+            quiet_tail: ttl * 3 + Duration::from_secs(10),
+        }
+    }
+
+    /// Every fault of a run of `duration`, by start time.
+    fn events(&self, duration: Duration) -> Vec<(Duration, Event)> {
+        let last = duration.saturating_sub(self.quiet_tail);
+        let mut events = Vec::new();
+        let mut at = self.prometheus_every;
+        while at <= last {
+            events.push((at, Event::Prometheus));
+            at += self.prometheus_every;
+        }
+        let mut at = self.flap_cycle.mul_f64(0.4);
+        while at <= last {
+            events.push((at, Event::Kubelet(self.flap_cycle / 5)));
+            at += self.flap_cycle;
+        }
+        let (mut at, mut edit) = (self.config_every / 2, 0u32);
+        while at <= last {
+            events.push((at, Event::Config { edit, valid: edit.is_multiple_of(2) }));
+            at += self.config_every;
+            edit += 1;
+        }
+        events.push((self.rotate_at, Event::Certificate));
+        events.push((self.watch_at, Event::WatchGone));
+        events.sort_by_key(|(at, _)| *at);
+        events
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Prometheus,
+    Kubelet(Duration),
+    Config { edit: u32, valid: bool },
+    Certificate,
+    WatchGone,
+}
+
+/// The kind of a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// Prometheus stopped, then started again on the same data.
+    Prometheus,
+    /// One kubelet hanging (requests read, never answered).
+    Kubelet,
+    /// A valid edit of the `--config` file (a custom metric added).
+    ConfigValid,
+    /// An invalid edit of the `--config` file (a query that does not parse).
+    ConfigInvalid,
+    /// The serving certificate replaced by one of another CA.
+    Certificate,
+    /// Every watch dropped and the next resuming ones answered `410 Expired`.
+    WatchGone,
+}
+
+impl FaultKind {
+    /// Its name in the report and the picture.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Prometheus => "Prometheus restart",
+            FaultKind::Kubelet => "kubelet down",
+            FaultKind::ConfigValid => "--config valid edit",
+            FaultKind::ConfigInvalid => "--config invalid edit",
+            FaultKind::Certificate => "certificate rotation",
+            FaultKind::WatchGone => "watches expired (410)",
+        }
+    }
+
+    /// What "recovered" means for it.
+    pub fn recovery(self) -> &'static str {
+        match self {
+            FaultKind::Prometheus => "custom and external metrics 200, declared kind with its values",
+            FaultKind::Kubelet => "the node's pods listed with their memory again",
+            FaultKind::ConfigValid => "the added custom metric served",
+            FaultKind::ConfigInvalid => "rejection reported (reload gauge 0), previous metrics still served",
+            FaultKind::Certificate => "a new connection gets the new certificate",
+            FaultKind::WatchGone => "a pod created after the 410 is listed",
+        }
+    }
+}
+
+/// One fault and its recovery.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// What it was.
+    pub kind: FaultKind,
+    /// Seconds since the start when it began.
+    pub start: f64,
+    /// Seconds since the start when it ended (the same as `start` for instant faults).
+    pub end: f64,
+    /// Seconds from its end (for the watches: from the first pod created after it) to the
+    /// first complete answer; `None` when none came before the probe gave up.
+    pub recovered_after: Option<f64>,
+    /// `503` answers sent while it lasted.
+    pub answers_503: usize,
+    /// What it touched (a node, an edit number).
+    pub detail: String,
+}
+
+/// One sample of percolator's process and answers.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Seconds since the start.
+    pub at: f64,
+    /// Resident memory (`VmRSS`).
+    pub rss_bytes: u64,
+    /// Open file descriptors.
+    pub fds: u64,
+    /// Threads.
+    pub threads: u64,
+    /// `percolator_tokio_tasks_alive`.
+    pub tasks: u64,
+    /// Sum of `percolator_cache_entries`.
+    pub cache_entries: u64,
+    /// `percolator_kubelet_connections_parked`.
+    pub parked: u64,
+    /// Requests sent in the period before this sample that were answered.
+    pub requests: usize,
+    /// Latency percentiles and maximum of those (seconds).
+    pub p50_seconds: f64,
+    /// 99th percentile.
+    pub p99_seconds: f64,
+    /// Longest.
+    pub max_seconds: f64,
+    /// Answers by code in the period (0: failed without an answer).
+    pub codes: BTreeMap<u16, usize>,
+}
+
+/// What a soak run measured and whether the goals were met.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The options of the run.
+    pub options: Options,
+    /// Every sample.
+    pub samples: Vec<Sample>,
+    /// Every fault, by start.
+    pub faults: Vec<Fault>,
+    /// Slopes after the warm-up: (what, unit, fit).
+    pub slopes: Vec<(&'static str, &'static str, Option<Slope>)>,
+    /// Answers by class and code over the whole run.
+    pub codes: BTreeMap<(Class, u16), usize>,
+    /// Answers 5xx other than the documented 503s while Prometheus is down, and failed
+    /// requests (no answer).
+    pub unexpected: usize,
+    /// The first few of those, described.
+    pub unexpected_examples: Vec<String>,
+    /// The longest request, seconds.
+    pub max_latency: f64,
+    /// Requests sent.
+    pub requests: usize,
+    /// The goals missed (empty: all met).
+    pub failures: Vec<String>,
+    /// The report as markdown.
+    pub markdown: String,
+}
+
+struct Sim {
+    _child: Child,
+    state: PathBuf,
+    metrics: String,
+}
+
+struct Percolator {
+    child: Child,
+    pid: u32,
+    url: String,
+}
+
+/// The serving certificate files, as a Secret volume lays them out (`..data` a symlink to the
+/// version in force, `tls.crt`/`tls.key` links through it), so that a rotation is atomic.
+struct Serving {
+    dir: PathBuf,
+}
+
+impl Serving {
+    fn write(&self, version: &str, pair: &(String, String)) -> Result<()> {
+        let dir = self.dir.join(version);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("tls.crt"), &pair.0)?;
+        std::fs::write(dir.join("tls.key"), &pair.1)?;
+        let tmp = self.dir.join("..data_tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(version, &tmp)?;
+        std::fs::rename(tmp, self.dir.join("..data"))?;
+        for file in ["tls.crt", "tls.key"] {
+            let link = self.dir.join(file);
+            if std::fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(format!("..data/{file}"), link)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `--config` file: a declared kind (`PodTraffic`), the custom metrics (with
+/// `soak_edit_N` after edit N), and for an invalid edit one more whose query does not parse.
+fn config_yaml(window: &str, edit: Option<u32>, valid: bool) -> String {
+    let rate = "sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))";
+    let mut yaml = format!(
+        "window: {window}\nkinds:\n- kind: PodTraffic\n  nameLabel: pod\n  fields:\n  - name: requests\n    query: {rate}\n    column: REQ/S\n  - name: errors\n    query: sum by (namespace, pod) (rate(http_requests_total{{code=~\"5..\",SCOPE}}[WINDOW]))\n    column: ERR/S\ncustomMetrics:\n- name: http_requests_per_second\n  query: {rate}\n  labels: [code]\n"
+    );
+    if let Some(n) = edit {
+        let _ = write!(yaml, "- name: soak_edit_{n}\n  query: {rate}\n");
+    }
+    if !valid {
+        yaml.push_str(
+            "- name: broken\n  query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW])\n",
+        );
+    }
+    yaml
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
+async fn start_sim(options: &Options, run: &Path) -> Result<Sim> {
+    let nodes = options.pods.div_ceil(PODS_PER_NODE).max(1);
+    let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("ns-{i}")).collect();
+    let churn = format!("{}ms", options.churn.as_millis());
+    let mut child = crate::command(run)?
+        .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
+        .args(["--namespaces", &namespaces.join(","), "--cafes-per-namespace", "2"])
+        .args(["--housekeeping", "10s", "--churn-interval", &churn])
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or_else(|| SoakError::Setup("simulator: no stdout".into()))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = loop {
+        match lines.next_line().await? {
+            Some(line) => match serde_json::from_str::<Value>(&line) {
+                Ok(v) if v["event"] == "ready" => break v,
+                _ => continue,
+            },
+            None => {
+                return Err(SoakError::Setup(format!(
+                    "the simulator exited: see {}",
+                    run.join("sim.log").display()
+                )));
+            }
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let field = |name: &str| ready[name].as_str().unwrap_or_default().to_owned();
+    Ok(Sim { _child: child, state: run.join("sim"), metrics: field("metrics") })
+}
+
+async fn start_prometheus(options: &Options, run: &Path, sim: &Sim) -> Result<Prometheus> {
+    let target = sim.metrics.trim_start_matches("http://").to_owned();
+    let window = k8s_wire::duration::parse(&options.window).unwrap_or(Duration::from_secs(300));
+    let history = devenv::sim_history(&sim.metrics, "sim-apps", &target, window * 2, options.scrape).await?;
+    let prometheus = Prometheus::start(PrometheusOptions {
+        dir: run.join("prometheus"),
+        jobs: vec![ScrapeJob::http("sim-apps", target)],
+        scrape_interval: options.scrape,
+        backfill: Some(history),
+    })
+    .await?;
+    prometheus.wait_for_targets(Duration::from_secs(300)).await?;
+    Ok(prometheus)
+}
+
+fn go_duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+async fn start_percolator(
+    options: &Options,
+    run: &Path,
+    sim: &Sim,
+    prometheus_url: &str,
+) -> Result<Percolator> {
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let mut child = Command::new(&options.percolator)
+        // As the container image runs it (the Dockerfile's ENV).
+        .env("MIMALLOC_PURGE_DELAY", "0")
+        .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
+        .args(["--kubeconfig", &path(sim.state.join("kubeconfig"))])
+        .args(["--prometheus-url", prometheus_url])
+        .args(["--cache-ttl", &go_duration(options.cache_ttl)])
+        .args(["--request-timeout", &go_duration(options.request_timeout)])
+        .args(["--kubelet-request-timeout", &go_duration(KUBELET_REQUEST_TIMEOUT)])
+        .args(["--tls-reload-interval", &go_duration(options.reload_interval)])
+        .args(["--tls-cert-file", &path(run.join("serving/tls.crt"))])
+        .args(["--tls-private-key-file", &path(run.join("serving/tls.key"))])
+        .args(["--config", &path(run.join("config.yaml"))])
+        .args(["--enable-custom-metrics", "--enable-external-metrics", "--enable-resource-metrics"])
+        .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
+        .args(["--requestheader-client-ca-file", &path(run.join("front-proxy/ca.crt"))])
+        .args(["--requestheader-allowed-names", load::FRONT_PROXY_CN])
+        .args(["--requestheader-username-headers", "X-Remote-User"])
+        .args(["--requestheader-group-headers", "X-Remote-Group"])
+        .args(["--requestheader-extra-headers-prefix", "X-Remote-Extra-"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| SoakError::Setup(format!("{}: {e}", options.percolator.display())))?;
+    let pid = child.id().ok_or_else(|| SoakError::Setup("percolator exited at once".into()))?;
+    let stderr = child.stderr.take().ok_or_else(|| SoakError::Setup("percolator: no stderr".into()))?;
+    let mut lines = BufReader::new(stderr).lines();
+    let mut log = std::fs::File::create(run.join("percolator.log"))?;
+    let address = loop {
+        use std::io::Write as _;
+        let Some(line) = lines.next_line().await? else {
+            return Err(SoakError::Setup(format!(
+                "percolator exited: see {}",
+                run.join("percolator.log").display()
+            )));
+        };
+        let _ = writeln!(log, "{line}");
+        if let Ok(v) = serde_json::from_str::<Value>(&line)
+            && v["fields"]["message"] == "serving"
+        {
+            break v["fields"]["address"].as_str().unwrap_or_default().to_owned();
+        }
+    };
+    tokio::spawn(async move {
+        use std::io::Write as _;
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = writeln!(log, "{line}");
+        }
+    });
+    Ok(Percolator { child, pid, url: format!("https://{address}") })
+}
+
+/// What the simulator says it runs: namespaces with their apps, cafes, pods by node.
+struct Truth(Value);
+
+impl Truth {
+    async fn fetch(sim: &Sim) -> Result<Self> {
+        Ok(Self(reqwest::get(format!("{}/sim/truth", sim.metrics)).await?.error_for_status()?.json().await?))
+    }
+
+    fn items(&self, key: &str) -> &[Value] {
+        self.0[key].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    /// (namespace, app) of the running pods, each pair once.
+    fn apps(&self) -> Vec<(String, String)> {
+        let mut apps: Vec<(String, String)> = self
+            .items("pods")
+            .iter()
+            .filter_map(|p| {
+                Some((p["namespace"].as_str()?.to_owned(), p["labels"]["app"].as_str()?.to_owned()))
+            })
+            .collect();
+        apps.sort();
+        apps.dedup();
+        apps
+    }
+
+    fn cafes(&self) -> Vec<(String, String)> {
+        self.items("cafes")
+            .iter()
+            .filter_map(|c| Some((c["namespace"].as_str()?.to_owned(), c["name"].as_str()?.to_owned())))
+            .collect()
+    }
+
+    /// (namespace, name) of the running pods on `node`.
+    fn pods_on(&self, node: &str) -> Vec<(String, String)> {
+        self.items("pods")
+            .iter()
+            .filter(|p| p["node"] == node && p["phase"] == "Running")
+            .filter_map(|p| Some((p["namespace"].as_str()?.to_owned(), p["name"].as_str()?.to_owned())))
+            .collect()
+    }
+}
+
+fn enc(selector: &str) -> String {
+    selector.replace('=', "%3D").replace(',', "%2C")
+}
+
+/// The lists the list workers send in turn.
+fn list_targets() -> Vec<Target> {
+    let mut targets = Vec::new();
+    for kind in KINDS {
+        let mut scopes = vec![format!("{GV}/{kind}")];
+        scopes.extend((0..NAMESPACES).map(|i| format!("{GV}/namespaces/ns-{i}/{kind}")));
+        for path in scopes {
+            for accept in [None, Some(load::TABLE)] {
+                targets.push(Target { path: path.clone(), accept, class: Class::List });
+            }
+        }
+        if kind != "cafebrewstats" {
+            for i in 0..NAMESPACES {
+                let path = format!("{GV}/namespaces/ns-{i}/{kind}?labelSelector={}", enc("app=web"));
+                targets.push(Target::json(path, Class::List));
+            }
+        }
+    }
+    targets
+}
+
+/// `count` HPA-like targets: half `Pods` custom metrics of an app's pods, half external
+/// metrics of a cafe.
+fn hpa_targets(truth: &Truth, count: usize) -> Vec<Target> {
+    let apps = truth.apps();
+    let cafes = truth.cafes();
+    let mut targets = Vec::new();
+    for i in 0..count {
+        if i % 2 == 0 && !apps.is_empty() {
+            let (ns, app) = &apps[(i / 2) % apps.len()];
+            let path = format!(
+                "{CUSTOM}/namespaces/{ns}/pods/*/http_requests_per_second?labelSelector={}",
+                enc(&format!("app={app}"))
+            );
+            targets.push(Target::json(path, Class::Custom));
+        } else if !cafes.is_empty() {
+            let (ns, cafe) = &cafes[(i / 2) % cafes.len()];
+            let metric = if (i / 2 / cafes.len()).is_multiple_of(2) {
+                "cafe_brews_per_minute"
+            } else {
+                "cafe_brew_duration_p95_seconds"
+            };
+            let path =
+                format!("{EXTERNAL}/namespaces/{ns}/{metric}?labelSelector={}", enc(&format!("cafe={cafe}")));
+            targets.push(Target::json(path, Class::External));
+        }
+    }
+    targets
+}
+
+/// What `kubectl top` sends: pods of every namespace, of one namespace with a selector, nodes.
+fn top_targets() -> Vec<Target> {
+    let mut targets = vec![Target::json(format!("{RESOURCE}/pods"), Class::Top)];
+    for i in 0..NAMESPACES {
+        targets.push(Target::json(
+            format!("{RESOURCE}/namespaces/ns-{i}/pods?labelSelector={}", enc("app=web")),
+            Class::Top,
+        ));
+        if i % 3 == 0 {
+            targets.push(Target::json(format!("{RESOURCE}/nodes"), Class::Top));
+        }
+    }
+    targets
+}
+
+/// Reads `name`'s value (the sum over its series) from a Prometheus text exposition.
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            continue;
+        }
+        if let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *found.get_or_insert(0.0) += value;
+        }
+    }
+    found
+}
+
+fn proc_status(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
+/// Shared by the scheduler's tasks.
+struct Context {
+    options: Options,
+    run: Run,
+    clients: Clients,
+    /// A client of the probes (its own connection).
+    probe: reqwest::Client,
+    sim: Sim,
+    prometheus: Mutex<Prometheus>,
+    serving: Serving,
+    /// The serving pair swapped in by the rotation, signed by the second CA.
+    next_pair: (String, String),
+    /// The second CA (PEM): what a client trusting only the rotated certificate trusts.
+    next_ca: String,
+    config: PathBuf,
+}
+
+impl Context {
+    fn since_start(&self) -> f64 {
+        self.run.started.elapsed().as_secs_f64()
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, Value)> {
+        let response =
+            load::identified(self.probe.get(format!("{}{path}", self.run.base))).send().await.ok()?;
+        let code = response.status().as_u16();
+        Some((code, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    async fn get_text(&self, path: &str) -> Option<String> {
+        let response =
+            load::identified(self.probe.get(format!("{}{path}", self.run.base))).send().await.ok()?;
+        response.text().await.ok()
+    }
+
+    async fn sim_faults(&self, body: Value) -> Result<()> {
+        reqwest::Client::new()
+            .post(format!("{}/sim/faults", self.sim.metrics))
+            .json(&body)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    /// Polls `check` every half second until it holds or four TTLs pass; seconds from `from`.
+    async fn recovery<F: Future<Output = bool>>(&self, from: Instant, check: impl Fn() -> F) -> Option<f64> {
+        let deadline = from + self.options.cache_ttl * 4 + Duration::from_secs(10);
+        loop {
+            if check().await {
+                return Some(from.elapsed().as_secs_f64());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn fault(self: Arc<Self>, event: Event) -> Result<Fault> {
+        let start = self.since_start();
+        let began = Instant::now();
+        let (kind, detail, ended, from) = match event {
+            Event::Prometheus => {
+                self.prometheus.lock().await.stop().await;
+                tokio::time::sleep(self.options.schedule.prometheus_down).await;
+                self.prometheus.lock().await.restart().await?;
+                let ended = Instant::now();
+                (FaultKind::Prometheus, String::new(), ended, ended)
+            }
+            Event::Kubelet(down) => {
+                let node = "node-0";
+                self.sim_faults(kubelet_fault(node, "hang")).await?;
+                tokio::time::sleep(down).await;
+                self.sim_faults(kubelet_fault(node, "ok")).await?;
+                let ended = Instant::now();
+                (FaultKind::Kubelet, node.to_owned(), ended, ended)
+            }
+            Event::Config { edit, valid } => {
+                // An invalid edit keeps the previous edit's metric and adds a broken one.
+                let shown = if valid { edit } else { edit.saturating_sub(1) };
+                write_atomically(&self.config, &config_yaml(&self.options.window, Some(shown), valid))?;
+                let now = Instant::now();
+                let kind = if valid { FaultKind::ConfigValid } else { FaultKind::ConfigInvalid };
+                (kind, format!("edit {edit}"), now, now)
+            }
+            Event::Certificate => {
+                self.serving.write("..v2", &self.next_pair)?;
+                let now = Instant::now();
+                (FaultKind::Certificate, String::new(), now, now)
+            }
+            Event::WatchGone => {
+                self.sim_faults(serde_json::json!({"watch": "gone-once"})).await?;
+                let now = Instant::now();
+                (FaultKind::WatchGone, String::new(), now, now)
+            }
+        };
+        let end = start + (ended - began).as_secs_f64();
+        let recovered_after = match (kind, event) {
+            (FaultKind::Prometheus, _) => self.recovery(from, || self.prometheus_answers()).await,
+            (FaultKind::Kubelet, _) => {
+                let pods = Truth::fetch(&self.sim).await?.pods_on(&detail);
+                self.recovery(from, || self.node_pods_have_memory(&pods)).await
+            }
+            (FaultKind::ConfigValid, Event::Config { edit, .. }) => {
+                let path = format!("{CUSTOM}/namespaces/ns-0/pods/*/soak_edit_{edit}");
+                self.recovery(from, || async { self.get(&path).await.is_some_and(|(code, _)| code == 200) })
+                    .await
+            }
+            (FaultKind::ConfigInvalid, Event::Config { edit, .. }) => {
+                let path = format!("{CUSTOM}/namespaces/ns-0/pods/*/soak_edit_{}", edit.saturating_sub(1));
+                self.recovery(from, || async {
+                    let text = self.get_text("/metrics").await.unwrap_or_default();
+                    let rejected =
+                        metric_value(&text, "percolator_config_last_reload_successful") == Some(0.0);
+                    rejected && self.get(&path).await.is_some_and(|(code, _)| code == 200)
+                })
+                .await
+            }
+            (FaultKind::Certificate, _) => {
+                let only_new = self.clients.client_trusting(&[self.next_ca_pem()])?;
+                let url = format!("{}/healthz", self.run.base);
+                self.recovery(from, || async {
+                    load::identified(only_new.get(&url)).send().await.is_ok_and(|r| r.status().is_success())
+                })
+                .await
+            }
+            (FaultKind::WatchGone, _) => {
+                // A pod created after the 410: listed once the watches have resumed (re-listed).
+                let churned: Value = reqwest::Client::new()
+                    .post(format!("{}/sim/churn", self.sim.metrics))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                let created = Instant::now();
+                let ns = churned["created"]["namespace"].as_str().unwrap_or_default().to_owned();
+                let name = churned["created"]["name"].as_str().unwrap_or_default().to_owned();
+                let path = format!("{GV}/namespaces/{ns}/podmetricssummaries");
+                self.recovery(created, || async {
+                    self.get(&path).await.is_some_and(|(code, list)| {
+                        code == 200 && items(&list).iter().any(|i| i["metadata"]["name"] == name.as_str())
+                    })
+                })
+                .await
+            }
+            _ => None,
+        };
+        Ok(Fault { kind, start, end, recovered_after, answers_503: 0, detail })
+    }
+
+    /// The second CA, not the rotated leaf: a leaf is no trust anchor for rustls/webpki, so a
+    /// client trusting the leaf itself never completes a handshake.
+    fn next_ca_pem(&self) -> Vec<u8> {
+        self.next_ca.clone().into_bytes()
+    }
+
+    /// Custom and external metrics answer, and the declared kind has its Prometheus values.
+    async fn prometheus_answers(&self) -> bool {
+        let custom = format!("{CUSTOM}/namespaces/ns-0/pods/*/http_requests_per_second");
+        let external = format!("{EXTERNAL}/namespaces/ns-0/cafe_brews_per_minute");
+        let declared = format!("{GV}/namespaces/ns-0/podtraffics");
+        let ok = |answer: Option<(u16, Value)>| answer.is_some_and(|(code, _)| code == 200);
+        ok(self.get(&custom).await)
+            && ok(self.get(&external).await)
+            && self.get(&declared).await.is_some_and(|(code, list)| {
+                code == 200 && items(&list).iter().any(|i| i.get("requests").is_some())
+            })
+    }
+
+    /// One of `pods` (on the node that was down) is listed with its memory.
+    async fn node_pods_have_memory(&self, pods: &[(String, String)]) -> bool {
+        let Some((ns, _)) = pods.first() else { return true };
+        let Some((200, list)) = self.get(&format!("{GV}/namespaces/{ns}/podmetricssummaries")).await else {
+            return false;
+        };
+        items(&list).iter().any(|item| {
+            let name = item["metadata"]["name"].as_str().unwrap_or_default();
+            pods.iter().any(|(pns, pname)| pns == ns && pname == name) && item.get("memory").is_some()
+        })
+    }
+}
+
+/// `POST /sim/faults` setting `node`'s kubelet to `mode`.
+fn kubelet_fault(node: &str, mode: &str) -> Value {
+    let mut nodes = serde_json::Map::new();
+    nodes.insert(node.to_owned(), Value::from(mode));
+    serde_json::json!({ "kubelet": nodes })
+}
+
+fn items(list: &Value) -> &[Value] {
+    list["items"].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// Samples the process and the answers every `every` until the run ends.
+async fn sampler(ctx: Arc<Context>, pid: u32) -> Vec<Sample> {
+    let every = ctx.options.schedule.sample_every;
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut samples = Vec::new();
+    let mut seen = 0;
+    loop {
+        ticks.tick().await;
+        if Instant::now() >= ctx.run.until {
+            return samples;
+        }
+        let text = ctx.get_text("/metrics").await.unwrap_or_default();
+        let records = ctx.run.records.snapshot();
+        let fresh = &records[seen.min(records.len())..];
+        seen = records.len();
+        let mut latencies: Vec<f64> = fresh.iter().filter(|r| r.code != 0).map(|r| r.took).collect();
+        latencies.sort_by(f64::total_cmp);
+        let mut codes = BTreeMap::new();
+        for record in fresh {
+            *codes.entry(record.code).or_insert(0) += 1;
+        }
+        let gauge = |name| metric_value(&text, name).unwrap_or(0.0) as u64;
+        samples.push(Sample {
+            at: ctx.since_start(),
+            rss_bytes: proc_status(pid, "VmRSS:") * 1024,
+            fds: open_fds(pid),
+            threads: proc_status(pid, "Threads:"),
+            tasks: gauge("percolator_tokio_tasks_alive"),
+            cache_entries: gauge("percolator_cache_entries"),
+            parked: gauge("percolator_kubelet_connections_parked"),
+            requests: latencies.len(),
+            p50_seconds: stats::quantile(&latencies, 0.5),
+            p99_seconds: stats::quantile(&latencies, 0.99),
+            max_seconds: latencies.last().copied().unwrap_or(0.0),
+            codes,
+        });
+    }
+}
+
+/// Runs the soak; the goals missed are in [`Report::failures`].
+pub async fn run(options: Options) -> Result<Report> {
+    apiserver::install_crypto_provider();
+    let run_dir = options.dir.join("run");
+    if run_dir.exists() {
+        std::fs::remove_dir_all(&run_dir)?;
+    }
+    std::fs::create_dir_all(run_dir.join("front-proxy"))?;
+    // Serving: two CAs, the second's certificate swapped in once; the clients trust both.
+    let first_ca = load::pki::ca("soak-serving-ca-1")?;
+    let second_ca = load::pki::ca("soak-serving-ca-2")?;
+    let serving = Serving { dir: run_dir.join("serving") };
+    serving.write("..v1", &load::pki::leaf(&first_ca, "percolator", true)?)?;
+    let next = load::pki::leaf(&second_ca, "percolator", true)?;
+    let front_ca = load::pki::ca("soak-front-proxy-ca")?;
+    let (cert, key) = load::pki::leaf(&front_ca, load::FRONT_PROXY_CN, false)?;
+    std::fs::write(run_dir.join("front-proxy/ca.crt"), &front_ca.pem)?;
+    std::fs::write(run_dir.join("front-proxy/client.crt"), cert)?;
+    std::fs::write(run_dir.join("front-proxy/client.key"), key)?;
+    let config = run_dir.join("config.yaml");
+    write_atomically(&config, &config_yaml(&options.window, None, true))?;
+
+    let sim = start_sim(&options, &run_dir).await?;
+    let prometheus = start_prometheus(&options, &run_dir, &sim).await?;
+    let mut percolator = start_percolator(&options, &run_dir, &sim, &prometheus.url()).await?;
+    let clients = Clients::new(
+        vec![first_ca.pem.clone().into_bytes(), second_ca.pem.clone().into_bytes()],
+        &run_dir.join("front-proxy/client.crt"),
+        &run_dir.join("front-proxy/client.key"),
+        options.request_timeout + Duration::from_secs(30),
+    )?;
+    let probe = clients.client()?;
+    // Every request with the front proxy's certificate carries the identity headers, `/readyz`
+    // too: without `X-Remote-User` the request-header authenticator passes, and the x509 one
+    // then rejects the certificate (the front proxy's CA is not the client CA): 401, forever.
+    let ready_by = Instant::now() + Duration::from_secs(600);
+    loop {
+        let last = match load::identified(probe.get(format!("{}/readyz", percolator.url))).send().await {
+            Ok(r) if r.status().is_success() => break,
+            Ok(r) => r.status().to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::debug!(%last, "soak: percolator not ready yet");
+        if Instant::now() > ready_by {
+            return Err(SoakError::Setup(format!("percolator not ready within 10 minutes (last: {last})")));
+        }
+        if let Ok(Some(status)) = percolator.child.try_wait() {
+            return Err(SoakError::Setup(format!(
+                "percolator exited ({status}): see {}",
+                run_dir.join("percolator.log").display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tracing::info!(url = %percolator.url, "soak: percolator ready");
+    let truth = Truth::fetch(&sim).await?;
+    let started = Instant::now();
+    let run = Run {
+        base: percolator.url.clone(),
+        started,
+        until: started + options.duration,
+        records: Arc::new(Records::default()),
+    };
+    tracing::info!(url = %run.base, pods = options.pods, duration = ?options.duration, "soak started");
+    let ctx = Arc::new(Context {
+        options: options.clone(),
+        run: run.clone(),
+        clients: clients.clone(),
+        probe,
+        sim,
+        prometheus: Mutex::new(prometheus),
+        serving,
+        next_pair: next,
+        next_ca: second_ca.pem.clone(),
+        config,
+    });
+
+    let mut traffic = tokio::task::JoinSet::new();
+    {
+        let (clients, run, every, workers) =
+            (clients.clone(), run.clone(), options.list_every, options.list_workers);
+        let targets = Arc::new(list_targets());
+        traffic.spawn(async move { load::steady(&clients, &run, targets, workers, every).await });
+    }
+    let hpa = hpa_targets(&truth, options.hpa_targets);
+    let (client, hpa_run) = (clients.client()?, run.clone());
+    traffic.spawn(async move {
+        load::periodic(client, hpa_run, hpa, Duration::from_secs(15)).await;
+        Ok(())
+    });
+    let top = top_targets();
+    let period = options.top_every * top.len() as u32;
+    let (client, top_run) = (clients.client()?, run.clone());
+    traffic.spawn(async move {
+        load::periodic(client, top_run, top, period).await;
+        Ok(())
+    });
+    let sampling = tokio::spawn(sampler(ctx.clone(), percolator.pid));
+
+    let mut faults = tokio::task::JoinSet::new();
+    for (at, event) in options.schedule.events(options.duration) {
+        tokio::time::sleep_until((started + at).into()).await;
+        tracing::info!(?event, at = ?at, "soak fault");
+        faults.spawn(ctx.clone().fault(event));
+    }
+    let mut done = Vec::new();
+    while let Some(joined) = faults.join_next().await {
+        match joined {
+            Ok(fault) => done.push(fault?),
+            Err(e) => return Err(SoakError::Setup(format!("a fault task failed: {e}"))),
+        }
+    }
+    while let Some(joined) = traffic.join_next().await {
+        if let Ok(Err(e)) = joined {
+            return Err(e);
+        }
+    }
+    let samples = sampling.await.map_err(|e| SoakError::Setup(format!("the sampler failed: {e}")))?;
+    let _ = percolator.child.kill().await;
+    done.sort_by(|a, b| a.start.total_cmp(&b.start));
+    let report = judge(options, samples, done, run.records.snapshot());
+    std::fs::write(report.options.dir.join("report.md"), &report.markdown)?;
+    std::fs::write(report.options.dir.join("samples.csv"), samples_csv(&report.samples))?;
+    let title = format!(
+        "percolator soak: {} pods, {} min, --cache-ttl {:?}",
+        report.options.pods,
+        report.options.duration.as_secs() / 60,
+        report.options.cache_ttl
+    );
+    let warm_up = report.options.schedule.warm_up.as_secs_f64() / 60.0;
+    std::fs::write(
+        report.options.dir.join("soak.svg"),
+        plot::svg(&report.samples, &report.faults, warm_up, &title)?,
+    )?;
+    Ok(report)
+}
+
+fn samples_csv(samples: &[Sample]) -> String {
+    let mut csv = String::from(
+        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes\n",
+    );
+    for s in samples {
+        let codes: Vec<String> = s.codes.iter().map(|(code, n)| format!("{code}:{n}")).collect();
+        let _ = writeln!(
+            csv,
+            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{}",
+            s.at,
+            s.rss_bytes,
+            s.fds,
+            s.threads,
+            s.tasks,
+            s.cache_entries,
+            s.parked,
+            s.requests,
+            s.p50_seconds * 1000.0,
+            s.p99_seconds * 1000.0,
+            s.max_seconds * 1000.0,
+            codes.join(" ")
+        );
+    }
+    csv
+}
+
+/// Grace after Prometheus is back during which a 503 computed while it was down may still
+/// arrive.
+const GRACE: f64 = 2.0;
+
+/// Checks the goals and writes the markdown.
+fn judge(options: Options, samples: Vec<Sample>, mut faults: Vec<Fault>, records: Vec<Record>) -> Report {
+    let warm_up = options.schedule.warm_up.as_secs_f64();
+    let fitted: Vec<&Sample> = samples.iter().filter(|s| s.at >= warm_up).collect();
+    let fit = |value: fn(&Sample) -> f64| {
+        Slope::fit(&fitted.iter().map(|s| (s.at / 3600.0, value(s))).collect::<Vec<_>>())
+    };
+    let slopes: Vec<(&'static str, &'static str, Option<Slope>)> = vec![
+        ("resident memory", "MiB", fit(|s| s.rss_bytes as f64 / (1024.0 * 1024.0))),
+        ("open file descriptors", "", fit(|s| s.fds as f64)),
+        ("tokio tasks alive", "", fit(|s| s.tasks as f64)),
+        ("cache entries", "", fit(|s| s.cache_entries as f64)),
+    ];
+    let mut failures = Vec::new();
+    for (what, _, slope) in &slopes {
+        match slope {
+            Some(slope) if !slope.within_noise() => failures.push(format!(
+                "{what} grows beyond noise: {:+.2}/h ± {:.2} (95% CI), {:+.2} over the {:.0} min measured, residual sd {:.2}",
+                slope.per_hour,
+                slope.ci95,
+                slope.growth_over_span(),
+                slope.span_hours * 60.0,
+                slope.residual_sd
+            )),
+            Some(_) => {}
+            None => failures.push(format!("{what}: too few samples after the warm-up to fit a slope")),
+        }
+    }
+    let prometheus_down: Vec<(f64, f64)> =
+        faults.iter().filter(|f| f.kind == FaultKind::Prometheus).map(|f| (f.start, f.end + GRACE)).collect();
+    let mut codes = BTreeMap::new();
+    let (mut unexpected, mut examples) = (0, Vec::new());
+    for r in &records {
+        *codes.entry((r.class, r.code)).or_insert(0) += 1;
+        if r.code == 503 {
+            let end = r.at + r.took;
+            for fault in faults.iter_mut().filter(|f| r.at <= f.end + GRACE && end >= f.start) {
+                fault.answers_503 += 1;
+            }
+        }
+        let documented =
+            r.code == 503 && prometheus_down.iter().any(|(from, to)| r.at <= *to && r.at + r.took >= *from);
+        if (r.code >= 500 && !documented) || r.code == 0 {
+            unexpected += 1;
+            if examples.len() < 5 {
+                examples.push(format!("{} at {:.1}s: {} after {:.2}s", r.class.name(), r.at, r.code, r.took));
+            }
+        }
+    }
+    if unexpected > 0 {
+        failures.push(format!(
+            "{unexpected} answers 5xx (other than 503 while Prometheus was down) or failed: {examples:?}"
+        ));
+    }
+    let max_latency = records.iter().map(|r| r.took).fold(0.0, f64::max);
+    if max_latency > options.request_timeout.as_secs_f64() {
+        failures.push(format!(
+            "a request took {max_latency:.1}s, longer than --request-timeout {:?}",
+            options.request_timeout
+        ));
+    }
+    for fault in &faults {
+        let goal = options.recovery_goal(fault.kind);
+        match fault.recovered_after {
+            Some(after) if after <= goal => {}
+            Some(after) => failures.push(format!(
+                "{} at {:.0}s recovered after {after:.1}s, more than its goal ({goal:.1}s)",
+                fault.kind.name(),
+                fault.start
+            )),
+            None => failures.push(format!("{} at {:.0}s never recovered", fault.kind.name(), fault.start)),
+        }
+    }
+    for kind in [
+        FaultKind::Prometheus,
+        FaultKind::Kubelet,
+        FaultKind::ConfigValid,
+        FaultKind::ConfigInvalid,
+        FaultKind::Certificate,
+        FaultKind::WatchGone,
+    ] {
+        if !faults.iter().any(|f| f.kind == kind) {
+            failures.push(format!("the schedule had no {}", kind.name()));
+        }
+    }
+    if records.is_empty() {
+        failures.push("no request was sent".to_owned());
+    }
+    let mut report = Report {
+        options,
+        samples,
+        faults,
+        slopes,
+        codes,
+        unexpected,
+        unexpected_examples: examples,
+        max_latency,
+        requests: records.len(),
+        failures,
+        markdown: String::new(),
+    };
+    report.markdown = markdown(&report);
+    report
+}
+
+fn markdown(report: &Report) -> String {
+    let o = &report.options;
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Soak: {} pods ({} nodes, churn one pod every {:?}), {} minutes, `--cache-ttl {:?}`, `--request-timeout {:?}`, `--tls-reload-interval {:?}`; warm-up {} s; a sample every {:?}; {} requests.\n",
+        o.pods,
+        o.pods.div_ceil(PODS_PER_NODE),
+        o.churn,
+        o.duration.as_secs() / 60,
+        o.cache_ttl,
+        o.request_timeout,
+        o.reload_interval,
+        o.schedule.warm_up.as_secs(),
+        o.schedule.sample_every,
+        report.requests
+    );
+    let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
+    md.push_str("| after the warm-up | first | last | slope per hour ± 95% CI (SE) | growth over the span vs 2 × residual sd | within noise |\n|---|---|---|---|---|---|\n");
+    let warm_up = o.schedule.warm_up.as_secs_f64();
+    let after: Vec<&Sample> = report.samples.iter().filter(|s| s.at >= warm_up).collect();
+    let values: [fn(&Sample) -> f64; 4] = [
+        |s| s.rss_bytes as f64 / (1024.0 * 1024.0),
+        |s| s.fds as f64,
+        |s| s.tasks as f64,
+        |s| s.cache_entries as f64,
+    ];
+    for ((what, unit, slope), value) in report.slopes.iter().zip(values) {
+        let first = after.first().map_or(0.0, |s| value(s));
+        let last = after.last().map_or(0.0, |s| value(s));
+        match slope {
+            Some(s) => {
+                let _ = writeln!(
+                    md,
+                    "| {what} {unit} | {first:.1} | {last:.1} | {:+.2} ± {:.2} ({:.2}) | {:+.2} vs {:.2} | {} |",
+                    s.per_hour,
+                    s.ci95,
+                    s.std_error,
+                    s.growth_over_span(),
+                    2.0 * s.residual_sd,
+                    verdict(s.within_noise())
+                );
+            }
+            None => {
+                let _ =
+                    writeln!(md, "| {what} {unit} | {first:.1} | {last:.1} | too few samples | | **no** |");
+            }
+        }
+    }
+    let threads: Vec<u64> = after.iter().map(|s| s.threads).collect();
+    let parked: Vec<u64> = after.iter().map(|s| s.parked).collect();
+    let range = |v: &[u64]| format!("{}–{}", v.iter().min().unwrap_or(&0), v.iter().max().unwrap_or(&0));
+    let _ = writeln!(
+        md,
+        "\nThreads after the warm-up: {}; kubelet connections parked: {}.\n",
+        range(&threads),
+        range(&parked)
+    );
+
+    let mut p99: Vec<f64> = report.samples.iter().map(|s| s.p99_seconds).collect();
+    p99.sort_by(f64::total_cmp);
+    let _ = writeln!(
+        md,
+        "Longest request {:.2} s (`--request-timeout` {:?}); p99 per sample period: median {:.0} ms, worst {:.0} ms. Answers 5xx other than the documented 503s, or failed: {}.\n",
+        report.max_latency,
+        o.request_timeout,
+        stats::quantile(&p99, 0.5) * 1000.0,
+        p99.last().copied().unwrap_or(0.0) * 1000.0,
+        report.unexpected
+    );
+    md.push_str("| answers | ");
+    let codes: std::collections::BTreeSet<u16> = report.codes.keys().map(|(_, c)| *c).collect();
+    let classes: std::collections::BTreeSet<Class> = report.codes.keys().map(|(c, _)| *c).collect();
+    for code in &codes {
+        let _ = write!(md, "{} | ", if *code == 0 { "failed".to_owned() } else { code.to_string() });
+    }
+    md.push('\n');
+    md.push_str(&"|---".repeat(codes.len() + 1));
+    md.push_str("|\n");
+    for class in classes {
+        let _ = write!(md, "| {} | ", class.name());
+        for code in &codes {
+            let _ = write!(md, "{} | ", report.codes.get(&(class, *code)).unwrap_or(&0));
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "\n| fault | at (s) | lasted (s) | recovered after (s) | within goal (TTL {:?} + 1 s; kubelet + {:?}) | 503s in it | recovered means |\n|---|---|---|---|---|---|---|",
+        o.cache_ttl, KUBELET_REQUEST_TIMEOUT
+    );
+    for f in &report.faults {
+        let recovered = f.recovered_after.map_or("never".to_owned(), |s| format!("{s:.1}"));
+        let met = f.recovered_after.is_some_and(|s| s <= o.recovery_goal(f.kind));
+        let name = if f.detail.is_empty() {
+            f.kind.name().to_owned()
+        } else {
+            format!("{} ({})", f.kind.name(), f.detail)
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {:.0} | {:.0} | {recovered} | {} | {} | {} |",
+            f.start,
+            f.end - f.start,
+            verdict(met),
+            f.answers_503,
+            f.kind.recovery()
+        );
+    }
+    if report.failures.is_empty() {
+        md.push_str("\nEvery goal met.\n");
+    } else {
+        md.push_str("\nGoals missed:\n");
+        for failure in &report.failures {
+            let _ = writeln!(md, "- {failure}");
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hour_has_every_fault_on_its_period_and_a_short_run_has_each_at_least_once() {
+        let hour = Schedule::for_duration(Duration::from_secs(3600), Duration::from_secs(15));
+        assert_eq!(hour.warm_up, Duration::from_secs(600));
+        assert_eq!(hour.sample_every, Duration::from_secs(30));
+        let events = hour.events(Duration::from_secs(3600));
+        let at = |f: fn(&Event) -> bool| -> Vec<u64> {
+            events.iter().filter(|(_, e)| f(e)).map(|(at, _)| at.as_secs()).collect()
+        };
+        assert_eq!(at(|e| matches!(e, Event::Prometheus)), [600, 1200, 1800, 2400, 3000]);
+        assert_eq!(at(|e| matches!(e, Event::Kubelet(d) if d.as_secs() == 60)).len(), 12);
+        assert_eq!(
+            at(|e| matches!(e, Event::Config { valid: true, .. })),
+            [150, 750, 1350, 1950, 2550, 3150]
+        );
+        assert_eq!(
+            at(|e| matches!(e, Event::Config { valid: false, .. })),
+            [450, 1050, 1650, 2250, 2850, 3450]
+        );
+        assert_eq!(at(|e| matches!(e, Event::Certificate)), [1980]);
+        assert_eq!(at(|e| matches!(e, Event::WatchGone)), [1740]);
+
+        let short = Schedule::for_duration(Duration::from_secs(180), Duration::from_secs(5));
+        assert_eq!(short.warm_up, Duration::from_secs(60));
+        assert_eq!(short.sample_every, Duration::from_secs(5));
+        let events = short.events(Duration::from_secs(180));
+        assert_eq!(short.watch_at, Duration::from_secs(108));
+        let last_start = events.iter().map(|(at, _)| *at).max().unwrap();
+        assert!(last_start <= Duration::from_secs(180) - short.quiet_tail, "{events:?}");
+        for kind in ["Prometheus", "Kubelet", "valid: true", "valid: false", "Certificate", "WatchGone"] {
+            assert!(events.iter().any(|(_, e)| format!("{e:?}").contains(kind)), "{kind}: {events:?}");
+        }
+    }
+
+    #[test]
+    fn metric_values_add_up_their_series() {
+        let text = "# TYPE percolator_cache_entries gauge\npercolator_cache_entries{cache=\"a\"} 3\npercolator_cache_entries{cache=\"b\"} 4\npercolator_cache_entries_other 9\npercolator_tokio_tasks_alive 120\n";
+        assert_eq!(metric_value(text, "percolator_cache_entries"), Some(7.0));
+        assert_eq!(metric_value(text, "percolator_tokio_tasks_alive"), Some(120.0));
+        assert_eq!(metric_value(text, "percolator_missing"), None);
+    }
+
+    #[test]
+    fn the_config_edits_parse_as_percolator_reads_them() {
+        for (edit, valid) in [(None, true), (Some(3), true), (Some(3), false)] {
+            let yaml = config_yaml("1m", edit, valid);
+            let loaded = percolator::config::QueryFile::from_yaml(
+                &yaml,
+                "soak.yaml",
+                &percolator::config_check(),
+            );
+            assert_eq!(loaded.is_ok(), valid, "{yaml}\n{loaded:?}");
+        }
+    }
+}
