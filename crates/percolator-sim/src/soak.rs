@@ -1401,11 +1401,8 @@ mod tests {
     fn the_config_edits_parse_as_percolator_reads_them() {
         for (edit, valid) in [(None, true), (Some(3), true), (Some(3), false)] {
             let yaml = config_yaml("1m", edit, valid);
-            let loaded = percolator::config::QueryFile::from_yaml(
-                &yaml,
-                "soak.yaml",
-                &percolator::config_check(),
-            );
+            let loaded =
+                percolator::config::QueryFile::from_yaml(&yaml, "soak.yaml", &percolator::config_check());
             assert_eq!(loaded.is_ok(), valid, "{yaml}\n{loaded:?}");
         }
     }
