@@ -108,6 +108,8 @@ pub(crate) fn mk_dir(name: &str) -> PathBuf {
     // (the suffix was the nanoseconds of an `Instant` just taken, which repeat, so `Env::start`
     // could delete the files a test had just written for it).
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(remove_dead_runs_dirs);
     let dir = std::env::temp_dir().join(format!(
         "percolator-e2e-{name}-{}-{}",
         std::process::id(),
@@ -116,6 +118,24 @@ pub(crate) fn mk_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes the directories [`mk_dir`] made for test processes that are gone (their pid, the
+/// next-to-last part of the name, is not running): each holds a Prometheus TSDB of tens of
+/// MB, and runs add dozens. Those of a run still going (this one, a parallel one) are left,
+/// and so are a finished run's until the next run starts, to read after a failure.
+fn remove_dead_runs_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("percolator-e2e-")) else { continue };
+        let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Reads `child`'s stdout (stderr when `log` is given, copied there) until `pick` accepts a
