@@ -226,14 +226,12 @@ impl Authorizer {
             self.review_in_background(key, spec);
             return last.ok_or(AuthorizeError::Unavailable(Arc::new(ReviewError::Unreachable)));
         }
-        let stale = self.stale.clone();
-        let reviewed = self
-            .cache
-            .try_get_with(key.clone(), async {
-                let result = self.reviewer.review(spec).await;
-                stale.record(key.clone(), result).await
-            })
-            .await;
+        // In a task of its own, so that a request cancelled first (its deadline shorter than
+        // the review's budget) still has the outcome recorded, unreachability included.
+        let reviewed = match self.review_task(key.clone(), spec).await {
+            Ok(reviewed) => reviewed,
+            Err(panicked) => Err(Arc::new(ReviewError::Other(format!("the review task failed: {panicked}")))),
+        };
         match reviewed {
             Ok(status) => Ok(status),
             Err(error) if error.is_unreachable() => match self.stale.last_known.get(&key).await {
@@ -244,21 +242,34 @@ impl Authorizer {
         }
     }
 
+    /// Reviews `spec` in a task (concurrent identical reviews share one call through the
+    /// cache); its outcome is recorded ([`Stale::record`]) whether or not anyone awaits it.
+    fn review_task(
+        &self,
+        key: Vec<u8>,
+        spec: SubjectAccessReviewSpec,
+    ) -> tokio::task::JoinHandle<Result<Arc<SubjectAccessReviewStatus>, Arc<ReviewError>>> {
+        let (reviewer, cache, stale) = (Arc::clone(&self.reviewer), self.cache.clone(), self.stale.clone());
+        tokio::spawn(async move {
+            cache
+                .try_get_with(key.clone(), async {
+                    let result = reviewer.review(spec).await;
+                    stale.record(key.clone(), result).await
+                })
+                .await
+        })
+    }
+
     /// Reviews `spec` in a background task, unless one is under way: its answer refreshes the
     /// cache and, if it comes, ends the unreachable state.
     fn review_in_background(&self, key: Vec<u8>, spec: SubjectAccessReviewSpec) {
         if self.stale.probing.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (reviewer, cache, stale) = (Arc::clone(&self.reviewer), self.cache.clone(), self.stale.clone());
+        let (task, probing) = (self.review_task(key, spec), Arc::clone(&self.stale.probing));
         tokio::spawn(async move {
-            let _ = cache
-                .try_get_with(key.clone(), async {
-                    let result = reviewer.review(spec).await;
-                    stale.record(key.clone(), result).await
-                })
-                .await;
-            stale.probing.store(false, Ordering::SeqCst);
+            let _ = task.await;
+            probing.store(false, Ordering::SeqCst);
         });
     }
 

@@ -791,6 +791,52 @@ async fn stale_decisions_are_served_only_within_the_bound_and_only_for_unreachab
 }
 
 #[tokio::test]
+async fn unreachability_outlives_a_cancelled_request_and_an_answered_error_ends_it() {
+    let access = Arc::new(FakeAccess {
+        calls: AtomicUsize::new(0),
+        down: std::sync::atomic::AtomicBool::new(true),
+        specs: Mutex::default(),
+        delay: Duration::from_millis(300),
+        rule: Box::new(|spec: &SubjectAccessReviewSpec| match spec.user.as_deref() {
+            Some("carol") => Err("the review was refused".into()),
+            _ => standard_rule(spec),
+        }),
+    });
+    let ttl = Duration::from_secs(10);
+    let authorizer =
+        authz::Authorizer::new(access.clone(), Vec::new(), AlwaysAllowPaths::default(), ttl, ttl);
+    let info = RequestInfo::new(&http::Method::GET, PMS_SHOP, None).unwrap();
+    let user = |name: &str| UserInfo { name: name.into(), ..Default::default() };
+    let (alice, bob, carol, dave) = (user("alice"), user("bob"), user("carol"), user("dave"));
+
+    // A request whose deadline ends before its review: the review runs on and is recorded.
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(100), authorizer.authorize(&alice, &info, PMS_SHOP));
+    assert!(cancelled.await.is_err());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // kube-apiserver is known to be unreachable: a decision not known is a 503 at once.
+    let started = std::time::Instant::now();
+    assert!(matches!(
+        authorizer.authorize(&bob, &info, PMS_SHOP).await,
+        Err(authz::AuthorizeError::Unavailable(_))
+    ));
+    assert!(started.elapsed() < Duration::from_millis(150), "{:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // The API answers again, with an error for carol's review (run by the background probe):
+    // an answer ends the unreachable state, so dave is reviewed again (a denial, not a 503).
+    access.down.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        authorizer.authorize(&carol, &info, PMS_SHOP).await,
+        Err(authz::AuthorizeError::Unavailable(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let calls = access.calls();
+    assert_eq!(authorizer.authorize(&dave, &info, PMS_SHOP).await.unwrap(), Decision::Forbid(String::new()));
+    assert_eq!(access.calls(), calls + 1, "dave's decision was reviewed");
+}
+
+#[tokio::test]
 async fn decisions_are_cached_separately_by_outcome() {
     let (auth, _, access) = mk_plain_auth(&[
         "--authorization-webhook-cache-authorized-ttl=10s",
