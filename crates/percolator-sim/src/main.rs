@@ -42,13 +42,7 @@ async fn main() -> anyhow::Result<()> {
             demo::run(args, dir, percolator::shutdown_signal()).await
         }
         (Some(Command::Soak(args)), _) => {
-            tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            init_stderr_logging();
             let options = args.options()?;
             let dir = options.dir.clone();
             let report = soak::run(options).await?;
@@ -60,15 +54,20 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         (None, Some(sim)) => {
-            tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            init_stderr_logging();
             Ok(sim::run(sim, percolator::shutdown_signal()).await?)
         }
         (None, None) => anyhow::bail!("--state-dir is required (or use `percolator-sim demo`)"),
     }
+}
+
+/// Logs to stderr at `RUST_LOG`'s level (`info` when unset): the simulator's and the soak's.
+fn init_stderr_logging() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
 }
