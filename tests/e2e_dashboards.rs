@@ -516,7 +516,7 @@ async fn every_panel_query_returns_data_and_names_exported_metrics() {
         let used: BTreeSet<String> = queries
             .iter()
             .flat_map(|q| metric_names(&q.expr))
-            .filter(|n| n.starts_with("percolator_"))
+            .filter(|n| n.starts_with("percolator_") || n.starts_with("process_"))
             .collect();
         for name in missing(&used, &exported) {
             problems.push(format!("{file}: {name} is not exported by percolator's /metrics"));

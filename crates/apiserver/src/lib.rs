@@ -13,6 +13,7 @@
 mod auth;
 mod cache;
 mod options;
+mod process;
 pub mod serve;
 mod telemetry;
 mod tls;

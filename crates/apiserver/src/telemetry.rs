@@ -3,7 +3,7 @@
 //! `-v` levels.
 //!
 //! Metric names follow `<namespace>_<subsystem>_<name>_<unit>`, the namespace being the
-//! server's choice ([`Metrics::new`]).
+//! server's choice ([`Metrics::new`]); the process metrics keep their usual `process_*` names.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -15,6 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+use crate::process::ProcessCollector;
 
 /// Labels of served requests. `resource` is the plural resource name, or the route template
 /// for non-resource paths (`/apis`, `/openapi/v2`, …), never a raw path.
@@ -134,10 +136,11 @@ fn latency_buckets() -> Histogram {
 
 impl Metrics {
     /// Creates and registers every metric, each name prefixed with `namespace_` (a server's
-    /// own name: `example` exports `example_requests_total`).
+    /// own name: `example` exports `example_requests_total`), and the unprefixed `process_*`
+    /// metrics of every Prometheus client (`process_resident_memory_bytes`, …).
     pub fn new(namespace: &str) -> Arc<Self> {
         let mut m = Self {
-            registry: Registry::with_prefix(namespace),
+            registry: Registry::default(),
             requests: Family::default(),
             request_duration: Family::new_with_constructor(latency_buckets),
             in_flight: Gauge::default(),
@@ -154,7 +157,7 @@ impl Metrics {
         // --config is always read (its compiled-in defaults at least); --adapter-config's series
         // appears when that file is given.
         m.config_last_reload_successful.get_or_create(&FileLabels { file: CONFIG_FILE }).set(1);
-        let r = &mut m.registry;
+        let r = m.registry.sub_registry_with_prefix(namespace);
         r.register(
             "config_reloads",
             "Configuration reload attempts, by file (config, adapter-config) and result",
@@ -190,6 +193,8 @@ impl Metrics {
             m.serving_certificate_expiration.clone(),
         );
         m.sampled.register(r);
+        // Unprefixed, under the names every Prometheus client gives them.
+        m.registry.register_collector(Box::new(ProcessCollector));
         Arc::new(m)
     }
 
@@ -415,6 +420,21 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("example_upstream_request_duration_seconds_bucket"), "{text}");
+        // The process metrics keep their usual names, with this process' values.
+        #[cfg(target_os = "linux")]
+        {
+            let fds = std::fs::read_dir("/proc/self/fd").unwrap().count() as f64;
+            let exported: f64 = value(&text, "process_open_fds").unwrap().parse().unwrap();
+            // The directory listing held one descriptor of its own.
+            assert!((exported - fds).abs() <= 2.0, "{exported} vs {fds}\n{text}");
+            for name in ["process_resident_memory_bytes", "process_start_time_seconds", "process_threads"] {
+                let v: f64 = value(&text, name).unwrap_or_else(|| panic!("{name}\n{text}")).parse().unwrap();
+                assert!(v > 0.0, "{name} {v}");
+            }
+            let cpu: f64 = value(&text, "process_cpu_seconds_total").unwrap().parse().unwrap();
+            assert!(cpu >= 0.0, "{text}");
+            assert!(!text.contains("example_process_"), "{text}");
+        }
     }
 
     fn value(text: &str, series: &str) -> Option<String> {
