@@ -41,7 +41,7 @@ use tokio::sync::Mutex;
 use crate::devenv::{self, Prometheus, PrometheusOptions, ScrapeJob};
 pub use load::{Class, Record, Records};
 use load::{Clients, Run, Target};
-pub use stats::Slope;
+pub use stats::{Slope, Trend};
 
 /// Errors of the soak run (a goal missed is not one: see [`Report::failures`]).
 #[derive(Debug, thiserror::Error)]
@@ -257,6 +257,14 @@ impl Schedule {
         }
     }
 
+    /// The period on which the recurring faults repeat (Prometheus' restarts; the kubelet's
+    /// flap and the edits divide it in the hour's schedule and its scalings): the slopes are
+    /// fitted with its profile taken out ([`Slope::fit_deseasonalized`]), from the end of the
+    /// warm-up, which is a whole number of cycles.
+    pub fn cycle(&self) -> Duration {
+        self.prometheus_every
+    }
+
     /// Every fault of a run of `duration`, by start time.
     fn events(&self, duration: Duration) -> Vec<(Duration, Event)> {
         let last = duration.saturating_sub(self.quiet_tail);
@@ -371,6 +379,10 @@ pub struct Sample {
     pub cache_entries: u64,
     /// `percolator_kubelet_connections_parked`.
     pub parked: u64,
+    /// `process_resident_memory_bytes` as percolator exports it (read just before `rss_bytes`).
+    pub exported_rss_bytes: u64,
+    /// `process_open_fds` as percolator exports it.
+    pub exported_fds: u64,
     /// Requests sent in the period before this sample that were answered.
     pub requests: usize,
     /// Latency percentiles and maximum of those (seconds).
@@ -392,8 +404,8 @@ pub struct Report {
     pub samples: Vec<Sample>,
     /// Every fault, by start.
     pub faults: Vec<Fault>,
-    /// Slopes after the warm-up: (what, unit, fit).
-    pub slopes: Vec<(&'static str, &'static str, Option<Slope>)>,
+    /// Trends after the warm-up: (what, unit, fit).
+    pub slopes: Vec<(&'static str, &'static str, Option<Trend>)>,
     /// Answers by class and code over the whole run.
     pub codes: BTreeMap<(Class, u16), usize>,
     /// Answers 5xx other than the documented 503s while Prometheus is down, and failed
@@ -950,6 +962,8 @@ async fn sampler(ctx: Arc<Context>, pid: u32) -> Vec<Sample> {
             tasks: gauge("percolator_tokio_tasks_alive"),
             cache_entries: gauge("percolator_cache_entries"),
             parked: gauge("percolator_kubelet_connections_parked"),
+            exported_rss_bytes: gauge("process_resident_memory_bytes"),
+            exported_fds: gauge("process_open_fds"),
             requests: latencies.len(),
             p50_seconds: stats::quantile(&latencies, 0.5),
             p99_seconds: stats::quantile(&latencies, 0.99),
@@ -1098,13 +1112,13 @@ pub async fn run(options: Options) -> Result<Report> {
 
 fn samples_csv(samples: &[Sample]) -> String {
     let mut csv = String::from(
-        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes\n",
+        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes,exported_rss_bytes,exported_fds\n",
     );
     for s in samples {
         let codes: Vec<String> = s.codes.iter().map(|(code, n)| format!("{code}:{n}")).collect();
         let _ = writeln!(
             csv,
-            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{}",
+            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{},{},{}",
             s.at,
             s.rss_bytes,
             s.fds,
@@ -1116,7 +1130,9 @@ fn samples_csv(samples: &[Sample]) -> String {
             s.p50_seconds * 1000.0,
             s.p99_seconds * 1000.0,
             s.max_seconds * 1000.0,
-            codes.join(" ")
+            codes.join(" "),
+            s.exported_rss_bytes,
+            s.exported_fds
         );
     }
     csv
@@ -1130,10 +1146,16 @@ const GRACE: f64 = 2.0;
 fn judge(options: Options, samples: Vec<Sample>, mut faults: Vec<Fault>, records: Vec<Record>) -> Report {
     let warm_up = options.schedule.warm_up.as_secs_f64();
     let fitted: Vec<&Sample> = samples.iter().filter(|s| s.at >= warm_up).collect();
+    let schedule = &options.schedule;
     let fit = |value: fn(&Sample) -> f64| {
-        Slope::fit(&fitted.iter().map(|s| (s.at / 3600.0, value(s))).collect::<Vec<_>>())
+        Trend::fit(
+            &fitted.iter().map(|s| (s.at / 3600.0, value(s))).collect::<Vec<_>>(),
+            warm_up / 3600.0,
+            schedule.cycle().as_secs_f64() / 3600.0,
+            schedule.sample_every.as_secs_f64() / 3600.0,
+        )
     };
-    let slopes: Vec<(&'static str, &'static str, Option<Slope>)> = vec![
+    let slopes: Vec<(&'static str, &'static str, Option<Trend>)> = vec![
         ("resident memory", "MiB", fit(|s| s.rss_bytes as f64 / (1024.0 * 1024.0))),
         ("open file descriptors", "", fit(|s| s.fds as f64)),
         ("tokio tasks alive", "", fit(|s| s.tasks as f64)),
@@ -1142,13 +1164,14 @@ fn judge(options: Options, samples: Vec<Sample>, mut faults: Vec<Fault>, records
     let mut failures = Vec::new();
     for (what, _, slope) in &slopes {
         match slope {
-            Some(slope) if !slope.within_noise() => failures.push(format!(
-                "{what} grows beyond noise: {:+.2}/h ± {:.2} (95% CI), {:+.2} over the {:.0} min measured, residual sd {:.2}",
-                slope.per_hour,
-                slope.ci95,
-                slope.growth_over_span(),
-                slope.span_hours * 60.0,
-                slope.residual_sd
+            Some(trend) if !trend.within_noise() => failures.push(format!(
+                "{what} grows beyond noise: {:+.2}/h ± {:.2} (95% CI), {:+.2} over the {:.0} min measured, residual sd {:.2}, floor {:+.2}",
+                trend.slope.per_hour,
+                trend.slope.ci95,
+                trend.slope.growth_over_span(),
+                trend.slope.span_hours * 60.0,
+                trend.slope.residual_sd,
+                trend.floor_rise()
             )),
             Some(_) => {}
             None => failures.push(format!("{what}: too few samples after the warm-up to fit a slope")),
@@ -1249,7 +1272,12 @@ fn markdown(report: &Report) -> String {
         report.requests
     );
     let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
-    md.push_str("| after the warm-up | first | last | slope per hour ± 95% CI (SE) | growth over the span vs 2 × residual sd | within noise |\n|---|---|---|---|---|---|\n");
+    let _ = writeln!(
+        md,
+        "Slopes are fitted from the end of the warm-up over whole fault cycles of {} s, with the cycle's profile taken out (one level per phase of the cycle); the floor is the lowest value of the first and of the last cycle. A series grows when its slope is beyond noise (the 95% interval excludes 0 and the growth exceeds twice the residual sd) **and** its floor rose by more than twice the residual sd.\n",
+        o.schedule.cycle().as_secs()
+    );
+    md.push_str("| after the warm-up | first | last | slope per hour ± 95% CI (SE) | growth over the span vs 2 × residual sd | floor, first → last cycle | within noise |\n|---|---|---|---|---|---|---|\n");
     let warm_up = o.schedule.warm_up.as_secs_f64();
     let after: Vec<&Sample> = report.samples.iter().filter(|s| s.at >= warm_up).collect();
     let values: [fn(&Sample) -> f64; 4] = [
@@ -1258,25 +1286,27 @@ fn markdown(report: &Report) -> String {
         |s| s.tasks as f64,
         |s| s.cache_entries as f64,
     ];
-    for ((what, unit, slope), value) in report.slopes.iter().zip(values) {
+    for ((what, unit, trend), value) in report.slopes.iter().zip(values) {
         let first = after.first().map_or(0.0, |s| value(s));
         let last = after.last().map_or(0.0, |s| value(s));
-        match slope {
-            Some(s) => {
+        match trend {
+            Some(t) => {
+                let s = &t.slope;
+                let floor = t.floor.map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.1} → {b:.1}"));
                 let _ = writeln!(
                     md,
-                    "| {what} {unit} | {first:.1} | {last:.1} | {:+.2} ± {:.2} ({:.2}) | {:+.2} vs {:.2} | {} |",
+                    "| {what} {unit} | {first:.1} | {last:.1} | {:+.2} ± {:.2} ({:.2}) | {:+.2} vs {:.2} | {floor} | {} |",
                     s.per_hour,
                     s.ci95,
                     s.std_error,
                     s.growth_over_span(),
                     2.0 * s.residual_sd,
-                    verdict(s.within_noise())
+                    verdict(t.within_noise())
                 );
             }
             None => {
                 let _ =
-                    writeln!(md, "| {what} {unit} | {first:.1} | {last:.1} | too few samples | | **no** |");
+                    writeln!(md, "| {what} {unit} | {first:.1} | {last:.1} | too few samples | | | **no** |");
             }
         }
     }
@@ -1386,6 +1416,23 @@ mod tests {
         assert!(last_start <= Duration::from_secs(180) - short.quiet_tail, "{events:?}");
         for kind in ["Prometheus", "Kubelet", "valid: true", "valid: false", "Certificate", "WatchGone"] {
             assert!(events.iter().any(|(_, e)| format!("{e:?}").contains(kind)), "{kind}: {events:?}");
+        }
+    }
+
+    #[test]
+    fn the_recurring_faults_repeat_on_the_cycle_and_the_fit_starts_on_one() {
+        for (seconds, ttl) in [(3600, 15), (1800, 15), (180, 5)] {
+            let duration = Duration::from_secs(seconds);
+            let schedule = Schedule::for_duration(duration, Duration::from_secs(ttl));
+            let cycle = schedule.cycle().as_secs();
+            let whole = |d: Duration| d.as_secs().is_multiple_of(cycle);
+            assert!(whole(schedule.warm_up), "{seconds}: {schedule:?}");
+            assert!(cycle.is_multiple_of(schedule.sample_every.as_secs()), "{seconds}: {schedule:?}");
+            assert!(cycle.is_multiple_of(schedule.flap_cycle.as_secs()), "{seconds}: {schedule:?}");
+            // Valid and invalid edits alternate: the pair repeats every two edits.
+            assert!(cycle.is_multiple_of(2 * schedule.config_every.as_secs()), "{seconds}: {schedule:?}");
+            // At least two whole cycles after the warm-up, so the profile is not the trend.
+            assert!(duration - schedule.warm_up >= schedule.cycle() * 2, "{seconds}: {schedule:?}");
         }
     }
 

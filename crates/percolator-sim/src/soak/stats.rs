@@ -8,7 +8,8 @@ pub struct Slope {
     pub per_hour: f64,
     /// Standard error of [`Slope::per_hour`].
     pub std_error: f64,
-    /// Half-width of the 95% confidence interval of the slope (Student's t, n − 2 degrees).
+    /// Half-width of the 95% confidence interval of the slope (Student's t, n − 2 degrees, fewer
+    /// the phase means a deseasonalized fit estimated).
     pub ci95: f64,
     /// Standard deviation of the samples around the line.
     pub residual_sd: f64,
@@ -23,8 +24,64 @@ pub struct Slope {
 impl Slope {
     /// Fits `points` (hours, value); `None` with fewer than three points or no spread in time.
     pub fn fit(points: &[(f64, f64)]) -> Option<Self> {
+        Self::fit_with(points, 0)
+    }
+
+    /// Fits `points` (hours, value, sampled every `step` hours from `start`) with the profile of
+    /// a disturbance that repeats every `period` hours taken out: a line with one level per
+    /// phase of the period, whose slope is that of the times and values each less the mean
+    /// of their phase over the whole periods. The
+    /// soak's faults recur on a fixed cycle and step descriptors, tasks and memory up and down
+    /// with it; a plain line through a few cycles of such a sawtooth has a slope that is not a
+    /// trend, while a leak, which adds the same amount each cycle, survives the subtraction.
+    /// Points past the last whole period are left out; with fewer than two whole periods the
+    /// profile cannot be told from a trend, and the plain [`Slope::fit`] is returned. The
+    /// degrees of freedom are reduced by the phase means estimated.
+    pub fn fit_deseasonalized(points: &[(f64, f64)], start: f64, period: f64, step: f64) -> Option<Self> {
+        let phases = (period / step).round() as usize;
+        // Whole periods covered: the last one ends with a point at its last phase.
+        let last = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        let periods = ((last - start + 1.5 * step) / period).floor();
+        if phases < 2 || periods < 2.0 {
+            return Self::fit(points);
+        }
+        let kept: Vec<(f64, f64)> = points
+            .iter()
+            .copied()
+            .filter(|p| p.0 >= start && p.0 < start + periods * period - step / 2.0)
+            .collect();
+        // Per phase: the sums of times and values, and the count.
+        let mut sums = vec![(0.0, 0.0, 0usize); phases];
+        for p in &kept {
+            let slot = &mut sums[phase(p.0, start, step, phases)];
+            slot.0 += p.0;
+            slot.1 += p.1;
+            slot.2 += 1;
+        }
+        // Times and values less their phase's mean (Frisch–Waugh: the slope of the line with
+        // one level per phase, so a trend is not half absorbed by the profile).
+        let adjusted: Vec<(f64, f64)> = kept
+            .iter()
+            .map(|p| {
+                let (times, values, count) = sums[phase(p.0, start, step, phases)];
+                (p.0 - times / count as f64, p.1 - values / count as f64)
+            })
+            .collect();
+        let mean = kept.iter().map(|p| p.1).sum::<f64>() / kept.len().max(1) as f64;
+        let first = kept.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        let last = kept.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        let used = sums.iter().filter(|(_, _, count)| *count > 0).count();
+        Self::fit_with(&adjusted, used.saturating_sub(1)).map(|slope| Self {
+            mean,
+            span_hours: last - first,
+            ..slope
+        })
+    }
+
+    /// The fit, `lost` degrees of freedom fewer than a plain line's `n − 2`.
+    fn fit_with(points: &[(f64, f64)], lost: usize) -> Option<Self> {
         let n = points.len();
-        if n < 3 {
+        if n < 3 + lost {
             return None;
         }
         let nf = n as f64;
@@ -37,14 +94,15 @@ impl Slope {
         let per_hour = points.iter().map(|p| (p.0 - mean_t) * (p.1 - mean)).sum::<f64>() / stt;
         let intercept = mean - per_hour * mean_t;
         let sse: f64 = points.iter().map(|p| (p.1 - intercept - per_hour * p.0).powi(2)).sum();
-        let residual_sd = (sse / (nf - 2.0)).sqrt();
+        let df = n - 2 - lost;
+        let residual_sd = (sse / df as f64).sqrt();
         let std_error = residual_sd / stt.sqrt();
         let first = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
         let last = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
         Some(Self {
             per_hour,
             std_error,
-            ci95: t95(n - 2) * std_error,
+            ci95: t95(df) * std_error,
             residual_sd,
             span_hours: last - first,
             mean,
@@ -63,6 +121,59 @@ impl Slope {
     pub fn within_noise(&self) -> bool {
         self.per_hour.abs() <= self.ci95 || self.growth_over_span().abs() <= 2.0 * self.residual_sd
     }
+}
+
+/// Whether a series grows: its slope with the fault cycle's profile taken out
+/// ([`Slope::fit_deseasonalized`]) and its floor, the lowest value of the first and of the last
+/// whole cycle after the warm-up.
+///
+/// A leak shows in both: the trend, and the floor, since what leaked is never given back. A
+/// pool that grew in a burst (connections kept until their idle timeout, longer than a short
+/// run's cycle) shows as a level shift that a few cycles' line takes for a trend, but the
+/// floor stays: every cycle has a moment where the pool is empty (Prometheus restarted, its
+/// connections closed). So a series grows only when the slope is beyond noise **and** the floor
+/// rose by more than twice the residual scatter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Trend {
+    /// The deseasonalized slope.
+    pub slope: Slope,
+    /// The lowest value of the first and of the last whole cycle; `None` with fewer than two.
+    pub floor: Option<(f64, f64)>,
+}
+
+impl Trend {
+    /// The trend of `points` (hours, value) sampled every `step` hours from `start`, with a fault
+    /// cycle of `period` hours; `None` when too few points to fit a line.
+    pub fn fit(points: &[(f64, f64)], start: f64, period: f64, step: f64) -> Option<Self> {
+        let slope = Slope::fit_deseasonalized(points, start, period, step)?;
+        let last = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        let cycles = ((last - start + 1.5 * step) / period).floor();
+        let floor = (cycles >= 2.0).then(|| {
+            let lowest = |cycle: f64| {
+                let (from, to) =
+                    (start + cycle * period - step / 2.0, start + (cycle + 1.0) * period - step / 2.0);
+                points.iter().filter(|p| p.0 >= from && p.0 < to).map(|p| p.1).fold(f64::INFINITY, f64::min)
+            };
+            (lowest(0.0), lowest(cycles - 1.0))
+        });
+        Some(Self { slope, floor })
+    }
+
+    /// How much the floor rose from the first whole cycle to the last (0 with fewer than two).
+    pub fn floor_rise(&self) -> f64 {
+        self.floor.map_or(0.0, |(first, last)| last - first)
+    }
+
+    /// Not growing: the slope within noise ([`Slope::within_noise`]), or the floor risen by no
+    /// more than twice the residual scatter. Without two whole cycles, the slope alone.
+    pub fn within_noise(&self) -> bool {
+        self.slope.within_noise() || self.floor.is_some() && self.floor_rise() <= 2.0 * self.slope.residual_sd
+    }
+}
+
+/// The phase (0..`phases`) of the sample at `t`, sampled every `step` from `start`.
+fn phase(t: f64, start: f64, step: f64, phases: usize) -> usize {
+    (((t - start) / step).round().max(0.0) as usize) % phases
 }
 
 /// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
@@ -119,6 +230,72 @@ mod tests {
         let slope = Slope::fit(&flat).unwrap();
         assert_eq!(slope.per_hour, 0.0);
         assert!(slope.within_noise());
+    }
+
+    /// Two cycles of the short soak: a sample every 5 s from 60 s, a fault cycle of 60 s in
+    /// which descriptors drop to 57 when Prometheus restarts and climb back to 65 as its pooled
+    /// connections are opened again, plus `leak` per second.
+    fn sawtooth(leak: f64) -> Vec<(f64, f64)> {
+        const CYCLE: [f64; 12] = [57.0, 57.0, 58.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0, 65.0, 65.0, 65.0];
+        (0..24)
+            .map(|i| {
+                let t = 60.0 + 5.0 * i as f64;
+                (t / 3600.0, CYCLE[i % 12] + leak * (t - 60.0))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_periodic_sawtooth_is_not_a_trend_once_its_profile_is_removed_but_a_leak_still_is() {
+        let (start, period, step) = (60.0 / 3600.0, 60.0 / 3600.0, 5.0 / 3600.0);
+        // A line through two cycles of the sawtooth has a slope that is no trend.
+        let plain = Slope::fit(&sawtooth(0.0)).unwrap();
+        assert!(plain.per_hour > 100.0, "{plain:?}");
+        let adjusted = Slope::fit_deseasonalized(&sawtooth(0.0), start, period, step).unwrap();
+        assert!(adjusted.per_hour.abs() < 1e-9 && adjusted.residual_sd < 1e-9, "{adjusted:?}");
+        assert!(adjusted.within_noise(), "{adjusted:?}");
+        assert_eq!((adjusted.n, adjusted.mean), (24, plain.mean));
+        // One descriptor leaked every 10 s (12 over the two minutes) on top of the sawtooth.
+        let leaking = Slope::fit_deseasonalized(&sawtooth(0.1), start, period, step).unwrap();
+        assert!(!leaking.within_noise(), "{leaking:?}");
+        assert!((leaking.per_hour - 360.0).abs() < 1e-6, "the leak's own slope: {leaking:?}");
+        // A point past the last whole cycle is left out; less than two cycles is a plain fit.
+        let mut longer = sawtooth(0.0);
+        longer.push((180.0 / 3600.0, 99.0));
+        assert_eq!(Slope::fit_deseasonalized(&longer, start, period, step), Some(adjusted));
+        let one_cycle = &sawtooth(0.0)[..12];
+        assert_eq!(Slope::fit_deseasonalized(one_cycle, start, period, step), Slope::fit(one_cycle));
+    }
+
+    #[test]
+    fn a_pool_that_grew_in_a_burst_is_no_leak_but_a_rising_floor_is() {
+        let (start, period, step) = (60.0 / 3600.0, 60.0 / 3600.0, 5.0 / 3600.0);
+        // Two cycles: 58 descriptors when Prometheus restarts, 61 after; late in the second
+        // cycle a burst opens 5 more connections that stay (idle timeout 90 s).
+        let pooled: Vec<(f64, f64)> = (0..24)
+            .map(|i| {
+                let value = match (i % 12, i) {
+                    (0..=1, _) => 58.0,
+                    (_, 15..) => 66.0,
+                    _ => 61.0,
+                };
+                ((60.0 + 5.0 * i as f64) / 3600.0, value)
+            })
+            .collect();
+        let trend = Trend::fit(&pooled, start, period, step).unwrap();
+        assert!(!trend.slope.within_noise(), "the line alone takes it for growth: {trend:?}");
+        assert_eq!(trend.floor, Some((58.0, 58.0)));
+        assert!(trend.within_noise(), "{trend:?}");
+        // The same, but every value one higher per 10 s: the floor rises with it.
+        let leaking: Vec<(f64, f64)> =
+            pooled.iter().map(|&(t, v)| (t, v + ((t * 3600.0 - 60.0) / 10.0).floor())).collect();
+        let trend = Trend::fit(&leaking, start, period, step).unwrap();
+        assert_eq!(trend.floor, Some((58.0, 64.0)));
+        assert!(!trend.within_noise(), "{trend:?}");
+        // One cycle: no floor to compare, the slope decides.
+        let one = Trend::fit(&pooled[..12], start, period, step).unwrap();
+        assert_eq!(one.floor, None);
+        assert_eq!(one.within_noise(), one.slope.within_noise());
     }
 
     #[test]
