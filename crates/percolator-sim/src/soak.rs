@@ -177,9 +177,14 @@ impl Options {
     }
 
     /// The few minutes' version of the test suite: `pods` pods, `--cache-ttl 5s`,
-    /// `--tls-reload-interval 2s`, a 1-minute window scraped every 5 s, lighter clients.
+    /// `--tls-reload-interval 2s`, a 1-minute window scraped every 5 s, lighter clients, and
+    /// the first half of the run (whole fault cycles) as the warm-up: in a few minutes the
+    /// caches and the allocator are still reaching the sizes they keep.
     pub fn short(percolator: PathBuf, dir: PathBuf, duration: Duration, pods: u32) -> Self {
         let cache_ttl = Duration::from_secs(5);
+        let mut schedule = Schedule::for_duration(duration, cache_ttl);
+        let cycle = schedule.cycle().as_secs().max(1);
+        schedule.warm_up = Duration::from_secs(duration.as_secs() / 2 / cycle * cycle).max(schedule.warm_up);
         Self {
             cache_ttl,
             reload_interval: Duration::from_secs(2),
@@ -188,7 +193,7 @@ impl Options {
             list_every: Duration::from_secs(2),
             list_workers: 2,
             top_every: Duration::from_secs(5),
-            schedule: Schedule::for_duration(duration, cache_ttl),
+            schedule,
             ..Self::new(percolator, dir, duration, pods)
         }
     }
@@ -1434,6 +1439,19 @@ mod tests {
             // At least two whole cycles after the warm-up, so the profile is not the trend.
             assert!(duration - schedule.warm_up >= schedule.cycle() * 2, "{seconds}: {schedule:?}");
         }
+    }
+
+    #[test]
+    fn the_short_run_warms_up_for_its_first_half_and_fits_two_whole_cycles() {
+        let short = Options::short(PathBuf::new(), PathBuf::new(), Duration::from_secs(240), 1000);
+        let schedule = &short.schedule;
+        assert_eq!((schedule.cycle(), schedule.warm_up), (Duration::from_secs(60), Duration::from_secs(120)));
+        let events = schedule.events(Duration::from_secs(240));
+        for kind in ["Prometheus", "Kubelet", "valid: true", "valid: false", "Certificate", "WatchGone"] {
+            assert!(events.iter().any(|(_, e)| format!("{e:?}").contains(kind)), "{kind}: {events:?}");
+        }
+        // The one-off faults fall in the fitted half, where their effect is judged.
+        assert!(schedule.rotate_at >= schedule.warm_up, "{schedule:?}");
     }
 
     #[test]
