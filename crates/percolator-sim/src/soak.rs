@@ -1450,7 +1450,7 @@ mod tests {
         for kind in ["Prometheus", "Kubelet", "valid: true", "valid: false", "Certificate", "WatchGone"] {
             assert!(events.iter().any(|(_, e)| format!("{e:?}").contains(kind)), "{kind}: {events:?}");
         }
-        // The one-off faults fall in the fitted half, where their effect is judged.
+        // The rotation falls in the fitted half, so that its effect on the series is judged.
         assert!(schedule.rotate_at >= schedule.warm_up, "{schedule:?}");
     }
 
