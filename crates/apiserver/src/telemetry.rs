@@ -454,7 +454,16 @@ mod tests {
         assert_eq!(value(&text, "example_tokio_workers").as_deref(), Some("2"));
         let _ = stop.send(());
         task.await.unwrap();
-        let after: i64 = value(&metrics.encode(), "example_tokio_tasks_alive").unwrap().parse().unwrap();
+        // The join handle wakes before the worker releases the finished task from the runtime's
+        // list, so the count drops a moment after `await` returns: wait for it, within a second.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let after = loop {
+            let now: i64 = value(&metrics.encode(), "example_tokio_tasks_alive").unwrap().parse().unwrap();
+            if now == alive - 1 || std::time::Instant::now() > deadline {
+                break now;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        };
         assert_eq!(after, alive - 1, "the finished task is no longer counted");
 
         let a: Arc<Probe> = Arc::new(|| 3);
