@@ -91,6 +91,27 @@ pub struct SoakArgs {
     /// The percolator binary (default: `percolator` beside this binary).
     #[arg(long)]
     pub percolator: Option<PathBuf>,
+    /// The faults to schedule, comma-separated (default: every one); `none` runs the load and
+    /// the churn alone. To tell which fault a growth follows.
+    #[arg(long, value_delimiter = ',', default_value = "prometheus,kubelet,config,certificate,watch")]
+    pub faults: Vec<FaultClass>,
+}
+
+/// A fault of the schedule, as `--faults` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultClass {
+    /// Prometheus restarted every cycle.
+    Prometheus,
+    /// One kubelet hanging a fifth of each flap cycle.
+    Kubelet,
+    /// The `--config` file edited, valid and invalid in turn.
+    Config,
+    /// The serving certificate rotated once.
+    Certificate,
+    /// The watches expired (410) once.
+    Watch,
+    /// No fault at all (alone).
+    None,
 }
 
 impl SoakArgs {
@@ -110,7 +131,9 @@ impl SoakArgs {
         }
         std::fs::create_dir_all(&self.out)?;
         let dir = std::fs::canonicalize(&self.out)?;
-        Ok(Options::new(percolator, dir, Duration::from_secs(self.minutes * 60), self.pods))
+        let mut options = Options::new(percolator, dir, Duration::from_secs(self.minutes * 60), self.pods);
+        options.schedule.faults = self.faults.iter().copied().filter(|f| *f != FaultClass::None).collect();
+        Ok(options)
     }
 }
 
@@ -235,6 +258,8 @@ pub struct Schedule {
     pub watch_at: Duration,
     /// No fault starts in the run's last stretch this long, so that every recovery is seen.
     pub quiet_tail: Duration,
+    /// The faults scheduled (every one unless `--faults` says otherwise).
+    pub faults: Vec<FaultClass>,
 }
 
 impl Schedule {
@@ -259,6 +284,13 @@ impl Schedule {
                 cycle.mul_f64((duration.as_secs_f64() * 0.45 / cycle.as_secs_f64()).floor() + 0.8)
             },
             quiet_tail: ttl * 3 + Duration::from_secs(10),
+            faults: vec![
+                FaultClass::Prometheus,
+                FaultClass::Kubelet,
+                FaultClass::Config,
+                FaultClass::Certificate,
+                FaultClass::Watch,
+            ],
         }
     }
 
@@ -292,6 +324,7 @@ impl Schedule {
         }
         events.push((self.rotate_at, Event::Certificate));
         events.push((self.watch_at, Event::WatchGone));
+        events.retain(|(_, event)| self.faults.contains(&event.class()));
         events.sort_by_key(|(at, _)| *at);
         events
     }
@@ -304,6 +337,18 @@ enum Event {
     Config { edit: u32, valid: bool },
     Certificate,
     WatchGone,
+}
+
+impl Event {
+    fn class(self) -> FaultClass {
+        match self {
+            Event::Prometheus => FaultClass::Prometheus,
+            Event::Kubelet(_) => FaultClass::Kubelet,
+            Event::Config { .. } => FaultClass::Config,
+            Event::Certificate => FaultClass::Certificate,
+            Event::WatchGone => FaultClass::Watch,
+        }
+    }
 }
 
 /// The kind of a fault.
@@ -324,6 +369,17 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// The `--faults` class that schedules it.
+    fn class(self) -> FaultClass {
+        match self {
+            FaultKind::Prometheus => FaultClass::Prometheus,
+            FaultKind::Kubelet => FaultClass::Kubelet,
+            FaultKind::ConfigValid | FaultKind::ConfigInvalid => FaultClass::Config,
+            FaultKind::Certificate => FaultClass::Certificate,
+            FaultKind::WatchGone => FaultClass::Watch,
+        }
+    }
+
     /// Its name in the report and the picture.
     pub fn name(self) -> &'static str {
         match self {
@@ -422,6 +478,8 @@ pub struct Report {
     pub max_latency: f64,
     /// Requests sent.
     pub requests: usize,
+    /// How percolator ended (SIGTERM after the load).
+    pub exit: Exit,
     /// The goals missed (empty: all met).
     pub failures: Vec<String>,
     /// The report as markdown.
@@ -1096,9 +1154,9 @@ pub async fn run(options: Options) -> Result<Report> {
         }
     }
     let samples = sampling.await.map_err(|e| SoakError::Setup(format!("the sampler failed: {e}")))?;
-    let _ = percolator.child.kill().await;
+    let exit = stop(percolator).await;
     done.sort_by(|a, b| a.start.total_cmp(&b.start));
-    let report = judge(options, samples, done, run.records.snapshot());
+    let report = judge(options, samples, done, run.records.snapshot(), exit);
     std::fs::write(report.options.dir.join("report.md"), &report.markdown)?;
     std::fs::write(report.options.dir.join("samples.csv"), samples_csv(&report.samples))?;
     let title = format!(
@@ -1148,7 +1206,67 @@ fn samples_csv(samples: &[Sample]) -> String {
 const GRACE: f64 = 2.0;
 
 /// Checks the goals and writes the markdown.
-fn judge(options: Options, samples: Vec<Sample>, mut faults: Vec<Fault>, records: Vec<Record>) -> Report {
+/// Ends percolator as a Pod's termination does: SIGTERM, then SIGKILL if it has not exited
+/// within [`EXIT_GOAL`]. How it ended, for the report: the soak's last check is a graceful exit.
+async fn stop(mut percolator: Percolator) -> Exit {
+    let started = std::time::Instant::now();
+    let signalled = Command::new("kill").args(["-TERM", &percolator.pid.to_string()]).status().await;
+    if !signalled.is_ok_and(|s| s.success()) {
+        let _ = percolator.child.kill().await;
+        return Exit::Unsignalled;
+    }
+    match tokio::time::timeout(EXIT_GOAL, percolator.child.wait()).await {
+        Ok(Ok(status)) => Exit::Exited { status, after: started.elapsed() },
+        Ok(Err(_)) | Err(_) => {
+            let _ = percolator.child.kill().await;
+            Exit::Killed
+        }
+    }
+}
+
+/// percolator must exit this soon after SIGTERM: its `--shutdown-delay-duration` (5 s) and
+/// the drain of requests in flight, which the load's end has already let finish.
+const EXIT_GOAL: Duration = Duration::from_secs(30);
+
+/// How percolator ended after the soak.
+#[derive(Debug, Clone, Copy)]
+pub enum Exit {
+    /// It exited on SIGTERM, with this status, this long after it.
+    Exited {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// Time from SIGTERM to exit.
+        after: Duration,
+    },
+    /// It had not exited [`EXIT_GOAL`] after SIGTERM and was killed.
+    Killed,
+    /// SIGTERM could not be sent (`kill` failed); it was killed.
+    Unsignalled,
+}
+
+impl Exit {
+    fn describe(&self) -> String {
+        match self {
+            Exit::Exited { status, after } => {
+                format!("percolator exited {:.1} s after SIGTERM ({status})", after.as_secs_f64())
+            }
+            Exit::Killed => format!("percolator had not exited {EXIT_GOAL:?} after SIGTERM and was killed"),
+            Exit::Unsignalled => "SIGTERM could not be sent to percolator; it was killed".to_owned(),
+        }
+    }
+
+    fn graceful(&self) -> bool {
+        matches!(self, Exit::Exited { status, .. } if status.success())
+    }
+}
+
+fn judge(
+    options: Options,
+    samples: Vec<Sample>,
+    mut faults: Vec<Fault>,
+    records: Vec<Record>,
+    exit: Exit,
+) -> Report {
     let warm_up = options.schedule.warm_up.as_secs_f64();
     let fitted: Vec<&Sample> = samples.iter().filter(|s| s.at >= warm_up).collect();
     let schedule = &options.schedule;
@@ -1235,12 +1353,15 @@ fn judge(options: Options, samples: Vec<Sample>, mut faults: Vec<Fault>, records
         FaultKind::Certificate,
         FaultKind::WatchGone,
     ] {
-        if !faults.iter().any(|f| f.kind == kind) {
+        if options.schedule.faults.contains(&kind.class()) && !faults.iter().any(|f| f.kind == kind) {
             failures.push(format!("the schedule had no {}", kind.name()));
         }
     }
     if records.is_empty() {
         failures.push("no request was sent".to_owned());
+    }
+    if !exit.graceful() {
+        failures.push(exit.describe());
     }
     let mut report = Report {
         options,
@@ -1253,6 +1374,7 @@ fn judge(options: Options, samples: Vec<Sample>, mut faults: Vec<Fault>, records
         max_latency,
         requests: records.len(),
         failures,
+        exit,
         markdown: String::new(),
     };
     report.markdown = markdown(&report);
@@ -1329,12 +1451,13 @@ fn markdown(report: &Report) -> String {
     p99.sort_by(f64::total_cmp);
     let _ = writeln!(
         md,
-        "Longest request {:.2} s (`--request-timeout` {:?}); p99 per sample period: median {:.0} ms, worst {:.0} ms. Answers 5xx other than the documented 503s, or failed: {}.\n",
+        "Longest request {:.2} s (`--request-timeout` {:?}); p99 per sample period: median {:.0} ms, worst {:.0} ms. Answers 5xx other than the documented 503s, or failed: {}. After the load, {}.\n",
         report.max_latency,
         o.request_timeout,
         stats::quantile(&p99, 0.5) * 1000.0,
         p99.last().copied().unwrap_or(0.0) * 1000.0,
-        report.unexpected
+        report.unexpected,
+        report.exit.describe()
     );
     md.push_str("| answers | ");
     let codes: std::collections::BTreeSet<u16> = report.codes.keys().map(|(_, c)| *c).collect();
@@ -1452,6 +1575,62 @@ mod tests {
         }
         // The rotation falls in the fitted half, so that its effect on the series is judged.
         assert!(schedule.rotate_at >= schedule.warm_up, "{schedule:?}");
+    }
+
+    #[test]
+    fn faults_left_out_are_neither_scheduled_nor_required() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            soak: SoakArgs,
+        }
+        let args = |faults: &str| {
+            <Cli as clap::Parser>::try_parse_from(["soak", "--faults", faults]).map(|cli| cli.soak.faults)
+        };
+        assert_eq!(args("none").unwrap(), [FaultClass::None]);
+        assert!(args("prometheus,bogus").is_err());
+        let mut schedule = Schedule::for_duration(Duration::from_secs(3600), Duration::from_secs(15));
+        let hour = Duration::from_secs(3600);
+        assert!(schedule.events(hour).iter().any(|(_, e)| matches!(e, Event::Certificate)));
+        schedule.faults = vec![FaultClass::Config, FaultClass::Watch];
+        let events = schedule.events(hour);
+        assert!(!events.is_empty(), "{events:?}");
+        assert!(
+            events.iter().all(|(_, e)| matches!(e, Event::Config { .. } | Event::WatchGone)),
+            "{events:?}"
+        );
+        schedule.faults.clear();
+        assert!(schedule.events(hour).is_empty());
+
+        // A run without faults is judged on its load alone: no "the schedule had no …".
+        let mut options = Options::new(PathBuf::new(), PathBuf::new(), Duration::from_secs(180), 1000);
+        options.schedule.faults.clear();
+        let exit =
+            Exit::Exited { status: std::process::ExitStatus::default(), after: Duration::from_secs(5) };
+        let report = judge(options.clone(), Vec::new(), Vec::new(), Vec::new(), exit);
+        assert!(report.failures.iter().all(|f| !f.contains("the schedule had no")), "{:?}", report.failures);
+        assert!(report.markdown.contains("percolator exited 5.0 s after SIGTERM"), "{}", report.markdown);
+        // Every fault is required when scheduled, and an exit that was not graceful is a miss.
+        let report = judge(
+            Options {
+                schedule: Schedule::for_duration(Duration::from_secs(180), Duration::from_secs(15)),
+                ..options
+            },
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Exit::Killed,
+        );
+        assert!(
+            report.failures.iter().any(|f| f.contains("the schedule had no Prometheus restart")),
+            "{:?}",
+            report.failures
+        );
+        assert!(
+            report.failures.iter().any(|f| f.contains("had not exited 30s after SIGTERM")),
+            "{:?}",
+            report.failures
+        );
     }
 
     #[test]
