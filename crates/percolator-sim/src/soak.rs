@@ -1280,9 +1280,9 @@ fn judge(
     };
     let slopes: Vec<(&'static str, &'static str, Option<Trend>)> = vec![
         ("resident memory", "MiB", fit(|s| s.rss_bytes as f64 / (1024.0 * 1024.0))),
-        ("open file descriptors", "", fit(|s| s.fds as f64)),
-        ("tokio tasks alive", "", fit(|s| s.tasks as f64)),
-        ("cache entries", "", fit(|s| s.cache_entries as f64)),
+        ("open file descriptors", "", fit(|s| s.fds as f64).map(Trend::counting)),
+        ("tokio tasks alive", "", fit(|s| s.tasks as f64).map(Trend::counting)),
+        ("cache entries", "", fit(|s| s.cache_entries as f64).map(Trend::counting)),
     ];
     let mut failures = Vec::new();
     for (what, _, slope) in &slopes {
@@ -1401,7 +1401,7 @@ fn markdown(report: &Report) -> String {
     let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
     let _ = writeln!(
         md,
-        "Slopes are fitted from the end of the warm-up over whole fault cycles of {} s, with the cycle's profile taken out (one level per phase of the cycle); the floor is the lowest value of the first and of the last cycle. A series grows when its slope is beyond noise (the 95% interval excludes 0 and the growth exceeds twice the residual sd) **and** its floor rose by more than twice the residual sd.\n",
+        "Slopes are fitted from the end of the warm-up over whole fault cycles of {} s, with the cycle's profile taken out (one level per phase of the cycle); the floor is the lowest value of the first and of the last cycle. A series grows when its slope is beyond noise (the 95% interval excludes 0 and the growth exceeds twice the residual sd) **and** its floor rose by more than twice the residual sd (and, for a count, by more than one).\n",
         o.schedule.cycle().as_secs()
     );
     md.push_str("| after the warm-up | first | last | slope per hour ± 95% CI (SE) | growth over the span vs 2 × residual sd | floor, first → last cycle | within noise |\n|---|---|---|---|---|---|---|\n");

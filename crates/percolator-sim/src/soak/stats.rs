@@ -132,13 +132,17 @@ impl Slope {
 /// run's cycle) shows as a level shift that a few cycles' line takes for a trend, but the
 /// floor stays: every cycle has a moment where the pool is empty (Prometheus restarted, its
 /// connections closed). So a series grows only when the slope is beyond noise **and** the floor
-/// rose by more than twice the residual scatter.
+/// rose by more than twice the residual scatter and by more than the series' resolution (one, for
+/// a count: a descriptor opened between two quiet cycles is a step, not yet a rise).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Trend {
     /// The deseasonalized slope.
     pub slope: Slope,
     /// The lowest value of the first and of the last whole cycle; `None` with fewer than two.
     pub floor: Option<(f64, f64)>,
+    /// The smallest step the series can take: 1 for a count ([`Trend::counting`]), 0 for a
+    /// measurement.
+    pub resolution: f64,
 }
 
 impl Trend {
@@ -156,7 +160,14 @@ impl Trend {
             };
             (lowest(0.0), lowest(cycles - 1.0))
         });
-        Some(Self { slope, floor })
+        Some(Self { slope, floor, resolution: 0.0 })
+    }
+
+    /// The same trend, of a count (descriptors, tasks, entries): its floor rising by one is the
+    /// smallest step it can take, which the residual scatter of a quiet count (a fraction of
+    /// one) cannot tell from a single connection opened between two cycles.
+    pub fn counting(self) -> Self {
+        Self { resolution: 1.0, ..self }
     }
 
     /// How much the floor rose from the first whole cycle to the last (0 with fewer than two).
@@ -165,9 +176,12 @@ impl Trend {
     }
 
     /// Not growing: the slope within noise ([`Slope::within_noise`]), or the floor risen by no
-    /// more than twice the residual scatter. Without two whole cycles, the slope alone.
+    /// more than twice the residual scatter or than the resolution, whichever is larger. Without
+    /// two whole cycles, the slope alone.
     pub fn within_noise(&self) -> bool {
-        self.slope.within_noise() || self.floor.is_some() && self.floor_rise() <= 2.0 * self.slope.residual_sd
+        self.slope.within_noise()
+            || self.floor.is_some()
+                && self.floor_rise() <= (2.0 * self.slope.residual_sd).max(self.resolution)
     }
 }
 
@@ -296,6 +310,44 @@ mod tests {
         let one = Trend::fit(&pooled[..12], start, period, step).unwrap();
         assert_eq!(one.floor, None);
         assert_eq!(one.within_noise(), one.slope.within_noise());
+    }
+
+    /// Open descriptors of the 20-minute soak at 10,000 pods without faults (2026-12-05), one
+    /// sample every 10 s from the end of the 200 s warm-up: 369 for most of the first cycle, 370
+    /// from 370 s with a dip back to 369 at 460–560 s, 371 for the last two samples.
+    fn quiet_descriptors() -> Vec<(f64, f64)> {
+        (20..120)
+            .map(|i| {
+                let t = 10.0 * f64::from(i);
+                let fds = match i {
+                    37..=45 | 57.. => 370.0,
+                    _ => 369.0,
+                };
+                (t / 3600.0, if i >= 118 { 371.0 } else { fds })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_count_whose_floor_steps_by_one_is_not_growing_but_two_steps_are() {
+        let (start, period, step) = (200.0 / 3600.0, 200.0 / 3600.0, 10.0 / 3600.0);
+        let measured = Trend::fit(&quiet_descriptors(), start, period, step).unwrap();
+        // What the run reported: a slope beyond noise and a floor one above, against a residual
+        // sd of about 0.3, so without a resolution it is judged growing.
+        assert!(!measured.slope.within_noise(), "{measured:?}");
+        assert_eq!(measured.floor, Some((369.0, 370.0)));
+        assert!(measured.slope.residual_sd < 0.5, "{measured:?}");
+        assert!(!measured.within_noise(), "{measured:?}");
+        let counted = measured.counting();
+        assert!(counted.within_noise(), "one descriptor is a step, not a rise: {counted:?}");
+        // A descriptor leaked every 5 minutes: the floor of the last cycle is two or more higher.
+        let leaking: Vec<(f64, f64)> = quiet_descriptors()
+            .into_iter()
+            .map(|(t, v)| (t, v + ((t * 3600.0 - 200.0) / 300.0).floor()))
+            .collect();
+        let trend = Trend::fit(&leaking, start, period, step).unwrap().counting();
+        assert!(trend.floor_rise() >= 2.0, "{trend:?}");
+        assert!(!trend.within_noise(), "{trend:?}");
     }
 
     #[test]
