@@ -2,7 +2,9 @@
 //! gives them (metrics-server's and kube-apiserver's): `process_resident_memory_bytes`,
 //! `process_open_fds`, `process_cpu_seconds_total`, … Read from `/proc/self` when `/metrics`
 //! is scraped, so that the alerts and dashboards written for any Go component watch this one
-//! too; on other systems nothing is exported.
+//! too; on other systems nothing is exported. Beside them, `percolator_memory_limit_bytes`: the
+//! memory limit of the cgroup the process runs in (a container's `resources.limits.memory`),
+//! which resident memory is alerted against.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -26,6 +28,8 @@ pub(crate) struct Reading {
     pub resident_bytes: u64,
     pub start_time_seconds: f64,
     pub threads: u64,
+    /// The memory limit of the process' cgroup; `None` when unlimited or unknown.
+    pub memory_limit: Option<u64>,
 }
 
 impl ProcessCollector {
@@ -49,6 +53,11 @@ impl ProcessCollector {
             resident_bytes: stat.rss * procfs::page_size(),
             start_time_seconds: boot + stat.starttime as f64 / ticks,
             threads: u64::try_from(stat.num_threads).unwrap_or(0),
+            memory_limit: me.cgroups().ok().and_then(|groups| {
+                let groups: Vec<(u32, Vec<String>, String)> =
+                    groups.into_iter().map(|g| (g.hierarchy, g.controllers, g.pathname)).collect();
+                cgroup_memory_limit(std::path::Path::new(CGROUP_ROOT), &groups)
+            }),
         })
     }
 
@@ -56,6 +65,60 @@ impl ProcessCollector {
     pub(crate) fn read() -> Option<Reading> {
         None
     }
+}
+
+/// Where the cgroup hierarchies are mounted.
+#[cfg(target_os = "linux")]
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// At or above this a limit is "unlimited": cgroup v1 writes `PAGE_COUNTER_MAX` pages (about
+/// 2⁶³ bytes) where v2 writes `max`.
+#[cfg(target_os = "linux")]
+const UNLIMITED: u64 = 1 << 62;
+
+/// The memory limit that applies to a process in `groups` (`/proc/self/cgroup`: hierarchy,
+/// controllers, path) with the hierarchies mounted under `root`: the lowest limit of its cgroup
+/// and of the ancestors visible, as the kernel enforces each of them (Kubernetes limits the
+/// container, and the Pod when every container has a limit). The v2 hierarchy (`0::/path`)
+/// is read at `root/path/memory.max`; a v1 `memory` hierarchy at
+/// `root/memory/path/memory.limit_in_bytes`. Inside a container with its own cgroup namespace
+/// the path is `/` and `root` is the container's cgroup; without one, the path names the host's
+/// hierarchy, which the container does not see: then the container's own files at the top of
+/// the mount are read. `None` when no limit is set or none can be read.
+#[cfg(target_os = "linux")]
+fn cgroup_memory_limit(root: &std::path::Path, groups: &[(u32, Vec<String>, String)]) -> Option<u64> {
+    let read = |file: std::path::PathBuf| -> Option<Option<u64>> {
+        let text = std::fs::read_to_string(file).ok()?;
+        let text = text.trim();
+        Some(if text == "max" { None } else { text.parse::<u64>().ok().filter(|&n| n < UNLIMITED) })
+    };
+    let lowest = |mount: std::path::PathBuf, path: &str, file: &str| -> Option<Option<u64>> {
+        let mut dir = mount.join(path.trim_start_matches('/'));
+        if !dir.join(file).exists() {
+            dir = mount.clone();
+        }
+        let mut found = None;
+        loop {
+            if let Some(limit) = read(dir.join(file)) {
+                found = Some(match (found.flatten(), limit) {
+                    (Some(a), Some(b)) => Some(u64::min(a, b)),
+                    (a, b) => a.or(b),
+                });
+            }
+            if dir == mount || !dir.pop() {
+                return found;
+            }
+        }
+    };
+    let v1 = groups.iter().find(|(_, controllers, _)| controllers.iter().any(|c| c == "memory"));
+    let found = match v1 {
+        Some((_, _, path)) => lowest(root.join("memory"), path, "memory.limit_in_bytes"),
+        None => groups
+            .iter()
+            .find(|(hierarchy, _, _)| *hierarchy == 0)
+            .and_then(|(_, _, path)| lowest(root.to_path_buf(), path, "memory.max")),
+    };
+    found.flatten()
 }
 
 impl Collector for ProcessCollector {
@@ -82,6 +145,15 @@ impl Collector for ProcessCollector {
             let Some(value) = value else { continue };
             let metric = gauge(value);
             metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
+        }
+        if let Some(limit) = r.memory_limit {
+            let metric = gauge(limit);
+            metric.encode(encoder.encode_descriptor(
+                "percolator_memory_limit_bytes",
+                "Memory limit of the cgroup percolator runs in (its container's limit); absent when unlimited.",
+                None,
+                metric.metric_type(),
+            )?)?;
         }
         let start = ConstGauge::new(r.start_time_seconds);
         start.encode(encoder.encode_descriptor(
@@ -139,5 +211,85 @@ mod tests {
             "{after:?}"
         );
         drop((files, block));
+    }
+
+    /// A cgroup mount under a temporary directory, removed when dropped.
+    struct Mount(std::path::PathBuf);
+
+    impl std::ops::Deref for Mount {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A cgroup mount holding `files` (path under the mount, content).
+    fn mount(files: &[(&str, &str)]) -> Mount {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let root = std::env::temp_dir().join(format!(
+            "percolator-cgroup-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        for (path, content) in files {
+            let file = root.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, content).unwrap();
+        }
+        std::fs::create_dir_all(&root).unwrap();
+        Mount(root)
+    }
+
+    fn v2(path: &str) -> Vec<(u32, Vec<String>, String)> {
+        vec![(0, vec![], path.to_owned())]
+    }
+
+    #[test]
+    fn the_memory_limit_is_the_lowest_of_the_cgroup_and_its_ancestors() {
+        // cgroup v2 inside a container with its own namespace: `0::/`, the container's files
+        // at the top of the mount.
+        let root = mount(&[("memory.max", "536870912\n")]);
+        assert_eq!(cgroup_memory_limit(&root, &v2("/")), Some(512 << 20));
+        // No limit: `max`.
+        let root = mount(&[("memory.max", "max\n")]);
+        assert_eq!(cgroup_memory_limit(&root, &v2("/")), None);
+        // The host's view: the container limited to 512 MiB inside a Pod limited to 256 MiB
+        // (the kernel enforces both); the slice above unlimited.
+        let pod = "kubepods.slice/kubepods-pod1.slice";
+        let root = mount(&[
+            ("kubepods.slice/memory.max", "max"),
+            (&format!("{pod}/memory.max"), "268435456"),
+            (&format!("{pod}/cri-abc.scope/memory.max"), "536870912"),
+        ]);
+        assert_eq!(cgroup_memory_limit(&root, &v2(&format!("/{pod}/cri-abc.scope"))), Some(256 << 20));
+        // A path the mount does not hold (no cgroup namespace): the files at its top.
+        let root = mount(&[("memory.max", "1073741824")]);
+        assert_eq!(cgroup_memory_limit(&root, &v2("/kubepods/burstable/pod1/abc")), Some(1 << 30));
+        // cgroup v1 (this machine's kind): the memory hierarchy, "unlimited" as a page-rounded
+        // 2^63, a limit below it.
+        let v1 = |path: &str| {
+            vec![
+                (4, vec!["memory".to_owned()], path.to_owned()),
+                (0, vec![], "/".to_owned()),
+                (3, vec!["cpuset".to_owned()], "/".to_owned()),
+            ]
+        };
+        let root = mount(&[
+            ("memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("memory/job/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("memory.max", "4096"),
+        ]);
+        assert_eq!(cgroup_memory_limit(&root, &v1("/job")), None, "unlimited, and v2 not consulted");
+        std::fs::write(root.join("memory/job/memory.limit_in_bytes"), "134217728").unwrap();
+        assert_eq!(cgroup_memory_limit(&root, &v1("/job")), Some(128 << 20));
+        // Nothing readable: unknown.
+        assert_eq!(cgroup_memory_limit(&mount(&[]), &v2("/")), None);
+        assert_eq!(cgroup_memory_limit(&mount(&[("memory.max", "lots")]), &v2("/")), None);
     }
 }

@@ -7,12 +7,14 @@
 //! at most about one interval plus a kubelet housekeeping period apart. Once no node was asked for within `--idle-after`, the loop parks on a [`Notify`]
 //! until the next request: an idle percolator makes no kubelet requests and wakes no timer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::sync::Notify;
 
 use super::lock;
@@ -120,11 +122,18 @@ pub(super) trait Sampler: Send + Sync {
 
 /// Samples the nodes of `demand` every `sampling.interval` while they are asked for; parks when
 /// none is. Runs until dropped (the client aborts it).
+///
+/// Rounds start on the interval whatever their nodes do: a node whose refresh is still running
+/// (a kubelet that hangs until `--kubelet-request-timeout`) is skipped by the next rounds until
+/// it ends, so one slow kubelet neither holds back the sampling of the others (whose samples
+/// would expire and be fetched by requests instead) nor gets a second fetch in flight.
 pub(super) async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampling) {
     let mut active = false;
+    let mut in_flight = FuturesUnordered::new();
+    let mut busy: HashSet<String> = HashSet::new();
     loop {
         let nodes = demand.recent(sampling.idle_after);
-        if nodes.is_empty() {
+        if nodes.is_empty() && in_flight.is_empty() {
             if active {
                 tracing::info!(idle_after = ?sampling.idle_after, "kubelet sampling paused: no request needed kubelet data");
                 active = false;
@@ -138,8 +147,24 @@ pub(super) async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampl
         }
         let round = tokio::time::Instant::now();
         let half = sampling.interval / 2;
-        futures::future::join_all(nodes.iter().map(|node| sampler.refresh(node, half))).await;
-        tokio::time::sleep_until(round + sampling.interval).await;
+        for node in nodes {
+            if busy.insert(node.clone()) {
+                in_flight.push(async move {
+                    sampler.refresh(&node, half).await;
+                    node
+                });
+            }
+        }
+        let next = tokio::time::sleep_until(round + sampling.interval);
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                Some(node) = in_flight.next() => {
+                    busy.remove(&node);
+                }
+                () = &mut next => break,
+            }
+        }
     }
 }
 
@@ -224,6 +249,49 @@ mod tests {
         // A node that left is forgotten.
         demand.forget("node-a");
         assert!(demand.recent(Duration::from_secs(60)).is_empty());
+        task.abort();
+    }
+
+    /// Records each refresh when it starts; `node-slow` hangs for 100 s, as a kubelet that
+    /// answers nothing until the request timeout.
+    #[derive(Default)]
+    struct OneHangs {
+        started: Mutex<Vec<String>>,
+    }
+
+    impl Sampler for OneHangs {
+        async fn refresh(&self, node: &str, _age: Duration) {
+            lock(&self.started).push(node.to_owned());
+            if node == "node-slow" {
+                tokio::time::sleep(Duration::from_secs(100)).await;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_node_holds_back_neither_the_others_nor_gets_a_second_fetch() {
+        let sampler = Arc::new(OneHangs::default());
+        let demand = Arc::new(Demand::default());
+        let sampling = Sampling {
+            max_window: Duration::from_secs(60),
+            interval: Duration::from_secs(15),
+            idle_after: Duration::from_secs(300),
+            retry_after: Duration::from_secs(30),
+        };
+        let task = {
+            let (sampler, demand) = (sampler.clone(), demand.clone());
+            tokio::spawn(async move { run(&*sampler, &demand, sampling).await })
+        };
+        demand.ask("node-slow");
+        demand.ask("node-fast");
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        let count = |node: &str| lock(&sampler.started).iter().filter(|n| *n == node).count();
+        assert_eq!(count("node-fast"), 5, "rounds at 0, 15, 30, 45 and 60 s while the other hangs");
+        assert_eq!(count("node-slow"), 1, "one fetch in flight at a time");
+        // Once its refresh ends (at 100 s), the next round takes it again.
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert_eq!(count("node-slow"), 2, "sampled again at 105 s");
+        assert_eq!(count("node-fast"), 8);
         task.abort();
     }
 }
