@@ -53,11 +53,10 @@ impl ProcessCollector {
             resident_bytes: stat.rss * procfs::page_size(),
             start_time_seconds: boot + stat.starttime as f64 / ticks,
             threads: u64::try_from(stat.num_threads).unwrap_or(0),
-            memory_limit: me.cgroups().ok().and_then(|groups| {
-                let groups: Vec<(u32, Vec<String>, String)> =
-                    groups.into_iter().map(|g| (g.hierarchy, g.controllers, g.pathname)).collect();
-                cgroup_memory_limit(std::path::Path::new(CGROUP_ROOT), &groups)
-            }),
+            memory_limit: me
+                .cgroups()
+                .ok()
+                .and_then(|groups| cgroup_memory_limit(std::path::Path::new(CGROUP_ROOT), &groups.0)),
         })
     }
 
@@ -86,39 +85,24 @@ const UNLIMITED: u64 = 1 << 62;
 /// hierarchy, which the container does not see: then the container's own files at the top of
 /// the mount are read. `None` when no limit is set or none can be read.
 #[cfg(target_os = "linux")]
-fn cgroup_memory_limit(root: &std::path::Path, groups: &[(u32, Vec<String>, String)]) -> Option<u64> {
-    let read = |file: std::path::PathBuf| -> Option<Option<u64>> {
+fn cgroup_memory_limit(root: &std::path::Path, groups: &[procfs::ProcessCGroup]) -> Option<u64> {
+    let limit = |file: std::path::PathBuf| -> Option<u64> {
         let text = std::fs::read_to_string(file).ok()?;
-        let text = text.trim();
-        Some(if text == "max" { None } else { text.parse::<u64>().ok().filter(|&n| n < UNLIMITED) })
+        text.trim().parse::<u64>().ok().filter(|&n| n < UNLIMITED)
     };
-    let lowest = |mount: std::path::PathBuf, path: &str, file: &str| -> Option<Option<u64>> {
-        let mut dir = mount.join(path.trim_start_matches('/'));
-        if !dir.join(file).exists() {
-            dir = mount.clone();
-        }
-        let mut found = None;
-        loop {
-            if let Some(limit) = read(dir.join(file)) {
-                found = Some(match (found.flatten(), limit) {
-                    (Some(a), Some(b)) => Some(u64::min(a, b)),
-                    (a, b) => a.or(b),
-                });
-            }
-            if dir == mount || !dir.pop() {
-                return found;
-            }
-        }
+    // `max`, unreadable files and unlimited values are no limit: the lowest of the others.
+    let lowest = |mount: std::path::PathBuf, path: &str, file: &str| -> Option<u64> {
+        let own = mount.join(path.trim_start_matches('/'));
+        let dir = if own.join(file).exists() { own } else { mount.clone() };
+        dir.ancestors().take_while(|d| d.starts_with(&mount)).filter_map(|d| limit(d.join(file))).min()
     };
-    let v1 = groups.iter().find(|(_, controllers, _)| controllers.iter().any(|c| c == "memory"));
-    let found = match v1 {
-        Some((_, _, path)) => lowest(root.join("memory"), path, "memory.limit_in_bytes"),
+    match groups.iter().find(|g| g.controllers.iter().any(|c| c == "memory")) {
+        Some(v1) => lowest(root.join("memory"), &v1.pathname, "memory.limit_in_bytes"),
         None => groups
             .iter()
-            .find(|(hierarchy, _, _)| *hierarchy == 0)
-            .and_then(|(_, _, path)| lowest(root.to_path_buf(), path, "memory.max")),
-    };
-    found.flatten()
+            .find(|g| g.hierarchy == 0)
+            .and_then(|v2| lowest(root.to_path_buf(), &v2.pathname, "memory.max")),
+    }
 }
 
 impl Collector for ProcessCollector {
@@ -246,8 +230,16 @@ mod tests {
         Mount(root)
     }
 
-    fn v2(path: &str) -> Vec<(u32, Vec<String>, String)> {
-        vec![(0, vec![], path.to_owned())]
+    fn group(hierarchy: u32, controllers: &[&str], path: &str) -> procfs::ProcessCGroup {
+        procfs::ProcessCGroup {
+            hierarchy,
+            controllers: controllers.iter().map(|c| (*c).to_owned()).collect(),
+            pathname: path.to_owned(),
+        }
+    }
+
+    fn v2(path: &str) -> Vec<procfs::ProcessCGroup> {
+        vec![group(0, &[], path)]
     }
 
     #[test]
@@ -273,13 +265,8 @@ mod tests {
         assert_eq!(cgroup_memory_limit(&root, &v2("/kubepods/burstable/pod1/abc")), Some(1 << 30));
         // cgroup v1 (this machine's kind): the memory hierarchy, "unlimited" as a page-rounded
         // 2^63, a limit below it.
-        let v1 = |path: &str| {
-            vec![
-                (4, vec!["memory".to_owned()], path.to_owned()),
-                (0, vec![], "/".to_owned()),
-                (3, vec!["cpuset".to_owned()], "/".to_owned()),
-            ]
-        };
+        let v1 =
+            |path: &str| vec![group(4, &["memory"], path), group(0, &[], "/"), group(3, &["cpuset"], "/")];
         let root = mount(&[
             ("memory/memory.limit_in_bytes", "9223372036854771712\n"),
             ("memory/job/memory.limit_in_bytes", "9223372036854771712\n"),
