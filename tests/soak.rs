@@ -3,7 +3,8 @@
 //! two-minute warm-up, and every fault of the hour's schedule compressed into the four minutes
 //! (Prometheus restarted, one kubelet down one period in five, valid and invalid `--config`
 //! edits, the serving certificate rotated, the watches expired). The same goals: after the
-//! warm-up resident memory, descriptors, tasks and cache entries not growing (slope and floor); no
+//! warm-up resident memory, descriptors, tasks and cache entries not growing (slope and floor,
+//! a floor rising by more than 2 MiB or one count); no
 //! 5xx apart from 503s while Prometheus is down; no request past `--request-timeout`; every
 //! fault recovered within one cache TTL (its kubelet timeout too, for the hung kubelet); and the
 //! `process_*` metrics percolator exports agree with `/proc`. The report is printed

@@ -1279,7 +1279,11 @@ fn judge(
         )
     };
     let slopes: Vec<(&'static str, &'static str, Option<Trend>)> = vec![
-        ("resident memory", "MiB", fit(|s| s.rss_bytes as f64 / (1024.0 * 1024.0))),
+        (
+            "resident memory",
+            "MiB",
+            fit(|s| s.rss_bytes as f64 / (1024.0 * 1024.0)).map(Trend::in_resident_mib),
+        ),
         ("open file descriptors", "", fit(|s| s.fds as f64).map(Trend::counting)),
         ("tokio tasks alive", "", fit(|s| s.tasks as f64).map(Trend::counting)),
         ("cache entries", "", fit(|s| s.cache_entries as f64).map(Trend::counting)),

@@ -1,6 +1,13 @@
 //! The soak's arithmetic: least-squares slopes with their standard error and the "within noise"
 //! rule, latency percentiles.
 
+/// The smallest rise of resident memory's floor (MiB) read as growth: twice the largest rise
+/// seen in the four-minute run without a leak (1.0 MiB, 2026-12-04; 0.76 in the failed `.ci/run`
+/// of 2026-12-05, with a residual sd of 0.35). Over the hour's 50 fitted minutes it stands
+/// for 2.4 MiB/h; over the short run's one minute between floors, a leak of more than 2 MiB a
+/// minute.
+pub const MEMORY_RESOLUTION_MIB: f64 = 2.0;
+
 /// A least-squares line through samples `(hours, value)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slope {
@@ -133,15 +140,16 @@ impl Slope {
 /// floor stays: every cycle has a moment where the pool is empty (Prometheus restarted, its
 /// connections closed). So a series grows only when the slope is beyond noise **and** the floor
 /// rose by more than twice the residual scatter and by more than the series' resolution (one, for
-/// a count: a descriptor opened between two quiet cycles is a step, not yet a rise).
+/// a count: a descriptor opened between two quiet cycles is a step, not yet a rise;
+/// [`MEMORY_RESOLUTION_MIB`] for resident memory).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Trend {
     /// The deseasonalized slope.
     pub slope: Slope,
     /// The lowest value of the first and of the last whole cycle; `None` with fewer than two.
     pub floor: Option<(f64, f64)>,
-    /// The smallest step the series can take: 1 for a count ([`Trend::counting`]), 0 for a
-    /// measurement.
+    /// The smallest floor rise read as growth: 1 for a count ([`Trend::counting`]),
+    /// [`MEMORY_RESOLUTION_MIB`] for resident memory ([`Trend::in_resident_mib`]), otherwise 0.
     pub resolution: f64,
 }
 
@@ -168,6 +176,14 @@ impl Trend {
     /// one) cannot tell from a single connection opened between two cycles.
     pub fn counting(self) -> Self {
         Self { resolution: 1.0, ..self }
+    }
+
+    /// The same trend, of resident memory in MiB: its floor must rise by more than
+    /// [`MEMORY_RESOLUTION_MIB`], beyond the allocator settling towards the highest concurrency
+    /// seen so far, which a short run's smooth samples (a residual scatter of a few tenths of a
+    /// MiB) cannot tell from a leak.
+    pub fn in_resident_mib(self) -> Self {
+        Self { resolution: MEMORY_RESOLUTION_MIB, ..self }
     }
 
     /// How much the floor rose from the first whole cycle to the last (0 with fewer than two).
@@ -348,6 +364,34 @@ mod tests {
         let trend = Trend::fit(&leaking, start, period, step).unwrap().counting();
         assert!(trend.floor_rise() >= 2.0, "{trend:?}");
         assert!(!trend.within_noise(), "{trend:?}");
+    }
+
+    /// Resident memory (MiB) of the four-minute run after its warm-up: a sample every 5 s from
+    /// 120 s over two 60 s cycles, settling from 55.0 by 0.06 MiB a sample with a scatter of
+    /// about 0.1 that does not repeat with the cycle, as in the `.ci/run` that failed on 2026-12-05 (slope +55 MiB/h, floor +0.76),
+    /// plus `leak` MiB per minute.
+    fn settling_memory(leak: f64) -> Vec<(f64, f64)> {
+        (0..24u32)
+            .map(|i| {
+                let t = 120.0 + 5.0 * f64::from(i);
+                let scatter = [0.1, -0.2, 0.05, 0.15, -0.1][i as usize % 5];
+                (t / 3600.0, 55.0 + 0.06 * f64::from(i) + scatter + leak * (t - 120.0) / 60.0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn resident_memory_settling_by_a_fraction_of_a_mib_is_not_growing_but_a_leak_of_mibs_is() {
+        let (start, period, step) = (120.0 / 3600.0, 60.0 / 3600.0, 5.0 / 3600.0);
+        let measured = Trend::fit(&settling_memory(0.0), start, period, step).unwrap();
+        assert!(!measured.slope.within_noise(), "{measured:?}");
+        assert!((0.5..1.0).contains(&measured.floor_rise()), "{measured:?}");
+        assert!(!measured.within_noise(), "without a resolution the settling reads as growth");
+        assert!(measured.in_resident_mib().within_noise(), "{measured:?}");
+        // 3 MiB a minute: the floor one minute later is about 3.4 higher.
+        let leaking = Trend::fit(&settling_memory(3.0), start, period, step).unwrap().in_resident_mib();
+        assert!(leaking.floor_rise() > MEMORY_RESOLUTION_MIB, "{leaking:?}");
+        assert!(!leaking.within_noise(), "{leaking:?}");
     }
 
     #[test]
