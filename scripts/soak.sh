@@ -5,7 +5,8 @@
 # a kubelet flapping, --config edits valid and invalid, a serving certificate rotation, watches
 # expired with 410), sampled every 30 s; then whether anything grows.
 #   scripts/soak.sh [--minutes N] [--pods N] [--out DIR]     (default: 60 minutes, 10000 pods,
-#                   [--faults LIST]                            target/soak, every fault)
+#                   [--faults LIST] [--churn-interval D]       target/soak, every fault,
+#                                                              one pod replaced every 2s)
 # --faults: comma-separated among prometheus,kubelet,config,certificate,watch, or none (the
 # load and the churn alone), to tell which fault a growth follows.
 # Writes DIR/report.md (the tables), DIR/samples.csv and DIR/soak.svg (the picture); exits
@@ -17,10 +18,10 @@ out="target/soak"
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --minutes|--pods|--faults) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --minutes|--pods|--faults|--churn-interval) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "soak.sh: unknown argument $1 (--minutes N, --pods N, --faults LIST, --out DIR)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "soak.sh: unknown argument $1 (--minutes N, --pods N, --faults LIST, --churn-interval D, --out DIR)" >&2; exit 2 ;;
   esac
 done
 # One soak or benchmark at a time: two would share the cores and spoil both.
