@@ -1416,10 +1416,11 @@ fn markdown(report: &Report) -> String {
     let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
     let _ = writeln!(
         md,
-        "Slopes are fitted from the end of the warm-up over whole fault cycles of {} s, with the cycle's profile taken out (one level per phase of the cycle); the floor is the lowest value of the first and of the last cycle. A series grows when its slope is beyond noise (the 95% interval excludes 0 and the growth exceeds twice the residual sd) **and** its floor rose by more than twice the residual sd (and, for a count, by more than one).\n",
-        o.schedule.cycle().as_secs()
+        "Slopes are fitted from the end of the warm-up over whole fault cycles of {} s, with the cycle's profile taken out (one level per phase of the cycle); the interval is widened for the residuals' lag-one autocorrelation r₁ (by √((1 + r₁)/(1 − r₁))); the floor is the lowest value of the first and of the last cycle. A series grows when its slope is beyond noise (the 95% interval excludes 0 and the growth exceeds twice the residual sd) **and** its floor rose by more than twice the residual sd and by more than its resolution (one for a count, {} MiB for memory).\n",
+        o.schedule.cycle().as_secs(),
+        stats::MEMORY_RESOLUTION_MIB
     );
-    md.push_str("| after the warm-up | first | last | slope per hour ± 95% CI (SE) | growth over the span vs 2 × residual sd | floor, first → last cycle | within noise |\n|---|---|---|---|---|---|---|\n");
+    md.push_str("| after the warm-up | first | last | slope per hour ± 95% CI (SE; r₁) | growth over the span vs 2 × residual sd | floor, first → last cycle | within noise |\n|---|---|---|---|---|---|---|\n");
     let warm_up = o.schedule.warm_up.as_secs_f64();
     let after: Vec<&Sample> = report.samples.iter().filter(|s| s.at >= warm_up).collect();
     let values: [fn(&Sample) -> f64; 4] = [
@@ -1437,10 +1438,11 @@ fn markdown(report: &Report) -> String {
                 let floor = t.floor.map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.1} → {b:.1}"));
                 let _ = writeln!(
                     md,
-                    "| {what} {unit} | {first:.1} | {last:.1} | {:+.2} ± {:.2} ({:.2}) | {:+.2} vs {:.2} | {floor} | {} |",
+                    "| {what} {unit} | {first:.1} | {last:.1} | {:+.2} ± {:.2} ({:.2}; {:.2}) | {:+.2} vs {:.2} | {floor} | {} |",
                     s.per_hour,
                     s.ci95,
                     s.std_error,
+                    s.lag1,
                     s.growth_over_span(),
                     2.0 * s.residual_sd,
                     verdict(t.within_noise())

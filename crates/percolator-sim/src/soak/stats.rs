@@ -8,16 +8,30 @@
 /// minute.
 pub const MEMORY_RESOLUTION_MIB: f64 = 2.0;
 
+/// The largest lag-one autocorrelation [`Slope`] corrects for: beyond it the samples are so
+/// dependent that a line through them says little either way, and the widening (4.4 times at
+/// 0.9) is kept finite.
+pub const MAX_LAG1: f64 = 0.9;
+
 /// A least-squares line through samples `(hours, value)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slope {
     /// Change per hour.
     pub per_hour: f64,
-    /// Standard error of [`Slope::per_hour`].
+    /// Standard error of [`Slope::per_hour`], widened for the residuals' autocorrelation
+    /// ([`Slope::lag1`]).
     pub std_error: f64,
     /// Half-width of the 95% confidence interval of the slope (Student's t, n − 2 degrees, fewer
-    /// the phase means a deseasonalized fit estimated).
+    /// the phase means a deseasonalized fit estimated, times the effective share of independent
+    /// samples `(1 − r₁) / (1 + r₁)`).
     pub ci95: f64,
+    /// Lag-one autocorrelation r₁ of the residuals in time order, 0 when negative, at most
+    /// [`MAX_LAG1`]. Samples 10–30 s apart of a series that moves over minutes (memory,
+    /// pooled connections) are not independent: with r₁ = 0.5 a least-squares interval that
+    /// takes them as independent is √3 times too narrow. The standard error is widened by
+    /// `√((1 + r₁) / (1 − r₁))` (an AR(1) trend test's effective sample size; Santer et al.,
+    /// J. Geophys. Res. 105, 2000).
+    pub lag1: f64,
     /// Standard deviation of the samples around the line.
     pub residual_sd: f64,
     /// Hours between the first and the last sample.
@@ -103,13 +117,23 @@ impl Slope {
         let sse: f64 = points.iter().map(|p| (p.1 - intercept - per_hour * p.0).powi(2)).sum();
         let df = n - 2 - lost;
         let residual_sd = (sse / df as f64).sqrt();
-        let std_error = residual_sd / stt.sqrt();
+        let residuals: Vec<f64> = points.iter().map(|p| p.1 - intercept - per_hour * p.0).collect();
+        let lag1 = if sse > 0.0 {
+            let lagged: f64 = residuals.windows(2).map(|w| w[0] * w[1]).sum();
+            (lagged / sse).clamp(0.0, MAX_LAG1)
+        } else {
+            0.0
+        };
+        let independent = (1.0 - lag1) / (1.0 + lag1);
+        let std_error = residual_sd / stt.sqrt() / independent.sqrt();
+        let effective_df = ((df as f64 * independent).floor() as usize).max(1);
         let first = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
         let last = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
         Some(Self {
             per_hour,
             std_error,
-            ci95: t95(df) * std_error,
+            ci95: t95(effective_df) * std_error,
+            lag1,
             residual_sd,
             span_hours: last - first,
             mean,
@@ -313,7 +337,13 @@ mod tests {
             })
             .collect();
         let trend = Trend::fit(&pooled, start, period, step).unwrap();
-        assert!(!trend.slope.within_noise(), "the line alone takes it for growth: {trend:?}");
+        // Taken as independent samples, a line takes the step for growth; its residuals follow
+        // their neighbours (r₁ above 0.5), and the widened interval holds it within noise too.
+        let lag1 = trend.slope.lag1;
+        let unwidened = trend.slope.std_error * ((1.0 - lag1) / (1.0 + lag1)).sqrt();
+        assert!(trend.slope.per_hour > 2.2 * unwidened, "{trend:?}");
+        assert!(lag1 > 0.5, "{trend:?}");
+        assert!(trend.slope.within_noise(), "{trend:?}");
         assert_eq!(trend.floor, Some((58.0, 58.0)));
         assert!(trend.within_noise(), "{trend:?}");
         // The same, but every value one higher per 10 s: the floor rises with it.
@@ -392,6 +422,34 @@ mod tests {
         let leaking = Trend::fit(&settling_memory(3.0), start, period, step).unwrap().in_resident_mib();
         assert!(leaking.floor_rise() > MEMORY_RESOLUTION_MIB, "{leaking:?}");
         assert!(!leaking.within_noise(), "{leaking:?}");
+    }
+
+    /// The standard error of a plain least-squares line through `points`, samples taken as
+    /// independent.
+    fn independent_std_error(points: &[(f64, f64)], residual_sd: f64) -> f64 {
+        let mean_t = points.iter().map(|p| p.0).sum::<f64>() / points.len() as f64;
+        residual_sd / points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>().sqrt()
+    }
+
+    #[test]
+    fn residuals_that_follow_their_neighbours_widen_the_interval_and_alternating_ones_do_not() {
+        // No trend, a wave of 8 samples: each residual close to the one before (r₁ = cos 45°).
+        let wave: Vec<(f64, f64)> = (0..96u32)
+            .map(|i| (f64::from(i) / 360.0, (f64::from(i) * std::f64::consts::FRAC_PI_4).sin()))
+            .collect();
+        let slope = Slope::fit(&wave).unwrap();
+        assert!((0.6..0.8).contains(&slope.lag1), "{slope:?}");
+        let naive = independent_std_error(&wave, slope.residual_sd);
+        let widening = ((1.0 + slope.lag1) / (1.0 - slope.lag1)).sqrt();
+        assert!((slope.std_error / naive - widening).abs() < 1e-9, "{slope:?}");
+        // Fewer independent samples, fewer degrees of freedom: t above its value at 94.
+        assert!(slope.ci95 > 1.99 * slope.std_error, "{slope:?}");
+        // Residuals alternating in sign are no less independent than independent ones.
+        let alternating: Vec<(f64, f64)> =
+            (0..96u32).map(|i| (f64::from(i) / 360.0, if i % 2 == 0 { 1.0 } else { -1.0 })).collect();
+        let slope = Slope::fit(&alternating).unwrap();
+        assert_eq!(slope.lag1, 0.0);
+        assert!((slope.std_error - independent_std_error(&alternating, slope.residual_sd)).abs() < 1e-12);
     }
 
     #[test]
