@@ -114,10 +114,10 @@ impl Slope {
         }
         let per_hour = points.iter().map(|p| (p.0 - mean_t) * (p.1 - mean)).sum::<f64>() / stt;
         let intercept = mean - per_hour * mean_t;
-        let sse: f64 = points.iter().map(|p| (p.1 - intercept - per_hour * p.0).powi(2)).sum();
+        let residuals: Vec<f64> = points.iter().map(|p| p.1 - intercept - per_hour * p.0).collect();
+        let sse: f64 = residuals.iter().map(|r| r * r).sum();
         let df = n - 2 - lost;
         let residual_sd = (sse / df as f64).sqrt();
-        let residuals: Vec<f64> = points.iter().map(|p| p.1 - intercept - per_hour * p.0).collect();
         let lag1 = if sse > 0.0 {
             let lagged: f64 = residuals.windows(2).map(|w| w[0] * w[1]).sum();
             (lagged / sse).clamp(0.0, MAX_LAG1)
