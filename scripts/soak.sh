@@ -7,6 +7,7 @@
 #   scripts/soak.sh [--minutes N] [--pods N] [--out DIR]     (default: 60 minutes, 10000 pods,
 #                   [--faults LIST] [--churn-interval D]       target/soak, every fault,
 #                                                              one pod replaced every 2s)
+# Shorter runs scale the hour's fault periods and sampling down; longer ones keep the hour's.
 # --faults: comma-separated among prometheus,kubelet,config,certificate,watch, or none (the
 # load and the churn alone), to tell which fault a growth follows.
 # Writes DIR/report.md (the tables), DIR/samples.csv and DIR/soak.svg (the picture); exits
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --minutes|--pods|--faults|--churn-interval) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak.sh: unknown argument $1 (--minutes N, --pods N, --faults LIST, --churn-interval D, --out DIR)" >&2; exit 2 ;;
   esac
 done

@@ -248,7 +248,10 @@ impl Options {
 const KUBELET_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// When the faults happen and samples are taken, scaled with the run's length: the hour's
-/// values times `minutes / 60`, with floors so that a short run still has each fault.
+/// values times `minutes / 60`, with floors so that a short run still has each fault. A run
+/// longer than the hour keeps the hour's values (the rates: Prometheus restarted every
+/// 10 minutes, a kubelet flap every 5, an edit every 5, a sample every 30 s, a 10-minute
+/// warm-up), so that whether memory levels off over hours is measured under the same load.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     /// Samples before this are not fitted (10 minutes for the hour; at least one minute).
@@ -276,7 +279,7 @@ pub struct Schedule {
 impl Schedule {
     /// The schedule of a run of `duration` with `--cache-ttl` `ttl`.
     pub fn for_duration(duration: Duration, ttl: Duration) -> Self {
-        let scale = duration.as_secs_f64() / 3600.0;
+        let scale = (duration.as_secs_f64() / 3600.0).min(1.0);
         let scaled = |hour_value: u64, floor: u64| {
             Duration::from_secs_f64((hour_value as f64 * scale).max(floor as f64))
         };
@@ -1566,7 +1569,7 @@ mod tests {
 
     #[test]
     fn the_recurring_faults_repeat_on_the_cycle_and_the_fit_starts_on_one() {
-        for (seconds, ttl) in [(3600, 15), (1800, 15), (180, 5)] {
+        for (seconds, ttl) in [(4 * 3600, 15), (3600, 15), (1800, 15), (180, 5)] {
             let duration = Duration::from_secs(seconds);
             let schedule = Schedule::for_duration(duration, Duration::from_secs(ttl));
             let cycle = schedule.cycle().as_secs();
@@ -1579,6 +1582,26 @@ mod tests {
             // At least two whole cycles after the warm-up, so the profile is not the trend.
             assert!(duration - schedule.warm_up >= schedule.cycle() * 2, "{seconds}: {schedule:?}");
         }
+    }
+
+    #[test]
+    fn a_run_of_hours_keeps_the_hours_rates_rather_than_stretching_them() {
+        let two_hours = Duration::from_secs(7200);
+        let schedule = Schedule::for_duration(two_hours, Duration::from_secs(15));
+        let hour = Schedule::for_duration(Duration::from_secs(3600), Duration::from_secs(15));
+        let rates = |s: &Schedule| {
+            (s.warm_up, s.sample_every, s.prometheus_every, s.prometheus_down, s.flap_cycle, s.config_every)
+        };
+        assert_eq!(rates(&schedule), rates(&hour));
+        let events = schedule.events(two_hours);
+        let count = |f: fn(&Event) -> bool| events.iter().filter(|(_, e)| f(e)).count();
+        assert_eq!(count(|e| matches!(e, Event::Prometheus)), 11);
+        assert_eq!(count(|e| matches!(e, Event::Kubelet(d) if d.as_secs() == 60)), 24);
+        assert_eq!(count(|e| matches!(e, Event::Config { .. })), 24);
+        // Still once each, in the fitted stretch.
+        assert_eq!(count(|e| matches!(e, Event::Certificate)), 1);
+        assert_eq!(count(|e| matches!(e, Event::WatchGone)), 1);
+        assert!(schedule.watch_at > schedule.warm_up && schedule.rotate_at > schedule.warm_up);
     }
 
     #[test]
