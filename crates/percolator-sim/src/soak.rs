@@ -41,7 +41,7 @@ use tokio::sync::Mutex;
 use crate::devenv::{self, Prometheus, PrometheusOptions, ScrapeJob};
 pub use load::{Class, Record, Records};
 use load::{Clients, Run, Target};
-pub use stats::{Slope, Trend};
+pub use stats::{Cycle, Slope, Trend};
 
 /// Errors of the soak run (a goal missed is not one: see [`Report::failures`]).
 #[derive(Debug, thiserror::Error)]
@@ -1457,6 +1457,22 @@ fn markdown(report: &Report) -> String {
             }
         }
     }
+    let memory: Vec<(f64, f64)> =
+        after.iter().map(|s| (s.at / 3600.0, s.rss_bytes as f64 / (1024.0 * 1024.0))).collect();
+    let cycles = Cycle::of(
+        &memory,
+        warm_up / 3600.0,
+        o.schedule.cycle().as_secs_f64() / 3600.0,
+        o.schedule.sample_every.as_secs_f64() / 3600.0,
+    );
+    let cycles: Vec<String> =
+        cycles.iter().map(|c| format!("{:.1} / {:.1} / {:.1}", c.low, c.mean, c.high)).collect();
+    let _ = writeln!(
+        md,
+        "
+Resident memory per whole cycle after the warm-up, low / mean / high (MiB): {}.",
+        if cycles.is_empty() { "none".to_owned() } else { cycles.join("; ") }
+    );
     let threads: Vec<u64> = after.iter().map(|s| s.threads).collect();
     let parked: Vec<u64> = after.iter().map(|s| s.parked).collect();
     let range = |v: &[u64]| format!("{}–{}", v.iter().min().unwrap_or(&0), v.iter().max().unwrap_or(&0));

@@ -182,16 +182,11 @@ impl Trend {
     /// cycle of `period` hours; `None` when too few points to fit a line.
     pub fn fit(points: &[(f64, f64)], start: f64, period: f64, step: f64) -> Option<Self> {
         let slope = Slope::fit_deseasonalized(points, start, period, step)?;
-        let last = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
-        let cycles = ((last - start + 1.5 * step) / period).floor();
-        let floor = (cycles >= 2.0).then(|| {
-            let lowest = |cycle: f64| {
-                let (from, to) =
-                    (start + cycle * period - step / 2.0, start + (cycle + 1.0) * period - step / 2.0);
-                points.iter().filter(|p| p.0 >= from && p.0 < to).map(|p| p.1).fold(f64::INFINITY, f64::min)
-            };
-            (lowest(0.0), lowest(cycles - 1.0))
-        });
+        let cycles = Cycle::of(points, start, period, step);
+        let floor = match cycles.as_slice() {
+            [first, .., last] => Some((first.low, last.low)),
+            _ => None,
+        };
         Some(Self { slope, floor, resolution: 0.0 })
     }
 
@@ -222,6 +217,41 @@ impl Trend {
         self.slope.within_noise()
             || self.floor.is_some()
                 && self.floor_rise() <= (2.0 * self.slope.residual_sd).max(self.resolution)
+    }
+}
+
+/// One whole fault cycle's samples: their lowest value, mean and highest. A leak lifts the lows
+/// cycle after cycle; an allocator settling towards the highest concurrency seen lifts them in
+/// steps that become rarer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cycle {
+    /// The lowest sample.
+    pub low: f64,
+    /// The mean of the samples.
+    pub mean: f64,
+    /// The highest sample.
+    pub high: f64,
+}
+
+impl Cycle {
+    /// The whole cycles of `period` hours of `points` (hours, value) sampled every `step` hours
+    /// from `start`, in order; a last cycle still under way is left out.
+    pub fn of(points: &[(f64, f64)], start: f64, period: f64, step: f64) -> Vec<Self> {
+        let last = points.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        let whole = ((last - start + 1.5 * step) / period).floor().max(0.0) as usize;
+        (0..whole)
+            .filter_map(|cycle| {
+                let from = start + cycle as f64 * period - step / 2.0;
+                let to = from + period;
+                let values: Vec<f64> =
+                    points.iter().filter(|p| p.0 >= from && p.0 < to).map(|p| p.1).collect();
+                (!values.is_empty()).then(|| Self {
+                    low: values.iter().copied().fold(f64::INFINITY, f64::min),
+                    mean: values.iter().sum::<f64>() / values.len() as f64,
+                    high: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                })
+            })
+            .collect()
     }
 }
 
@@ -258,6 +288,22 @@ pub fn quantile(sorted: &[f64], p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cycles_are_whole_and_give_each_its_low_mean_and_high() {
+        // Sampled every 0.1 h from 1.0, a cycle of 0.5 h: five samples per cycle, 0..4 then
+        // 10..14, and a third cycle cut short after three samples.
+        let points: Vec<(f64, f64)> = (0..13)
+            .map(|i| (1.0 + 0.1 * i as f64, if i < 5 { i as f64 } else { 10.0 + (i - 5) as f64 }))
+            .collect();
+        let cycles = Cycle::of(&points, 1.0, 0.5, 0.1);
+        assert_eq!(cycles.len(), 2, "{cycles:?}");
+        assert_eq!((cycles[0].low, cycles[0].mean, cycles[0].high), (0.0, 2.0, 4.0));
+        assert_eq!((cycles[1].low, cycles[1].mean, cycles[1].high), (10.0, 12.0, 14.0));
+        let trend = Trend::fit(&points, 1.0, 0.5, 0.1).unwrap();
+        assert_eq!(trend.floor, Some((0.0, 10.0)));
+        assert!(Cycle::of(&points[..4], 1.0, 0.5, 0.1).is_empty());
+    }
 
     #[test]
     fn a_line_is_fitted_exactly_and_a_leak_is_not_noise() {
