@@ -1469,8 +1469,7 @@ fn markdown(report: &Report) -> String {
         cycles.iter().map(|c| format!("{:.1} / {:.1} / {:.1}", c.low, c.mean, c.high)).collect();
     let _ = writeln!(
         md,
-        "
-Resident memory per whole cycle after the warm-up, low / mean / high (MiB): {}.",
+        "\nResident memory per whole cycle after the warm-up, low / mean / high (MiB): {}.",
         if cycles.is_empty() { "none".to_owned() } else { cycles.join("; ") }
     );
     let threads: Vec<u64> = after.iter().map(|s| s.threads).collect();
