@@ -669,7 +669,7 @@ async fn warm_up_kubelets(
 /// Whether a node's usage carries a CPU rate: the node's own, or any container's (a kubelet
 /// may publish no node series; a node without running containers has nothing to wait for).
 fn has_cpu_rate(usage: &crate::sources::NodeUsage) -> bool {
-    let containers = || usage.pods.values().flatten();
+    let containers = || usage.pods.values().flat_map(|c| c.iter());
     usage.node.as_ref().is_some_and(|n| n.cpu_nanocores.is_some())
         || containers().any(|c| c.cpu_nanocores.is_some())
         || (usage.node.is_none() && containers().next().is_none())

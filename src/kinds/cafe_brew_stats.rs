@@ -184,7 +184,7 @@ impl CafeBrewStatsKind {
         key: &PodKey,
         pods: &[&PodInfo],
         series: &Series,
-        usage: &HashMap<PodKey, Vec<crate::sources::ContainerUsage>>,
+        usage: &HashMap<PodKey, crate::sources::Containers>,
         (window, window_duration): (&str, std::time::Duration),
     ) {
         let value =

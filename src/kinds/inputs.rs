@@ -12,7 +12,7 @@ use jiff::Timestamp;
 use crate::config::{LiveConfig, Snapshot};
 use crate::sources::prometheus::{self, Matcher, Template};
 use crate::sources::{
-    ContainerUsage, Inventory, PodInfo, PodKey, PromError, PromSample, PromSource, UsageSource,
+    ContainerUsage, Containers, Inventory, PodInfo, PodKey, PromError, PromSample, PromSource, UsageSource,
 };
 
 use super::ComputeError;
@@ -80,10 +80,7 @@ impl Sources {
 
     /// Container usage of `pods` from the resource source in force (each source caches and
     /// shares fetches); what failed becomes one warning.
-    pub async fn pod_usage(
-        &self,
-        pods: &[Arc<PodInfo>],
-    ) -> (HashMap<PodKey, Vec<ContainerUsage>>, Option<String>) {
+    pub async fn pod_usage(&self, pods: &[Arc<PodInfo>]) -> (HashMap<PodKey, Containers>, Option<String>) {
         let usage = self.usage.pod_usage(pods).await;
         (usage.pods, usage.warning)
     }
@@ -142,10 +139,12 @@ pub(crate) struct GroupUsage {
 
 impl GroupUsage {
     /// The usage of `pods` in `usage` (from [`Sources::pod_usage`]); no pods, no usage.
-    pub(crate) fn of(pods: &[&PodInfo], usage: &HashMap<PodKey, Vec<ContainerUsage>>) -> Self {
-        let containers: Vec<Option<&Vec<ContainerUsage>>> = pods
+    pub(crate) fn of(pods: &[&PodInfo], usage: &HashMap<PodKey, Containers>) -> Self {
+        let containers: Vec<Option<&[ContainerUsage]>> = pods
             .iter()
-            .map(|p| usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }))
+            .map(|p| {
+                usage.get(&PodKey { namespace: p.namespace.clone(), name: p.name.clone() }).map(|c| &**c)
+            })
             .collect();
         // A pod without usage (its node down, or not scraped yet) makes the sum unknown rather
         // than low.

@@ -16,7 +16,7 @@ use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
     ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name,
 };
-use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
+use crate::sources::{ContainerUsage, Containers, PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
 
 static INFO: KindInfo = KindInfo {
@@ -107,12 +107,12 @@ impl PodMetricsSummaries {
         &self,
         list: &mut ListingBuilder,
         pod: &PodInfo,
-        containers: Option<&Vec<ContainerUsage>>,
+        containers: Option<&Containers>,
         requests: Option<&PromSample>,
         errors: Option<&PromSample>,
         window: &Arc<str>,
     ) {
-        let containers = containers.map(Vec::as_slice).unwrap_or_default();
+        let containers: &[ContainerUsage] = containers.map(|c| &**c).unwrap_or_default();
         // The pod's usage is the sum of its containers, and only when every container has it,
         // so `containers` always adds up to the pod.
         let sum = |get: fn(&ContainerUsage) -> Option<f64>| -> Option<f64> {

@@ -156,7 +156,7 @@ impl FakeKubelet {
         let pods = pods
             .into_iter()
             .map(|(namespace, name, containers)| {
-                (PodKey { namespace: namespace.into(), name: name.into() }, containers)
+                (PodKey { namespace: namespace.into(), name: name.into() }, containers.into())
             })
             .collect();
         self.nodes.insert(node.to_owned(), Ok(Arc::new(NodeUsage { pods, node: None })));

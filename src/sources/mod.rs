@@ -108,11 +108,15 @@ impl ContainerUsage {
     }
 }
 
+/// A pod's containers' usage, in name order. Shared, not copied, by every answer that uses it:
+/// a node's usage is computed once per fetch, and each list joins it by reference.
+pub(crate) type Containers = Arc<[ContainerUsage]>;
+
 /// Usage of every pod on one node, from one kubelet fetch.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeUsage {
     /// Per pod, its containers' usage.
-    pub pods: HashMap<PodKey, Vec<ContainerUsage>>,
+    pub pods: HashMap<PodKey, Containers>,
     /// The node's own usage (`node_cpu_usage_seconds_total`, `node_memory_working_set_bytes`),
     /// with the same rate rules as a container's (`name` is empty); `None` when the kubelet
     /// does not publish both.
@@ -164,7 +168,7 @@ pub(crate) trait KubeletSource: Send + Sync {
 #[derive(Debug, Clone, Default)]
 pub struct PodsUsage {
     /// Per pod, its containers' usage.
-    pub pods: HashMap<PodKey, Vec<ContainerUsage>>,
+    pub pods: HashMap<PodKey, Containers>,
     /// Why some pods have no usage (failed nodes, a failed query), ready for a `Warning` header.
     pub warning: Option<String>,
 }

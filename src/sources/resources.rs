@@ -22,8 +22,8 @@ use futures::future::BoxFuture;
 
 use super::prometheus::{self, Matcher, Template};
 use super::{
-    ContainerUsage, KubeletSource, NodeInfo, NodesUsage, PodInfo, PodKey, PodsUsage, PromError, PromSample,
-    PromSource, UsageSource,
+    ContainerUsage, Containers, KubeletSource, NodeInfo, NodesUsage, PodInfo, PodKey, PodsUsage, PromError,
+    PromSample, PromSource, UsageSource,
 };
 use crate::config::{Invalid, LiveConfig, QueryFile};
 use apiserver::{CacheSettings, TtlCache};
@@ -211,7 +211,7 @@ const NODE_CACHE: &str = "resource-usage-nodes";
 const MAX_CACHED_SCOPES: u64 = 100_000;
 
 /// Containers' usage per pod, from one scope's queries.
-type PodTable = HashMap<PodKey, Vec<ContainerUsage>>;
+type PodTable = HashMap<PodKey, Containers>;
 
 /// One namespace's usage, or why it is missing.
 type ScopeResult = Result<Arc<PodTable>, Arc<PromError>>;
@@ -396,6 +396,8 @@ impl PromUsage {
                 Some((pod, s.labels.get(&container_label)?.as_str().into()))
             };
             let table = self.run_pair(query, key).await?;
+            let table: PodTable =
+                table.into_iter().map(|(pod, containers)| (pod, containers.into())).collect();
             Ok::<_, PromError>(Arc::new(table))
         };
         self.pods

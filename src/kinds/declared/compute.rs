@@ -20,7 +20,7 @@ use crate::kinds::{
     API_VERSION, Cell, Computation, ComputeError, Listing, ListingBuilder, Meta, ObjectMeta, QueryError,
     rfc3339,
 };
-use crate::sources::{ContainerUsage, PodInfo, PodKey, PromSample};
+use crate::sources::{Containers, PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
 use k8s_wire::{is_dns1123_subdomain, is_valid_label_value};
 
@@ -185,7 +185,7 @@ fn item(
     key: &PodKey,
     pods: &[&PodInfo],
     by_field: &[HashMap<PodKey, PromSample>],
-    usage: &HashMap<PodKey, Vec<ContainerUsage>>,
+    usage: &HashMap<PodKey, Containers>,
     window: &str,
 ) {
     let samples: Vec<Option<&PromSample>> = by_field.iter().map(|m| m.get(key)).collect();

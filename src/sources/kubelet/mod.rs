@@ -46,8 +46,8 @@ use apiserver::{CacheSettings, TtlCache};
 use transport::Transport;
 
 pub(crate) use super::KubeletError;
-pub(crate) use parse::ParsedBatch;
 pub use parse::parse_resource_metrics;
+pub(crate) use parse::{ParsedBatch, parse_resource_metrics_with};
 pub use rates::NodeSamples;
 pub(crate) use rates::RateRules;
 pub(crate) use sampler::Sampling;
@@ -319,7 +319,7 @@ impl KubeletSource for KubeletClient {
                 .cache
                 .get_or_try_compute(node.clone(), fetch)
                 .await
-                .map(|(state, _, _)| Arc::new(lock(&state).usage()))
+                .map(|(state, _, _)| lock(&state).shared_usage())
                 .map_err(|e| (*e).clone())
         })
     }
@@ -372,7 +372,8 @@ impl Inner {
         };
         let url = self.url(&info)?;
         let started = Instant::now();
-        let result = self.fetch_batch(node, &url).await;
+        let known = lock(&self.samples).get(node).cloned();
+        let result = self.fetch_batch(node, &url, known.as_deref()).await;
         let result = match result {
             Ok(batch) if batch.scrape_error && batch.containers.is_empty() => Err(Failure {
                 outcome: outcome::ERROR,
@@ -416,7 +417,13 @@ impl Inner {
     }
 
     /// Requests, reads and decodes one body.
-    async fn fetch_batch(&self, node: &str, url: &str) -> Result<ParsedBatch, Failure> {
+    /// `known`: the node's rate state, whose keys the batch takes for the containers it tracks.
+    async fn fetch_batch(
+        &self,
+        node: &str,
+        url: &str,
+        known: Option<&Mutex<NodeSamples>>,
+    ) -> Result<ParsedBatch, Failure> {
         let request_error = |outcome: &'static str, reason: String| Failure {
             outcome,
             error: KubeletError::Request { node: node.to_owned(), reason },
@@ -492,8 +499,13 @@ impl Inner {
         // Read to its end: the connection may be kept.
         exchange.finish(true);
         let text = String::from_utf8_lossy(&body);
-        let batch = parse_resource_metrics(&text, scrape_time)
-            .map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))?;
+        let batch = {
+            let known = known.map(lock);
+            parse_resource_metrics_with(&text, scrape_time, |namespace, pod, container| {
+                known.as_ref().and_then(|state| state.key(namespace, pod, container))
+            })
+        }
+        .map_err(|e| request_error(outcome::ERROR, format!("GET {url}: {e}")))?;
         let limit = self.config.max_containers;
         if batch.containers.len() > limit {
             return Err(request_error(

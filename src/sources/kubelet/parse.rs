@@ -133,6 +133,19 @@ type BorrowedKey<'a> = (Cow<'a, str>, Cow<'a, str>, Cow<'a, str>);
 /// `container_start_time_seconds` (negative, year 1) only loses that start time. Fails only when
 /// no line of a family we read is usable, which means the body is not resource metrics.
 pub fn parse_resource_metrics(body: &str, scrape_time: Timestamp) -> Result<ParsedBatch> {
+    parse_resource_metrics_with(body, scrape_time, |_, _, _| None)
+}
+
+/// [`parse_resource_metrics`], taking the key of a container already known (`known(namespace,
+/// pod, container)`, the node's rate state: [`NodeSamples::key`](super::NodeSamples::key)) instead
+/// of allocating its three strings again. A fetch then allocates strings only for the
+/// containers that are new on the node: the same strings allocated and freed for every container
+/// on every fetch, in the middle of the long-lived ones, are what spread the heap's small pages.
+pub(crate) fn parse_resource_metrics_with(
+    body: &str,
+    scrape_time: Timestamp,
+    known: impl Fn(&str, &str, &str) -> Option<ContainerKey>,
+) -> Result<ParsedBatch> {
     let mut batch = ParsedBatch {
         containers: HashMap::new(),
         node_cpu: None,
@@ -177,11 +190,11 @@ pub fn parse_resource_metrics(body: &str, scrape_time: Timestamp) -> Result<Pars
     for ((namespace, pod, container), found) in partial {
         match (found.cpu, found.memory) {
             (Some(cpu), Some(memory)) if cpu.value > 0.0 && memory.value > 0.0 => {
-                let key = ContainerKey {
+                let key = known(&namespace, &pod, &container).unwrap_or_else(|| ContainerKey {
                     namespace: Arc::from(&*namespace),
                     pod: Arc::from(&*pod),
                     container: Arc::from(&*container),
-                };
+                });
                 let sample = ContainerSample {
                     cpu,
                     memory,

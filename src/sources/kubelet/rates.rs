@@ -236,6 +236,9 @@ pub struct NodeSamples {
     /// The node's own series, as one more history.
     node: Option<History>,
     rules: RateRules,
+    /// [`usage`](Self::usage) as of the last batch, computed once for every answer that asks
+    /// before the next one.
+    shared: Option<Arc<NodeUsage>>,
 }
 
 impl NodeSamples {
@@ -257,6 +260,17 @@ impl NodeSamples {
     /// Whether no container is tracked.
     pub fn is_empty(&self) -> bool {
         self.containers.is_empty()
+    }
+
+    /// The key held for a container, its strings shared (no allocation); `None` for a container
+    /// not tracked.
+    pub fn key(&self, namespace: &str, pod: &str, container: &str) -> Option<ContainerKey> {
+        let wanted = (namespace, pod, container);
+        let at = self
+            .containers
+            .binary_search_by(|(k, _)| (&*k.namespace, &*k.pod, &*k.container).cmp(&wanted))
+            .ok()?;
+        self.containers.get(at).map(|(k, _)| k.clone())
     }
 
     /// Takes a new batch and returns the node's usage ([`take`](Self::take), then
@@ -289,6 +303,7 @@ impl NodeSamples {
         }
         drop(held);
         self.containers = next;
+        self.shared = None;
         // Words no key holds any more.
         self.words.retain(|word| Arc::strong_count(word) > 1);
         self.node = match (batch.node_cpu, batch.node_memory) {
@@ -321,6 +336,16 @@ impl NodeSamples {
         }
         usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from(""), self.rules));
         usage
+    }
+
+    /// [`usage`](Self::usage), computed once per batch and shared: every list and `kubectl
+    /// top` between two fetches of the node reads the same one instead of building its own
+    /// copy of every pod's containers.
+    pub fn shared_usage(&mut self) -> Arc<NodeUsage> {
+        match &self.shared {
+            Some(usage) => Arc::clone(usage),
+            None => Arc::clone(self.shared.insert(Arc::new(self.usage()))),
+        }
     }
 
     /// A new container's key with its strings shared: the pod's name and namespace with a
@@ -358,7 +383,7 @@ impl NodeSamples {
 #[cfg(test)]
 mod tests {
     use super::super::parse::tests::{FIXTURE, key, mk_container, ts};
-    use super::super::parse_resource_metrics;
+    use super::super::{parse_resource_metrics, parse_resource_metrics_with};
     use super::*;
 
     fn mk_batch(containers: &[(&str, f64, i64, f64, f64)]) -> ParsedBatch {
@@ -419,8 +444,8 @@ mod tests {
                 && Arc::ptr_eq(&keys[2].container, &keys[3].container)
         );
         let p = &usage.pods[&PodKey { namespace: "ns".into(), name: "p".into() }];
+        // A shared slice: exactly its containers, no spare capacity.
         assert_eq!(p.len(), 2);
-        assert_eq!(p.capacity(), 2, "a pod's usage is exactly its containers");
         assert!(Arc::ptr_eq(&p[1].name, &keys[1].container));
         // Words nobody holds any more (the old usage gone too) are forgotten.
         drop(usage);
@@ -581,6 +606,51 @@ mod tests {
         let web = PodKey { namespace: "shop".into(), name: "web-7d4b9c6f5-x2x4z".into() };
         let names: Vec<_> = usage.pods[&web].iter().map(|c| &*c.name).collect();
         assert_eq!(names, ["app", "envoy"]);
+    }
+
+    #[test]
+    fn the_shared_usage_is_computed_once_per_batch() {
+        let mut samples = NodeSamples::new();
+        samples.take(parse_resource_metrics(FIXTURE, ts(1)).unwrap());
+        let first = samples.shared_usage();
+        assert!(Arc::ptr_eq(&first, &samples.shared_usage()), "one usage between two batches");
+        assert_eq!(*first, samples.usage());
+        samples.take(mk_batch(&[("app", 2.0, T0 + 10_000, 10.0, START)]));
+        let next = samples.shared_usage();
+        assert!(!Arc::ptr_eq(&first, &next), "a new batch, a new usage");
+        assert_eq!(*next, samples.usage());
+        assert_eq!(next.pods.len(), 1);
+    }
+
+    #[test]
+    fn a_batch_parsed_against_the_state_takes_its_keys_and_allocates_only_new_ones() {
+        let mut samples = NodeSamples::new();
+        samples.take(parse_resource_metrics(FIXTURE, ts(1)).unwrap());
+        let held: Vec<ContainerKey> = samples.containers.iter().map(|(k, _)| k.clone()).collect();
+        assert!(!held.is_empty());
+        for key in &held {
+            let found = samples.key(&key.namespace, &key.pod, &key.container).unwrap();
+            assert!(Arc::ptr_eq(&found.pod, &key.pod) && Arc::ptr_eq(&found.container, &key.container));
+        }
+        assert_eq!(samples.key("shop", "web-7d4b9c6f5-x2x4z", "nope"), None);
+        assert_eq!(samples.key("nope", "web-7d4b9c6f5-x2x4z", "app"), None);
+
+        // The next fetch's body, one container more: every known container comes back with the
+        // held strings; only the new one is allocated, and the batch's values are those of the
+        // body (the lookup changes where the strings live, not what is parsed).
+        let extra = "container_cpu_usage_seconds_total{container=\"new\",namespace=\"shop\",pod=\"fresh\"} 3 2000\n\
+                     container_memory_working_set_bytes{container=\"new\",namespace=\"shop\",pod=\"fresh\"} 7 2000\n";
+        let body = format!("{FIXTURE}{extra}");
+        let batch = parse_resource_metrics_with(&body, ts(2), |ns, pod, c| samples.key(ns, pod, c)).unwrap();
+        assert_eq!(batch, parse_resource_metrics(&body, ts(2)).unwrap());
+        for key in &held {
+            let (taken, _) = batch.containers.get_key_value(key).unwrap();
+            assert!(Arc::ptr_eq(&taken.pod, &key.pod) && Arc::ptr_eq(&taken.namespace, &key.namespace));
+        }
+        let fresh = ContainerKey { namespace: "shop".into(), pod: "fresh".into(), container: "new".into() };
+        let (taken, sample) = batch.containers.get_key_value(&fresh).unwrap();
+        assert!(held.iter().all(|k| !Arc::ptr_eq(&k.pod, &taken.pod)));
+        assert_eq!((sample.cpu.value, sample.memory.value), (3.0, 7.0));
     }
 
     /// A kubelet body with one container's stamped samples, as a kubelet writes them (Go's
