@@ -47,9 +47,22 @@ struct Entry<V> {
 
 struct UntilExpiry;
 
+/// An entry lives until its own `expires_at`, whether it was inserted or replaced (moka's
+/// default keeps a replaced entry's earlier expiry: a value refreshed before it expired would
+/// then be dropped at the old time, its new `expires_at` notwithstanding).
 impl<K, V> Expiry<K, Entry<V>> for UntilExpiry {
     fn expire_after_create(&self, _key: &K, entry: &Entry<V>, created_at: Instant) -> Option<Duration> {
         Some(entry.expires_at.saturating_duration_since(created_at))
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &K,
+        entry: &Entry<V>,
+        updated_at: Instant,
+        _until_now: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(entry.expires_at.saturating_duration_since(updated_at))
     }
 }
 
@@ -201,6 +214,24 @@ mod tests {
         cache.insert_until(1, 1, Instant::now() + Duration::from_secs(3600)).await;
         assert!(cache.peek(&1).await.is_some());
         tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(cache.peek(&1).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_replaced_entry_lives_until_its_new_expiry_not_the_old_one() {
+        let cache: TtlCache<u32, u32> =
+            TtlCache::new("t", &CacheSettings::uncounted(Duration::from_millis(400)), 10);
+        cache.insert_until(1, 1, Instant::now() + Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Refreshed before it expires, as the kubelet sampler does: served for the new TTL.
+        cache.insert_until(1, 2, Instant::now() + Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (value, expires_at) = cache.peek(&1).await.expect("past the first expiry, within the second");
+        assert_eq!(value, 2);
+        assert!(expires_at > Instant::now(), "the expiry served is the one the cache keeps");
+        // And shortened, when the new expiry is earlier.
+        cache.insert_until(1, 3, Instant::now() + Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(cache.peek(&1).await.is_none());
     }
 }
