@@ -302,9 +302,10 @@ impl KubeletClient {
         self.inner.demand.ask(node);
         self.sampler.get_or_init(|| {
             let inner = Arc::clone(&self.inner);
-            AbortOnDrop(tokio::spawn(
-                async move { sampler::run(&*inner, &inner.demand, inner.sampling).await },
-            ))
+            AbortOnDrop(tokio::spawn(async move {
+                let limit = inner.config.max_concurrency;
+                sampler::run(Arc::clone(&inner), &inner.demand, inner.sampling, limit).await
+            }))
         });
     }
 }

@@ -7,15 +7,13 @@
 //! at most about one interval plus a kubelet housekeeping period apart. Once no node was asked for within `--idle-after`, the loop parks on a [`Notify`]
 //! until the next request: an idle percolator makes no kubelet requests and wakes no timer.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::lock;
 
@@ -121,19 +119,39 @@ pub(super) trait Sampler: Send + Sync {
 }
 
 /// Samples the nodes of `demand` every `sampling.interval` while they are asked for; parks when
-/// none is. Runs until dropped (the client aborts it).
+/// none is. Runs until dropped (the client aborts it, and with it every refresh it started).
 ///
-/// Rounds start on the interval whatever their nodes do: a node whose refresh is still running
-/// (a kubelet that hangs until `--kubelet-request-timeout`) is skipped by the next rounds until
-/// it ends, so one slow kubelet neither holds back the sampling of the others (whose samples
-/// would expire and be fetched by requests instead) nor gets a second fetch in flight.
-pub(super) async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampling) {
+/// Each refresh is a task of its own, so that reading and parsing the nodes' answers spreads
+/// over the runtime's workers instead of queueing on the sampler's one. At most `limit` run at
+/// once (the client's fetch slots): the nodes due beyond that wait in the sampler's queue, the
+/// one sampled longest ago first, not on the slots, where a request's own fetch would queue behind
+/// them.
+///
+/// Rounds start on the interval whatever their nodes do: a node whose refresh is still queued
+/// or running (a kubelet that hangs until `--kubelet-request-timeout`) is skipped by the next
+/// rounds until it ends, so one slow kubelet neither holds back the sampling of the others
+/// (whose samples would expire and be fetched by requests instead) nor gets a second fetch in
+/// flight. A round that starts with nodes of an earlier round still queued means the sampler
+/// cannot get through its nodes in an interval at `limit` fetches: that is logged, once, with
+/// its recovery.
+pub(super) async fn run<S: Sampler + 'static>(
+    sampler: Arc<S>,
+    demand: &Demand,
+    sampling: Sampling,
+    limit: usize,
+) {
+    let limit = limit.max(1);
     let mut active = false;
-    let mut in_flight = FuturesUnordered::new();
+    let mut behind = false;
+    let mut running = JoinSet::new();
+    let mut nodes_of: HashMap<tokio::task::Id, String> = HashMap::new();
+    let mut queue: VecDeque<String> = VecDeque::new();
     let mut busy: HashSet<String> = HashSet::new();
+    // When each node's last refresh started.
+    let mut started: HashMap<String, Instant> = HashMap::new();
     loop {
         let nodes = demand.recent(sampling.idle_after);
-        if nodes.is_empty() && in_flight.is_empty() {
+        if nodes.is_empty() && running.is_empty() && queue.is_empty() {
             if active {
                 tracing::info!(idle_after = ?sampling.idle_after, "kubelet sampling paused: no request needed kubelet data");
                 active = false;
@@ -145,22 +163,56 @@ pub(super) async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampl
             tracing::info!(nodes = nodes.len(), interval = ?sampling.interval, "kubelet sampling resumed");
             active = true;
         }
-        let round = tokio::time::Instant::now();
+        let round = Instant::now();
+        let (queued, in_flight) = (queue.len(), running.len());
+        if queued > 0 && !behind {
+            tracing::warn!(
+                nodes = nodes.len(),
+                queued,
+                in_flight,
+                interval = ?sampling.interval,
+                max_concurrency = limit,
+                "kubelet sampling falls behind: nodes of the last round were not fetched within an interval; \
+                 samples age past it until it catches up (raise --kubelet-max-concurrency or --cache-ttl)"
+            );
+            behind = true;
+        } else if queued == 0 && behind {
+            tracing::info!(nodes = nodes.len(), in_flight, "kubelet sampling caught up");
+            behind = false;
+        }
+        tracing::debug!(nodes = nodes.len(), queued, in_flight, "kubelet sampling round");
         let half = sampling.interval / 2;
-        for node in nodes {
-            if busy.insert(node.clone()) {
-                in_flight.push(async move {
-                    sampler.refresh(&node, half).await;
-                    node
-                });
-            }
+        // The nodes not queued or running, the one sampled longest ago first: when the
+        // sampler falls behind, no node waits a turn more than another.
+        started.retain(|node, _| nodes.binary_search(node).is_ok());
+        let mut due: Vec<String> = nodes.into_iter().filter(|node| !busy.contains(node)).collect();
+        due.sort_by_key(|node| started.get(node).copied());
+        for node in due {
+            busy.insert(node.clone());
+            queue.push_back(node);
         }
         let next = tokio::time::sleep_until(round + sampling.interval);
         tokio::pin!(next);
         loop {
+            while running.len() < limit
+                && let Some(node) = queue.pop_front()
+            {
+                started.insert(node.clone(), Instant::now());
+                let sampler = Arc::clone(&sampler);
+                let task = node.clone();
+                let id = running.spawn(async move { sampler.refresh(&task, half).await }).id();
+                nodes_of.insert(id, node);
+            }
             tokio::select! {
-                Some(node) = in_flight.next() => {
-                    busy.remove(&node);
+                Some(done) = running.join_next_with_id() => {
+                    // A refresh that panicked ends as one that failed: its node is sampled again.
+                    let id = match done {
+                        Ok((id, ())) => id,
+                        Err(error) => error.id(),
+                    };
+                    if let Some(node) = nodes_of.remove(&id) {
+                        busy.remove(&node);
+                    }
                 }
                 () = &mut next => break,
             }
@@ -170,7 +222,6 @@ pub(super) async fn run(sampler: &impl Sampler, demand: &Demand, sampling: Sampl
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
@@ -226,7 +277,7 @@ mod tests {
         };
         let task = {
             let (sampler, demand) = (sampler.clone(), demand.clone());
-            tokio::spawn(async move { run(&*sampler, &demand, sampling).await })
+            tokio::spawn(async move { run(sampler, &demand, sampling, 64).await })
         };
         // Nothing asked: nothing sampled, however long.
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -280,7 +331,7 @@ mod tests {
         };
         let task = {
             let (sampler, demand) = (sampler.clone(), demand.clone());
-            tokio::spawn(async move { run(&*sampler, &demand, sampling).await })
+            tokio::spawn(async move { run(sampler, &demand, sampling, 64).await })
         };
         demand.ask("node-slow");
         demand.ask("node-fast");
@@ -292,6 +343,58 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(45)).await;
         assert_eq!(count("node-slow"), 2, "sampled again at 105 s");
         assert_eq!(count("node-fast"), 8);
+        task.abort();
+    }
+    /// Each refresh takes 2.9 s; records how many run at once and how often each node was taken.
+    #[derive(Default)]
+    struct Slow {
+        running: AtomicUsize,
+        most: AtomicUsize,
+        taken: Mutex<HashMap<String, usize>>,
+    }
+
+    impl Sampler for Slow {
+        async fn refresh(&self, node: &str, _age: Duration) {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            *lock(&self.taken).entry(node.to_owned()).or_default() += 1;
+            tokio::time::sleep(Duration::from_millis(2900)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refreshes_run_at_most_the_limit_at_once_and_every_node_takes_its_turn_when_behind() {
+        let sampler = Arc::new(Slow::default());
+        let demand = Arc::new(Demand::default());
+        let sampling = Sampling {
+            max_window: Duration::from_secs(60),
+            interval: Duration::from_secs(15),
+            idle_after: Duration::from_secs(300),
+            retry_after: Duration::from_secs(30),
+        };
+        let task = {
+            let (sampler, demand) = (sampler.clone(), demand.clone());
+            tokio::spawn(async move { run(sampler, &demand, sampling, 2).await })
+        };
+        for i in 0..20 {
+            demand.ask(&format!("node-{i:02}"));
+        }
+        // Two at a time, 2.9 s each: the 20 nodes take 29 s, about two intervals, so every
+        // round finds nodes of the last one still queued and adds none of them twice.
+        tokio::time::sleep(Duration::from_millis(28_500)).await;
+        let taken = lock(&sampler.taken).clone();
+        assert_eq!(taken.len(), 20, "every node taken once before any twice: {taken:?}");
+        assert!(taken.values().all(|n| *n == 1), "{taken:?}");
+        // Falling behind for minutes, every node is still taken in turn.
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let taken = lock(&sampler.taken).clone();
+            let (least, most) = (taken.values().min().unwrap(), taken.values().max().unwrap());
+            assert!(most - least <= 1, "no node waits a turn more than the others: {taken:?}");
+        }
+        assert!(lock(&sampler.taken).values().all(|n| *n >= 5), "{:?}", lock(&sampler.taken));
+        assert_eq!(sampler.most.load(Ordering::SeqCst), 2, "never more than the limit at once");
         task.abort();
     }
 }
