@@ -468,6 +468,16 @@ pub struct Sample {
     pub max_seconds: f64,
     /// Answers by code in the period (0: failed without an answer).
     pub codes: BTreeMap<u16, usize>,
+    /// Kubelet fetches percolator ended in the period, whatever their outcome.
+    pub kubelet_fetches: u64,
+    /// Of those, the ones that timed out (the kubelet, or waiting for a fetch slot).
+    pub kubelet_timeouts: u64,
+    /// Their mean duration, slot wait included (seconds; 0 without fetches).
+    pub kubelet_fetch_seconds: f64,
+    /// CPU percolator used in the period, in cores.
+    pub cpu_percolator: f64,
+    /// CPU the simulator (every kubelet, kube-apiserver, the apps) used, in cores.
+    pub cpu_sim: f64,
 }
 
 /// What a soak run measured and whether the goals were met.
@@ -502,6 +512,7 @@ pub struct Report {
 
 struct Sim {
     _child: Child,
+    pid: u32,
     state: PathBuf,
     metrics: String,
 }
@@ -590,7 +601,8 @@ async fn start_sim(options: &Options, run: &Path) -> Result<Sim> {
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let field = |name: &str| ready[name].as_str().unwrap_or_default().to_owned();
-    Ok(Sim { _child: child, state: run.join("sim"), metrics: field("metrics") })
+    let pid = child.id().unwrap_or(0);
+    Ok(Sim { _child: child, pid, state: run.join("sim"), metrics: field("metrics") })
 }
 
 async fn start_prometheus(options: &Options, run: &Path, sim: &Sim) -> Result<Prometheus> {
@@ -786,10 +798,19 @@ fn top_targets() -> Vec<Target> {
 
 /// Reads `name`'s value (the sum over its series) from a Prometheus text exposition.
 fn metric_value(text: &str, name: &str) -> Option<f64> {
+    metric_value_with(text, name, &[])
+}
+
+/// The sum of `name`'s series whose labels include every one of `labels` (`key="value"`).
+fn metric_value_with(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some(rest) = line.strip_prefix(name) else { continue };
         if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            continue;
+        }
+        let series = rest.split_once('}').map_or("", |(labels, _)| labels);
+        if !labels.iter().all(|label| series.contains(label)) {
             continue;
         }
         if let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
@@ -808,6 +829,22 @@ fn proc_status(pid: u32, field: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// CPU seconds (user and system) a process has used; 0 once it is gone.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    cpu_ticks(&stat) as f64 / CLOCK_TICKS_PER_SECOND
+}
+
+/// utime + stime of a `/proc/PID/stat` line: its 14th and 15th fields, the 12th and 13th
+/// after the command, which is in parentheses and may hold spaces and parentheses.
+fn cpu_ticks(stat: &str) -> u64 {
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<u64>().ok()).sum()
+}
+
+/// `sysconf(_SC_CLK_TCK)`, 100 on every Linux architecture percolator is built for.
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
 fn open_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
@@ -1008,19 +1045,26 @@ fn items(list: &Value) -> &[Value] {
     list["items"].as_array().map_or(&[], Vec::as_slice)
 }
 
-/// Samples the process and the answers every `every` until the run ends.
-async fn sampler(ctx: Arc<Context>, pid: u32) -> Vec<Sample> {
+/// Samples the process and the answers every `every` until the run ends; `sim` is the
+/// simulator's process, whose CPU is sampled too.
+async fn sampler(ctx: Arc<Context>, pid: u32, sim: u32) -> Vec<Sample> {
     let every = ctx.options.schedule.sample_every;
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut samples = Vec::new();
     let mut seen = 0;
+    let mut last = Counters::default();
+    let mut last_at = ctx.since_start();
     loop {
         ticks.tick().await;
         if Instant::now() >= ctx.run.until {
             return samples;
         }
         let text = ctx.get_text("/metrics").await.unwrap_or_default();
+        let at = ctx.since_start();
+        let now = Counters::read(&text, pid, sim);
+        let period = (at - last_at).max(f64::EPSILON);
+        let fetches = now.kubelet_fetches.saturating_sub(last.kubelet_fetches);
         let records = ctx.run.records.snapshot();
         let fresh = &records[seen.min(records.len())..];
         seen = records.len();
@@ -1032,7 +1076,7 @@ async fn sampler(ctx: Arc<Context>, pid: u32) -> Vec<Sample> {
         }
         let gauge = |name| metric_value(&text, name).unwrap_or(0.0) as u64;
         samples.push(Sample {
-            at: ctx.since_start(),
+            at,
             rss_bytes: proc_status(pid, "VmRSS:") * 1024,
             fds: open_fds(pid),
             threads: proc_status(pid, "Threads:"),
@@ -1046,7 +1090,43 @@ async fn sampler(ctx: Arc<Context>, pid: u32) -> Vec<Sample> {
             p99_seconds: stats::quantile(&latencies, 0.99),
             max_seconds: latencies.last().copied().unwrap_or(0.0),
             codes,
+            kubelet_fetches: fetches,
+            kubelet_timeouts: now.kubelet_timeouts.saturating_sub(last.kubelet_timeouts),
+            kubelet_fetch_seconds: if fetches == 0 {
+                0.0
+            } else {
+                (now.kubelet_fetch_seconds - last.kubelet_fetch_seconds).max(0.0) / fetches as f64
+            },
+            cpu_percolator: (now.cpu_percolator - last.cpu_percolator).max(0.0) / period,
+            cpu_sim: (now.cpu_sim - last.cpu_sim).max(0.0) / period,
         });
+        (last, last_at) = (now, at);
+    }
+}
+
+/// Running totals a sample's period values are the differences of.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    kubelet_fetches: u64,
+    kubelet_timeouts: u64,
+    kubelet_fetch_seconds: f64,
+    /// CPU seconds, user and system.
+    cpu_percolator: f64,
+    cpu_sim: f64,
+}
+
+impl Counters {
+    fn read(metrics: &str, percolator: u32, sim: u32) -> Self {
+        let kubelet = |name, labels: &[&str]| {
+            metric_value_with(metrics, name, &[&["source=\"kubelet\""], labels].concat()).unwrap_or(0.0)
+        };
+        Self {
+            kubelet_fetches: kubelet("percolator_upstream_requests_total", &[]) as u64,
+            kubelet_timeouts: kubelet("percolator_upstream_requests_total", &["outcome=\"timeout\""]) as u64,
+            kubelet_fetch_seconds: kubelet("percolator_upstream_request_duration_seconds_sum", &[]),
+            cpu_percolator: cpu_seconds(percolator),
+            cpu_sim: cpu_seconds(sim),
+        }
     }
 }
 
@@ -1147,7 +1227,7 @@ pub async fn run(options: Options) -> Result<Report> {
         load::periodic(client, top_run, top, period).await;
         Ok(())
     });
-    let sampling = tokio::spawn(sampler(ctx.clone(), percolator.pid));
+    let sampling = tokio::spawn(sampler(ctx.clone(), percolator.pid, ctx.sim.pid));
 
     let mut faults = tokio::task::JoinSet::new();
     for (at, event) in options.schedule.events(options.duration) {
@@ -1189,13 +1269,13 @@ pub async fn run(options: Options) -> Result<Report> {
 
 fn samples_csv(samples: &[Sample]) -> String {
     let mut csv = String::from(
-        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes,exported_rss_bytes,exported_fds\n",
+        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes,exported_rss_bytes,exported_fds,kubelet_fetches,kubelet_timeouts,kubelet_fetch_ms,cpu_percolator,cpu_sim\n",
     );
     for s in samples {
         let codes: Vec<String> = s.codes.iter().map(|(code, n)| format!("{code}:{n}")).collect();
         let _ = writeln!(
             csv,
-            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{},{},{}",
+            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{},{},{},{},{},{:.1},{:.3},{:.3}",
             s.at,
             s.rss_bytes,
             s.fds,
@@ -1209,7 +1289,12 @@ fn samples_csv(samples: &[Sample]) -> String {
             s.max_seconds * 1000.0,
             codes.join(" "),
             s.exported_rss_bytes,
-            s.exported_fds
+            s.exported_fds,
+            s.kubelet_fetches,
+            s.kubelet_timeouts,
+            s.kubelet_fetch_seconds * 1000.0,
+            s.cpu_percolator,
+            s.cpu_sim
         );
     }
     csv
@@ -1477,9 +1562,23 @@ fn markdown(report: &Report) -> String {
     let range = |v: &[u64]| format!("{}–{}", v.iter().min().unwrap_or(&0), v.iter().max().unwrap_or(&0));
     let _ = writeln!(
         md,
-        "\nThreads after the warm-up: {}; kubelet connections parked: {}.\n",
+        "\nThreads after the warm-up: {}; kubelet connections parked: {}.",
         range(&threads),
         range(&parked)
+    );
+    let median_worst = |value: fn(&Sample) -> f64, scale: f64| {
+        let mut v: Vec<f64> = after.iter().map(|s| value(s) * scale).collect();
+        v.sort_by(f64::total_cmp);
+        (stats::quantile(&v, 0.5), v.last().copied().unwrap_or(0.0))
+    };
+    let (fetches, _) = median_worst(|s| s.kubelet_fetches as f64, 1.0);
+    let (fetch_ms, worst_fetch_ms) = median_worst(|s| s.kubelet_fetch_seconds, 1000.0);
+    let (cpu, worst_cpu) = median_worst(|s| s.cpu_percolator, 1.0);
+    let (cpu_sim, worst_cpu_sim) = median_worst(|s| s.cpu_sim, 1.0);
+    let _ = writeln!(
+        md,
+        "Kubelet fetches per sample period after the warm-up: median {fetches:.0}, {} timed out in all; their mean duration (a fetch slot's wait included) per period: median {fetch_ms:.1} ms, worst {worst_fetch_ms:.1} ms. CPU per period, in cores, median / worst: percolator {cpu:.2} / {worst_cpu:.2}, simulator {cpu_sim:.2} / {worst_cpu_sim:.2}.\n",
+        after.iter().map(|s| s.kubelet_timeouts).sum::<u64>(),
     );
 
     let mut p99: Vec<f64> = report.samples.iter().map(|s| s.p99_seconds).collect();
@@ -1694,6 +1793,20 @@ mod tests {
         assert_eq!(metric_value(text, "percolator_cache_entries"), Some(7.0));
         assert_eq!(metric_value(text, "percolator_tokio_tasks_alive"), Some(120.0));
         assert_eq!(metric_value(text, "percolator_missing"), None);
+        let text = "percolator_upstream_requests_total{source=\"kubelet\",outcome=\"success\"} 30\n\
+                    percolator_upstream_requests_total{source=\"kubelet\",outcome=\"timeout\"} 2\n\
+                    percolator_upstream_requests_total{source=\"prometheus\",outcome=\"timeout\"} 5\n";
+        let kubelet = ["source=\"kubelet\""];
+        assert_eq!(metric_value_with(text, "percolator_upstream_requests_total", &kubelet), Some(32.0));
+        let timeouts = ["source=\"kubelet\"", "outcome=\"timeout\""];
+        assert_eq!(metric_value_with(text, "percolator_upstream_requests_total", &timeouts), Some(2.0));
+    }
+
+    #[test]
+    fn cpu_ticks_are_read_past_a_command_with_spaces() {
+        let stat = "4242 (tokio (w) 1) S 1 4242 4242 0 -1 4194560 7 0 0 0 1500 250 0 0 20 0 3 0 99 1 2\n";
+        assert_eq!(cpu_ticks(stat), 1750);
+        assert_eq!(cpu_ticks(""), 0, "a process that is gone used none");
     }
 
     #[test]
