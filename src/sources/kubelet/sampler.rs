@@ -172,8 +172,9 @@ pub(super) async fn run<S: Sampler + 'static>(
                 in_flight,
                 interval = ?sampling.interval,
                 max_concurrency = limit,
-                "kubelet sampling falls behind: nodes of the last round were not fetched within an interval; \
-                 samples age past it until it catches up (raise --kubelet-max-concurrency or --cache-ttl)"
+                "kubelet sampling falls behind: nodes due in the last round were not fetched within an interval, \
+                 and their samples age past it until it catches up (kubelets answering slowly, or more nodes than \
+                 max_concurrency fetches get through in an interval; a longer --cache-ttl lengthens the interval)"
             );
             behind = true;
         } else if queued == 0 && behind {
