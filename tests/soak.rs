@@ -47,6 +47,15 @@ async fn four_minutes_of_churn_load_and_faults_leave_nothing_growing() {
         assert!((exported - rss).abs() <= (rss * 0.1).max(4.0 * 1024.0 * 1024.0), "{s:?}");
         assert!(s.exported_fds.abs_diff(s.fds) <= 8, "{s:?}");
     }
+    // Each node is fetched once per sampling interval by the background sampler and by
+    // nothing else: a sample replaced before it expires is served until the next one (a
+    // cache that kept the first expiry had requests fetch every node in the gap, 1.3 or more).
+    let per_interval = report.kubelet_fetches_per_interval().unwrap();
+    assert!(
+        (0.85..=1.15).contains(&per_interval),
+        "{per_interval:.2} fetches per node per interval\n{}",
+        report.markdown
+    );
     assert!(report.failures.is_empty(), "goals missed:\n{}", report.markdown);
     let svg = std::fs::read_to_string(dir.join("soak.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("tokio tasks alive"), "{}", &svg[..svg.len().min(300)]);

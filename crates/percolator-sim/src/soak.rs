@@ -510,6 +510,28 @@ pub struct Report {
     pub markdown: String,
 }
 
+impl Report {
+    /// Kubelet fetches after the warm-up per node and per background sampling interval
+    /// (`--cache-ttl`, at most a third of percolator's default 60 s `--max-rate-window`): 1
+    /// when each node is sampled once an interval and no request fetched a node itself; more
+    /// when requests fetch nodes whose sample expired; less when the sampler falls behind or a
+    /// kubelet hangs. `None` without two samples after the warm-up.
+    pub fn kubelet_fetches_per_interval(&self) -> Option<f64> {
+        let warm_up = self.options.schedule.warm_up.as_secs_f64();
+        let after: Vec<&Sample> = self.samples.iter().filter(|s| s.at >= warm_up).collect();
+        let (first, last) = (after.first()?, after.last()?);
+        let elapsed = last.at - first.at;
+        if elapsed <= 0.0 {
+            return None;
+        }
+        // The first sample's period began before it: counted from its end.
+        let fetches: u64 = after[1..].iter().map(|s| s.kubelet_fetches).sum();
+        let interval = self.options.cache_ttl.min(Duration::from_secs(20)).as_secs_f64();
+        let nodes = f64::from(self.options.pods.div_ceil(PODS_PER_NODE).max(1));
+        Some(fetches as f64 / (nodes * elapsed / interval))
+    }
+}
+
 struct Sim {
     _child: Child,
     pid: u32,
@@ -1577,7 +1599,8 @@ fn markdown(report: &Report) -> String {
     let (cpu_sim, worst_cpu_sim) = median_worst(|s| s.cpu_sim, 1.0);
     let _ = writeln!(
         md,
-        "Kubelet fetches per sample period after the warm-up: median {fetches:.0}, {} timed out in all; their mean duration (a fetch slot's wait included) per period: median {fetch_ms:.1} ms, worst {worst_fetch_ms:.1} ms. CPU per period, in cores, median / worst: percolator {cpu:.2} / {worst_cpu:.2}, simulator {cpu_sim:.2} / {worst_cpu_sim:.2}.\n",
+        "Kubelet fetches per sample period after the warm-up: median {fetches:.0} ({} per node per sampling interval; 1: each node sampled once and fetched by no request), {} timed out in all; their mean duration (a fetch slot's wait included) per period: median {fetch_ms:.1} ms, worst {worst_fetch_ms:.1} ms. CPU per period, in cores, median / worst: percolator {cpu:.2} / {worst_cpu:.2}, simulator {cpu_sim:.2} / {worst_cpu_sim:.2}.\n",
+        report.kubelet_fetches_per_interval().map_or_else(|| "none".to_owned(), |r| format!("{r:.2}")),
         after.iter().map(|s| s.kubelet_timeouts).sum::<u64>(),
     );
 
