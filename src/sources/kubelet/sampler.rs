@@ -252,6 +252,23 @@ mod tests {
         );
     }
 
+    /// Runs the sampler over `demand` with rounds every 15 s, until the handle is aborted.
+    fn start<S: Sampler + 'static>(
+        sampler: &Arc<S>,
+        demand: &Arc<Demand>,
+        idle_after: Duration,
+        limit: usize,
+    ) -> tokio::task::JoinHandle<()> {
+        let sampling = Sampling {
+            max_window: Duration::from_secs(60),
+            interval: Duration::from_secs(15),
+            idle_after,
+            retry_after: Duration::from_secs(30),
+        };
+        let (sampler, demand) = (Arc::clone(sampler), Arc::clone(demand));
+        tokio::spawn(async move { run(sampler, &demand, sampling, limit).await })
+    }
+
     #[derive(Default)]
     struct Counting {
         samples: Mutex<Vec<String>>,
@@ -270,16 +287,7 @@ mod tests {
     async fn nodes_are_sampled_while_asked_for_and_not_after() {
         let sampler = Arc::new(Counting::default());
         let demand = Arc::new(Demand::default());
-        let sampling = Sampling {
-            max_window: Duration::from_secs(60),
-            interval: Duration::from_secs(15),
-            idle_after: Duration::from_secs(60),
-            retry_after: Duration::from_secs(30),
-        };
-        let task = {
-            let (sampler, demand) = (sampler.clone(), demand.clone());
-            tokio::spawn(async move { run(sampler, &demand, sampling, 64).await })
-        };
+        let task = start(&sampler, &demand, Duration::from_secs(60), 64);
         // Nothing asked: nothing sampled, however long.
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert!(lock(&sampler.samples).is_empty());
@@ -324,16 +332,7 @@ mod tests {
     async fn a_hanging_node_holds_back_neither_the_others_nor_gets_a_second_fetch() {
         let sampler = Arc::new(OneHangs::default());
         let demand = Arc::new(Demand::default());
-        let sampling = Sampling {
-            max_window: Duration::from_secs(60),
-            interval: Duration::from_secs(15),
-            idle_after: Duration::from_secs(300),
-            retry_after: Duration::from_secs(30),
-        };
-        let task = {
-            let (sampler, demand) = (sampler.clone(), demand.clone());
-            tokio::spawn(async move { run(sampler, &demand, sampling, 64).await })
-        };
+        let task = start(&sampler, &demand, Duration::from_secs(300), 64);
         demand.ask("node-slow");
         demand.ask("node-fast");
         tokio::time::sleep(Duration::from_secs(61)).await;
@@ -346,6 +345,7 @@ mod tests {
         assert_eq!(count("node-fast"), 8);
         task.abort();
     }
+
     /// Each refresh takes 2.9 s; records how many run at once and how often each node was taken.
     #[derive(Default)]
     struct Slow {
@@ -368,16 +368,7 @@ mod tests {
     async fn refreshes_run_at_most_the_limit_at_once_and_every_node_takes_its_turn_when_behind() {
         let sampler = Arc::new(Slow::default());
         let demand = Arc::new(Demand::default());
-        let sampling = Sampling {
-            max_window: Duration::from_secs(60),
-            interval: Duration::from_secs(15),
-            idle_after: Duration::from_secs(300),
-            retry_after: Duration::from_secs(30),
-        };
-        let task = {
-            let (sampler, demand) = (sampler.clone(), demand.clone());
-            tokio::spawn(async move { run(sampler, &demand, sampling, 2).await })
-        };
+        let task = start(&sampler, &demand, Duration::from_secs(300), 2);
         for i in 0..20 {
             demand.ask(&format!("node-{i:02}"));
         }
