@@ -149,9 +149,10 @@ async fn counter_target(origin: i64) -> String {
 }
 
 /// The value of the single series an instant query returns. Freshly imported or restarted
-/// data can take a moment to become searchable: an empty answer is asked again for up to 10 s.
+/// data can take a moment to become searchable: an empty answer is asked again for up to 30 s
+/// (10 s was once too short for VictoriaMetrics beside the soak test on two busy cores).
 async fn instant(url: &str, promql: &str) -> f64 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let body: serde_json::Value = reqwest::Client::new()
             .post(format!("{url}/api/v1/query"))
