@@ -234,6 +234,11 @@ impl Options {
 }
 
 impl Options {
+    /// The simulated nodes: `pods` at `PODS_PER_NODE` each, at least one.
+    pub fn nodes(&self) -> u32 {
+        self.pods.div_ceil(PODS_PER_NODE).max(1)
+    }
+
     /// Seconds within which `kind` must have recovered: one cache TTL, plus 1 s because the
     /// probes poll every half second; for a hanging kubelet also `--kubelet-request-timeout`,
     /// since a fetch sent while the kubelet hung runs out its timeout after the kubelet is
@@ -527,7 +532,7 @@ impl Report {
         // The first sample's period began before it: counted from its end.
         let fetches: u64 = after[1..].iter().map(|s| s.kubelet_fetches).sum();
         let interval = self.options.cache_ttl.min(Duration::from_secs(20)).as_secs_f64();
-        let nodes = f64::from(self.options.pods.div_ceil(PODS_PER_NODE).max(1));
+        let nodes = f64::from(self.options.nodes());
         Some(fetches as f64 / (nodes * elapsed / interval))
     }
 }
@@ -597,7 +602,7 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
 }
 
 async fn start_sim(options: &Options, run: &Path) -> Result<Sim> {
-    let nodes = options.pods.div_ceil(PODS_PER_NODE).max(1);
+    let nodes = options.nodes();
     let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("ns-{i}")).collect();
     let churn = format!("{}ms", options.churn.as_millis());
     let mut child = crate::command(run)?
@@ -1513,7 +1518,7 @@ fn markdown(report: &Report) -> String {
         md,
         "Soak: {} pods ({} nodes, churn one pod every {:?}), {} minutes, `--cache-ttl {:?}`, `--request-timeout {:?}`, `--tls-reload-interval {:?}`; warm-up {} s; a sample every {:?}; {} requests.\n",
         o.pods,
-        o.pods.div_ceil(PODS_PER_NODE),
+        o.nodes(),
         o.churn,
         o.duration.as_secs() / 60,
         o.cache_ttl,
