@@ -260,7 +260,7 @@ const SAMPLE_TIME: &str = "2026-07-01T10:00:00.250Z";
 
 pub(crate) fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
     PromSample {
-        labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<HashMap<_, _>>(),
+        labels: labels.iter().copied().collect(),
         value,
         timestamp: SAMPLE_TIME.parse::<Timestamp>().unwrap(),
     }

@@ -17,7 +17,8 @@ use serde_json::json;
 use super::inputs::{GroupUsage, round_to};
 use super::{
     API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
-    ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339, schema_name,
+    ObjectMeta, QuerySpec, SamplesBy, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339,
+    schema_name,
 };
 use crate::sources::{PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
@@ -110,13 +111,13 @@ pub(crate) struct CafeBrewStatsKind {
 
 /// Query results of one computation, indexed by (namespace, cafe).
 struct Series {
-    brews: HashMap<PodKey, PromSample>,
-    failures: HashMap<PodKey, PromSample>,
-    p50: HashMap<PodKey, PromSample>,
-    p95: HashMap<PodKey, PromSample>,
-    p99: HashMap<PodKey, PromSample>,
-    temperature: HashMap<PodKey, PromSample>,
-    last_brewed: HashMap<PodKey, PromSample>,
+    brews: SamplesBy<'static>,
+    failures: SamplesBy<'static>,
+    p50: SamplesBy<'static>,
+    p95: SamplesBy<'static>,
+    p99: SamplesBy<'static>,
+    temperature: SamplesBy<'static>,
+    last_brewed: SamplesBy<'static>,
 }
 
 impl CafeBrewStatsKind {
@@ -155,8 +156,8 @@ impl CafeBrewStatsKind {
 
         // Every cafe Prometheus or the inventory knows, with its serving pods.
         let mut cafes: BTreeMap<PodKey, Vec<&PodInfo>> = BTreeMap::new();
-        for key in series.brews.keys() {
-            cafes.entry(key.clone()).or_default();
+        for (namespace, cafe) in series.brews.keys() {
+            cafes.entry(PodKey { namespace: namespace.into(), name: cafe.into() }).or_default();
         }
         for pod in &serving {
             if let Some(cafe) = pod.labels.get(CAFE_LABEL) {
@@ -187,8 +188,7 @@ impl CafeBrewStatsKind {
         usage: &HashMap<PodKey, crate::sources::Containers>,
         (window, window_duration): (&str, std::time::Duration),
     ) {
-        let value =
-            |map: &HashMap<PodKey, PromSample>| map.get(key).map(|s| s.value).filter(|v| v.is_finite());
+        let value = |samples: &SamplesBy<'_>| samples.get(key).map(|s| s.value).filter(|v| v.is_finite());
         let window_seconds = window_duration.as_secs_f64();
         let brews = value(&series.brews).map(|v| v.max(0.0));
         let failures = value(&series.failures).map(|v| v.max(0.0));
@@ -204,7 +204,7 @@ impl CafeBrewStatsKind {
         let last_brewed = value(&series.last_brewed)
             .filter(|t| *t > 0.0)
             .and_then(|t| Timestamp::from_second(t.floor() as i64).ok());
-        let kind_type = series.brews.get(key).and_then(|s| s.labels.get("type")).cloned();
+        let kind_type = series.brews.get(key).and_then(|s| s.labels.get("type")).map(str::to_owned);
 
         // Serving pods' usage: the sum over pods, only when every pod has it.
         let GroupUsage { cpu, memory, .. } = GroupUsage::of(pods, usage);
@@ -365,7 +365,7 @@ fn per_cafe(mut samples: Vec<PromSample>) -> Vec<PromSample> {
             continue;
         };
         let value = sample.value;
-        match cafes.entry((namespace.clone(), cafe.clone())) {
+        match cafes.entry((namespace.to_owned(), cafe.to_owned())) {
             Entry::Vacant(slot) => {
                 slot.insert((sample, value));
             }
@@ -381,7 +381,7 @@ fn per_cafe(mut samples: Vec<PromSample>) -> Vec<PromSample> {
                 if value > *most {
                     *most = value;
                     if let Some(kind) = sample.labels.get("type") {
-                        total.labels.insert("type".to_owned(), kind.clone());
+                        total.labels = total.labels.with("type", kind);
                     }
                 }
             }
@@ -511,7 +511,7 @@ mod tests {
         let summary: Vec<(String, String, String, String, String)> = folded
             .iter()
             .map(|s| {
-                let label = |name: &str| s.labels.get(name).cloned().unwrap_or_default();
+                let label = |name: &str| s.labels.get(name).unwrap_or_default().to_owned();
                 (
                     label("namespace"),
                     label("cafe"),

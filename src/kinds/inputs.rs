@@ -174,32 +174,171 @@ pub(crate) fn index_by_pod(
     result: Result<Vec<PromSample>, QueryError>,
     field: &str,
     warnings: &mut Vec<String>,
-) -> HashMap<PodKey, PromSample> {
+) -> SamplesBy<'static> {
     index_by(result, field, "pod", warnings)
 }
 
 /// Indexes a query result by its `namespace` label and `label`, or records why `field` is
-/// missing. Samples without those labels are ignored.
-pub(crate) fn index_by(
+/// missing. Samples without those labels are ignored; of two with the same labels, the last
+/// is kept.
+pub(crate) fn index_by<'l>(
     result: Result<Vec<PromSample>, QueryError>,
     field: &str,
-    label: &str,
+    label: &'l str,
     warnings: &mut Vec<String>,
-) -> HashMap<PodKey, PromSample> {
+) -> SamplesBy<'l> {
     match result {
-        Ok(samples) => samples
-            .into_iter()
-            .filter_map(|s| {
-                let key = PodKey {
-                    namespace: s.labels.get("namespace")?.as_str().into(),
-                    name: s.labels.get(label)?.as_str().into(),
-                };
-                Some((key, s))
-            })
-            .collect(),
+        Ok(samples) => SamplesBy::new(samples, label, true, Duplicates::KeepLast).0,
         Err(error) => {
             warnings.push(format!("{field} omitted: {error}"));
-            HashMap::new()
+            SamplesBy::new(Vec::new(), label, true, Duplicates::KeepLast).0
         }
+    }
+}
+
+/// Which of several samples naming the same object [`SamplesBy`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Duplicates {
+    KeepFirst,
+    KeepLast,
+}
+
+/// A query's samples by the object their labels name: the `namespace` label (unless the
+/// objects are cluster-scoped) and `label`. Sorted by those and found by binary search, so a
+/// result for 10,000 pods is indexed without a key of its own per sample (a `HashMap` by
+/// [`PodKey`] cost two strings per sample, each refresh).
+#[derive(Debug)]
+pub(crate) struct SamplesBy<'l> {
+    label: &'l str,
+    namespaced: bool,
+    samples: Vec<PromSample>,
+}
+
+impl<'l> SamplesBy<'l> {
+    /// Indexes `samples` (those without the labels are dropped), keeping one per object as
+    /// `duplicates` says; also returns how many objects had more than one.
+    pub(crate) fn new(
+        mut samples: Vec<PromSample>,
+        label: &'l str,
+        namespaced: bool,
+        duplicates: Duplicates,
+    ) -> (Self, usize) {
+        let by = Self { label, namespaced, samples: Vec::new() };
+        samples.retain(|s| by.key(s).is_some());
+        // Stable: samples naming the same object stay in the answer's order.
+        samples.sort_by(|a, b| by.key(a).cmp(&by.key(b)));
+        let mut duplicated = 0;
+        let mut previous_was_duplicate = false;
+        samples.dedup_by(|later, earlier| {
+            if by.key(later) != by.key(earlier) {
+                previous_was_duplicate = false;
+                return false;
+            }
+            if !previous_was_duplicate {
+                duplicated += 1;
+                previous_was_duplicate = true;
+            }
+            if duplicates == Duplicates::KeepLast {
+                std::mem::swap(later, earlier);
+            }
+            true
+        });
+        (Self { samples, ..by }, duplicated)
+    }
+
+    /// The (namespace, name) a sample names: the namespace is empty for cluster-scoped objects.
+    fn key<'s>(&self, sample: &'s PromSample) -> Option<(&'s str, &'s str)> {
+        let namespace = if self.namespaced { sample.labels.get("namespace")? } else { "" };
+        Some((namespace, sample.labels.get(self.label)?))
+    }
+
+    /// The sample of the object `key` names.
+    pub(crate) fn get(&self, key: &PodKey) -> Option<&PromSample> {
+        let wanted = (&*key.namespace, &*key.name);
+        let at = self.samples.binary_search_by(|s| self.key(s).cmp(&Some(wanted))).ok()?;
+        self.samples.get(at)
+    }
+
+    /// The objects named, in order: (namespace, name).
+    pub(crate) fn keys(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.samples.iter().filter_map(|s| self.key(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::testkit::mk_sample;
+
+    const AT: &str = "2026-01-01T00:00:00Z";
+
+    fn key(namespace: &str, name: &str) -> PodKey {
+        PodKey { namespace: namespace.into(), name: name.into() }
+    }
+
+    fn value(by: &SamplesBy<'_>, namespace: &str, name: &str) -> Option<f64> {
+        by.get(&key(namespace, name)).map(|s| s.value)
+    }
+
+    #[test]
+    fn samples_are_found_by_namespace_and_label_whatever_their_order() {
+        let samples = vec![
+            mk_sample(&[("namespace", "shop"), ("pod", "web-2")], 2.0, AT),
+            mk_sample(&[("namespace", "bank"), ("pod", "web-1")], 3.0, AT),
+            mk_sample(&[("namespace", "shop"), ("pod", "web-1")], 1.0, AT),
+            mk_sample(&[("pod", "no-namespace")], 4.0, AT),
+            mk_sample(&[("namespace", "shop")], 5.0, AT),
+        ];
+        let (by, duplicated) = SamplesBy::new(samples, "pod", true, Duplicates::KeepLast);
+        assert_eq!(duplicated, 0);
+        assert_eq!(value(&by, "shop", "web-1"), Some(1.0));
+        assert_eq!(value(&by, "shop", "web-2"), Some(2.0));
+        assert_eq!(value(&by, "bank", "web-1"), Some(3.0));
+        assert_eq!(value(&by, "bank", "web-2"), None);
+        assert_eq!(value(&by, "", "no-namespace"), None, "a sample without the labels is dropped");
+        assert_eq!(by.keys().collect::<Vec<_>>(), [("bank", "web-1"), ("shop", "web-1"), ("shop", "web-2")]);
+    }
+
+    #[test]
+    fn of_samples_naming_the_same_object_one_is_kept_and_counted() {
+        let samples = || {
+            vec![
+                mk_sample(&[("namespace", "shop"), ("pod", "a")], 1.0, AT),
+                mk_sample(&[("namespace", "shop"), ("pod", "b")], 10.0, AT),
+                mk_sample(&[("namespace", "shop"), ("pod", "a")], 2.0, AT),
+                mk_sample(&[("namespace", "shop"), ("pod", "a")], 3.0, AT),
+                mk_sample(&[("namespace", "shop"), ("pod", "c")], 20.0, AT),
+                mk_sample(&[("namespace", "shop"), ("pod", "c")], 30.0, AT),
+            ]
+        };
+        let (last, duplicated) = SamplesBy::new(samples(), "pod", true, Duplicates::KeepLast);
+        assert_eq!(duplicated, 2, "a and c");
+        assert_eq!((value(&last, "shop", "a"), value(&last, "shop", "c")), (Some(3.0), Some(30.0)));
+        let (first, duplicated) = SamplesBy::new(samples(), "pod", true, Duplicates::KeepFirst);
+        assert_eq!(duplicated, 2);
+        assert_eq!((value(&first, "shop", "a"), value(&first, "shop", "c")), (Some(1.0), Some(20.0)));
+        assert_eq!(value(&first, "shop", "b"), Some(10.0));
+        assert_eq!(first.keys().count(), 3);
+    }
+
+    #[test]
+    fn cluster_scoped_objects_are_named_by_the_label_alone() {
+        let samples = vec![
+            mk_sample(&[("node", "n1")], 1.0, AT),
+            mk_sample(&[("node", "n2"), ("namespace", "shop")], 2.0, AT),
+        ];
+        let (by, _) = SamplesBy::new(samples, "node", false, Duplicates::KeepFirst);
+        assert_eq!(value(&by, "", "n1"), Some(1.0));
+        assert_eq!(value(&by, "", "n2"), Some(2.0), "a namespace label does not matter");
+        assert_eq!(value(&by, "shop", "n2"), None);
+    }
+
+    #[test]
+    fn a_failed_query_indexes_nothing_and_says_why() {
+        let mut warnings = Vec::new();
+        let failed = Err(QueryError::Prometheus(PromError::Unreachable("connection refused".into())));
+        let by = index_by_pod(failed, "requests", &mut warnings);
+        assert_eq!(by.keys().count(), 0);
+        assert_eq!(warnings, ["requests omitted: prometheus unreachable: connection refused"]);
     }
 }

@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use jiff::Timestamp;
 use serde::Serialize;
 
-pub(crate) use inputs::{Computation, QueryError, Sources, index_by, index_by_pod};
+pub(crate) use inputs::{Computation, Duplicates, QueryError, SamplesBy, Sources, index_by, index_by_pod};
 pub use listing::Listing;
 pub(crate) use listing::{CellRef, Item, ListBody, ListingBuilder};
 

@@ -365,9 +365,7 @@ impl CustomMetrics {
         // One value per object, by its label.
         let (values, _) = self
             .backend
-            .fetch(key, promql, metric, |samples| {
-                pod_values(&samples, |sample| sample.labels.get(&label).map(String::as_str))
-            })
+            .fetch(key, promql, metric, |samples| pod_values(&samples, |sample| sample.labels.get(&label)))
             .await?;
         let items = match target {
             Target::Pods(None) => {
@@ -439,7 +437,7 @@ impl CustomMetrics {
             .fetch(key, promql, metric, |samples| {
                 pod_values(&samples, |sample| {
                     let (ns, pod) = (sample.labels.get("namespace")?, sample.labels.get("pod")?);
-                    (ns == namespace).then_some(pod.as_str())
+                    (ns == namespace).then_some(pod)
                 })
             })
             .await

@@ -253,7 +253,12 @@ pub(crate) fn value_list(metric: &str, window: Option<Duration>, samples: Vec<Pr
         })
         .map(|s| ExternalMetricValue {
             metric_name: metric,
-            metric_labels: s.labels.into_iter().filter(|(k, _)| k != "__name__").collect(),
+            metric_labels: s
+                .labels
+                .iter()
+                .filter(|(k, _)| *k != "__name__")
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
             timestamp: crate::kinds::rfc3339(s.timestamp),
             window: window.map(|w| w.as_secs()),
             value: metric_quantity(s.value),

@@ -14,6 +14,7 @@ pub(crate) mod inventory;
 pub(crate) mod kubelet;
 pub(crate) mod prometheus;
 pub(crate) mod resources;
+mod series_labels;
 pub(crate) mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +22,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
+pub(crate) use series_labels::JsonStr;
+pub(crate) use series_labels::SeriesLabels;
 
 /// A pod as the inventory knows it: only what the served kinds need.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,7 +200,7 @@ pub trait UsageSource: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromSample {
     /// The series labels.
-    pub labels: HashMap<String, String>,
+    pub labels: SeriesLabels,
     /// The sample value.
     pub value: f64,
     /// The sample time.

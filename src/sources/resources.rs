@@ -388,12 +388,11 @@ impl PromUsage {
             // Scoped to the namespace: every result belongs to it, whether or not the query
             // keeps the label (one that names another namespace is not this one's).
             let key = |s: &PromSample| {
-                if s.labels.get("namespace").is_some_and(|ns| **ns != *namespace) {
+                if s.labels.get("namespace").is_some_and(|ns| ns != &*namespace) {
                     return None;
                 }
-                let pod =
-                    PodKey { namespace: namespace.clone(), name: s.labels.get(&pod_label)?.as_str().into() };
-                Some((pod, s.labels.get(&container_label)?.as_str().into()))
+                let pod = PodKey { namespace: namespace.clone(), name: s.labels.get(&pod_label)?.into() };
+                Some((pod, s.labels.get(&container_label)?.into()))
             };
             let table = self.run_pair(query, key).await?;
             let table: PodTable =
@@ -416,7 +415,7 @@ impl PromUsage {
             let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
             let query = self.plan.nodes(&names).map_err(|e| PromError::Query(e.to_string()))?;
             let node_label = query.object_label.clone();
-            let key = |s: &PromSample| Some((s.labels.get(&node_label)?.clone(), Arc::<str>::from("")));
+            let key = |s: &PromSample| Some((s.labels.get(&node_label)?.to_owned(), Arc::<str>::from("")));
             let table = self.run_pair(query, key).await?;
             let nodes =
                 table.into_iter().filter_map(|(node, mut usage)| Some((node, usage.pop()?))).collect();

@@ -6,8 +6,7 @@
 //! Cluster kind: the distinct name label values), plus, with the `pods` join, every running
 //! pod's label value, so a Prometheus outage removes fields, not objects.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -17,8 +16,8 @@ use super::DeclaredKind;
 use super::spec::{DeclaredSpec, FieldSpec, Format};
 use crate::kinds::inputs::{GroupUsage, RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use crate::kinds::{
-    API_VERSION, Cell, Computation, ComputeError, Listing, ListingBuilder, Meta, ObjectMeta, QueryError,
-    rfc3339,
+    API_VERSION, Cell, Computation, ComputeError, Duplicates, Listing, ListingBuilder, Meta, ObjectMeta,
+    QueryError, SamplesBy, rfc3339,
 };
 use crate::sources::{Containers, PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
@@ -46,38 +45,44 @@ impl DeclaredKind {
             futures::join!(futures::future::join_all(queries), self.sources.pod_usage(&joined));
 
         let mut warnings: Vec<String> = usage_warning.into_iter().collect();
-        let by_field: Vec<HashMap<PodKey, PromSample>> = spec
+        let by_field: Vec<SamplesBy<'_>> = spec
             .fields
             .iter()
             .zip(results)
             .map(|(field, result)| index(spec, namespace, field, result, &mut warnings))
             .collect();
 
-        // Every object the results or the joined pods name, with its pods.
-        let mut objects: BTreeMap<PodKey, Vec<&PodInfo>> = BTreeMap::new();
-        for key in by_field.iter().flat_map(HashMap::keys) {
-            objects.entry(key.clone()).or_default();
+        // Every object the results or the joined pods name, with its pods: (namespace, name),
+        // borrowed from them.
+        let mut objects: BTreeMap<(&str, &str), Vec<&PodInfo>> = BTreeMap::new();
+        for key in by_field.iter().flat_map(SamplesBy::keys) {
+            objects.entry(key).or_default();
         }
         if let Some(label) = &spec.pods_label {
             for pod in &joined {
                 if let Some(name) = pod.labels.get(label) {
-                    let namespace = if spec.info.namespaced { pod.namespace.clone() } else { "".into() };
-                    objects.entry(PodKey { namespace, name: name.as_str().into() }).or_default().push(pod);
+                    let namespace = if spec.info.namespaced { &*pod.namespace } else { "" };
+                    objects.entry((namespace, name.as_str())).or_default().push(pod);
                 }
             }
         }
+        // The listing keeps each object's name; its namespace is shared by the namespace's
+        // objects.
+        let mut namespaces: HashMap<&str, Arc<str>> = HashMap::new();
 
         let window_text = duration::go_string(window);
         let mut list = ListingBuilder::new(&spec.info, resource_version);
         list.reserve(objects.len());
-        for (key, pods) in &objects {
+        for (&(namespace, name), pods) in &objects {
             // A value that is not a valid object name cannot be served (or fetched by name).
-            let valid = is_dns1123_subdomain(&key.name).is_empty();
+            let valid = is_dns1123_subdomain(name).is_empty();
             if let (false, Some(metrics)) = (valid, &self.metrics) {
                 metrics.skipped_object(&spec.info.plural, INVALID_NAME);
             }
             if valid {
-                item(&mut list, spec, key, pods, &by_field, &usage, &window_text);
+                let namespace = namespaces.entry(namespace).or_insert_with(|| namespace.into()).clone();
+                let key = PodKey { namespace, name: name.into() };
+                item(&mut list, spec, &key, pods, &by_field, &usage, &window_text);
             }
         }
         Ok(Arc::new(list.finish(warnings)))
@@ -87,55 +92,32 @@ impl DeclaredKind {
 /// Indexes one field's result by object, keeping the first sample of each, or records why the
 /// field is missing. Samples without the labels naming an object (or, for a namespaced list,
 /// of another namespace) are ignored.
-fn index(
-    spec: &DeclaredSpec,
+fn index<'s>(
+    spec: &'s DeclaredSpec,
     namespace: Option<&str>,
     field: &FieldSpec,
     result: Result<Vec<PromSample>, QueryError>,
     warnings: &mut Vec<String>,
-) -> HashMap<PodKey, PromSample> {
-    let samples = match result {
+) -> SamplesBy<'s> {
+    let by = |samples| SamplesBy::new(samples, &spec.name_label, spec.info.namespaced, Duplicates::KeepFirst);
+    let mut samples = match result {
         Ok(samples) => samples,
         Err(error) => {
             warnings.push(format!("{} omitted: {error}", field.name));
-            return HashMap::new();
+            return by(Vec::new()).0;
         }
     };
-    let mut by_object = HashMap::with_capacity(samples.len());
-    let mut duplicated = HashSet::new();
-    for sample in samples {
-        let Some(key) = object_key(spec, namespace, &sample) else { continue };
-        match by_object.entry(key) {
-            Entry::Occupied(first) => {
-                duplicated.insert(first.key().clone());
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(sample);
-            }
-        }
+    // A query that lost its SCOPE cannot put another namespace's objects in this list.
+    if let Some(namespace) = namespace.filter(|_| spec.info.namespaced) {
+        samples.retain(|s| s.labels.get("namespace") == Some(namespace));
     }
-    match duplicated.len() {
+    let (by_object, duplicated) = by(samples);
+    match duplicated {
         0 => {}
         1 => warnings.push(format!("{}: 1 object had several samples; the first was used", field.name)),
         n => warnings.push(format!("{}: {n} objects had several samples; the first was used", field.name)),
     }
     by_object
-}
-
-/// The object a sample is about: its namespace (namespaced kinds) and its name label.
-fn object_key(spec: &DeclaredSpec, namespace: Option<&str>, sample: &PromSample) -> Option<PodKey> {
-    let name = sample.labels.get(&spec.name_label)?;
-    let namespace: Arc<str> = if spec.info.namespaced {
-        let found = sample.labels.get("namespace")?;
-        // A query that lost its SCOPE cannot put another namespace's objects in this list.
-        if namespace.is_some_and(|ns| ns != found) {
-            return None;
-        }
-        found.as_str().into()
-    } else {
-        "".into()
-    };
-    Some(PodKey { namespace, name: name.as_str().into() })
 }
 
 /// One field's value for an object, as published.
@@ -184,7 +166,7 @@ fn item(
     spec: &DeclaredSpec,
     key: &PodKey,
     pods: &[&PodInfo],
-    by_field: &[HashMap<PodKey, PromSample>],
+    by_field: &[SamplesBy<'_>],
     usage: &HashMap<PodKey, Containers>,
     window: &str,
 ) {
@@ -210,7 +192,7 @@ fn item(
         .iter()
         .filter_map(|label| {
             let value = samples.iter().flatten().find_map(|s| s.labels.get(label))?;
-            is_valid_label_value(value).is_empty().then(|| (label.clone(), value.clone()))
+            is_valid_label_value(value).is_empty().then(|| (label.clone(), value.to_owned()))
         })
         .collect();
     let meta = Meta::of_group(key, pods, labels);

@@ -949,7 +949,7 @@ mod tests {
         .await;
         let samples = client(&settings(&server.url)).query("up".to_owned()).await.unwrap();
         assert!(samples[0].value.is_nan());
-        assert_eq!(samples[0].labels.get("a").map(String::as_str), Some("1"));
+        assert_eq!(samples[0].labels.get("a"), Some("1"));
         assert_eq!((samples[1].value, samples[2].value), (f64::INFINITY, f64::NEG_INFINITY));
         assert_eq!(samples[1].timestamp.as_millisecond(), 1_700_000_000_250);
         let matrix =

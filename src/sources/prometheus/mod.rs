@@ -8,7 +8,6 @@ mod connection;
 mod labels;
 mod template;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ use futures::future::BoxFuture;
 use jiff::Timestamp;
 
 use super::kubelet::error_chain;
-use super::{PromError, PromSample, PromSource, UpstreamObserver, outcome};
+use super::{JsonStr, PromError, PromSample, PromSource, SeriesLabels, UpstreamObserver, outcome};
 
 pub(crate) use connection::ConnectionSettings;
 use connection::{BodyError, Connection};
@@ -101,11 +100,13 @@ struct QueryData<'a> {
     result: &'a serde_json::value::RawValue,
 }
 
-/// One series of a vector answer: its labels and `[time, "value"]`.
+/// One series of a vector answer: its labels and `[time, "value"]` (the value borrowed from
+/// the answer: a number needs no string of its own).
 #[derive(serde::Deserialize)]
-struct VectorItem {
-    metric: HashMap<String, String>,
-    value: (f64, String),
+struct VectorItem<'a> {
+    metric: SeriesLabels,
+    #[serde(borrow)]
+    value: (f64, JsonStr<'a>),
 }
 
 impl PromClient {
@@ -143,14 +144,14 @@ impl PromClient {
         let body = self.answer_body(response, "POST /api/v1/query").await?;
         let data: QueryData<'_> = serde_json::from_str(body.data()).map_err(invalid)?;
         match data.result_type {
-            "vector" => serde_json::from_str::<Vec<VectorItem>>(data.result.get())
+            "vector" => serde_json::from_str::<Vec<VectorItem<'_>>>(data.result.get())
                 .map_err(invalid)?
                 .into_iter()
                 .map(|item| sample(item.metric, item.value))
                 .collect(),
             "scalar" => {
-                let value: (f64, String) = serde_json::from_str(data.result.get()).map_err(invalid)?;
-                Ok(vec![sample(HashMap::new(), value)?])
+                let value: (f64, JsonStr<'_>) = serde_json::from_str(data.result.get()).map_err(invalid)?;
+                Ok(vec![sample(SeriesLabels::default(), value)?])
             }
             other => Err((
                 outcome::ERROR,
@@ -308,8 +309,8 @@ fn invalid(error: serde_json::Error) -> (&'static str, PromError) {
 /// A sample from a series' labels and its `[time, "value"]` pair (`NaN`, `+Inf`, `-Inf`
 /// included).
 fn sample(
-    labels: HashMap<String, String>,
-    (time, value): (f64, String),
+    labels: SeriesLabels,
+    (time, JsonStr(value)): (f64, JsonStr<'_>),
 ) -> Result<PromSample, (&'static str, PromError)> {
     let value = value
         .parse::<f64>()
@@ -426,7 +427,7 @@ mod tests {
             let query =
                 format!("label_replace(vector(1), \"l\", \"{}\", \"\", \"\")", escape_label_value(value));
             let got = client.query(query).await.unwrap();
-            assert_eq!(got[0].labels.get("l").map(String::as_str), Some(value), "{value:?}");
+            assert_eq!(got[0].labels.get("l"), Some(value), "{value:?}");
             // ...our set regex matches that literal (anchored) and nothing longer...
             let regex = Matcher::any_of("l", &[value, "other"]).unwrap();
             for (candidate, matches) in [(value.to_owned(), true), (format!("{value}x"), false)] {
