@@ -89,6 +89,9 @@ pub enum StartError {
     /// The Kubernetes client could not be built.
     #[error("building the Kubernetes client")]
     KubeClient(#[source] kube::Error),
+    /// The inventory's thread could not be started.
+    #[error("starting the inventory's watch thread")]
+    Inventory(#[source] std::io::Error),
     /// The Prometheus client could not be built.
     #[error("connecting to Prometheus")]
     Prometheus(#[source] crate::sources::prometheus::Error),
@@ -221,7 +224,8 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).map_err(StartError::KubeClient)?;
-    let inventory: Arc<dyn Inventory> = KubeInventory::start(client.clone());
+    let inventory: Arc<dyn Inventory> =
+        KubeInventory::start(client.clone(), Some(&metrics)).map_err(StartError::Inventory)?;
 
     let prometheus_settings =
         ConnectionSettings::from_args(&args.prometheus, args.serving.tls_reload_interval);

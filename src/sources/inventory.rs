@@ -55,6 +55,10 @@ pub(crate) struct KubeInventory {
     strings: Interner<str>,
     label_sets: Interner<Labels>,
     container_lists: Interner<[String]>,
+    /// The runtime the watches run on ([`KubeInventory::start`]).
+    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// Reports the tasks of that runtime to `/metrics` while the inventory lives.
+    _tasks_probe: std::sync::OnceLock<Arc<apiserver::Probe>>,
 }
 
 /// The local copy of one watched resource: the map readers see, the one a (re-)list fills until
@@ -201,7 +205,14 @@ impl std::fmt::Debug for KubeInventory {
 impl KubeInventory {
     /// Starts watching pods and nodes with `client`; the returned inventory fills in the
     /// background (see [`Inventory::is_synced`]).
-    pub(crate) fn start(client: Client) -> Arc<Self> {
+    ///
+    /// The watches run on a thread of their own (a single-threaded runtime, named
+    /// `inventory`), not on the server's workers: what the inventory keeps lives as long as its
+    /// pod (hours) and is allocated there, in that thread's allocator heap, instead of among the
+    /// short-lived allocations of the requests and refreshes, whose pages it would hold
+    /// resident after they are freed (RELIABILITY.md, "Soak"). The thread ends when the runtime
+    /// that called `start` shuts down. Its tasks count in `tokio_tasks_alive` (`metrics`).
+    pub(crate) fn start(client: Client, metrics: Option<&apiserver::Metrics>) -> std::io::Result<Arc<Self>> {
         let inventory = Arc::new(Self::default());
         // Asking the API server for running pods only keeps the stream small; phases are
         // re-checked locally in case a server ignores the field selector.
@@ -210,9 +221,21 @@ impl KubeInventory {
             watcher::Config::default().fields("status.phase=Running"),
         );
         let nodes = watcher::watcher(Api::<Node>::all(client), watcher::Config::default());
-        tokio::spawn(Self::drive(inventory.clone(), pods, Self::apply_pods));
-        tokio::spawn(Self::drive(inventory.clone(), nodes, Self::apply_nodes));
-        inventory
+        let watches = futures::future::join(
+            Self::drive(inventory.clone(), pods, Self::apply_pods),
+            Self::drive(inventory.clone(), nodes, Self::apply_nodes),
+        );
+        let runtime = run_apart("inventory", async move {
+            watches.await;
+        })?;
+        if let Some(metrics) = metrics {
+            let handle = runtime.clone();
+            let probe: Arc<apiserver::Probe> = Arc::new(move || handle.metrics().num_alive_tasks() as u64);
+            metrics.sampled.runtime_tasks(&probe);
+            let _ = inventory._tasks_probe.set(probe);
+        }
+        let _ = inventory.runtime.set(runtime);
+        Ok(inventory)
     }
 
     async fn drive<K, S>(self: Arc<Self>, stream: S, apply: fn(&Self, Event<K>))
@@ -279,6 +302,32 @@ impl Inventory for KubeInventory {
     fn resource_version(&self) -> String {
         self.version.load(Ordering::Relaxed).to_string()
     }
+}
+
+/// Runs `work` on a new thread named `name`, on a single-threaded runtime of its own, until it
+/// ends or the runtime `run_apart` is called on shuts down; returns that runtime's handle.
+fn run_apart(
+    name: &str,
+    work: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<tokio::runtime::Handle> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let handle = runtime.handle().clone();
+    let (keep, stopped) = tokio::sync::oneshot::channel::<()>();
+    let apart = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        runtime.block_on(async move {
+            tokio::select! {
+                () = work => {}
+                _ = stopped => {}
+            }
+        });
+    })?;
+    // Dropped, with `keep`, when the calling runtime shuts down, which stops the thread.
+    tokio::spawn(async move {
+        let _keep = keep;
+        std::future::pending::<()>().await;
+    });
+    tracing::debug!(thread = ?apart.thread().id(), name, "started a thread of its own");
+    Ok(handle)
 }
 
 fn pod_key(pod: &Pod) -> PodKey {

@@ -278,6 +278,7 @@ pub struct Sampled {
 struct Probes {
     caches: Vec<(Cow<'static, str>, Weak<Probe>)>,
     parked: Vec<Weak<Probe>>,
+    tasks: Vec<Weak<Probe>>,
 }
 
 impl std::fmt::Debug for Sampled {
@@ -292,7 +293,7 @@ fn gauge_value(n: u64) -> i64 {
 
 impl Sampled {
     fn register(&self, r: &mut Registry) {
-        let tasks = "Tasks alive in the tokio runtime (spawned, not yet finished)";
+        let tasks = "Tasks alive in the tokio runtimes (spawned, not yet finished)";
         r.register("tokio_tasks_alive", tasks, self.tasks_alive.clone());
         r.register("tokio_workers", "Worker threads of the tokio runtime", self.workers.clone());
         let queue = "Tasks waiting in the tokio runtime's global queue";
@@ -308,6 +309,12 @@ impl Sampled {
         self.lock().caches.push((cache, Arc::downgrade(probe)));
     }
 
+    /// Adds the tasks alive `probe` reports (a runtime of its own, on a thread of its own) to
+    /// the main runtime's while it lives.
+    pub fn runtime_tasks(&self, probe: &Arc<Probe>) {
+        self.lock().tasks.push(Arc::downgrade(probe));
+    }
+
     /// Counts the parked kubelet connections `probe` reports while it lives.
     pub fn kubelet_parked(&self, probe: &Arc<Probe>) {
         self.lock().parked.push(Arc::downgrade(probe));
@@ -319,13 +326,16 @@ impl Sampled {
 
     /// Reads the runtime and every live probe into the gauges.
     fn refresh(&self) {
+        let mut probes = self.lock();
+        let mut tasks = 0;
+        probes.tasks.retain(|probe| probe.upgrade().map(|p| tasks += p()).is_some());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let runtime = handle.metrics();
-            self.tasks_alive.set(gauge_value(runtime.num_alive_tasks() as u64));
+            tasks += runtime.num_alive_tasks() as u64;
             self.workers.set(gauge_value(runtime.num_workers() as u64));
             self.global_queue_depth.set(gauge_value(runtime.global_queue_depth() as u64));
         }
-        let mut probes = self.lock();
+        self.tasks_alive.set(gauge_value(tasks));
         // A name whose caches are all gone reads 0 rather than its last count.
         let mut entries: BTreeMap<Cow<'static, str>, u64> = BTreeMap::new();
         probes.caches.retain(|(name, probe)| {
@@ -465,6 +475,14 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         };
         assert_eq!(after, alive - 1, "the finished task is no longer counted");
+
+        // Another runtime's tasks add to the main runtime's while its probe lives.
+        let other: Arc<Probe> = Arc::new(|| 10);
+        metrics.sampled.runtime_tasks(&other);
+        let with: i64 = value(&metrics.encode(), "example_tokio_tasks_alive").unwrap().parse().unwrap();
+        drop(other);
+        let without: i64 = value(&metrics.encode(), "example_tokio_tasks_alive").unwrap().parse().unwrap();
+        assert_eq!(with - without, 10);
 
         let a: Arc<Probe> = Arc::new(|| 3);
         let b: Arc<Probe> = Arc::new(|| 4);
