@@ -59,5 +59,8 @@ WORKDIR /tmp
 # pod less at rest and a lower peak, for 10-20% more CPU per refresh (docs/benchmarks-history.md, issue 18,
 # sixth step). Set MIMALLOC_PURGE_DELAY=10 in the Deployment for mimalloc's default.
 ENV MIMALLOC_PURGE_DELAY=0
+# percolator turns transparent huge pages off for itself (prctl PR_SET_THP_DISABLE): khugepaged
+# collapsing its heap made resident memory creep up over hours (RELIABILITY.md, "Soak"). Set
+# MIMALLOC_ALLOW_THP in the Deployment to leave it to mimalloc.
 EXPOSE 10250
 ENTRYPOINT ["/percolator"]

@@ -63,9 +63,19 @@ struct Server {
 
 impl Server {
     async fn start(dir: &Path, prometheus_url: &str, extra: &[&str]) -> Server {
+        Self::start_with_env(dir, prometheus_url, extra, &[]).await
+    }
+
+    async fn start_with_env(
+        dir: &Path,
+        prometheus_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         apiserver::install_crypto_provider();
         let (sim, kubeconfig) = start_sim(dir).await;
         let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .envs(env.iter().copied())
             .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "4"])
             .arg("--cert-dir")
             .arg(dir.join("certs"))
@@ -441,4 +451,26 @@ fn an_apiserver_flag_reads_its_percolator_environment_variable() {
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     let text = String::from_utf8_lossy(&refused.stderr);
     assert!(text.contains("invalid value 'VersionTLS10' for '--tls-min-version"), "{text}");
+}
+
+/// `THP_enabled` of the process in /proc (0 once `prctl(PR_SET_THP_DISABLE)` is set).
+fn thp_enabled(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"));
+    line.unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status:\n{status}")).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transparent_huge_pages_are_off_unless_mimalloc_is_told() {
+    let prometheus = fake_prometheus(Duration::ZERO).await;
+    let server = Server::start(&mk_dir("thp-off"), &prometheus, &[]).await;
+    assert_eq!(thp_enabled(server.pid()), "0", "huge pages off for percolator's heap");
+    assert_eq!(
+        thp_enabled(std::process::id()),
+        "1",
+        "this test process keeps them: the flag is percolator's own"
+    );
+    let told =
+        Server::start_with_env(&mk_dir("thp-told"), &prometheus, &[], &[("MIMALLOC_ALLOW_THP", "1")]).await;
+    assert_eq!(thp_enabled(told.pid()), "1", "MIMALLOC_ALLOW_THP decides when set");
 }
