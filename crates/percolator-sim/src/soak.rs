@@ -483,6 +483,9 @@ pub struct Sample {
     pub cpu_percolator: f64,
     /// CPU the simulator (every kubelet, kube-apiserver, the apps) used, in cores.
     pub cpu_sim: f64,
+    /// Of the resident memory, what transparent huge pages hold (`AnonHugePages`): 0 unless
+    /// they are allowed (percolator turns them off; `MIMALLOC_ALLOW_THP` leaves it to mimalloc).
+    pub huge_pages_bytes: u64,
 }
 
 /// What a soak run measured and whether the goals were met.
@@ -873,6 +876,16 @@ fn cpu_ticks(stat: &str) -> u64 {
 /// `sysconf(_SC_CLK_TCK)`, 100 on every Linux architecture percolator is built for.
 const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
+/// `AnonHugePages` of a process, in bytes (`/proc/PID/smaps_rollup`).
+fn anon_huge_pages(pid: u32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let kib = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
+    kib.unwrap_or(0) * 1024
+}
+
 fn open_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
@@ -1126,6 +1139,7 @@ async fn sampler(ctx: Arc<Context>, pid: u32, sim: u32) -> Vec<Sample> {
             },
             cpu_percolator: (now.cpu_percolator - last.cpu_percolator).max(0.0) / period,
             cpu_sim: (now.cpu_sim - last.cpu_sim).max(0.0) / period,
+            huge_pages_bytes: anon_huge_pages(pid),
         });
         (last, last_at) = (now, at);
     }
@@ -1296,13 +1310,13 @@ pub async fn run(options: Options) -> Result<Report> {
 
 fn samples_csv(samples: &[Sample]) -> String {
     let mut csv = String::from(
-        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes,exported_rss_bytes,exported_fds,kubelet_fetches,kubelet_timeouts,kubelet_fetch_ms,cpu_percolator,cpu_sim\n",
+        "seconds,rss_bytes,fds,threads,tasks,cache_entries,parked,requests,p50_ms,p99_ms,max_ms,codes,exported_rss_bytes,exported_fds,kubelet_fetches,kubelet_timeouts,kubelet_fetch_ms,cpu_percolator,cpu_sim,huge_pages_bytes\n",
     );
     for s in samples {
         let codes: Vec<String> = s.codes.iter().map(|(code, n)| format!("{code}:{n}")).collect();
         let _ = writeln!(
             csv,
-            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{},{},{},{},{},{:.1},{:.3},{:.3}",
+            "{:.1},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{},{},{},{},{},{:.1},{:.3},{:.3},{}",
             s.at,
             s.rss_bytes,
             s.fds,
@@ -1321,7 +1335,8 @@ fn samples_csv(samples: &[Sample]) -> String {
             s.kubelet_timeouts,
             s.kubelet_fetch_seconds * 1000.0,
             s.cpu_percolator,
-            s.cpu_sim
+            s.cpu_sim,
+            s.huge_pages_bytes
         );
     }
     csv
@@ -1587,11 +1602,13 @@ fn markdown(report: &Report) -> String {
     let threads: Vec<u64> = after.iter().map(|s| s.threads).collect();
     let parked: Vec<u64> = after.iter().map(|s| s.parked).collect();
     let range = |v: &[u64]| format!("{}–{}", v.iter().min().unwrap_or(&0), v.iter().max().unwrap_or(&0));
+    let huge = after.iter().map(|s| s.huge_pages_bytes).max().unwrap_or(0);
     let _ = writeln!(
         md,
-        "\nThreads after the warm-up: {}; kubelet connections parked: {}.",
+        "\nThreads after the warm-up: {}; kubelet connections parked: {}; transparent huge pages in resident memory, at most: {:.1} MiB.",
         range(&threads),
-        range(&parked)
+        range(&parked),
+        huge as f64 / (1024.0 * 1024.0)
     );
     let median_worst = |value: fn(&Sample) -> f64, scale: f64| {
         let mut v: Vec<f64> = after.iter().map(|s| value(s) * scale).collect();
