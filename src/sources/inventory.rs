@@ -55,9 +55,8 @@ pub(crate) struct KubeInventory {
     strings: Interner<str>,
     label_sets: Interner<Labels>,
     container_lists: Interner<[String]>,
-    /// The runtime the watches run on ([`KubeInventory::start`]).
-    runtime: std::sync::OnceLock<tokio::runtime::Handle>,
-    /// Reports the tasks of that runtime to `/metrics` while the inventory lives.
+    /// Reports the tasks of the runtime the watches run on ([`KubeInventory::start`]) to
+    /// `/metrics` while the inventory lives.
     _tasks_probe: std::sync::OnceLock<Arc<apiserver::Probe>>,
 }
 
@@ -229,12 +228,10 @@ impl KubeInventory {
             watches.await;
         })?;
         if let Some(metrics) = metrics {
-            let handle = runtime.clone();
-            let probe: Arc<apiserver::Probe> = Arc::new(move || handle.metrics().num_alive_tasks() as u64);
+            let probe: Arc<apiserver::Probe> = Arc::new(move || runtime.metrics().num_alive_tasks() as u64);
             metrics.sampled.runtime_tasks(&probe);
             let _ = inventory._tasks_probe.set(probe);
         }
-        let _ = inventory.runtime.set(runtime);
         Ok(inventory)
     }
 
