@@ -41,11 +41,15 @@ async fn four_minutes_of_churn_load_and_faults_leave_nothing_growing() {
         report.samples.first()
     );
     // What percolator exports as process_* agrees with what the kernel says (read a moment
-    // later, while requests come and go).
+    // later, while requests come and go). Descriptors are not compared at a fault's start or
+    // end: when Prometheus is killed, its pooled connections (ten or so) close in that moment
+    // (a `.ci/run` of 2026-12-06 sampled 71 exported, 62 in /proc, at the kill).
+    let at_a_fault =
+        |t: f64| report.faults.iter().any(|f| (t - f.start).abs() < 2.0 || (t - f.end).abs() < 2.0);
     for s in &report.samples {
         let (rss, exported) = (s.rss_bytes as f64, s.exported_rss_bytes as f64);
         assert!((exported - rss).abs() <= (rss * 0.1).max(4.0 * 1024.0 * 1024.0), "{s:?}");
-        assert!(s.exported_fds.abs_diff(s.fds) <= 8, "{s:?}");
+        assert!(at_a_fault(s.at) || s.exported_fds.abs_diff(s.fds) <= 8, "{s:?}");
     }
     // Each node is fetched once per sampling interval by the background sampler and by
     // nothing else: a sample replaced before it expires is served until the next one (a
