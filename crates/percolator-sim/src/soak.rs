@@ -1599,6 +1599,25 @@ fn markdown(report: &Report) -> String {
         "\nResident memory per whole cycle after the warm-up, low / mean / high (MiB): {}.",
         if cycles.is_empty() { "none".to_owned() } else { cycles.join("; ") }
     );
+    // Reported, not judged: whether memory that rose early has settled since.
+    if let Some((from, later)) = Trend::of_second_half(
+        &memory,
+        warm_up / 3600.0,
+        o.schedule.cycle().as_secs_f64() / 3600.0,
+        o.schedule.sample_every.as_secs_f64() / 3600.0,
+    ) {
+        let later = later.in_resident_mib();
+        let floor = later.floor.map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.1} → {b:.1}"));
+        let _ = writeln!(
+            md,
+            "Resident memory over the second half of those cycles (from minute {:.0}; reported, not a goal): {:+.2}/h ± {:.2} (95% CI; r₁ {:.2}), floor {floor} MiB: {}.",
+            from * 60.0,
+            later.slope.per_hour,
+            later.slope.ci95,
+            later.slope.lag1,
+            if later.within_noise() { "within noise" } else { "grows" }
+        );
+    }
     let threads: Vec<u64> = after.iter().map(|s| s.threads).collect();
     let parked: Vec<u64> = after.iter().map(|s| s.parked).collect();
     let range = |v: &[u64]| format!("{}–{}", v.iter().min().unwrap_or(&0), v.iter().max().unwrap_or(&0));

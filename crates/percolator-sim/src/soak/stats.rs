@@ -190,6 +190,19 @@ impl Trend {
         Some(Self { slope, floor, resolution: 0.0 })
     }
 
+    /// The trend of the second half of the whole cycles of `points` (as [`Trend::fit`]), and the
+    /// hour that half starts at: whether a series that rose early has settled since. `None` with
+    /// fewer than four whole cycles (two per half, for a floor).
+    pub fn of_second_half(points: &[(f64, f64)], start: f64, period: f64, step: f64) -> Option<(f64, Self)> {
+        let whole = Cycle::of(points, start, period, step).len();
+        if whole < 4 {
+            return None;
+        }
+        let from = start + (whole / 2) as f64 * period;
+        let later: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0 >= from - step / 2.0).collect();
+        Some((from, Self::fit(&later, from, period, step)?))
+    }
+
     /// The same trend, of a count (descriptors, tasks, entries): its floor rising by one is the
     /// smallest step it can take, which the residual scatter of a quiet count (a fraction of
     /// one) cannot tell from a single connection opened between two cycles.
@@ -475,6 +488,36 @@ mod tests {
     fn independent_std_error(points: &[(f64, f64)], residual_sd: f64) -> f64 {
         let mean_t = points.iter().map(|p| p.0).sum::<f64>() / points.len() as f64;
         residual_sd / points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>().sqrt()
+    }
+
+    #[test]
+    fn memory_that_rose_then_settled_grows_over_the_run_but_not_over_its_second_half() {
+        // Eight cycles of 10 samples: the level rises 1 MiB per cycle for four, then stays, with
+        // a sawtooth of ±2 within each cycle (the refreshes); a leak keeps rising throughout.
+        let (start, period, step) = (0.0, 1.0, 0.1);
+        let series = |per_cycle_after_four: f64| -> Vec<(f64, f64)> {
+            (0..80u32)
+                .map(|i| {
+                    let (cycle, phase) = (f64::from(i / 10), f64::from(i % 10));
+                    let level = cycle.min(4.0) + (cycle - 4.0).max(0.0) * per_cycle_after_four;
+                    (f64::from(i) * step, 70.0 + level + if phase < 5.0 { phase } else { 9.0 - phase } - 2.0)
+                })
+                .collect()
+        };
+        let settled = series(0.0);
+        let whole = Trend::fit(&settled, start, period, step).unwrap().in_resident_mib();
+        assert!(!whole.within_noise(), "{whole:?}");
+        let (from, later) = Trend::of_second_half(&settled, start, period, step).unwrap();
+        assert!((from - 4.0).abs() < 1e-9, "{from}");
+        let later = later.in_resident_mib();
+        assert!(later.within_noise(), "{later:?}");
+        assert_eq!(later.floor, Some((72.0, 72.0)));
+
+        let leak = series(1.0);
+        let (_, later) = Trend::of_second_half(&leak, start, period, step).unwrap();
+        assert!(!later.in_resident_mib().within_noise(), "{later:?}");
+        // Three whole cycles cannot be halved into two of two.
+        assert_eq!(Trend::of_second_half(&settled[..30], start, period, step), None);
     }
 
     #[test]
