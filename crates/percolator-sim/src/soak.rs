@@ -321,6 +321,16 @@ impl Schedule {
         self.prometheus_every
     }
 
+    /// The end of the warm-up, the cycle and the sampling period, in hours: the time base of
+    /// the fits ([`Trend::fit`], [`Cycle::of`]).
+    fn fit_hours(&self) -> (f64, f64, f64) {
+        (
+            self.warm_up.as_secs_f64() / 3600.0,
+            self.cycle().as_secs_f64() / 3600.0,
+            self.sample_every.as_secs_f64() / 3600.0,
+        )
+    }
+
     /// Every fault of a run of `duration`, by start time.
     fn events(&self, duration: Duration) -> Vec<(Duration, Event)> {
         let last = duration.saturating_sub(self.quiet_tail);
@@ -1410,14 +1420,9 @@ fn judge(
 ) -> Report {
     let warm_up = options.schedule.warm_up.as_secs_f64();
     let fitted: Vec<&Sample> = samples.iter().filter(|s| s.at >= warm_up).collect();
-    let schedule = &options.schedule;
+    let (start, period, step) = options.schedule.fit_hours();
     let fit = |value: fn(&Sample) -> f64| {
-        Trend::fit(
-            &fitted.iter().map(|s| (s.at / 3600.0, value(s))).collect::<Vec<_>>(),
-            warm_up / 3600.0,
-            schedule.cycle().as_secs_f64() / 3600.0,
-            schedule.sample_every.as_secs_f64() / 3600.0,
-        )
+        Trend::fit(&fitted.iter().map(|s| (s.at / 3600.0, value(s))).collect::<Vec<_>>(), start, period, step)
     };
     let slopes: Vec<(&'static str, &'static str, Option<Trend>)> = vec![
         (
@@ -1526,6 +1531,11 @@ fn judge(
     report
 }
 
+/// A trend's floor, first → last whole cycle, or "–" without two.
+fn floor_text(trend: &Trend) -> String {
+    trend.floor.map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.1} → {b:.1}"))
+}
+
 fn markdown(report: &Report) -> String {
     let o = &report.options;
     let mut md = String::new();
@@ -1565,7 +1575,7 @@ fn markdown(report: &Report) -> String {
         match trend {
             Some(t) => {
                 let s = &t.slope;
-                let floor = t.floor.map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.1} → {b:.1}"));
+                let floor = floor_text(t);
                 let _ = writeln!(
                     md,
                     "| {what} {unit} | {first:.1} | {last:.1} | {:+.2} ± {:.2} ({:.2}; {:.2}) | {:+.2} vs {:.2} | {floor} | {} |",
@@ -1586,12 +1596,8 @@ fn markdown(report: &Report) -> String {
     }
     let memory: Vec<(f64, f64)> =
         after.iter().map(|s| (s.at / 3600.0, s.rss_bytes as f64 / (1024.0 * 1024.0))).collect();
-    let cycles = Cycle::of(
-        &memory,
-        warm_up / 3600.0,
-        o.schedule.cycle().as_secs_f64() / 3600.0,
-        o.schedule.sample_every.as_secs_f64() / 3600.0,
-    );
+    let (start, period, step) = o.schedule.fit_hours();
+    let cycles = Cycle::of(&memory, start, period, step);
     let cycles: Vec<String> =
         cycles.iter().map(|c| format!("{:.1} / {:.1} / {:.1}", c.low, c.mean, c.high)).collect();
     let _ = writeln!(
@@ -1600,21 +1606,16 @@ fn markdown(report: &Report) -> String {
         if cycles.is_empty() { "none".to_owned() } else { cycles.join("; ") }
     );
     // Reported, not judged: whether memory that rose early has settled since.
-    if let Some((from, later)) = Trend::of_second_half(
-        &memory,
-        warm_up / 3600.0,
-        o.schedule.cycle().as_secs_f64() / 3600.0,
-        o.schedule.sample_every.as_secs_f64() / 3600.0,
-    ) {
+    if let Some((from, later)) = Trend::of_second_half(&memory, start, period, step) {
         let later = later.in_resident_mib();
-        let floor = later.floor.map_or_else(|| "–".to_owned(), |(a, b)| format!("{a:.1} → {b:.1}"));
         let _ = writeln!(
             md,
-            "Resident memory over the second half of those cycles (from minute {:.0}; reported, not a goal): {:+.2}/h ± {:.2} (95% CI; r₁ {:.2}), floor {floor} MiB: {}.",
+            "Resident memory over the second half of those cycles (from minute {:.0}; reported, not a goal): {:+.2}/h ± {:.2} (95% CI; r₁ {:.2}), floor {} MiB: {}.",
             from * 60.0,
             later.slope.per_hour,
             later.slope.ci95,
             later.slope.lag1,
+            floor_text(&later),
             if later.within_noise() { "within noise" } else { "grows" }
         );
     }
