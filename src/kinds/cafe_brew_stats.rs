@@ -20,6 +20,7 @@ use super::{
     ObjectMeta, QuerySpec, SamplesBy, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339,
     schema_name,
 };
+use crate::sources::intern::ObjectStrings;
 use crate::sources::{PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
 
@@ -107,6 +108,8 @@ static COLUMNS: &[Column] = &[
 #[derive(Debug)]
 pub(crate) struct CafeBrewStatsKind {
     sources: Sources,
+    /// The cafes' names and label sets, shared from one refresh to the next.
+    shared: ObjectStrings,
 }
 
 /// Query results of one computation, indexed by (namespace, cafe).
@@ -123,7 +126,7 @@ struct Series {
 impl CafeBrewStatsKind {
     /// Builds the kind from its sources (queries come from `sources.config`).
     pub(crate) fn new(sources: Sources) -> Self {
-        Self { sources }
+        Self { sources, shared: ObjectStrings::default() }
     }
 
     async fn compute(&self, namespace: Option<&str>) -> Result<Arc<Listing>, ComputeError> {
@@ -157,12 +160,14 @@ impl CafeBrewStatsKind {
         // Every cafe Prometheus or the inventory knows, with its serving pods.
         let mut cafes: BTreeMap<PodKey, Vec<&PodInfo>> = BTreeMap::new();
         for (namespace, cafe) in series.brews.keys() {
-            cafes.entry(PodKey { namespace: namespace.into(), name: cafe.into() }).or_default();
+            cafes
+                .entry(PodKey { namespace: self.shared.name(namespace), name: self.shared.name(cafe) })
+                .or_default();
         }
         for pod in &serving {
             if let Some(cafe) = pod.labels.get(CAFE_LABEL) {
                 cafes
-                    .entry(PodKey { namespace: pod.namespace.clone(), name: cafe.as_str().into() })
+                    .entry(PodKey { namespace: pod.namespace.clone(), name: self.shared.name(cafe) })
                     .or_default()
                     .push(pod);
             }
@@ -215,7 +220,7 @@ impl CafeBrewStatsKind {
         if let Some(t) = &kind_type {
             labels.insert(TYPE_LABEL.to_string(), t.clone());
         }
-        let meta = Meta::of_group(key, pods, labels);
+        let meta = Meta::of_group(key, pods, self.shared.labels(&labels));
         let object = CafeBrewStats {
             api_version: API_VERSION,
             kind: &INFO.kind,
@@ -581,6 +586,19 @@ mod tests {
         assert_eq!(listing.warnings, Vec::<String>::new());
         assert_eq!(listing.resource_version, "42");
         assert_eq!(kubelet.called(), ["node-a", "node-b"], "only the nodes of serving pods of the namespace");
+    }
+
+    #[tokio::test]
+    async fn a_refresh_shares_the_cafes_names_and_label_sets_of_the_one_before() {
+        let (inventory, kubelet, prom) = mk_cafes();
+        let kind = mk_kind(inventory, kubelet, prom);
+        let (first, second) = (kind.list(None).await.unwrap(), kind.list(None).await.unwrap());
+        assert!(!first.items.is_empty());
+        assert_eq!(first.items.len(), second.items.len());
+        for (a, b) in first.items.iter().zip(&second.items) {
+            assert!(Arc::ptr_eq(&a.meta.name, &b.meta.name), "{}", a.meta.name);
+            assert!(Arc::ptr_eq(&a.meta.labels, &b.meta.labels), "{:?}", a.meta.labels);
+        }
     }
 
     #[tokio::test]

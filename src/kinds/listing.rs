@@ -12,8 +12,11 @@
 //! `PodMetricsList`) has its objects' leading `kind` and `apiVersion` left out of the list;
 //! [`Item::object`] puts them back, byte for byte, for a single-object response.
 //!
-//! Table cells are packed into one small allocation per object: a quantity or a count is a few
-//! bytes there instead of a 24-byte cell, and the object's name is not stored twice.
+//! Table cells are packed beside the JSON, in the same chunk: a quantity or a count is a few
+//! bytes there instead of a 24-byte cell, the object's name is not stored twice, and an object
+//! is one allocation (its [`Item`]), not several. What a listing keeps lives as long as the
+//! cached listing, allocated among its refresh's short-lived blocks; the fewer such blocks, the
+//! fewer of the allocator's pages they hold (RELIABILITY.md, "Soak").
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -25,22 +28,39 @@ use serde::Serialize;
 
 use super::{Cell, KindInfo, Meta};
 
-/// A chunk of a listing's JSON, set once it is complete; the items written in it point to it.
-type Chunk = Arc<OnceLock<Bytes>>;
+/// A chunk of a listing, set once it is complete; the items written in it point to it.
+type Chunk = Arc<OnceLock<ChunkBytes>>;
 
-/// One computed object, ready to be served in any representation. 112 bytes (a 128-byte
-/// allocation with its `Arc`), besides its JSON in its listing's chunk and its packed cells.
+/// The bytes of a chunk: its items' JSON, as the list writes them, and their packed cells.
+#[derive(Default)]
+struct ChunkBytes {
+    json: Bytes,
+    cells: Box<[u8]>,
+}
+
+impl std::fmt::Debug for ChunkBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkBytes")
+            .field("json", &self.json.len())
+            .field("cells", &self.cells.len())
+            .finish()
+    }
+}
+
+/// One computed object, ready to be served in any representation. 104 bytes (a 128-byte
+/// allocation with its `Arc`); its JSON and its packed cells are in its listing's chunk.
 #[derive(Debug)]
 pub struct Item {
     /// Its metadata (selectors, PartialObjectMetadata, Table row objects).
     pub meta: Meta,
-    /// The chunk of its listing's JSON its object is written in, at `start`, `len` bytes long
-    /// (as its list writes it).
+    /// The chunk of its listing its object is written in: its JSON at `start`, `len` bytes
+    /// long (as its list writes it), and what the list item lost of its object then its Table
+    /// cells at `cells_start`, `cells_len` bytes long.
     chunk: Chunk,
     start: u32,
     len: u32,
-    /// What the list item lost of its object, then its Table cells.
-    cells: Cells,
+    cells_start: u32,
+    cells_len: u32,
 }
 
 /// What an untyped list item lost of its object.
@@ -59,22 +79,30 @@ impl Item {
     pub fn new<T: Serialize>(info: &KindInfo, meta: Meta, object: &T, cells: &[Cell]) -> Self {
         let mut json = Vec::new();
         let type_meta = write_object(&mut json, object, &TypeMetaPrefixes::of(info));
-        let cells = Cells::pack(type_meta, cells, &meta);
-        let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
-        Self { meta, chunk: Arc::new(OnceLock::from(Bytes::from(json))), start: 0, len, cells }
+        let mut packed = Vec::new();
+        Cells::pack_into(&mut packed, type_meta, cells, &meta);
+        let (len, cells_len) = (as_u32(json.len()), as_u32(packed.len()));
+        let chunk = ChunkBytes { json: Bytes::from(json), cells: packed.into_boxed_slice() };
+        Self { meta, chunk: Arc::new(OnceLock::from(chunk)), start: 0, len, cells_start: 0, cells_len }
     }
 
     /// The object as its list writes it (without `kind` and `apiVersion` for a kind whose list
     /// items are untyped).
     pub fn list_json(&self) -> &[u8] {
         let (start, len) = (self.start as usize, self.len as usize);
-        self.chunk.get().and_then(|chunk| chunk.get(start..start + len)).unwrap_or_default()
+        self.chunk.get().and_then(|chunk| chunk.json.get(start..start + len)).unwrap_or_default()
+    }
+
+    /// Its packed type byte and cells.
+    fn packed_cells(&self) -> Cells<'_> {
+        let (start, len) = (self.cells_start as usize, self.cells_len as usize);
+        Cells(self.chunk.get().and_then(|chunk| chunk.cells.get(start..start + len)).unwrap_or_default())
     }
 
     /// The whole object, as a single-object response writes it; `info` is its kind's.
     pub fn object(&self, info: &KindInfo) -> Cow<'_, [u8]> {
         let json = self.list_json();
-        let (first, second) = match self.cells.type_meta() {
+        let (first, second) = match self.packed_cells().type_meta() {
             TypeMeta::Kept => return Cow::Borrowed(json),
             TypeMeta::KindFirst => {
                 (type_meta_field("kind", &info.kind), type_meta_field("apiVersion", info.gv.api_version))
@@ -96,8 +124,13 @@ impl Item {
 
     /// Its Table cells, in column order.
     pub fn cells(&self) -> impl Iterator<Item = CellRef<'_>> {
-        self.cells.iter(&self.meta)
+        self.packed_cells().iter(&self.meta)
     }
+}
+
+/// `n` as a `u32` offset or length (saturating: a chunk is at most a few hundred KiB).
+fn as_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// `"<key>":<value as a JSON string>`.
@@ -191,17 +224,11 @@ impl<'a> From<&'a Cell> for CellRef<'a> {
     }
 }
 
-/// An item's [`TypeMeta`] and Table cells packed into one allocation: the type byte, then per
+/// An item's [`TypeMeta`] and Table cells, packed (in its chunk): the type byte, then per
 /// cell a tag byte and a text's length and bytes or an age's time; a cell that is the object's
 /// name, or its age since its creation, is the tag alone.
-#[derive(Clone, PartialEq, Eq, Default)]
-struct Cells(Box<[u8]>);
-
-impl std::fmt::Debug for Cells {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cells").field("bytes", &self.0.len()).finish()
-    }
-}
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+struct Cells<'a>(&'a [u8]);
 
 const TAG_NONE: u8 = 0;
 const TAG_NAME: u8 = 1;
@@ -210,11 +237,11 @@ const TAG_SHORT: u8 = 3;
 const TAG_LONG: u8 = 4;
 const TAG_CREATED: u8 = 5;
 
-impl Cells {
-    /// Packs `type_meta` and the `cells` of the object of `meta`.
-    fn pack(type_meta: TypeMeta, cells: &[Cell], meta: &Meta) -> Self {
+impl<'a> Cells<'a> {
+    /// Packs `type_meta` and the `cells` of the object of `meta` at the end of `out`.
+    fn pack_into(out: &mut Vec<u8>, type_meta: TypeMeta, cells: &[Cell], meta: &Meta) {
         let name: &str = &meta.name;
-        let mut out = Vec::with_capacity(1 + cells.len() * 6);
+        out.reserve(1 + cells.len() * 6);
         out.push(type_meta as u8);
         for cell in cells {
             match CellRef::from(cell) {
@@ -241,10 +268,9 @@ impl Cells {
                 }
             }
         }
-        Self(out.into_boxed_slice())
     }
 
-    fn type_meta(&self) -> TypeMeta {
+    fn type_meta(self) -> TypeMeta {
         match self.0.first() {
             Some(1) => TypeMeta::KindFirst,
             Some(2) => TypeMeta::ApiVersionFirst,
@@ -253,7 +279,7 @@ impl Cells {
     }
 
     /// The cells of the object of `meta` (the one they were packed with).
-    fn iter<'a>(&'a self, meta: &'a Meta) -> impl Iterator<Item = CellRef<'a>> {
+    fn iter(self, meta: &'a Meta) -> impl Iterator<Item = CellRef<'a>> {
         let (name, created) = (&*meta.name, meta.creation_timestamp);
         let mut rest: &'a [u8] = self.0.get(1..).unwrap_or_default();
         std::iter::from_fn(move || {
@@ -458,8 +484,12 @@ pub(crate) struct ListingBuilder {
     /// The bytes of the chunk being written (the last of `chunks`): never grown past its
     /// capacity.
     current: Vec<u8>,
+    /// The packed cells of the chunk being written.
+    current_cells: Vec<u8>,
     /// One object at a time, serialized here and then copied whole into `current`.
     scratch: Vec<u8>,
+    /// One object's packed cells at a time, then copied into `current_cells`.
+    cells_scratch: Vec<u8>,
     items: Vec<Arc<Item>>,
     /// Whether the items came in (namespace, name) order, as every kind computes them.
     sorted: bool,
@@ -482,7 +512,9 @@ impl ListingBuilder {
             head: Bytes::from(head),
             chunks: Vec::new(),
             current: Vec::new(),
+            current_cells: Vec::new(),
             scratch: Vec::new(),
+            cells_scratch: Vec::new(),
             items: Vec::new(),
             sorted: true,
         }
@@ -500,13 +532,15 @@ impl ListingBuilder {
     pub(crate) fn push<T: Serialize>(&mut self, meta: &Meta, object: &T, cells: &[Cell]) {
         self.scratch.clear();
         let type_meta = write_object(&mut self.scratch, object, &self.prefixes);
-        let cells = Cells::pack(type_meta, cells, meta);
-        let item = self.add(meta.clone(), cells);
+        self.cells_scratch.clear();
+        Cells::pack_into(&mut self.cells_scratch, type_meta, cells, meta);
+        let item = self.add(meta.clone());
         self.items.push(Arc::new(item));
     }
 
-    /// Copies the object in `scratch` into the current chunk (a new one when it does not fit).
-    fn add(&mut self, meta: Meta, cells: Cells) -> Item {
+    /// Copies the object in `scratch` and its cells in `cells_scratch` into the current chunk
+    /// (a new one when the object does not fit).
+    fn add(&mut self, meta: Meta) -> Item {
         let first = self.items.is_empty();
         if let Some(last) = self.items.last() {
             self.sorted &= (&*last.meta.namespace, &*last.meta.name) <= (&*meta.namespace, &*meta.name);
@@ -515,23 +549,31 @@ impl ListingBuilder {
         if self.chunks.is_empty() || self.current.capacity() - self.current.len() < needed {
             let size = (self.current.capacity() * 2).clamp(FIRST_CHUNK, MAX_CHUNK).max(needed);
             let full = std::mem::replace(&mut self.current, Vec::with_capacity(size));
-            self.seal(full);
+            let cells = std::mem::take(&mut self.current_cells);
+            self.seal(full, cells);
             self.chunks.push(Arc::new(OnceLock::new()));
         }
         if !first {
             self.current.push(b',');
         }
-        let start = self.current.len();
+        let (start, cells_start) = (self.current.len(), self.current_cells.len());
         self.current.extend_from_slice(&self.scratch);
+        self.current_cells.extend_from_slice(&self.cells_scratch);
         let chunk = self.chunks.last().cloned().unwrap_or_default();
-        let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        Item { meta, chunk, start: as_u32(start), len: as_u32(self.scratch.len()), cells }
+        Item {
+            meta,
+            chunk,
+            start: as_u32(start),
+            len: as_u32(self.scratch.len()),
+            cells_start: as_u32(cells_start),
+            cells_len: as_u32(self.cells_scratch.len()),
+        }
     }
 
-    /// Sets the last chunk to `bytes`, when there is one.
-    fn seal(&mut self, bytes: Vec<u8>) {
+    /// Sets the last chunk to `json` and `cells`, when there is one.
+    fn seal(&mut self, json: Vec<u8>, cells: Vec<u8>) {
         if let Some(chunk) = self.chunks.last() {
-            let _ = chunk.set(Bytes::from(bytes));
+            let _ = chunk.set(ChunkBytes { json: Bytes::from(json), cells: cells.into_boxed_slice() });
         }
     }
 
@@ -544,8 +586,10 @@ impl ListingBuilder {
         let last = std::mem::take(&mut self.current);
         let last =
             if last.capacity() - last.len() > last.len() / 16 { last.as_slice().to_vec() } else { last };
-        self.seal(last);
-        let items: Vec<Bytes> = self.chunks.iter().filter_map(|chunk| chunk.get().cloned()).collect();
+        let cells = std::mem::take(&mut self.current_cells);
+        self.seal(last, cells);
+        let items: Vec<Bytes> =
+            self.chunks.iter().filter_map(|chunk| Some(chunk.get()?.json.clone())).collect();
         let body = ListBody { head: self.head, items, tail: Bytes::from_static(b"]}"), chunks: self.chunks };
         Listing {
             items: self.items,
@@ -558,7 +602,8 @@ impl ListingBuilder {
     /// Sorts the items by namespace then name, and writes them again in that order.
     fn reorder(&mut self) {
         let last = std::mem::take(&mut self.current);
-        self.seal(last);
+        let cells = std::mem::take(&mut self.current_cells);
+        self.seal(last, cells);
         let mut items = std::mem::take(&mut self.items);
         items.sort_by(|a, b| (&*a.meta.namespace, &*a.meta.name).cmp(&(&*b.meta.namespace, &*b.meta.name)));
         self.chunks.clear();
@@ -568,7 +613,9 @@ impl ListingBuilder {
             let Ok(item) = Arc::try_unwrap(item) else { continue };
             self.scratch.clear();
             self.scratch.extend_from_slice(item.list_json());
-            let moved = self.add(item.meta, item.cells);
+            self.cells_scratch.clear();
+            self.cells_scratch.extend_from_slice(item.packed_cells().0);
+            let moved = self.add(item.meta);
             self.items.push(Arc::new(moved));
         }
     }
@@ -648,8 +695,8 @@ mod tests {
             text(listing.items[2].list_json()),
             r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"Widget","metadata":{"name":"zz","namespace":"b"},"n":2}"#
         );
-        // 112 bytes: with its Arc, a 128-byte allocation.
-        assert_eq!(std::mem::size_of::<Item>(), 112);
+        // 104 bytes: with its Arc, a 128-byte allocation, and no other per object.
+        assert_eq!(std::mem::size_of::<Item>(), 104);
     }
 
     #[test]
@@ -790,7 +837,9 @@ mod tests {
             Cell::text("é"),
         ];
         let meta = mk_meta("ns", "web-1");
-        let packed = Cells::pack(TypeMeta::ApiVersionFirst, &cells, &meta);
+        let mut bytes = Vec::new();
+        Cells::pack_into(&mut bytes, TypeMeta::ApiVersionFirst, &cells, &meta);
+        let packed = Cells(&bytes);
         assert_eq!(packed.type_meta(), TypeMeta::ApiVersionFirst);
         let read: Vec<CellRef<'_>> = packed.iter(&meta).collect();
         assert_eq!(
@@ -808,19 +857,24 @@ mod tests {
         // The type byte; the name is one tag byte; a short text its length and bytes; an age
         // 12 bytes.
         assert_eq!(packed.0.len(), 1 + 1 + (2 + 4) + 1 + 13 + (5 + 300) + 2 + (2 + 2));
-        let empty = Cells::pack(TypeMeta::Kept, &[], &meta);
+        let mut empty = Vec::new();
+        Cells::pack_into(&mut empty, TypeMeta::Kept, &[], &meta);
+        let empty = Cells(&empty);
         assert_eq!((empty.iter(&meta).count(), empty.type_meta()), (0, TypeMeta::Kept));
         assert_eq!(Cells::default().type_meta(), TypeMeta::Kept);
         // A damaged buffer ends the cells instead of panicking.
-        let cut = Cells(packed.0[..packed.0.len() - 1].into());
+        let cut = Cells(&packed.0[..packed.0.len() - 1]);
         assert_eq!(cut.iter(&meta).count(), 6);
         // The age since the object's creation is the tag alone; another age is stored.
         let created = Meta { creation_timestamp: Some(at), ..meta.clone() };
-        let ages = Cells::pack(
+        let mut ages = Vec::new();
+        Cells::pack_into(
+            &mut ages,
             TypeMeta::Kept,
             &[Cell::Age(at), Cell::Age(at + jiff::SignedDuration::from_secs(1))],
             &created,
         );
+        let ages = Cells(&ages);
         assert_eq!(ages.0.len(), 1 + 1 + 13);
         let read: Vec<CellRef<'_>> = ages.iter(&created).collect();
         assert_eq!(read, [CellRef::Age(at), CellRef::Age(at + jiff::SignedDuration::from_secs(1))]);

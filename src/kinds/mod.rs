@@ -20,7 +20,7 @@ pub(crate) mod resource_metrics;
 pub(crate) mod testkit;
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
@@ -243,6 +243,13 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The namespace of a cluster-scoped object: one empty string shared by all of them, not
+    /// an allocation per object per refresh.
+    pub fn cluster_scoped() -> Arc<str> {
+        static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
+        EMPTY.clone()
+    }
+
     /// The metadata of the object computed for `pod`: every field shared with the inventory.
     pub fn of_pod(pod: &PodInfo) -> Self {
         Self {
@@ -256,13 +263,13 @@ impl Meta {
 
     /// The metadata of the object `key` computed for a group of pods (a cafe): no UID, and
     /// created when its oldest pod was.
-    pub fn of_group(key: &PodKey, pods: &[&PodInfo], labels: Labels) -> Self {
+    pub fn of_group(key: &PodKey, pods: &[&PodInfo], labels: Arc<Labels>) -> Self {
         Self {
             name: key.name.clone(),
             namespace: key.namespace.clone(),
             uid: None,
             creation_timestamp: pods.iter().filter_map(|p| p.creation_timestamp).min(),
-            labels: Arc::new(labels),
+            labels,
         }
     }
 }

@@ -243,16 +243,16 @@ impl ResourceMetrics {
         let mut list = ListingBuilder::new(&NODE_INFO, String::new());
         list.reserve(nodes.len());
         for node in &nodes {
-            let Some((usage, timestamp, window)) = usage.nodes.get(&node.name).and_then(usage_of) else {
+            let Some((usage, timestamp, window)) = usage.nodes.get(&*node.name).and_then(usage_of) else {
                 continue;
             };
             let window = duration::go_string(window);
             let meta = Meta {
-                name: node.name.as_str().into(),
-                namespace: "".into(),
+                name: node.name.clone(),
+                namespace: Meta::cluster_scoped(),
                 uid: None,
                 creation_timestamp: Some(now),
-                labels: Arc::new(node.labels.clone()),
+                labels: node.labels.clone(),
             };
             let cells = cells(&meta.name, &usage.cpu, &usage.memory, &window);
             let object = NodeMetrics {
@@ -343,10 +343,14 @@ mod tests {
 
     fn mk_node(name: &str, labels: &[(&str, &str)]) -> Arc<NodeInfo> {
         Arc::new(NodeInfo {
-            name: name.to_owned(),
+            name: name.into(),
             addresses: Vec::new(),
             kubelet_port: None,
-            labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<crate::sources::Labels>()
+                .into(),
         })
     }
 
@@ -430,6 +434,11 @@ mod tests {
         assert!(node["metadata"].get("namespace").is_none());
         assert_eq!(node["usage"], json!({"cpu": "1500m", "memory": "4Gi"}));
         assert_eq!(node["window"], "15s");
+        // The object shares the inventory's name and labels: a refresh copies neither.
+        let again = nodes.list(None).await.unwrap();
+        assert!(!Arc::ptr_eq(&listing.items[0], &again.items[0]), "two computations");
+        assert!(Arc::ptr_eq(&listing.items[0].meta.labels, &again.items[0].meta.labels));
+        assert!(Arc::ptr_eq(&listing.items[0].meta.name, &again.items[0].meta.name));
         assert_eq!(listing.warnings.len(), 1, "{:?}", listing.warnings);
         assert!(listing.warnings[0].contains("node-c"), "{:?}", listing.warnings);
         assert!(!nodes.info().namespaced);

@@ -124,7 +124,7 @@ impl Inventory for FakeInventory {
     }
 
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
-        self.nodes.iter().find(|n| n.name == name).cloned()
+        self.nodes.iter().find(|n| &*n.name == name).cloned()
     }
 
     fn nodes(&self) -> Vec<Arc<NodeInfo>> {

@@ -104,8 +104,25 @@ struct PodValue {
     timestamp: Timestamp,
 }
 
-/// The values of one metric in one namespace, by pod name.
-type PodValues = HashMap<String, PodValue>;
+/// The values of one metric in one namespace, by pod name: the names in one buffer and the
+/// values sorted by name, two allocations however many pods. They live as long as the cached
+/// answer, among its query's short-lived blocks: one string per pod would hold the allocator's
+/// pages (RELIABILITY.md, "Soak").
+#[derive(Debug, Default)]
+struct PodValues {
+    names: String,
+    /// (where the name is in `names`, its value), sorted by name.
+    values: Vec<(u32, u32, PodValue)>,
+}
+
+impl PodValues {
+    /// The value of the pod `name`.
+    fn get(&self, name: &str) -> Option<&PodValue> {
+        let name_of = |(start, end, _): &(u32, u32, PodValue)| self.names.get(*start as usize..*end as usize);
+        let at = self.values.binary_search_by(|entry| name_of(entry).unwrap_or_default().cmp(name)).ok()?;
+        self.values.get(at).map(|(_, _, value)| value)
+    }
+}
 
 /// The custom metrics service: the `customMetrics` of the reloadable configuration and the
 /// `rules` of an adapter configuration, values through a [`PromSource`], pods from the
@@ -265,7 +282,7 @@ impl CustomMetrics {
                 .filter_map(|p| {
                     Some(Item {
                         object: Described::pod(namespace, &p.name),
-                        value: *values.get(&*p.name)?,
+                        value: *values.get(&p.name)?,
                         window,
                     })
                 })
@@ -274,7 +291,7 @@ impl CustomMetrics {
                 let value = pods
                     .iter()
                     .find(|p| &*p.name == name)
-                    .and_then(|p| values.get(&*p.name))
+                    .and_then(|p| values.get(&p.name))
                     .ok_or_else(|| MetricsError::not_found_for(metric, "pods", name))?;
                 vec![Item { object: Described::pod(namespace, name), value: *value, window }]
             }
@@ -380,7 +397,7 @@ impl CustomMetrics {
                 let items: Vec<(String, PodValue)> = pods
                     .iter()
                     .filter(|p| pod_selector.matches(&p.labels))
-                    .filter_map(|p| Some((p.name.to_string(), *values.get(&*p.name)?)))
+                    .filter_map(|p| Some((p.name.to_string(), *values.get(&p.name)?)))
                     .collect();
                 if items.is_empty() {
                     // The adapter's answer when no series matched.
@@ -528,14 +545,25 @@ fn selectors(
 /// out): the series of one object added up (the newest sample time wins), non-finite values
 /// left out.
 fn pod_values(samples: &[PromSample], name_of: impl Fn(&PromSample) -> Option<&str>) -> Arc<PodValues> {
-    let mut values = PodValues::new();
+    let mut by_name: HashMap<&str, PodValue> = HashMap::new();
     for sample in samples.iter().filter(|s| s.value.is_finite()) {
         if let Some(name) = name_of(sample) {
-            let entry =
-                values.entry(name.to_owned()).or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
+            let entry = by_name.entry(name).or_insert(PodValue { value: 0.0, timestamp: sample.timestamp });
             entry.value += sample.value;
             entry.timestamp = entry.timestamp.max(sample.timestamp);
         }
+    }
+    let mut sorted: Vec<(&str, PodValue)> = by_name.into_iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut values = PodValues {
+        names: String::with_capacity(sorted.iter().map(|(name, _)| name.len()).sum()),
+        values: Vec::with_capacity(sorted.len()),
+    };
+    let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    for (name, value) in sorted {
+        let start = as_u32(values.names.len());
+        values.names.push_str(name);
+        values.values.push((start, as_u32(values.names.len()), value));
     }
     Arc::new(values)
 }
@@ -555,7 +583,7 @@ fn aggregate<'a>(
     pods: impl Iterator<Item = &'a Arc<PodInfo>>,
     values: &PodValues,
 ) -> Option<PodValue> {
-    let mut found = pods.filter_map(|p| values.get(&*p.name)).peekable();
+    let mut found = pods.filter_map(|p| values.get(&p.name)).peekable();
     let first = *found.peek()?;
     let (mut sum, mut max, mut count, mut timestamp) = (0.0, f64::NEG_INFINITY, 0u32, first.timestamp);
     for v in found {
@@ -801,6 +829,32 @@ mod tests {
     fn load(yaml: &str) -> std::result::Result<QueryFile<Template>, String> {
         let check: crate::config::Check<Template> = Arc::new(check_metrics);
         QueryFile::from_yaml(yaml, "f.yaml", &check).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn pod_values_add_up_a_pods_series_and_are_found_by_name() {
+        use crate::kinds::testkit::mk_sample;
+        let samples = [
+            mk_sample(&[("pod", "web-2")], 2.0, "2026-07-01T10:00:00Z"),
+            mk_sample(&[("pod", "web-10")], 1.0, "2026-07-01T10:00:00Z"),
+            mk_sample(&[("pod", "web-2")], 0.5, "2026-07-01T10:00:05Z"),
+            mk_sample(&[("pod", "web-1")], f64::NAN, "2026-07-01T10:00:00Z"),
+            mk_sample(&[("other", "x")], 9.0, "2026-07-01T10:00:00Z"),
+            mk_sample(&[("pod", "a")], 3.0, "2026-07-01T10:00:00Z"),
+        ];
+        let values = pod_values(&samples, |s| s.labels.get("pod"));
+        let at = |t: &str| t.parse::<Timestamp>().unwrap();
+        assert_eq!(
+            values.get("web-2"),
+            Some(&PodValue { value: 2.5, timestamp: at("2026-07-01T10:00:05Z") })
+        );
+        assert_eq!(values.get("web-10").map(|v| v.value), Some(1.0));
+        assert_eq!(values.get("a").map(|v| v.value), Some(3.0));
+        for absent in ["web-1", "web", "x", "", "web-20", "zz"] {
+            assert_eq!(values.get(absent), None, "{absent}");
+        }
+        assert_eq!(values.names, "aweb-10web-2", "one buffer, in name order");
+        assert_eq!(PodValues::default().get("a"), None);
     }
 
     #[test]

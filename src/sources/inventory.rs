@@ -11,8 +11,7 @@
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
 //! computed from a pod share its strings and labels instead of copying them.
 
-use std::collections::{BTreeMap, HashSet};
-use std::hash::Hash;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -22,6 +21,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 
+use crate::sources::intern::Interner;
 use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
 
 /// The longest wait between two attempts to watch again after a failure, jitter included.
@@ -128,70 +128,6 @@ impl<K: Ord, V> Mirror<K, V> {
 
     fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
-    }
-}
-
-/// Shares equal values: `intern` returns the one `Arc` held for a value. Values nobody else
-/// holds any more are dropped once the calls since the last sweep reach
-/// [`Interner::SWEEP_EVERY`] or the number of values it kept, whichever is more (amortised
-/// O(1) per call).
-struct Interner<T: ?Sized> {
-    inner: Mutex<InternerState<T>>,
-}
-
-struct InternerState<T: ?Sized> {
-    values: HashSet<Arc<T>>,
-    calls: usize,
-    kept: usize,
-}
-
-impl<T: ?Sized> Default for Interner<T> {
-    fn default() -> Self {
-        Self { inner: Mutex::new(InternerState { values: HashSet::new(), calls: 0, kept: 0 }) }
-    }
-}
-
-/// A value an [`Interner`] can make its shared copy of.
-trait Share {
-    fn share(&self) -> Arc<Self>;
-}
-
-impl Share for str {
-    fn share(&self) -> Arc<str> {
-        Arc::from(self)
-    }
-}
-
-impl Share for [String] {
-    fn share(&self) -> Arc<[String]> {
-        Arc::from(self)
-    }
-}
-
-impl Share for Labels {
-    fn share(&self) -> Arc<Labels> {
-        Arc::new(self.clone())
-    }
-}
-
-impl<T: ?Sized + Eq + Hash + Share> Interner<T> {
-    const SWEEP_EVERY: usize = 4096;
-
-    fn intern(&self, value: &T) -> Arc<T> {
-        let Ok(mut guard) = self.inner.lock() else { return value.share() };
-        let state = &mut *guard;
-        state.calls += 1;
-        if state.calls >= Self::SWEEP_EVERY.max(state.kept) {
-            state.values.retain(|v| Arc::strong_count(v) > 1);
-            state.calls = 0;
-            state.kept = state.values.len();
-        }
-        if let Some(shared) = state.values.get(value) {
-            return shared.clone();
-        }
-        let shared = value.share();
-        state.values.insert(shared.clone());
-        shared
     }
 }
 
@@ -358,7 +294,7 @@ impl KubeInventory {
 fn node_info(node: &Node) -> NodeInfo {
     let status = node.status.as_ref();
     NodeInfo {
-        name: node.metadata.name.clone().unwrap_or_default(),
+        name: node.metadata.name.as_deref().unwrap_or_default().into(),
         addresses: status
             .and_then(|s| s.addresses.as_ref())
             .map(|a| a.iter().map(|a| (a.type_.clone(), a.address.clone())).collect())
@@ -367,7 +303,7 @@ fn node_info(node: &Node) -> NodeInfo {
             .and_then(|s| s.daemon_endpoints.as_ref())
             .and_then(|d| d.kubelet_endpoint.as_ref())
             .and_then(|e| u16::try_from(e.port).ok()),
-        labels: node.metadata.labels.clone().unwrap_or_default(),
+        labels: Arc::new(node.metadata.labels.clone().unwrap_or_default()),
     }
 }
 
@@ -428,11 +364,11 @@ mod tests {
         inv.apply_nodes(Event::InitDone);
         assert!(inv.is_synced());
         assert_ne!(inv.resource_version(), before);
-        assert_eq!(inv.node("n1").unwrap().name, "n1");
+        assert_eq!(inv.node("n1").unwrap().name, "n1".into());
         inv.apply_nodes(Event::Apply(node("n2")));
         inv.apply_nodes(Event::Delete(node("n1")));
         assert!(inv.node("n1").is_none());
-        assert_eq!(inv.node("n2").unwrap().name, "n2");
+        assert_eq!(inv.node("n2").unwrap().name, "n2".into());
         // A re-list replaces the whole set.
         inv.apply_nodes(Event::Init);
         inv.apply_nodes(Event::InitApply(node("n3")));
@@ -458,17 +394,5 @@ mod tests {
             assert!(Arc::ptr_eq(&pod.containers, &pods[0].containers));
         }
         assert_eq!(*pods[0].labels, Labels::from([("app".to_owned(), "web".to_owned())]));
-    }
-
-    #[test]
-    fn the_interner_forgets_values_nobody_holds() {
-        let interner = Interner::<str>::default();
-        let kept = interner.intern("kept");
-        for i in 0..3 * Interner::<str>::SWEEP_EVERY {
-            drop(interner.intern(&format!("gone-{i}")));
-        }
-        let set_len = interner.inner.lock().unwrap().values.len();
-        assert!(set_len <= Interner::<str>::SWEEP_EVERY, "{set_len} values still held");
-        assert!(Arc::ptr_eq(&kept, &interner.intern("kept")));
     }
 }

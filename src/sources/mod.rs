@@ -10,6 +10,7 @@
 //! - [`workloads::WorkloadSource`]: the pod selection of Deployments, StatefulSets, ReplicaSets,
 //!   DaemonSets and Services (read one by one, cached).
 
+pub(crate) mod intern;
 pub(crate) mod inventory;
 pub(crate) mod kubelet;
 pub(crate) mod prometheus;
@@ -50,14 +51,15 @@ pub(crate) type Labels = BTreeMap<String, String>;
 /// A node as the inventory knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
-    /// Node name.
-    pub name: String,
+    /// Node name (shared by the objects computed for the node).
+    pub name: Arc<str>,
     /// `status.addresses` as (type, address) pairs, in the node's order.
     pub addresses: Vec<(String, String)>,
     /// `status.daemonEndpoints.kubeletEndpoint.port`, when set.
     pub kubelet_port: Option<u16>,
-    /// Labels of the node (label selectors of `metrics.k8s.io` filter on them).
-    pub labels: Labels,
+    /// Labels of the node (label selectors of `metrics.k8s.io` filter on them), shared by the
+    /// objects computed for the node.
+    pub labels: Arc<Labels>,
 }
 
 /// Read access to the cluster's pods and nodes.
@@ -111,9 +113,69 @@ impl ContainerUsage {
     }
 }
 
-/// A pod's containers' usage, in name order. Shared, not copied, by every answer that uses it:
-/// a node's usage is computed once per fetch, and each list joins it by reference.
-pub(crate) type Containers = Arc<[ContainerUsage]>;
+/// A pod's containers' usage, in name order (a slice of it: `Deref`). Shared, not copied, by
+/// every answer that uses it: a node's usage is computed once per fetch, all its pods'
+/// containers in one allocation ([`Containers::of_node`]), and each list joins it by reference.
+/// One allocation per node rather than per pod matters: these live until the node's next
+/// fetch, among the fetch's short-lived blocks, and would hold the allocator's pages
+/// (RELIABILITY.md, "Soak").
+#[derive(Clone, Default)]
+pub struct Containers {
+    all: Arc<[ContainerUsage]>,
+    start: u32,
+    end: u32,
+}
+
+impl Containers {
+    /// The pods of one node: `all` their containers, and each pod's range of them.
+    pub fn of_node<K>(
+        all: Vec<ContainerUsage>,
+        pods: impl IntoIterator<Item = (K, std::ops::Range<usize>)>,
+    ) -> Vec<(K, Self)> {
+        let all: Arc<[ContainerUsage]> = all.into();
+        let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        pods.into_iter()
+            .map(|(key, range)| {
+                let end = range.end.min(all.len());
+                let start = range.start.min(end);
+                (key, Self { all: all.clone(), start: as_u32(start), end: as_u32(end) })
+            })
+            .collect()
+    }
+}
+
+impl std::ops::Deref for Containers {
+    type Target = [ContainerUsage];
+
+    fn deref(&self) -> &[ContainerUsage] {
+        self.all.get(self.start as usize..self.end as usize).unwrap_or_default()
+    }
+}
+
+impl From<Vec<ContainerUsage>> for Containers {
+    fn from(containers: Vec<ContainerUsage>) -> Self {
+        let end = u32::try_from(containers.len()).unwrap_or(u32::MAX);
+        Self { all: containers.into(), start: 0, end }
+    }
+}
+
+impl FromIterator<ContainerUsage> for Containers {
+    fn from_iter<I: IntoIterator<Item = ContainerUsage>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl PartialEq for Containers {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Containers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
 
 /// Usage of every pod on one node, from one kubelet fetch.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -181,7 +243,7 @@ pub struct PodsUsage {
 #[derive(Debug, Clone, Default)]
 pub struct NodesUsage {
     /// Per node, its usage; a node without both CPU and memory data is absent.
-    pub nodes: HashMap<String, ContainerUsage>,
+    pub nodes: HashMap<Arc<str>, ContainerUsage>,
     /// Why some nodes have no usage, ready for a `Warning` header.
     pub warning: Option<String>,
 }

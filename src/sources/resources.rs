@@ -412,7 +412,7 @@ impl PromUsage {
     ) -> Result<Arc<HashMap<String, ContainerUsage>>, Arc<PromError>> {
         let generation = self.plan.generation();
         let compute = async {
-            let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+            let names: Vec<&str> = nodes.iter().map(|n| &*n.name).collect();
             let query = self.plan.nodes(&names).map_err(|e| PromError::Query(e.to_string()))?;
             let node_label = query.object_label.clone();
             let key = |s: &PromSample| Some((s.labels.get(&node_label)?.to_owned(), Arc::<str>::from("")));
@@ -506,7 +506,7 @@ impl UsageSource for PromUsage {
                 Ok(all) => NodesUsage {
                     nodes: nodes
                         .iter()
-                        .filter_map(|n| Some((n.name.clone(), all.get(&n.name)?.clone())))
+                        .filter_map(|n| Some((n.name.clone(), all.get(&*n.name)?.clone())))
                         .collect(),
                     warning: None,
                 },
@@ -582,7 +582,7 @@ mod tests {
 
     fn node(name: &str) -> Arc<NodeInfo> {
         Arc::new(NodeInfo {
-            name: name.to_owned(),
+            name: name.into(),
             addresses: Vec::new(),
             kubelet_port: None,
             labels: Default::default(),

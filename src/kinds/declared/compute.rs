@@ -19,6 +19,7 @@ use crate::kinds::{
     API_VERSION, Cell, Computation, ComputeError, Duplicates, Listing, ListingBuilder, Meta, ObjectMeta,
     QueryError, SamplesBy, rfc3339,
 };
+use crate::sources::intern::ObjectStrings;
 use crate::sources::{Containers, PodInfo, PodKey, PromSample};
 use k8s_wire::{duration, quantity};
 use k8s_wire::{is_dns1123_subdomain, is_valid_label_value};
@@ -80,9 +81,10 @@ impl DeclaredKind {
                 metrics.skipped_object(&spec.info.plural, INVALID_NAME);
             }
             if valid {
-                let namespace = namespaces.entry(namespace).or_insert_with(|| namespace.into()).clone();
-                let key = PodKey { namespace, name: name.into() };
-                item(&mut list, spec, &key, pods, &by_field, &usage, &window_text);
+                let namespace =
+                    namespaces.entry(namespace).or_insert_with(|| self.shared.name(namespace)).clone();
+                let key = PodKey { namespace, name: self.shared.name(name) };
+                item(&mut list, spec, &key, pods, &by_field, &usage, (&window_text, &self.shared));
             }
         }
         Ok(Arc::new(list.finish(warnings)))
@@ -168,7 +170,7 @@ fn item(
     pods: &[&PodInfo],
     by_field: &[SamplesBy<'_>],
     usage: &HashMap<PodKey, Containers>,
-    window: &str,
+    (window, shared): (&str, &ObjectStrings),
 ) {
     let samples: Vec<Option<&PromSample>> = by_field.iter().map(|m| m.get(key)).collect();
     let values: Vec<Option<Published>> = spec
@@ -195,7 +197,7 @@ fn item(
             is_valid_label_value(value).is_empty().then(|| (label.clone(), value.to_owned()))
         })
         .collect();
-    let meta = Meta::of_group(key, pods, labels);
+    let meta = Meta::of_group(key, pods, shared.labels(&labels));
     let object = Object {
         kind: &spec.info.kind,
         metadata: ObjectMeta::from(&meta),

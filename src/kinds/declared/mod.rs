@@ -19,6 +19,7 @@ pub use spec::DeclaredSpec;
 pub(crate) use spec::{FieldSpec, Format, check_declared};
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Sources, kind_schema, schema_name};
+use crate::sources::intern::ObjectStrings;
 use apiserver::Metrics;
 
 /// A declared kind, computed at request time from its queries.
@@ -26,6 +27,8 @@ pub(crate) struct DeclaredKind {
     spec: Arc<DeclaredSpec>,
     sources: Sources,
     metrics: Option<Arc<Metrics>>,
+    /// The objects' names, namespaces and label sets, shared from one refresh to the next.
+    shared: ObjectStrings,
 }
 
 impl std::fmt::Debug for DeclaredKind {
@@ -38,7 +41,7 @@ impl DeclaredKind {
     /// The kind of `spec`, computed from `sources`; object names that are not valid Kubernetes
     /// names are skipped and counted in `metrics`.
     pub(crate) fn new(spec: Arc<DeclaredSpec>, sources: Sources, metrics: Option<Arc<Metrics>>) -> Self {
-        Self { spec, sources, metrics }
+        Self { spec, sources, metrics, shared: ObjectStrings::default() }
     }
 }
 

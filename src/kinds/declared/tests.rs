@@ -810,3 +810,18 @@ async fn cluster_kind_joins_the_pods_of_every_namespace() {
     assert_eq!(mk_cells(&listing.items[0]), ["espresso-du-matin", "<none>", "2", "35m", "48Mi"]);
     assert_eq!(prom.received(), ["sum by (cafe) (rate(cafe_brews_total[5m]))"]);
 }
+
+#[tokio::test]
+async fn a_refresh_shares_the_names_and_label_sets_of_the_one_before() {
+    // What a listing keeps for its lifetime is not allocated again by every refresh
+    // (RELIABILITY.md, "Soak": such blocks hold the allocator's pages).
+    let (kind, _, _) = mk_traffic_kind(mk_traffic_prom(), None);
+    let (first, second) = (kind.list(None).await.unwrap(), kind.list(None).await.unwrap());
+    assert_eq!(first.items.len(), 3);
+    for (a, b) in first.items.iter().zip(&second.items) {
+        assert!(!Arc::ptr_eq(a, b), "two computations, not one cached");
+        assert!(Arc::ptr_eq(&a.meta.name, &b.meta.name), "{}", a.meta.name);
+        assert!(Arc::ptr_eq(&a.meta.namespace, &b.meta.namespace), "{}", a.meta.namespace);
+        assert!(Arc::ptr_eq(&a.meta.labels, &b.meta.labels), "{:?}", a.meta.labels);
+    }
+}

@@ -404,7 +404,7 @@ impl Inner {
 
     /// The URL of a node's resource metrics.
     fn url(&self, node: &NodeInfo) -> Result<String, KubeletError> {
-        let no_address = |reason: String| KubeletError::NoAddress { node: node.name.clone(), reason };
+        let no_address = |reason: String| KubeletError::NoAddress { node: node.name.to_string(), reason };
         let address = select_address(node, &self.config.preferred_address_types).ok_or_else(|| {
             no_address(format!("no address of type {}", self.config.preferred_address_types.join(", ")))
         })?;
@@ -661,7 +661,7 @@ pub(super) mod tests {
 
     fn mk_node(addresses: &[(&str, &str)], kubelet_port: Option<u16>) -> NodeInfo {
         NodeInfo {
-            name: "node-a".to_owned(),
+            name: "node-a".into(),
             addresses: addresses.iter().map(|(t, a)| ((*t).to_owned(), (*a).to_owned())).collect(),
             kubelet_port,
             labels: Default::default(),

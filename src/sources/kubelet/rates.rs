@@ -5,14 +5,13 @@
 //! first sample is never a usage. Older kubelets send no sample timestamps: the scrape time
 //! stands in, and an unchanged counter is then the same sample read again, not an idle period.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use super::parse::{ContainerKey, ContainerSample, ParsedBatch, Sample};
-use crate::sources::{ContainerUsage, NodeUsage, PodKey};
+use crate::sources::{ContainerUsage, Containers, NodeUsage, PodKey};
 
 /// A time as nanoseconds since the Unix epoch: every sample time the parser accepts fits
 /// (`parse` refuses times outside 1970–2262), in half a [`Timestamp`]'s bytes.
@@ -325,15 +324,19 @@ impl NodeSamples {
     /// working set. Containers are sorted by name within a pod.
     pub fn usage(&self) -> NodeUsage {
         let pods = self.containers.chunk_by(|(a, _), (b, _)| a.namespace == b.namespace && a.pod == b.pod);
-        let mut usage = NodeUsage { pods: HashMap::with_capacity(pods.clone().count()), node: None };
+        let mut ranges = Vec::with_capacity(pods.clone().count());
+        let mut at = 0;
         for containers in pods {
             let Some((key, _)) = containers.first() else { continue };
             let pod = PodKey { namespace: key.namespace.clone(), name: key.pod.clone() };
-            // Exactly as long as the pod's containers.
-            let list =
-                containers.iter().map(|(key, history)| history.usage(&key.container, self.rules)).collect();
-            usage.pods.insert(pod, list);
+            ranges.push((pod, at..at + containers.len()));
+            at += containers.len();
         }
+        // Every pod's containers in one allocation, each pod a range of it.
+        let all =
+            self.containers.iter().map(|(key, history)| history.usage(&key.container, self.rules)).collect();
+        let mut usage =
+            NodeUsage { pods: Containers::of_node(all, ranges).into_iter().collect(), node: None };
         usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from(""), self.rules));
         usage
     }
@@ -447,6 +450,10 @@ mod tests {
         // A shared slice: exactly its containers, no spare capacity.
         assert_eq!(p.len(), 2);
         assert!(Arc::ptr_eq(&p[1].name, &keys[1].container));
+        // The node's pods are ranges of one allocation, in key order: q's container follows p's.
+        let q = &usage.pods[&PodKey { namespace: "ns".into(), name: "q".into() }];
+        assert_eq!(q.len(), 1);
+        assert!(std::ptr::eq(p.as_ptr().wrapping_add(2), q.as_ptr()), "one allocation per node, not per pod");
         // Words nobody holds any more (the old usage gone too) are forgotten.
         drop(usage);
         state.update(mk_batch(&[("app", 2.0, T0 + 10_000, 10.0, START)]));
