@@ -5,29 +5,34 @@
 //! as long as the cached listing, among the refresh's short-lived ones, hold the allocator's
 //! pages: RELIABILITY.md, "Soak").
 
-use std::collections::HashSet;
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use crate::sources::Labels;
 
-/// Shares equal values: `intern` returns the one `Arc` held for a value. Values nobody else
-/// holds any more are dropped once the calls since the last sweep reach
-/// [`Interner::SWEEP_EVERY`] or the number of values it kept, whichever is more (amortised
-/// O(1) per call).
+/// Shares equal values: `intern` returns the one `Arc` held for a value. A sweep, once the calls
+/// since the last one reach [`Interner::SWEEP_EVERY`] or the number of values it kept,
+/// whichever is more (amortised O(1) per call), drops the values nobody else holds that were
+/// not asked for since the sweep before: a value stays shared across a moment when nothing
+/// holds it (a cached listing expired before the next refresh asks for its objects' names),
+/// and the values kept are at most those held plus those of one period's calls.
 pub(crate) struct Interner<T: ?Sized> {
     inner: Mutex<InternerState<T>>,
 }
 
 struct InternerState<T: ?Sized> {
-    values: HashSet<Arc<T>>,
+    /// Each value, with the period (sweeps so far) it was last asked for in.
+    values: HashMap<Arc<T>, Cell<u64>>,
+    period: u64,
     calls: usize,
     kept: usize,
 }
 
 impl<T: ?Sized> Default for Interner<T> {
     fn default() -> Self {
-        Self { inner: Mutex::new(InternerState { values: HashSet::new(), calls: 0, kept: 0 }) }
+        Self { inner: Mutex::new(InternerState { values: HashMap::new(), period: 0, calls: 0, kept: 0 }) }
     }
 }
 
@@ -63,15 +68,18 @@ impl<T: ?Sized + Eq + Hash + Share> Interner<T> {
         let state = &mut *guard;
         state.calls += 1;
         if state.calls >= Self::SWEEP_EVERY.max(state.kept) {
-            state.values.retain(|v| Arc::strong_count(v) > 1);
+            let ended = state.period;
+            state.values.retain(|v, asked| Arc::strong_count(v) > 1 || asked.get() == ended);
+            state.period += 1;
             state.calls = 0;
             state.kept = state.values.len();
         }
-        if let Some(shared) = state.values.get(value) {
+        if let Some((shared, asked)) = state.values.get_key_value(value) {
+            asked.set(state.period);
             return shared.clone();
         }
         let shared = value.share();
-        state.values.insert(shared.clone());
+        state.values.insert(shared.clone(), Cell::new(state.period));
         shared
     }
 }
@@ -114,7 +122,30 @@ mod tests {
             drop(interner.intern(&format!("gone-{i}")));
         }
         let set_len = interner.inner.lock().unwrap().values.len();
-        assert!(set_len <= Interner::<str>::SWEEP_EVERY, "{set_len} values still held");
+        assert!(set_len <= 2 * Interner::<str>::SWEEP_EVERY, "{set_len} values still held");
         assert!(Arc::ptr_eq(&kept, &interner.intern("kept")));
+    }
+
+    #[test]
+    fn a_value_asked_for_in_the_last_period_survives_a_moment_nobody_holds_it() {
+        // A refresh interns an object's name; its listing expires; the next refresh, after a
+        // sweep, gets the same copy, not a new allocation.
+        let interner = Interner::<str>::default();
+        let first = interner.intern("web-1");
+        let address = Arc::as_ptr(&first);
+        drop(first);
+        for i in 0..Interner::<str>::SWEEP_EVERY {
+            let _held = interner.intern(&format!("other-{i}"));
+        }
+        let again = interner.intern("web-1");
+        assert_eq!(Arc::as_ptr(&again), address, "kept across one sweep");
+        drop(again);
+        // Not asked for during two whole periods and held by nobody: forgotten.
+        for round in 0..3 {
+            for i in 0..Interner::<str>::SWEEP_EVERY {
+                let _held = interner.intern(&format!("round-{round}-{i}"));
+            }
+        }
+        assert!(!interner.inner.lock().unwrap().values.contains_key("web-1"));
     }
 }
