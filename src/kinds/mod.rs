@@ -20,7 +20,7 @@ pub(crate) mod resource_metrics;
 pub(crate) mod testkit;
 
 use std::borrow::Cow;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
@@ -246,8 +246,7 @@ impl Meta {
     /// The namespace of a cluster-scoped object: one empty string shared by all of them, not
     /// an allocation per object per refresh.
     pub fn cluster_scoped() -> Arc<str> {
-        static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
-        EMPTY.clone()
+        crate::sources::intern::empty_str()
     }
 
     /// The metadata of the object computed for `pod`: every field shared with the inventory.

@@ -12,6 +12,13 @@ use std::sync::{Arc, Mutex};
 
 use crate::sources::Labels;
 
+/// The empty string, shared: the namespace of every cluster-scoped object and the name of a
+/// node's own usage, not an allocation each.
+pub(crate) fn empty_str() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    EMPTY.clone()
+}
+
 /// Shares equal values: `intern` returns the one `Arc` held for a value. A sweep, once the calls
 /// since the last one reach [`Interner::SWEEP_EVERY`] or the number of values it kept,
 /// whichever is more (amortised O(1) per call), drops the values nobody else holds that were

@@ -131,16 +131,14 @@ impl Containers {
     pub fn of_node<K>(
         all: Vec<ContainerUsage>,
         pods: impl IntoIterator<Item = (K, std::ops::Range<usize>)>,
-    ) -> Vec<(K, Self)> {
+    ) -> impl Iterator<Item = (K, Self)> {
         let all: Arc<[ContainerUsage]> = all.into();
         let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        pods.into_iter()
-            .map(|(key, range)| {
-                let end = range.end.min(all.len());
-                let start = range.start.min(end);
-                (key, Self { all: all.clone(), start: as_u32(start), end: as_u32(end) })
-            })
-            .collect()
+        pods.into_iter().map(move |(key, range)| {
+            let end = range.end.min(all.len());
+            let start = range.start.min(end);
+            (key, Self { all: all.clone(), start: as_u32(start), end: as_u32(end) })
+        })
     }
 }
 

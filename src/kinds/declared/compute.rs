@@ -67,10 +67,6 @@ impl DeclaredKind {
                 }
             }
         }
-        // The listing keeps each object's name; its namespace is shared by the namespace's
-        // objects.
-        let mut namespaces: HashMap<&str, Arc<str>> = HashMap::new();
-
         let window_text = duration::go_string(window);
         let mut list = ListingBuilder::new(&spec.info, resource_version);
         list.reserve(objects.len());
@@ -81,9 +77,8 @@ impl DeclaredKind {
                 metrics.skipped_object(&spec.info.plural, INVALID_NAME);
             }
             if valid {
-                let namespace =
-                    namespaces.entry(namespace).or_insert_with(|| self.shared.name(namespace)).clone();
-                let key = PodKey { namespace, name: self.shared.name(name) };
+                // Shared with the previous refresh's objects and with this one's.
+                let key = PodKey { namespace: self.shared.name(namespace), name: self.shared.name(name) };
                 item(&mut list, spec, &key, pods, &by_field, &usage, (&window_text, &self.shared));
             }
         }

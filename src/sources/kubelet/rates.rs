@@ -335,9 +335,9 @@ impl NodeSamples {
         // Every pod's containers in one allocation, each pod a range of it.
         let all =
             self.containers.iter().map(|(key, history)| history.usage(&key.container, self.rules)).collect();
-        let mut usage =
-            NodeUsage { pods: Containers::of_node(all, ranges).into_iter().collect(), node: None };
-        usage.node = self.node.as_ref().map(|history| history.usage(&Arc::from(""), self.rules));
+        let mut usage = NodeUsage { pods: Containers::of_node(all, ranges).collect(), node: None };
+        usage.node =
+            self.node.as_ref().map(|history| history.usage(&crate::sources::intern::empty_str(), self.rules));
         usage
     }
 
