@@ -635,7 +635,7 @@ async fn list(
         return Ok(json_response(list_body(body, slots).await, &listing.warnings));
     }
     before_computing(version).await;
-    let items: Vec<Arc<Item>> = listing
+    let items: Vec<&Item> = listing
         .items
         .iter()
         .filter(|item| {
@@ -643,7 +643,6 @@ async fn list(
                 && labels.matches(&item.meta.labels)
                 && fields.matches(&item.meta.name, &item.meta.namespace)
         })
-        .cloned()
         .collect();
     let body = Bytes::from(render_list(&ctx, &items, repr)?);
     if let Some(key) = selection {
@@ -675,7 +674,7 @@ async fn get_one(
     }
     let listing = listing(target, target.namespace.as_deref(), version).await?;
     let namespace = target.namespace.as_deref().unwrap_or_default();
-    let wanted = |i: &&Arc<Item>| *i.meta.name == *name && *i.meta.namespace == *namespace;
+    let wanted = |i: &&Item| *i.meta.name == *name && *i.meta.namespace == *namespace;
     // Listings are sorted by namespace then name; the scan only runs when the search misses.
     let item = listing
         .items

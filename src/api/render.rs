@@ -13,7 +13,6 @@
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -74,12 +73,12 @@ pub(crate) struct RenderContext<'a> {
 /// Renders a list response.
 pub(crate) fn render_list(
     ctx: &RenderContext<'_>,
-    items: &[Arc<Item>],
+    items: &[&Item],
     repr: Representation,
 ) -> Result<Vec<u8>, ApiError> {
     match repr {
-        Representation::Json => Ok(kind_list(ctx, items)),
-        Representation::Table { version } => table(ctx, items.iter().map(|i| i.as_ref()), version),
+        Representation::Json => Ok(kind_list(ctx, items.iter().copied())),
+        Representation::Table { version } => table(ctx, items.iter().copied(), version),
         Representation::PartialObjectMetadataList { version } => {
             let list = PartialList {
                 kind: "PartialObjectMetadataList",
@@ -114,11 +113,14 @@ pub(crate) fn render_object(
 }
 
 /// `<Kind>List` written around the precomputed objects (as their list writes them).
-pub(crate) fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8> {
-    let size: usize = items.iter().map(|i| i.list_json().len() + 1).sum();
+pub(crate) fn kind_list<'a>(
+    ctx: &RenderContext<'_>,
+    items: impl Iterator<Item = &'a Item> + Clone,
+) -> Vec<u8> {
+    let size: usize = items.clone().map(|i| i.list_json().len() + 1).sum();
     let mut out = Vec::with_capacity(size + 160);
     crate::kinds::listing::push_list_head(&mut out, ctx.info, ctx.resource_version);
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in items.enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -131,7 +133,7 @@ pub(crate) fn kind_list(ctx: &RenderContext<'_>, items: &[Arc<Item>]) -> Vec<u8>
 /// The unfiltered `<Kind>List` of `listing`: its own rendered bytes (shared), or, for a
 /// listing assembled by hand, rendered once and kept with it.
 pub(crate) fn list_json(ctx: &RenderContext<'_>, listing: &Listing) -> ListBody {
-    listing.rendered_list.get_or_init(|| ListBody::from(kind_list(ctx, &listing.items))).clone()
+    listing.rendered_list.get_or_init(|| ListBody::from(kind_list(ctx, listing.items.iter()))).clone()
 }
 
 /// The response body of an unfiltered list, its parts sent as they are (shared, not joined);
@@ -533,7 +535,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn item(name: &str, object_metadata: bool) -> Arc<Item> {
+    fn item(name: &str, object_metadata: bool) -> Item {
         let meta = Meta {
             name: name.into(),
             namespace: "ns1".into(),
@@ -549,7 +551,11 @@ mod tests {
             json!({"kind": "Widget", "apiVersion": API_VERSION, "size": 3})
         };
         let cells = [Cell::Text(name.into()), Cell::Age(ts("2026-07-01T10:00:00Z"))];
-        Arc::new(Item::new(&crate::api::testutil::WIDGET, meta, &object, &cells))
+        Item::new(&crate::api::testutil::WIDGET, meta, &object, &cells)
+    }
+
+    fn refs(items: &[Item]) -> Vec<&Item> {
+        items.iter().collect()
     }
 
     fn ctx(include_object: IncludeObject) -> RenderContext<'static> {
@@ -569,7 +575,8 @@ mod tests {
     #[test]
     fn kind_list_json() {
         let items = vec![item("a", true), item("b", true)];
-        let v = parse(render_list(&ctx(IncludeObject::Metadata), &items, Representation::Json).unwrap());
+        let v =
+            parse(render_list(&ctx(IncludeObject::Metadata), &refs(&items), Representation::Json).unwrap());
         assert_eq!(v["kind"], "WidgetList");
         assert_eq!(v["apiVersion"], API_VERSION);
         assert_eq!(v["metadata"], json!({"resourceVersion": "17"}));
@@ -591,9 +598,9 @@ mod tests {
         let untyped = RenderContext { info: &info, ..ctx(IncludeObject::Metadata) };
         let kind_first = r#"{"kind":"Widget","apiVersion":"stats.une-tasse-de.cafe/v1alpha1","size":4}"#;
         // Items of this kind, made as its listings make them.
-        let untyped_item = |item: Arc<Item>, json: &str| {
+        let untyped_item = |item: Item, json: &str| {
             let object: &RawValue = serde_json::from_str(json).unwrap();
-            Arc::new(Item::new(&info, item.meta.clone(), &object, &[]))
+            Item::new(&info, item.meta.clone(), &object, &[])
         };
         let (a, b) = (item("a", true), item("b", false));
         let items = vec![
@@ -601,7 +608,7 @@ mod tests {
             untyped_item(b.clone(), std::str::from_utf8(b.list_json()).unwrap()),
             untyped_item(item("c", false), kind_first),
         ];
-        let list = render_list(&untyped, &items, Representation::Json).unwrap();
+        let list = render_list(&untyped, &refs(&items), Representation::Json).unwrap();
         assert_eq!(
             parse(list),
             json!({"kind": "WidgetList", "apiVersion": API_VERSION, "metadata": {"resourceVersion": "17"}, "items": [
@@ -616,7 +623,7 @@ mod tests {
         assert_eq!(std::str::from_utf8(&one).unwrap(), kind_first);
         // A Table row's whole object too.
         let ctx = RenderContext { include_object: IncludeObject::Object, ..untyped };
-        let table = render_list(&ctx, &items[2..], Representation::Table { version: MetaVersion::V1 });
+        let table = render_list(&ctx, &refs(&items[2..]), Representation::Table { version: MetaVersion::V1 });
         assert_eq!(parse(table.unwrap())["rows"][0]["object"], parse(kind_first.as_bytes().to_vec()));
     }
 
@@ -626,7 +633,7 @@ mod tests {
         let v = parse(
             render_list(
                 &ctx(IncludeObject::Metadata),
-                &items,
+                &refs(&items),
                 Representation::Table { version: MetaVersion::V1 },
             )
             .unwrap(),
@@ -653,7 +660,7 @@ mod tests {
     fn table_v1beta1_object_and_none() {
         let items = vec![item("a", false)];
         let beta = Representation::Table { version: MetaVersion::V1Beta1 };
-        let v = parse(render_list(&ctx(IncludeObject::Metadata), &items, beta).unwrap());
+        let v = parse(render_list(&ctx(IncludeObject::Metadata), &refs(&items), beta).unwrap());
         assert_eq!(v["apiVersion"], "meta.k8s.io/v1beta1");
         assert_eq!(v["rows"][0]["object"]["apiVersion"], "meta.k8s.io/v1beta1");
         // Built from Meta when the object has no metadata.
@@ -662,9 +669,9 @@ mod tests {
             json!({"name": "a", "namespace": "ns1", "uid": "uid-a",
                    "creationTimestamp": "2026-07-01T10:00:00Z", "labels": {"app": "x"}})
         );
-        let v = parse(render_list(&ctx(IncludeObject::Object), &items, beta).unwrap());
+        let v = parse(render_list(&ctx(IncludeObject::Object), &refs(&items), beta).unwrap());
         assert_eq!(v["rows"][0]["object"], json!({"kind": "Widget", "apiVersion": API_VERSION, "size": 3}));
-        let v = parse(render_list(&ctx(IncludeObject::None), &items, beta).unwrap());
+        let v = parse(render_list(&ctx(IncludeObject::None), &refs(&items), beta).unwrap());
         assert_eq!(v["rows"][0]["object"], Value::Null);
         assert!(v["rows"][0].as_object().unwrap().contains_key("object"));
     }
@@ -686,7 +693,7 @@ mod tests {
     }
 
     /// 1,000 objects shaped like PodMetricsSummaries (10 cells each), for the timing below.
-    fn mk_pms_items() -> Vec<Arc<Item>> {
+    fn mk_pms_items() -> Vec<Item> {
         (0..1000)
             .map(|i| {
                 let name = format!("web-7d4b9c6f5-{i:05}");
@@ -711,7 +718,7 @@ mod tests {
                     Cell::text("2"),
                     Cell::Text("node-0123".into()),
                 ];
-                Arc::new(Item::new(&crate::api::testutil::WIDGET, meta, &object, &cells))
+                Item::new(&crate::api::testutil::WIDGET, meta, &object, &cells)
             })
             .collect()
     }
@@ -738,13 +745,13 @@ mod tests {
         let table = Representation::Table { version: MetaVersion::V1 };
         let mut bytes = 0;
         for _ in 0..20 {
-            bytes = render_list(&ctx, &items, table).unwrap().len();
+            bytes = render_list(&ctx, &refs(&items), table).unwrap().len();
         }
         let mut times = Vec::new();
         for _ in 0..7 {
             let started = std::time::Instant::now();
             for _ in 0..50 {
-                bytes = render_list(&ctx, &items, table).unwrap().len();
+                bytes = render_list(&ctx, &refs(&items), table).unwrap().len();
             }
             times.push(started.elapsed().as_secs_f64() * 1000.0 / 50.0);
         }
@@ -788,7 +795,7 @@ mod tests {
         for (body, items) in
             [(list_json(&ctx, &listing), &listing.items), (list_json(&ctx, &view), &view.items)]
         {
-            let expected = kind_list(&ctx, items);
+            let expected = kind_list(&ctx, items.iter());
             let parts = body.clone().into_parts().len();
             assert!(parts > 3, "{parts} parts");
             // HTTP/1.1: the parts as they are.
@@ -878,8 +885,12 @@ mod tests {
         let items = vec![item("a", true)];
         let c = ctx(IncludeObject::Metadata);
         let v = parse(
-            render_list(&c, &items, Representation::PartialObjectMetadataList { version: MetaVersion::V1 })
-                .unwrap(),
+            render_list(
+                &c,
+                &refs(&items),
+                Representation::PartialObjectMetadataList { version: MetaVersion::V1 },
+            )
+            .unwrap(),
         );
         assert_eq!(
             v,
@@ -888,8 +899,12 @@ mod tests {
                    "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                               "metadata": {"name": "a", "namespace": "ns1", "resourceVersion": "7"}}]})
         );
-        let err = render_list(&c, &items, Representation::PartialObjectMetadata { version: MetaVersion::V1 })
-            .unwrap_err();
+        let err = render_list(
+            &c,
+            &refs(&items),
+            Representation::PartialObjectMetadata { version: MetaVersion::V1 },
+        )
+        .unwrap_err();
         assert_eq!(
             err,
             ApiError::NotAcceptable(

@@ -1137,8 +1137,8 @@ impl ServedKind for Refreshed {
 #[tokio::test]
 async fn selected_lists_are_rendered_once_per_listing() {
     let widgets = mk_widgets(Behavior::Ok, &[]);
-    let listing = |items: Vec<Arc<Item>>, rv: &str| {
-        Arc::new(Listing { items, resource_version: rv.to_owned(), ..Listing::default() })
+    let listing = |items: Vec<Item>, rv: &str| {
+        Arc::new(Listing { items: items.into(), resource_version: rv.to_owned(), ..Listing::default() })
     };
     let first = vec![
         mk_item(&WIDGET, "shop", "db-0", &[("app", "db")], "3"),

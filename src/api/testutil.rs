@@ -61,7 +61,7 @@ pub(crate) enum Behavior {
 /// the namespace of every list call.
 pub(crate) struct FakeKind {
     info: &'static KindInfo,
-    items: Vec<Arc<Item>>,
+    items: Vec<Item>,
     behavior: Behavior,
     warnings: Vec<String>,
     pub(crate) calls: Mutex<Vec<Option<String>>>,
@@ -70,7 +70,7 @@ pub(crate) struct FakeKind {
 impl FakeKind {
     pub(crate) fn new(
         info: &'static KindInfo,
-        items: Vec<Arc<Item>>,
+        items: Vec<Item>,
         behavior: Behavior,
         warnings: &[&str],
     ) -> Arc<Self> {
@@ -150,13 +150,7 @@ impl ServedKind for FakeKind {
 pub(crate) const CREATED: &str = "2026-07-01T10:00:00Z";
 
 /// An item of `info` (`ns` empty for a cluster-scoped kind), with cells for [`WIDGET_COLUMNS`].
-pub(crate) fn mk_item(
-    info: &KindInfo,
-    ns: &str,
-    name: &str,
-    labels: &[(&str, &str)],
-    size: &str,
-) -> Arc<Item> {
+pub(crate) fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &str)], size: &str) -> Item {
     let labels: BTreeMap<String, String> =
         labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     let mut metadata =
@@ -179,7 +173,7 @@ pub(crate) fn mk_item(
         Cell::None,
         Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
     ];
-    Arc::new(Item::new(info, meta, &object, &cells))
+    Item::new(info, meta, &object, &cells)
 }
 
 /// Widgets in the namespaces `other` and `shop`.

@@ -222,12 +222,7 @@ mod tests {
                             namespace: ns.into(),
                             ..Default::default()
                         };
-                        Arc::new(crate::kinds::Item::new(
-                            &INFO,
-                            meta,
-                            &serde_json::json!({"name": name}),
-                            &[],
-                        ))
+                        crate::kinds::Item::new(&INFO, meta, &serde_json::json!({"name": name}), &[])
                     })
                     .collect();
                 Ok(Arc::new(Listing { items, resource_version: "7".into(), ..Listing::default() }))
@@ -245,8 +240,8 @@ mod tests {
         let all = cached.list(None).await.unwrap();
         let shop = cached.list(Some("shop")).await.unwrap();
         assert_eq!(names(&shop), ["b", "c"]);
-        assert!(!Arc::ptr_eq(&own.items[0], &shop.items[0]), "the namespace's own copy is gone");
-        assert!(Arc::ptr_eq(&all.items[1], &shop.items[0]), "objects are shared, not copied");
+        assert!(!std::ptr::eq(&own.items[0], &shop.items[0]), "the namespace's own copy is gone");
+        assert!(std::ptr::eq(&all.items[1], &shop.items[0]), "objects are shared, not copied");
         // A namespace not cached yet, or empty, is answered from the all-namespaces entry.
         assert_eq!(names(&cached.list(Some("api")).await.unwrap()), ["a"]);
         assert!(cached.list(Some("empty")).await.unwrap().items.is_empty());

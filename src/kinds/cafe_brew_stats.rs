@@ -487,7 +487,7 @@ mod tests {
     }
 
     fn mk_objects(listing: &Listing) -> Vec<Value> {
-        listing.items.iter().map(|i| mk_json(i)).collect()
+        listing.items.iter().map(mk_json).collect()
     }
 
     /// The metadata of `mk_cafes`' espresso cafe, with the labels it carries.

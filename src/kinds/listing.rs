@@ -13,13 +13,15 @@
 //! [`Item::object`] puts them back, byte for byte, for a single-object response.
 //!
 //! Table cells are packed beside the JSON, in the same chunk: a quantity or a count is a few
-//! bytes there instead of a 24-byte cell, the object's name is not stored twice, and an object
-//! is one allocation (its [`Item`]), not several. What a listing keeps lives as long as the
-//! cached listing, allocated among its refresh's short-lived blocks; the fewer such blocks, the
-//! fewer of the allocator's pages they hold (RELIABILITY.md, "Soak").
+//! bytes there instead of a 24-byte cell, and the object's name is not stored twice. The
+//! objects themselves are one allocation per listing ([`Items`]), not one each: a namespace's
+//! view is a range of them, shared. What a listing keeps lives as long as the cached listing,
+//! allocated among its refresh's short-lived blocks; the fewer such blocks, the fewer of the
+//! allocator's pages they hold (RELIABILITY.md, "Soak").
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::{Deref, Range};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -47,9 +49,9 @@ impl std::fmt::Debug for ChunkBytes {
     }
 }
 
-/// One computed object, ready to be served in any representation. 104 bytes (a 128-byte
-/// allocation with its `Arc`); its JSON and its packed cells are in its listing's chunk.
-#[derive(Debug)]
+/// One computed object, ready to be served in any representation. 104 bytes, in its listing's
+/// [`Items`]; its JSON and its packed cells are in its listing's chunk.
+#[derive(Debug, Clone)]
 pub struct Item {
     /// Its metadata (selectors, PartialObjectMetadata, Table row objects).
     pub meta: Meta,
@@ -379,7 +381,7 @@ impl ListBody {
     /// one (as a namespace's are in a listing sorted by namespace), without copying: its head,
     /// the runs of its items in each chunk (a run after the first starts with the comma before
     /// it), its tail.
-    fn view(&self, items: &[Arc<Item>]) -> Option<Self> {
+    fn view<'a>(&self, items: impl IntoIterator<Item = &'a Item>) -> Option<Self> {
         if self.chunks.is_empty() {
             return None;
         }
@@ -420,11 +422,69 @@ impl ListBody {
     }
 }
 
+/// A listing's objects, sorted by namespace then name, or a run of them (a namespace's view):
+/// one allocation for all of them, shared by every view, never copied. Reads as a slice.
+#[derive(Clone, Default)]
+pub struct Items {
+    all: Arc<Vec<Item>>,
+    range: Range<usize>,
+}
+
+impl std::fmt::Debug for Items {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().map(|i| (&*i.meta.namespace, &*i.meta.name))).finish()
+    }
+}
+
+impl Deref for Items {
+    type Target = [Item];
+
+    fn deref(&self) -> &[Item] {
+        self.all.get(self.range.clone()).unwrap_or_default()
+    }
+}
+
+impl From<Vec<Item>> for Items {
+    /// The objects in the order given (a listing assembled by hand; [`ListingBuilder`] sorts).
+    fn from(items: Vec<Item>) -> Self {
+        Self { range: 0..items.len(), all: Arc::new(items) }
+    }
+}
+
+impl<'a> IntoIterator for &'a Items {
+    type Item = &'a Item;
+    type IntoIter = std::slice::Iter<'a, Item>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl FromIterator<Item> for Items {
+    fn from_iter<I: IntoIterator<Item = Item>>(items: I) -> Self {
+        Self::from(items.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl Items {
+    /// `run` of these (indices into them), sharing them.
+    fn run(&self, run: Range<usize>) -> Self {
+        let start = (self.range.start + run.start).min(self.range.end);
+        let end = (self.range.start + run.end).clamp(start, self.range.end);
+        Self { all: self.all.clone(), range: start..end }
+    }
+
+    /// Whether `other` shares these objects (the same allocation and run).
+    pub fn same_as(&self, other: &Items) -> bool {
+        Arc::ptr_eq(&self.all, &other.all) && self.range == other.range
+    }
+}
+
 /// The result of computing a kind for a namespace (or all namespaces).
 #[derive(Debug, Default)]
 pub struct Listing {
     /// The objects, sorted by namespace then name.
-    pub items: Vec<Arc<Item>>,
+    pub items: Items,
     /// Partial-failure warnings (`Warning: 299` headers): which source was missing.
     pub warnings: Vec<String>,
     /// Opaque `metadata.resourceVersion` of the list.
@@ -438,22 +498,35 @@ pub struct Listing {
 impl Listing {
     /// The objects of `namespace`, shared with this listing (which holds several namespaces).
     pub fn namespace_view(&self, namespace: &str) -> Listing {
-        let items = self.items.iter().filter(|i| &*i.meta.namespace == namespace).cloned().collect();
-        self.view(items)
+        let at: Vec<usize> = self
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| (&*item.meta.namespace == namespace).then_some(i))
+            .collect();
+        self.view(&at)
     }
 
     /// One view per namespace that has objects here, in namespace order.
     pub fn namespace_views(&self) -> Vec<(Arc<str>, Listing)> {
-        let mut by_namespace: BTreeMap<Arc<str>, Vec<Arc<Item>>> = BTreeMap::new();
-        for item in &self.items {
-            by_namespace.entry(item.meta.namespace.clone()).or_default().push(item.clone());
+        let mut by_namespace: BTreeMap<Arc<str>, Vec<usize>> = BTreeMap::new();
+        for (i, item) in self.items.iter().enumerate() {
+            by_namespace.entry(item.meta.namespace.clone()).or_default().push(i);
         }
-        by_namespace.into_iter().map(|(namespace, items)| (namespace, self.view(items))).collect()
+        by_namespace.into_iter().map(|(namespace, at)| (namespace, self.view(&at))).collect()
     }
 
-    fn view(&self, items: Vec<Arc<Item>>) -> Listing {
+    /// The view of the items at `at` (ascending indices): a run of these when they are
+    /// consecutive, as a namespace's are in a sorted listing; copies of them otherwise (a
+    /// listing assembled by hand out of order).
+    fn view(&self, at: &[usize]) -> Listing {
+        let items = match (at.first(), at.last()) {
+            (Some(&first), Some(&last)) if last - first + 1 == at.len() => self.items.run(first..last + 1),
+            (Some(_), Some(_)) => at.iter().filter_map(|&i| self.items.get(i).cloned()).collect(),
+            _ => self.items.run(0..0),
+        };
         let rendered_list = OnceLock::new();
-        if let Some(body) = self.rendered_list.get().and_then(|body| body.view(&items)) {
+        if let Some(body) = self.rendered_list.get().and_then(|body| body.view(items.iter())) {
             let _ = rendered_list.set(body);
         }
         Listing {
@@ -490,7 +563,7 @@ pub(crate) struct ListingBuilder {
     scratch: Vec<u8>,
     /// One object's packed cells at a time, then copied into `current_cells`.
     cells_scratch: Vec<u8>,
-    items: Vec<Arc<Item>>,
+    items: Vec<Item>,
     /// Whether the items came in (namespace, name) order, as every kind computes them.
     sorted: bool,
 }
@@ -535,7 +608,7 @@ impl ListingBuilder {
         self.cells_scratch.clear();
         Cells::pack_into(&mut self.cells_scratch, type_meta, cells, meta);
         let item = self.add(meta.clone());
-        self.items.push(Arc::new(item));
+        self.items.push(item);
     }
 
     /// Copies the object in `scratch` and its cells in `cells_scratch` into the current chunk
@@ -591,8 +664,12 @@ impl ListingBuilder {
         let items: Vec<Bytes> =
             self.chunks.iter().filter_map(|chunk| Some(chunk.get()?.json.clone())).collect();
         let body = ListBody { head: self.head, items, tail: Bytes::from_static(b"]}"), chunks: self.chunks };
+        // Exactly as long as it is: the listing keeps it.
+        if self.items.capacity() - self.items.len() > self.items.len() / 16 {
+            self.items.shrink_to_fit();
+        }
         Listing {
-            items: self.items,
+            items: Items::from(self.items),
             warnings,
             resource_version: self.resource_version,
             rendered_list: OnceLock::from(body),
@@ -609,14 +686,12 @@ impl ListingBuilder {
         self.chunks.clear();
         self.sorted = true;
         for item in items {
-            // Only the builder holds its items yet.
-            let Ok(item) = Arc::try_unwrap(item) else { continue };
             self.scratch.clear();
             self.scratch.extend_from_slice(item.list_json());
             self.cells_scratch.clear();
             self.cells_scratch.extend_from_slice(item.packed_cells().0);
             let moved = self.add(item.meta);
-            self.items.push(Arc::new(moved));
+            self.items.push(moved);
         }
     }
 }
@@ -695,7 +770,7 @@ mod tests {
             text(listing.items[2].list_json()),
             r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"Widget","metadata":{"name":"zz","namespace":"b"},"n":2}"#
         );
-        // 104 bytes: with its Arc, a 128-byte allocation, and no other per object.
+        // 104 bytes, in the listing's one allocation of objects: none per object.
         assert_eq!(std::mem::size_of::<Item>(), 104);
     }
 
@@ -714,7 +789,8 @@ mod tests {
         let all = listing.rendered_list.get().unwrap().clone().into_parts();
         assert!(parts.iter().all(|part| all.iter().any(|chunk| offset_in(chunk, part).is_some())));
         assert_eq!(parts.iter().map(Bytes::len).collect::<Vec<_>>(), [head.len(), items.len(), 2]);
-        assert!(Arc::ptr_eq(&b.items[0], &listing.items[1]));
+        assert!(std::ptr::eq(&b.items[0], &listing.items[1]), "a range of the listing's objects");
+        assert!(b.items.same_as(&listing.items.run(1..3)));
         assert_eq!(b.warnings, ["a warning"]);
         assert_eq!(b.resource_version, "42");
         // The same body as the namespace's own listing would have.
@@ -756,8 +832,8 @@ mod tests {
         let run: serde_json::Value = serde_json::from_slice(&run).unwrap();
         assert_eq!(run["items"].as_array().unwrap().len(), 1490);
         assert_eq!(run["items"][0]["metadata"]["name"], listing.items[10].meta.name.as_ref());
-        let gap = [listing.items[10].clone(), listing.items[12].clone()];
-        assert!(body.view(&gap).is_none());
+        let gap = [&listing.items[10], &listing.items[12]];
+        assert!(body.view(gap).is_none());
     }
 
     #[test]
@@ -767,8 +843,8 @@ mod tests {
         assert!(by_hand.rendered_list.get().is_none());
         // Not consecutive in the list they point into: a view cannot share it.
         assert!(listing.rendered_list.get().unwrap().view(&by_hand.items).is_none());
-        let twice = [listing.items[0].clone(), listing.items[0].clone()];
-        assert!(listing.rendered_list.get().unwrap().view(&twice).is_none());
+        let twice = [&listing.items[0], &listing.items[0]];
+        assert!(listing.rendered_list.get().unwrap().view(twice).is_none());
         assert!(listing.rendered_list.get().unwrap().view(&listing.items).is_some());
         // Nor can a list rendered in one piece.
         assert!(ListBody::from(b"{}".to_vec()).view(&listing.items).is_none());

@@ -345,7 +345,7 @@ mod tests {
     }
 
     fn mk_objects(listing: &Listing) -> Vec<Value> {
-        listing.items.iter().map(|i| mk_json(i)).collect()
+        listing.items.iter().map(mk_json).collect()
     }
 
     fn mk_web_1() -> Value {

@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(node["window"], "15s");
         // The object shares the inventory's name and labels: a refresh copies neither.
         let again = nodes.list(None).await.unwrap();
-        assert!(!Arc::ptr_eq(&listing.items[0], &again.items[0]), "two computations");
+        assert!(!std::ptr::eq(&listing.items[0], &again.items[0]), "two computations");
         assert!(Arc::ptr_eq(&listing.items[0].meta.labels, &again.items[0].meta.labels));
         assert!(Arc::ptr_eq(&listing.items[0].meta.name, &again.items[0].meta.name));
         assert_eq!(listing.warnings.len(), 1, "{:?}", listing.warnings);

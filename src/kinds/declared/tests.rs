@@ -208,7 +208,7 @@ fn mk_object(object: Value) -> Value {
 }
 
 fn mk_objects(listing: &Listing) -> Vec<Value> {
-    listing.items.iter().map(|i| mk_json(i)).collect()
+    listing.items.iter().map(mk_json).collect()
 }
 
 fn mk_pod_sample(namespace: &str, pod: &str, extra: &[(&str, &str)], value: f64, at: &str) -> PromSample {
@@ -613,7 +613,7 @@ async fn pods_join_counts_pods_and_sums_their_usage() {
         std::str::from_utf8(listing.items[0].list_json()).unwrap(),
         r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"CafeLoad","metadata":{"name":"espresso-du-matin","namespace":"ns","creationTimestamp":"2026-07-01T08:00:00Z","labels":{"type":"espresso"}},"timestamp":"2026-07-01T10:00:30Z","window":"5m0s","brewsPerSecond":"140m","temperature":"90500m","pods":2,"cpu":"35m","memory":"48Mi"}"#
     );
-    let cells: Vec<Vec<String>> = listing.items.iter().map(|i| mk_cells(i)).collect();
+    let cells: Vec<Vec<String>> = listing.items.iter().map(mk_cells).collect();
     assert_eq!(
         cells,
         [
@@ -819,7 +819,7 @@ async fn a_refresh_shares_the_names_and_label_sets_of_the_one_before() {
     let (first, second) = (kind.list(None).await.unwrap(), kind.list(None).await.unwrap());
     assert_eq!(first.items.len(), 3);
     for (a, b) in first.items.iter().zip(&second.items) {
-        assert!(!Arc::ptr_eq(a, b), "two computations, not one cached");
+        assert!(!std::ptr::eq(a, b), "two computations, not one cached");
         assert!(Arc::ptr_eq(&a.meta.name, &b.meta.name), "{}", a.meta.name);
         assert!(Arc::ptr_eq(&a.meta.namespace, &b.meta.namespace), "{}", a.meta.namespace);
         assert!(Arc::ptr_eq(&a.meta.labels, &b.meta.labels), "{:?}", a.meta.labels);
