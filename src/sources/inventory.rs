@@ -75,10 +75,15 @@ impl<K, V> Default for Mirror<K, V> {
     }
 }
 
-impl<K: Ord, V> Mirror<K, V> {
+impl<K: Ord, V: PartialEq> Mirror<K, V> {
     /// Folds one watch event. `view` is what is kept of an object and under which key (`None`:
     /// nothing, e.g. a pod that is not running); `key` finds an object's entry to remove.
     /// Returns whether what readers see changed.
+    ///
+    /// An object whose kept view is unchanged (an update of its status alone, or the same
+    /// object listed again after a watch expired) keeps its entry: nothing is allocated again
+    /// for it, and what the inventory keeps for an object's lifetime is not re-made among the
+    /// decoding's short-lived blocks at every event (RELIABILITY.md, "Soak").
     fn apply<T>(&self, event: Event<T>, key: impl Fn(&T) -> K, view: impl Fn(&T) -> Option<(K, V)>) -> bool {
         match event {
             Event::Init => {
@@ -88,11 +93,13 @@ impl<K: Ord, V> Mirror<K, V> {
                 false
             }
             Event::InitApply(object) => {
-                if let Some((k, v)) = view(&object)
-                    && let Ok(mut relist) = self.relist.lock()
-                    && let Some(map) = relist.as_mut()
-                {
-                    map.insert(k, Arc::new(v));
+                if let Some((k, v)) = view(&object) {
+                    let kept = self.unchanged(&k, &v).unwrap_or_else(|| Arc::new(v));
+                    if let Ok(mut relist) = self.relist.lock()
+                        && let Some(map) = relist.as_mut()
+                    {
+                        map.insert(k, kept);
+                    }
                 }
                 false
             }
@@ -109,13 +116,18 @@ impl<K: Ord, V> Mirror<K, V> {
             }
             Event::Apply(object) => {
                 let kept = view(&object);
-                if let Ok(mut live) = self.live.write() {
-                    match kept {
-                        Some((k, v)) => live.insert(k, Arc::new(v)),
-                        None => live.remove(&key(&object)),
-                    };
+                let Ok(mut live) = self.live.write() else { return true };
+                match kept {
+                    Some((k, v)) if live.get(&k).is_some_and(|old| **old == v) => false,
+                    Some((k, v)) => {
+                        live.insert(k, Arc::new(v));
+                        true
+                    }
+                    None => {
+                        live.remove(&key(&object));
+                        true
+                    }
                 }
-                true
             }
             Event::Delete(object) => {
                 if let Ok(mut live) = self.live.write() {
@@ -124,6 +136,11 @@ impl<K: Ord, V> Mirror<K, V> {
                 true
             }
         }
+    }
+
+    /// The entry readers see for `k`, when it is `v` already.
+    fn unchanged(&self, k: &K, v: &V) -> Option<Arc<V>> {
+        self.live.read().ok()?.get(k).filter(|old| ***old == *v).cloned()
     }
 
     fn is_synced(&self) -> bool {
@@ -394,5 +411,34 @@ mod tests {
             assert!(Arc::ptr_eq(&pod.containers, &pods[0].containers));
         }
         assert_eq!(*pods[0].labels, Labels::from([("app".to_owned(), "web".to_owned())]));
+    }
+
+    #[test]
+    fn an_event_that_changes_nothing_kept_keeps_the_entry() {
+        let inv = KubeInventory::default();
+        inv.apply_pods(Event::Init);
+        inv.apply_pods(Event::InitApply(mk_pod("shop", "a", "Running")));
+        inv.apply_pods(Event::InitDone);
+        let first = inv.running_pods(None).remove(0);
+        let version = inv.resource_version();
+        // A status update: nothing the inventory keeps changed, so neither does the entry.
+        let mut updated = mk_pod("shop", "a", "Running");
+        updated.status.as_mut().unwrap().pod_ip = Some("10.0.0.7".into());
+        inv.apply_pods(Event::Apply(updated));
+        assert!(Arc::ptr_eq(&inv.running_pods(None)[0], &first), "the same entry, not a copy");
+        assert_eq!(inv.resource_version(), version, "readers see no change");
+        // Listed again after a watch expired: the same entry too.
+        inv.apply_pods(Event::Init);
+        inv.apply_pods(Event::InitApply(mk_pod("shop", "a", "Running")));
+        inv.apply_pods(Event::InitDone);
+        assert!(Arc::ptr_eq(&inv.running_pods(None)[0], &first), "a re-list keeps it");
+        // A change of what is kept replaces it.
+        let mut relabelled = mk_pod("shop", "a", "Running");
+        relabelled.metadata.labels = Some([("app".to_string(), "api".to_string())].into());
+        inv.apply_pods(Event::Apply(relabelled));
+        let now = inv.running_pods(None).remove(0);
+        assert!(!Arc::ptr_eq(&now, &first));
+        assert_eq!(now.labels.get("app").map(String::as_str), Some("api"));
+        assert_ne!(inv.resource_version(), version);
     }
 }
