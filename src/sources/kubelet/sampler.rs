@@ -127,6 +127,11 @@ pub(super) trait Sampler: Send + Sync {
 /// one sampled longest ago first, not on the slots, where a request's own fetch would queue behind
 /// them.
 ///
+/// A round's refreshes start paced over its first half interval, each node at about the same
+/// place in every round, so that the nodes do not all fetch at the same instant (a burst of
+/// tasks, connections and buffers every interval); a node's sample is still replaced at one
+/// interval of age, half an interval before it expires.
+///
 /// Rounds start on the interval whatever their nodes do: a node whose refresh is still queued
 /// or running (a kubelet that hangs until `--kubelet-request-timeout`) is skipped by the next
 /// rounds until it ends, so one slow kubelet neither holds back the sampling of the others
@@ -192,18 +197,29 @@ pub(super) async fn run<S: Sampler + 'static>(
             busy.insert(node.clone());
             queue.push_back(node);
         }
+        // The round's launches spread over its first half interval, each node at about the same
+        // place in every round (the order above is stable): its sample is replaced at about
+        // one interval of age, and the kubelets, the runtime and the allocator see a steady
+        // trickle instead of every node at once.
+        let pace = half / u32::try_from(queue.len().max(1)).unwrap_or(u32::MAX);
+        let mut launch_at = round;
         let next = tokio::time::sleep_until(round + sampling.interval);
         tokio::pin!(next);
         loop {
+            let now = Instant::now();
             while running.len() < limit
+                && launch_at <= now
                 && let Some(node) = queue.pop_front()
             {
-                started.insert(node.clone(), Instant::now());
+                started.insert(node.clone(), now);
                 let sampler = Arc::clone(&sampler);
                 let task = node.clone();
                 let id = running.spawn(async move { sampler.refresh(&task, half).await }).id();
                 nodes_of.insert(id, node);
+                launch_at += pace;
             }
+            // Waiting for the next launch only makes sense while a slot is free for it.
+            let paced = !queue.is_empty() && running.len() < limit;
             tokio::select! {
                 Some(done) = running.join_next_with_id() => {
                     // A refresh that panicked ends as one that failed: its node is sampled again.
@@ -215,6 +231,7 @@ pub(super) async fn run<S: Sampler + 'static>(
                         busy.remove(&node);
                     }
                 }
+                () = tokio::time::sleep_until(launch_at), if paced => {}
                 () = &mut next => break,
             }
         }
@@ -291,12 +308,15 @@ mod tests {
         // Nothing asked: nothing sampled, however long.
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert!(lock(&sampler.samples).is_empty());
-        // Asked once: sampled at once (the cache is empty) and every 15 s for the next minute.
+        // Asked once: sampled at once (the cache is empty; the second node half of the half
+        // interval later) and every 15 s for the next minute.
         demand.ask("node-b");
         demand.ask("node-a");
         tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(*lock(&sampler.samples), ["node-a"]);
+        tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(*lock(&sampler.samples), ["node-a", "node-b"]);
-        tokio::time::sleep(Duration::from_secs(59)).await;
+        tokio::time::sleep(Duration::from_secs(56)).await;
         assert_eq!(lock(&sampler.samples).len(), 8, "rounds at 0, 15, 30 and 45 s");
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert_eq!(lock(&sampler.samples).len(), 8, "idle: no more samples");
@@ -339,10 +359,11 @@ mod tests {
         let count = |node: &str| lock(&sampler.started).iter().filter(|n| *n == node).count();
         assert_eq!(count("node-fast"), 5, "rounds at 0, 15, 30, 45 and 60 s while the other hangs");
         assert_eq!(count("node-slow"), 1, "one fetch in flight at a time");
-        // Once its refresh ends (at 100 s), the next round takes it again.
-        tokio::time::sleep(Duration::from_secs(45)).await;
+        // Once its refresh ends (at 103.75 s: it started second in its round), the next round
+        // takes it again, first (it was sampled longest ago), and node-fast 3.75 s later.
+        tokio::time::sleep(Duration::from_secs(48)).await;
         assert_eq!(count("node-slow"), 2, "sampled again at 105 s");
-        assert_eq!(count("node-fast"), 8);
+        assert_eq!(count("node-fast"), 8, "at 0, 15, …, 90 and 108.75 s");
         task.abort();
     }
 
@@ -387,6 +408,54 @@ mod tests {
         }
         assert!(lock(&sampler.taken).values().all(|n| *n >= 5), "{:?}", lock(&sampler.taken));
         assert_eq!(sampler.most.load(Ordering::SeqCst), 2, "never more than the limit at once");
+        task.abort();
+    }
+
+    /// Each refresh takes 100 ms; records when each started (ms after `zero`) and how many
+    /// ran at once.
+    struct Timed {
+        zero: Instant,
+        running: AtomicUsize,
+        most: AtomicUsize,
+        started: Mutex<Vec<(String, u128)>>,
+    }
+
+    impl Sampler for Timed {
+        async fn refresh(&self, node: &str, _age: Duration) {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let at = Instant::now().duration_since(self.zero).as_millis();
+            lock(&self.started).push((node.to_owned(), at));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rounds_refreshes_are_paced_over_half_an_interval_and_keep_their_places() {
+        let sampler = Arc::new(Timed {
+            zero: Instant::now(),
+            running: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            started: Mutex::new(Vec::new()),
+        });
+        let demand = Arc::new(Demand::default());
+        let task = start(&sampler, &demand, Duration::from_secs(300), 64);
+        for i in (0..10).rev() {
+            demand.ask(&format!("node-{i}"));
+        }
+        // Three rounds (0, 15 and 30 s), each launching its ten nodes 750 ms apart over the
+        // first 7.5 s, in the same order.
+        tokio::time::sleep(Duration::from_millis(44_000)).await;
+        let started = lock(&sampler.started).clone();
+        assert_eq!(started.len(), 30, "{started:?}");
+        for (n, (node, at)) in started.iter().enumerate() {
+            let (round, place) = (n / 10, n % 10);
+            assert_eq!(node, &format!("node-{place}"), "the same place in every round: {started:?}");
+            let want = u128::try_from(round * 15_000 + place * 750).unwrap();
+            assert!(at.abs_diff(want) <= 5, "{node} of round {round} at {at} ms, not {want}: {started:?}");
+        }
+        assert_eq!(sampler.most.load(Ordering::SeqCst), 1, "one fetch at a time, not a burst");
         task.abort();
     }
 }
