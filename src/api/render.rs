@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::convert::Infallible;
+use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -237,14 +238,7 @@ fn table<'a>(
     let rows = items
         .map(|item| {
             Ok(Row {
-                cells: if generic {
-                    vec![
-                        item.meta.name.to_string(),
-                        item.meta.creation_timestamp.map(format_timestamp).unwrap_or_default(),
-                    ]
-                } else {
-                    item.cells().map(|c| render_cell_ref(c, ctx.now)).collect()
-                },
+                cells: RowCells { item, generic, now: ctx.now },
                 object: match ctx.include_object {
                     IncludeObject::None => None,
                     IncludeObject::Metadata => Some(RowObject::Partial(partial(item, version))),
@@ -271,12 +265,69 @@ fn table<'a>(
     })
 }
 
+/// A row's cells, written as the Table is serialized: no cell is a `String` of its own.
+struct RowCells<'a> {
+    item: &'a Item,
+    /// The generic columns (name, creation timestamp) of a kind that declares none.
+    generic: bool,
+    now: Timestamp,
+}
+
+impl Serialize for RowCells<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let item = self.item;
+        if self.generic {
+            let mut seq = serializer.serialize_seq(Some(2))?;
+            seq.serialize_element(&*item.meta.name)?;
+            match item.meta.creation_timestamp {
+                Some(ts) => seq.serialize_element(&Rfc3339(ts))?,
+                None => seq.serialize_element("")?,
+            }
+            return seq.end();
+        }
+        let mut seq = serializer.serialize_seq(None)?;
+        for cell in item.cells() {
+            seq.serialize_element(&CellText(cell, self.now))?;
+        }
+        seq.end()
+    }
+}
+
 /// A stored Table cell as text: ages are rendered against `now`, absent fields as `<none>`.
-pub(crate) fn render_cell_ref(cell: CellRef<'_>, now: Timestamp) -> String {
-    match cell {
-        CellRef::Text(s) => s.to_owned(),
-        CellRef::Age(ts) => human_duration(now.duration_since(ts)),
-        CellRef::None => "<none>".to_owned(),
+struct CellText<'a>(CellRef<'a>, Timestamp);
+
+impl fmt::Display for CellText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            CellRef::Text(s) => f.write_str(s),
+            CellRef::Age(ts) => HumanDuration(self.1.duration_since(ts)).fmt(f),
+            CellRef::None => f.write_str("<none>"),
+        }
+    }
+}
+
+impl Serialize for CellText<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            CellRef::Text(s) => serializer.serialize_str(s),
+            _ => serializer.collect_str(self),
+        }
+    }
+}
+
+/// `metav1.Time` JSON form: RFC 3339, UTC, whole seconds (`2026-07-01T10:00:00Z`).
+struct Rfc3339(Timestamp);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.strftime("%Y-%m-%dT%H:%M:%SZ").fmt(f)
+    }
+}
+
+impl Serialize for Rfc3339 {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -287,58 +338,68 @@ fn full_object(info: &KindInfo, item: &Item) -> Result<Box<RawValue>, ApiError> 
         .map_err(|e| ApiError::Internal(format!("a stored object is not JSON: {e}")))
 }
 
-/// `metav1.Time` JSON form: RFC 3339, UTC, whole seconds (`2026-07-01T10:00:00Z`).
+/// [`Rfc3339`] as a `String`, for metadata built as a JSON value.
 pub(crate) fn format_timestamp(ts: Timestamp) -> String {
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    Rfc3339(ts).to_string()
 }
 
 /// apimachinery's `duration.HumanDuration`, as kubectl prints ages: `119s`, `5m12s` below
 /// 10 minutes, `15m` below 3 hours, `3h20m` below 8 hours, `20h` below 2 days, `2d4h` below
 /// 8 days, `45d` below 2 years, `2y3d` below 8 years, then `9y`. Up to 2 s in the future is
 /// clock skew (`0s`); more is `<invalid>`.
-pub(crate) fn human_duration(d: SignedDuration) -> String {
-    let seconds = d.as_secs();
-    if seconds < -1 {
-        return "<invalid>".to_owned();
+struct HumanDuration(SignedDuration);
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seconds = self.0.as_secs();
+        if seconds < -1 {
+            return f.write_str("<invalid>");
+        }
+        if seconds < 0 {
+            return f.write_str("0s");
+        }
+        if seconds < 60 * 2 {
+            return write!(f, "{seconds}s");
+        }
+        let minutes = seconds / 60;
+        if minutes < 10 {
+            return two_units(f, minutes, "m", seconds % 60, "s");
+        }
+        if minutes < 60 * 3 {
+            return write!(f, "{minutes}m");
+        }
+        let hours = seconds / 3600;
+        if hours < 8 {
+            return two_units(f, hours, "h", minutes % 60, "m");
+        }
+        if hours < 48 {
+            return write!(f, "{hours}h");
+        }
+        if hours < 24 * 8 {
+            return two_units(f, hours / 24, "d", hours % 24, "h");
+        }
+        if hours < 24 * 365 * 2 {
+            return write!(f, "{}d", hours / 24);
+        }
+        if hours < 24 * 365 * 8 {
+            return two_units(f, hours / 24 / 365, "y", (hours / 24) % 365, "d");
+        }
+        write!(f, "{}y", hours / 24 / 365)
     }
-    if seconds < 0 {
-        return "0s".to_owned();
-    }
-    if seconds < 60 * 2 {
-        return format!("{seconds}s");
-    }
-    let minutes = seconds / 60;
-    if minutes < 10 {
-        return two_units(minutes, "m", seconds % 60, "s");
-    }
-    if minutes < 60 * 3 {
-        return format!("{minutes}m");
-    }
-    let hours = seconds / 3600;
-    if hours < 8 {
-        return two_units(hours, "h", minutes % 60, "m");
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 24 * 8 {
-        return two_units(hours / 24, "d", hours % 24, "h");
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
-    }
-    if hours < 24 * 365 * 8 {
-        return two_units(hours / 24 / 365, "y", (hours / 24) % 365, "d");
-    }
-    format!("{}y", hours / 24 / 365)
 }
 
 /// `major` then its unit, followed by `minor` and its unit unless `minor` is 0: `5m12s`, `3h`.
-fn two_units(major: i64, major_unit: &str, minor: i64, minor_unit: &str) -> String {
+fn two_units(
+    f: &mut fmt::Formatter<'_>,
+    major: i64,
+    major_unit: &str,
+    minor: i64,
+    minor_unit: &str,
+) -> fmt::Result {
     if minor == 0 {
-        format!("{major}{major_unit}")
+        write!(f, "{major}{major_unit}")
     } else {
-        format!("{major}{major_unit}{minor}{minor_unit}")
+        write!(f, "{major}{major_unit}{minor}{minor_unit}")
     }
 }
 
@@ -377,7 +438,7 @@ struct ColumnDefinition<'a> {
 
 #[derive(Serialize)]
 struct Row<'a> {
-    cells: Vec<String>,
+    cells: RowCells<'a>,
     // `TableRow.object` is a RawExtension: `null` (not omitted) with includeObject=None.
     object: Option<RowObject<'a>>,
 }
@@ -462,9 +523,13 @@ mod tests {
     use super::*;
     use crate::kinds::{API_VERSION, Cell};
 
-    /// A Table cell as text, as [`render_cell_ref`].
+    /// A Table cell as text, as a row writes it.
     fn render_cell(cell: &Cell, now: Timestamp) -> String {
-        render_cell_ref(CellRef::from(cell), now)
+        CellText(CellRef::from(cell), now).to_string()
+    }
+
+    fn human_duration(d: SignedDuration) -> String {
+        HumanDuration(d).to_string()
     }
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
