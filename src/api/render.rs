@@ -522,6 +522,8 @@ pub(crate) fn meta_json(meta: &Meta) -> serde_json::Value {
 mod tests {
     use super::*;
     use crate::kinds::{API_VERSION, Cell};
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
 
     /// A Table cell as text, as a row writes it.
     fn render_cell(cell: &Cell, now: Timestamp) -> String {
@@ -531,8 +533,6 @@ mod tests {
     fn human_duration(d: SignedDuration) -> String {
         HumanDuration(d).to_string()
     }
-    use serde_json::{Value, json};
-    use std::collections::BTreeMap;
 
     fn d(secs: i64) -> SignedDuration {
         SignedDuration::from_secs(secs)

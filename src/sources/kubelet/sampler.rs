@@ -197,10 +197,7 @@ pub(super) async fn run<S: Sampler + 'static>(
             busy.insert(node.clone());
             queue.push_back(node);
         }
-        // The round's launches spread over its first half interval, each node at about the same
-        // place in every round (the order above is stable): its sample is replaced at about
-        // one interval of age, and the kubelets, the runtime and the allocator see a steady
-        // trickle instead of every node at once.
+        // Paced over the first half interval (see above); the order is stable across rounds.
         let pace = half / u32::try_from(queue.len().max(1)).unwrap_or(u32::MAX);
         let mut launch_at = round;
         let next = tokio::time::sleep_until(round + sampling.interval);
