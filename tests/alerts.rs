@@ -1,6 +1,8 @@
 //! The alert rules (`dashboards/percolator-alerts.yaml`): promtool accepts them and their unit
 //! tests (`dashboards/percolator-alerts.test.yaml`) pass; every alert has a test case where it
-//! fires and one where it does not; every alert says its severity, summary and description;
+//! fires and one where it does not; every alert says its severity, summary and description,
+//! and links its runbook, a section of `docs/runbooks.md` saying what it means, how to confirm
+//! it and how to fix it (one section per alert, none for an alert that does not exist);
 //! every `percolator_*` metric the file names is one percolator exports; every selector of
 //! percolator's own series is on the `job="percolator"` the file documents; and the
 //! APIService alert names exactly the APIServices the deploy manifests create.
@@ -17,6 +19,9 @@ use serde::Deserialize;
 
 const RULES: &str = "dashboards/percolator-alerts.yaml";
 const RULE_TESTS: &str = "dashboards/percolator-alerts.test.yaml";
+/// Where every alert's `runbook_url` points: `docs/runbooks.md` on the default branch.
+const RUNBOOKS_URL: &str = "https://github.com/une-tasse-de/percolator/blob/main/docs/runbooks.md";
+const RUNBOOKS: &str = "docs/runbooks.md";
 /// The job label the rules assume (see the header of the rules file).
 const JOB_MATCHER: &str = r#"job="percolator""#;
 
@@ -210,8 +215,40 @@ fn every_alert_is_named_labelled_and_described() {
         for key in ["summary", "description"] {
             assert!(rule.annotations.get(key).is_some_and(|v| !v.trim().is_empty()), "{name}: no {key}");
         }
-        assert!(!rule.annotations.contains_key("runbook_url"), "{name}: no runbook exists to link");
+        assert_eq!(
+            rule.annotations.get("runbook_url").map(String::as_str),
+            Some(format!("{RUNBOOKS_URL}#{}", name.to_lowercase()).as_str()),
+            "{name}: its runbook, by the anchor GitHub gives its heading"
+        );
         assert!(rule.for_duration.is_some(), "{name}: a `for:` rides out one bad evaluation");
+    }
+}
+
+/// `docs/runbooks.md` has one section per alert, headed by the alert's name (GitHub's anchor
+/// for it is the lowercased name the rules link), each saying what the alert means, how to
+/// confirm it and how to fix it; and no section for an alert that does not exist.
+#[test]
+fn every_alert_has_a_runbook_section() {
+    let text = std::fs::read_to_string(mk_path(RUNBOOKS)).unwrap();
+    let mut sections: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            current = Some(title.trim().to_owned());
+            sections.entry(title.trim().to_owned()).or_default();
+        } else if let (Some(title), Some(sub)) = (&current, line.strip_prefix("### ")) {
+            sections.get_mut(title).unwrap().push(sub.trim().to_owned());
+        }
+    }
+    let alerts: BTreeSet<String> = mk_alerts().into_iter().map(|(_, r)| r.alert.unwrap()).collect();
+    let documented: BTreeSet<String> =
+        sections.keys().filter(|t| t.starts_with("Percolator")).cloned().collect();
+    assert_eq!(documented, alerts, "the runbooks' alert sections are the alerts of {RULES}");
+    for alert in &alerts {
+        // The anchor GitHub derives from a heading: lowercased, a word of letters alone
+        // stays as it is.
+        assert!(alert.chars().all(|c| c.is_ascii_alphanumeric()), "{alert}");
+        assert_eq!(sections[alert], ["Meaning", "Confirm", "Fix"], "{alert}: its runbook's parts");
     }
 }
 
