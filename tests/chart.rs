@@ -21,7 +21,18 @@
 //!   not change with the chart's version;
 //! - what only a cluster's `lookup` answers shows (an APIService of another owner refused with
 //!   what to do, the previous Secret name's pair kept), through a copy of the chart whose lookups
-//!   answer as a cluster would.
+//!   answer as a cluster would;
+//! - the custom resources need their CRDs: without cert-manager's or the Prometheus Operator's
+//!   API versions (`.Capabilities.APIVersions`) the values that render them fail naming the CRD;
+//! - no PodDisruptionBudget that would block every node drain, a probe handler given in values
+//!   replacing the default's, no namespace-wide Pod Security advice, the PrometheusRule's
+//!   absent-job alert only with the ServiceMonitor that makes the job;
+//! - `rules.default` is prometheus-adapter's six default rules as its own chart renders them
+//!   (tests/fixtures/prometheus-adapter/), and they load in percolator;
+//! - the values of the anchor charts added to this one (namespaceOverride, customAnnotations,
+//!   extraManifests, apiService.create, service.type/port, tls.certManager, dashboards) render
+//!   with their meaning, the dashboards' copies are dashboards/*.json byte for byte, and
+//!   Chart.yaml carries Artifact Hub's metadata for this appVersion.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -37,8 +48,20 @@ use serde_json::{Value, json};
 const CHART: &str = "charts/percolator";
 /// The release every comparison with deploy/ uses: its objects then have deploy/'s names.
 const RELEASE: &str = "percolator";
-const NAMESPACE: &str = "percolator";
-const SERVICE_DNS: &str = "percolator.percolator.svc";
+/// kube-system, as deploy/ and metrics-server: the pods' system-cluster-critical priority class
+/// is admitted only there on GKE.
+const NAMESPACE: &str = "kube-system";
+const SERVICE_DNS: &str = "percolator.kube-system.svc";
+
+/// The API versions of cert-manager's and the Prometheus Operator's CRDs, as a cluster's
+/// discovery lists them (GROUP/VERSION and GROUP/VERSION/KIND).
+const CERT_MANAGER_APIS: &[&str] =
+    &["cert-manager.io/v1", "cert-manager.io/v1/Certificate", "cert-manager.io/v1/Issuer"];
+const PROMETHEUS_OPERATOR_APIS: &[&str] = &[
+    "monitoring.coreos.com/v1",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+];
 
 /// Every APIService percolator may register.
 const ALL_APISERVICES: [&str; 5] = [
@@ -103,20 +126,40 @@ fn rendered(answer: &Value) -> Rendered {
     Rendered { objects, notes }
 }
 
+/// The API versions of a cluster that has the CRDs `values` need: cert-manager's with
+/// tls.type=cert-manager, the Prometheus Operator's with a ServiceMonitor or a PrometheusRule
+/// (the chart refuses these values where the cluster lacks them).
+fn mk_api_versions(values: &Value) -> Vec<&'static str> {
+    let mut apis = Vec::new();
+    if values["tls"]["type"] == "cert-manager" {
+        apis.extend(CERT_MANAGER_APIS);
+    }
+    if values["serviceMonitor"]["enabled"] == true || values["prometheusRule"]["enabled"] == true {
+        apis.extend(PROMETHEUS_OPERATOR_APIS);
+    }
+    apis
+}
+
+/// A render request of `values` as release `name` in `namespace`, on a cluster with the CRDs
+/// they need ([`mk_api_versions`]).
+fn mk_request(values: &Value, name: &str, namespace: &str) -> Value {
+    json!({"values": values, "name": name, "namespace": namespace, "api_versions": mk_api_versions(values)})
+}
+
 /// Renders `values` as release [`RELEASE`] in [`NAMESPACE`].
 fn mk_render(values: Value) -> Rendered {
     mk_render_as(values, RELEASE, NAMESPACE)
 }
 
+/// Renders `values` as release `name` in `namespace`.
 fn mk_render_as(values: Value, name: &str, namespace: &str) -> Rendered {
-    let request = json!({"values": values, "name": name, "namespace": namespace});
+    let request = mk_request(&values, name, namespace);
     rendered(&helm("render", &request).unwrap_or_else(|e| panic!("render {values}: {e}")))
 }
 
 /// Renders each case's values in one run of the driver.
 fn mk_render_all(cases: &[(&str, Value)]) -> Vec<Rendered> {
-    let request: Vec<Value> =
-        cases.iter().map(|(_, v)| json!({"values": v, "name": RELEASE, "namespace": NAMESPACE})).collect();
+    let request: Vec<Value> = cases.iter().map(|(_, v)| mk_request(v, RELEASE, NAMESPACE)).collect();
     let answer = helm("render", &Value::Array(request)).unwrap_or_else(|e| panic!("render: {e}"));
     answer.as_array().unwrap().iter().map(rendered).collect()
 }
@@ -150,7 +193,7 @@ fn mk_edit(path: &std::path::Path, from: &str, to: &str) {
 
 /// The error of a rendering that must fail.
 fn mk_render_error(values: Value) -> String {
-    match helm("render", &json!({"values": values, "name": RELEASE, "namespace": NAMESPACE})) {
+    match helm("render", &mk_request(&values, RELEASE, NAMESPACE)) {
         Ok(_) => panic!("{values} renders"),
         Err(message) => message,
     }
@@ -391,6 +434,23 @@ fn mk_matrix() -> Vec<(&'static str, Value)> {
                        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "{{ .Release.Name }}"}}}],
                    "config": "window: 2m\n# kept as written\n"}),
         ),
+        (
+            // The values the anchor charts' users expect, added to this one.
+            "anchor-values",
+            json!({"customAnnotations": {"team": "cafe"}, "service": {"type": "NodePort", "port": 8443},
+                   "dashboards": {"enabled": true, "annotations": {"grafana_folder": "percolator"}},
+                   "resourceMetrics": {"enabled": true}}),
+        ),
+        (
+            "cert-manager-existing-issuer",
+            json!({"tls": {"type": "cert-manager", "certManager": {
+                       "existingIssuer": {"enabled": true, "kind": "ClusterIssuer", "name": "corp-ca"},
+                       "duration": "720h", "renewBefore": "240h",
+                       "labels": {"team": "cafe"}, "annotations": {"note": "corp"}}},
+                   "serviceMonitor": {"enabled": true}, "customMetrics": {"enabled": true}}),
+        ),
+        ("no-apiservice", json!({"apiService": {"create": false}, "externalMetrics": {"enabled": true}})),
+        ("single-replica", json!({"replicas": 1})),
     ]
 }
 
@@ -425,8 +485,14 @@ fn check_custom_resources(objects: &[Value], what: &str) {
             ("cert-manager.io/v1", "Certificate") => {
                 assert!(object["spec"]["secretName"].is_string(), "{what}: {object}");
                 let issuer = object["spec"]["issuerRef"]["name"].as_str().unwrap();
-                assert_eq!(object["spec"]["issuerRef"]["kind"], "Issuer", "{what}");
-                assert!(has("Issuer", issuer), "{what}: Certificate names Issuer {issuer}");
+                if what.contains("existing-issuer") {
+                    // The operator's own issuer: only the serving certificate, signed by it.
+                    assert_eq!(object["metadata"]["name"], "percolator-serving", "{what}");
+                    assert!(!has("Issuer", issuer), "{what}: {issuer} is the operator's");
+                } else {
+                    assert_eq!(object["spec"]["issuerRef"]["kind"], "Issuer", "{what}");
+                    assert!(has("Issuer", issuer), "{what}: Certificate names Issuer {issuer}");
+                }
             }
             ("monitoring.coreos.com/v1", "ServiceMonitor") => {
                 let endpoint = &object["spec"]["endpoints"][0];
@@ -628,13 +694,9 @@ fn the_defaults_are_a_restricted_highly_available_install() {
     // NOTES.txt: the commands that show it works.
     assert!(notes.contains("kubectl get apiservices v1alpha1.stats.une-tasse-de.cafe"), "{notes}");
     assert!(notes.contains("kubectl get pms -A"), "{notes}");
-    assert!(notes.contains("pod-security.kubernetes.io/enforce=restricted"), "{notes}");
-    assert!(!notes.contains("WARNING"), "{notes}");
+    assert!(notes.contains("The pod meets the restricted Pod Security Standard."), "{notes}");
+    assert!(!notes.contains("WARNING") && !notes.contains("NOTE"), "{notes}");
     assert!(!notes.contains("kubectl top"), "{notes}");
-    // Installed as metrics-server is, into kube-system: never a suggestion to restrict it.
-    let notes = mk_render_as(json!({}), RELEASE, "kube-system").notes;
-    assert!(notes.contains("kubectl get pms -A"), "{notes}");
-    assert!(!notes.contains("enforce=restricted"), "{notes}");
 }
 
 /// The overlays, and the metric APIs the chart enables for the same install.
@@ -737,10 +799,43 @@ fn the_chart_gives_the_kustomize_objects() {
     }
 }
 
+/// The names of `names` the serving certificate of the `kubernetes.io/tls` Secret `secret` is
+/// trusted for, as kube-apiserver checks it (the chain to its `ca.crt`, which every APIService's
+/// caBundle holds), once percolator has loaded the pair (the key matches the certificate).
+fn mk_trusted_names(secret: &Value, names: &[String]) -> Vec<String> {
+    use base64::Engine as _;
+    use rustls::client::danger::ServerCertVerifier;
+    let b64 = |v: &Value| base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap();
+    let dir = common::mk_dir("chart-tls");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        std::fs::write(dir.join(key), b64(&secret["data"][key])).unwrap();
+    }
+    apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in apiserver::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
+        roots.add(cert).unwrap();
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .unwrap();
+    let chain = apiserver::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    names
+        .iter()
+        .filter(|server| {
+            let name = rustls::pki_types::ServerName::try_from(server.as_str()).unwrap();
+            verifier
+                .verify_server_cert(&chain[0], &chain[1..], &name, &[], rustls::pki_types::UnixTime::now())
+                .is_ok()
+        })
+        .cloned()
+        .collect()
+}
+
 #[test]
 fn the_generated_certificate_is_trusted_for_the_service() {
     use base64::Engine as _;
-    use rustls::client::danger::ServerCertVerifier;
     let b64 = |v: &Value| base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap();
 
     let objects = mk_render(json!({"resourceMetrics": {"enabled": true}, "customMetrics": {"enabled": true},
@@ -760,33 +855,10 @@ fn the_generated_certificate_is_trusted_for_the_service() {
         // Explicit: taking over an APIService that had it true never leaves it true.
         assert_eq!(api["spec"]["insecureSkipTLSVerify"], false, "{name}");
     }
-    // percolator loads the pair (the key matches the certificate) ...
-    let dir = common::mk_dir("chart-tls");
-    for key in ["tls.crt", "tls.key", "ca.crt"] {
-        std::fs::write(dir.join(key), b64(&secret["data"][key])).unwrap();
-    }
-    apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
-    // ... and kube-apiserver's check passes: the chain to the caBundle, for the Service's name.
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in apiserver::read_certs(&dir.join("ca.crt"), "ca.crt").unwrap() {
-        roots.add(cert).unwrap();
-    }
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .unwrap();
-    let chain = apiserver::read_certs(&dir.join("tls.crt"), "tls.crt").unwrap();
-    for server in [SERVICE_DNS, "percolator.percolator.svc.cluster.local"] {
-        let name = rustls::pki_types::ServerName::try_from(server).unwrap();
-        verifier
-            .verify_server_cert(&chain[0], &chain[1..], &name, &[], rustls::pki_types::UnixTime::now())
-            .unwrap_or_else(|e| panic!("{server}: {e}"));
-    }
-    let other = rustls::pki_types::ServerName::try_from("percolator.default.svc").unwrap();
-    assert!(
-        verifier.verify_server_cert(&chain[0], &[], &other, &[], rustls::pki_types::UnixTime::now()).is_err()
-    );
-    std::fs::remove_dir_all(&dir).unwrap();
+    // percolator loads the pair, and kube-apiserver's check passes for the Service's names only.
+    let other = "percolator.default.svc".to_owned();
+    let names = [SERVICE_DNS.to_owned(), format!("{SERVICE_DNS}.cluster.local"), other];
+    assert_eq!(mk_trusted_names(secret, &names), names[..2]);
 
     // existing-secret: the operator's Secret, and the CA bundle given as PEM.
     let pem = mk_ca_pem();
@@ -868,9 +940,8 @@ fn rendered_configuration_files_load_in_percolator() {
     let adapter = config_text(declared, "percolator-adapter-config");
     let config = percolator::testing::AdapterConfig::from_yaml(&adapter, "rules")
         .unwrap_or_else(|e| panic!("{e}\n{adapter}"));
-    assert_eq!(config.rules.len(), 2, "the default rule, then rules.custom");
-    assert_eq!(config.rules[0].api_name("http_requests_total").as_deref(), Some("http_requests_per_second"));
-    assert_eq!(config.rules[1].api_name("http_requests_total").as_deref(), Some("http_requests_rate"));
+    assert_eq!(config.rules.len(), 7, "prometheus-adapter's six default rules, then rules.custom");
+    assert_eq!(config.rules[6].api_name("http_requests_total").as_deref(), Some("http_requests_rate"));
     assert_eq!(config.external_rules.len(), 1);
     assert!(config.resource_rules.is_some());
     let args = args_of(declared);
@@ -883,13 +954,54 @@ fn rendered_configuration_files_load_in_percolator() {
     );
     let flags = parse_flags(declared, "declared");
     assert_eq!(flags.kubelet.resource_source, Some(percolator::config::ResourceSource::Prometheus));
+    // prometheus-adapter's default relist interval, with an adapter configuration only.
+    assert_eq!(flags.adapter.metrics_relist_interval, std::time::Duration::from_secs(60));
+    assert!(!args_of(defaults).iter().any(|a| a.starts_with("--metrics-relist-interval")));
 
     assert_eq!(config_text(&renders[2].objects, "percolator-config"), text);
 
+    // prometheus-adapter's default rules, read as the adapter reads them: each rule's filters
+    // and name (a series each serves, and one its filters leave to another rule).
     let only_default = config_text(&renders[3].objects, "percolator-adapter-config");
-    let config = percolator::testing::AdapterConfig::from_yaml(&only_default, "default").unwrap();
-    assert_eq!((config.rules.len(), config.external_rules.len()), (1, 0));
+    let config = percolator::testing::AdapterConfig::from_yaml(&only_default, "default")
+        .unwrap_or_else(|e| panic!("{e}\n{only_default}"));
+    assert_eq!((config.rules.len(), config.external_rules.len()), (6, 0));
     assert!(config.resource_rules.is_none());
+    for (index, series, name, left_out) in [
+        (0, "container_cpu_usage_seconds_total", "cpu_usage", "container_memory_working_set_bytes"),
+        (
+            1,
+            "container_network_receive_bytes_total",
+            "network_receive_bytes",
+            "container_cpu_usage_seconds_total",
+        ),
+        (
+            2,
+            "container_memory_working_set_bytes",
+            "memory_working_set_bytes",
+            "container_network_receive_bytes_total",
+        ),
+        (3, "queue_depth", "queue_depth", "http_requests_total"),
+        (4, "http_requests_total", "http_requests", "process_cpu_seconds_total"),
+        (5, "process_cpu_seconds_total", "process_cpu", "queue_depth"),
+    ] {
+        let rule = &config.rules[index];
+        assert!(rule.keeps_series(series), "rules[{index}] keeps {series}");
+        assert_eq!(rule.api_name(series).as_deref(), Some(name), "rules[{index}] names {series}");
+        assert!(
+            !rule.keeps_series(left_out) || rule.api_name(left_out).is_none(),
+            "rules[{index}] leaves {left_out} out"
+        );
+    }
+    // With the default configuration, which declares no customMetrics: its default metrics
+    // (http_requests_per_second, ...) yield their names to a rule's, so together they start.
+    let file = percolator::config::QueryFile::from_yaml(
+        &config_text(&renders[3].objects, "percolator-config"),
+        "default-rules",
+        &check,
+    )
+    .unwrap();
+    assert!(!file.declares.custom_metrics && !file.declares.external_metrics);
     assert!(!args_of(&renders[3].objects).iter().any(|a| a.starts_with("--resource-source")));
 
     // rules.existing: the operator's ConfigMap, no rendered one.
@@ -1087,7 +1199,11 @@ fn optional_objects_follow_their_values() {
     assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
     assert_eq!(container(objects)["ports"][0]["containerPort"], 4443);
     assert!(args_of(objects).iter().any(|a| a == "--secure-port=4443"));
-    assert!(notes.contains("do not label the namespace enforce=restricted"), "{notes}");
+    assert!(
+        notes.contains("forbid: namespace kube-system must admit privileged pods")
+            && !notes.contains("meets the restricted"),
+        "{notes}"
+    );
 
     // Another release name: every name derives from the full name, cluster-wide ones included.
     let objects = mk_render_as(json!({"tls": {"type": "cert-manager"}}), "metrics", "monitoring").objects;
@@ -1120,8 +1236,31 @@ fn the_schema_refuses_wrong_types_and_unknown_keys() {
             &["/prometheus/bearerToken", "'secretNme'"],
         ),
         (json!({"config": 3}), &["/config"]),
-        // Only what makes sense of their charts' values: the APIServices name port 443.
-        (json!({"service": {"type": "NodePort"}}), &["/service", "'type'"]),
+        // Only what makes sense of their charts' values: a Service kube-apiserver can reach.
+        (json!({"service": {"type": "ExternalName"}}), &["/service/type"]),
+        (json!({"service": {"port": 0}}), &["/service/port"]),
+        // A budget is a number of pods or a percentage.
+        (json!({"podDisruptionBudget": {"minAvailable": "half"}}), &["/podDisruptionBudget/minAvailable"]),
+        // One handler per probe (the default's httpGet gives way to any other).
+        (
+            json!({"livenessProbe": {"exec": {"command": ["true"]}, "tcpSocket": {"port": "https"}}}),
+            &["/livenessProbe/tcpSocket"],
+        ),
+        (
+            json!({"readinessProbe": {"tcpSocket": {"port": "https"}, "grpc": {"port": 10250}}}),
+            &["/readinessProbe/grpc"],
+        ),
+        (
+            json!({"startupProbe": {"httpGet": {"path": "/livez", "port": "https"}, "exec": {"command": ["true"]}}}),
+            &["/startupProbe/exec"],
+        ),
+        (
+            json!({"tls": {"certManager": {"existingIssuer": {"enabled": true, "kind": "Vault", "name": "v"}}}}),
+            &["/tls/certManager/existingIssuer/kind"],
+        ),
+        (json!({"tls": {"certManager": {"duration": "90d"}}}), &["/tls/certManager/duration"]),
+        (json!({"dashboards": {"folder": "percolator"}}), &["/dashboards", "'folder'"]),
+        (json!({"extraManifests": [3]}), &["/extraManifests/0"]),
         (json!({"image": {"tag": true}}), &["/image/tag"]),
         (json!({"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}}), &["/podDisruptionBudget"]),
         // No rule allowing every port.
@@ -1182,8 +1321,9 @@ fn inconsistent_values_fail_with_a_message() {
 
 /// The chart's PrometheusRule is `dashboards/percolator-alerts.yaml` (the plain rules file,
 /// each alert unit-tested with promtool in tests/alerts.rs), fitted to the release: with every
-/// API on, the same groups exactly; with fewer, the APIService alert names only the
-/// APIServices the release registers; the rules load in the real Prometheus (promtool).
+/// API and the ServiceMonitor on, the same groups exactly; with fewer APIs, the APIService alert
+/// names only the APIServices the release registers; the rules load in the real Prometheus
+/// (promtool).
 #[test]
 fn the_prometheus_rule_is_the_alerts_file_fitted_to_the_release() {
     let plain = std::fs::read_to_string(manifests::repo_path("dashboards/percolator-alerts.yaml")).unwrap();
@@ -1204,11 +1344,15 @@ fn the_prometheus_rule_is_the_alerts_file_fitted_to_the_release() {
     };
     let all = rule(json!({
         "prometheusRule": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+        "serviceMonitor": {"enabled": true},
         "resourceMetrics": {"enabled": true},
         "customMetrics": {"enabled": true},
         "externalMetrics": {"enabled": true},
     }));
-    assert_eq!(all["spec"]["groups"], plain["groups"], "every API on: the plain file's groups");
+    assert_eq!(
+        all["spec"]["groups"], plain["groups"],
+        "every API and the ServiceMonitor on: the plain file's groups"
+    );
     assert_eq!(all["metadata"]["labels"]["release"], "kube-prometheus-stack");
     assert_eq!(all["metadata"]["namespace"], NAMESPACE);
 
@@ -1250,6 +1394,7 @@ fn the_prometheus_rule_is_the_alerts_file_fitted_to_the_release() {
     ] {
         let mut values = values;
         values["prometheusRule"] = json!({"enabled": true});
+        values["serviceMonitor"] = json!({"enabled": true});
         let rule = rule(values.clone());
         assert_eq!(alternation(&expr_of(&rule, "PercolatorAPIServiceUnavailable")), expected, "{values}");
         // Everything but that alternation is the plain file's.
@@ -1282,7 +1427,8 @@ fn the_prometheus_rule_is_the_alerts_file_fitted_to_the_release() {
         .expect("promtool (Debian's prometheus package; scripts/install-deps.sh)");
     let _ = std::fs::remove_file(&file);
     assert!(out.status.success(), "promtool check rules: {}", String::from_utf8_lossy(&out.stdout));
-    let found = format!("SUCCESS: {} rules found", plain["groups"][0]["rules"].as_array().unwrap().len());
+    let found =
+        format!("SUCCESS: {} rules found", renamed["spec"]["groups"][0]["rules"].as_array().unwrap().len());
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(&found),
         "{}",
@@ -1346,7 +1492,15 @@ fn documented_helm_commands_render() {
         assert!(docs.contains(doc), "{doc} shows a helm command ({commands:?})");
     }
     for (doc, command) in &commands {
-        let answer = helm("command", &json!({"command": command}))
+        // An install or upgrade runs against a cluster, which a document may assume has
+        // cert-manager's and the Prometheus Operator's CRDs; `helm template` has none but those
+        // its --api-versions name.
+        let cluster: Vec<&str> = if command.starts_with("helm template ") {
+            Vec::new()
+        } else {
+            CERT_MANAGER_APIS.iter().chain(PROMETHEUS_OPERATOR_APIS).copied().collect()
+        };
+        let answer = helm("command", &json!({"command": command, "api_versions": cluster}))
             .unwrap_or_else(|e| panic!("{doc}: `{command}`: {e}"));
         let what = format!("{doc}: `{command}`");
         let values = &answer["values"];
@@ -1427,9 +1581,7 @@ fn an_apiservice_of_another_owner_is_refused_with_what_to_do() {
             &format!("toJson (get (fromJson `{cluster}`) . | default dict)"),
         );
     });
-    let render = |values: Value, name: &str| {
-        helm_in(&chart, "render", &json!({"values": values, "name": name, "namespace": NAMESPACE}))
-    };
+    let render = |values: Value, name: &str| helm_in(&chart, "render", &mk_request(&values, name, NAMESPACE));
 
     // Absent (the stats APIService) or this release's: rendered.
     let answer =
@@ -1478,9 +1630,23 @@ fn an_apiservice_of_another_owner_is_refused_with_what_to_do() {
     let message =
         render(json!({"customMetrics": {"enabled": true}}), "metrics").expect_err("another release's");
     assert!(
-        message.contains("owned by Helm release percolator/percolator, not by release percolator/metrics"),
+        message.contains(&format!(
+            "owned by Helm release {NAMESPACE}/percolator, not by release {NAMESPACE}/metrics"
+        )),
         "{message}"
     );
+
+    // apiService.create=false: the APIServices are managed outside the chart, so none is
+    // rendered and none is looked up, whoever owns it.
+    for values in [
+        json!({"resourceMetrics": {"enabled": true}, "apiService": {"create": false}}),
+        json!({"externalMetrics": {"enabled": true}, "apiService": {"create": false}}),
+    ] {
+        let answer = render(values.clone(), RELEASE).unwrap_or_else(|e| panic!("{values}: {e}"));
+        let objects = rendered(&answer).objects;
+        assert!(!objects.iter().any(|o| o["kind"] == "APIService"), "{values}");
+        find(&objects, "Secret", "percolator-tls");
+    }
     std::fs::remove_dir_all(chart.parent().unwrap()).unwrap();
 }
 
@@ -1569,8 +1735,7 @@ fn labels_are_valid_and_the_pods_do_not_follow_the_chart() {
     let mut pinned = values.clone();
     pinned["image"] = json!({"tag": env!("CARGO_PKG_VERSION")});
     let answer =
-        helm_in(&chart, "render", &json!({"values": values, "name": RELEASE, "namespace": NAMESPACE}))
-            .unwrap_or_else(|e| panic!("{e}"));
+        helm_in(&chart, "render", &mk_request(&values, RELEASE, NAMESPACE)).unwrap_or_else(|e| panic!("{e}"));
     let other = rendered(&answer).objects;
     check(&other, "another chart version");
     let labels = &deployment(&other)["metadata"]["labels"];
@@ -1578,8 +1743,7 @@ fn labels_are_valid_and_the_pods_do_not_follow_the_chart() {
     assert_eq!(labels["app.kubernetes.io/version"], format!("{prefix}{kept}"));
     let this = mk_render(pinned.clone()).objects;
     let answer =
-        helm_in(&chart, "render", &json!({"values": pinned, "name": RELEASE, "namespace": NAMESPACE}))
-            .unwrap_or_else(|e| panic!("{e}"));
+        helm_in(&chart, "render", &mk_request(&pinned, RELEASE, NAMESPACE)).unwrap_or_else(|e| panic!("{e}"));
     let other = rendered(&answer).objects;
     assert_eq!(
         deployment(&this)["spec"]["template"]["metadata"],
@@ -1738,7 +1902,7 @@ fn notes_warn_of_values_that_do_nothing() {
     for part in [
         "WARNING: serviceMonitor.enabled with rbac.create=false",
         "they get 403",
-        "--serviceaccount=percolator:percolator-metrics-scraper",
+        format!("--serviceaccount={NAMESPACE}:percolator-metrics-scraper").as_str(),
     ] {
         assert!(notes.contains(part), "{part:?} not in {notes}");
     }
@@ -1757,4 +1921,827 @@ fn notes_warn_of_values_that_do_nothing() {
         !notes.contains("unused") && !notes.contains("WARNING") && !notes.contains("rules.resource"),
         "{notes}"
     );
+}
+
+/// A PodDisruptionBudget that lets no pod be evicted blocks every node drain (minAvailable 1 of
+/// 1 replica, a percentage that rounds up to every pod, maxUnavailable 0): the chart renders none
+/// then, and NOTES.txt says why; a budget that leaves a pod evictable is rendered as given.
+#[test]
+fn a_budget_that_would_block_every_drain_is_not_rendered() {
+    let blocked = [
+        ("replicas-1", json!({"replicas": 1}), "minAvailable 1 with replicas 1 keeps every pod"),
+        (
+            "min-100%",
+            json!({"replicas": 3, "podDisruptionBudget": {"minAvailable": "100%"}}),
+            "minAvailable 100% of replicas 3 keeps every pod",
+        ),
+        (
+            // 67% of 3 pods is 2.01, rounded up to 3.
+            "min-67%-of-3",
+            json!({"replicas": 3, "podDisruptionBudget": {"minAvailable": "67%"}}),
+            "minAvailable 67% of replicas 3 keeps every pod",
+        ),
+        (
+            "max-0",
+            json!({"podDisruptionBudget": {"maxUnavailable": 0}}),
+            "maxUnavailable 0 lets no pod be evicted",
+        ),
+        (
+            "max-0%",
+            json!({"podDisruptionBudget": {"maxUnavailable": "0%"}}),
+            "maxUnavailable 0% lets no pod be evicted",
+        ),
+    ];
+    let kept = [
+        ("defaults", json!({}), ("minAvailable", json!(1))),
+        (
+            "min-2-of-3",
+            json!({"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}}),
+            ("minAvailable", json!(2)),
+        ),
+        (
+            // 66% of 3 pods is 1.98, rounded up to 2: one may go.
+            "min-66%-of-3",
+            json!({"replicas": 3, "podDisruptionBudget": {"minAvailable": "66%"}}),
+            ("minAvailable", json!("66%")),
+        ),
+        (
+            "max-1-of-1",
+            json!({"replicas": 1, "podDisruptionBudget": {"maxUnavailable": 1}}),
+            ("maxUnavailable", json!(1)),
+        ),
+        (
+            "max-50%",
+            json!({"podDisruptionBudget": {"maxUnavailable": "50%"}}),
+            ("maxUnavailable", json!("50%")),
+        ),
+    ];
+    let mut cases: Vec<(&str, Value)> = blocked.iter().map(|(n, v, _)| (*n, v.clone())).collect();
+    cases.extend(kept.iter().map(|(n, v, _)| (*n, v.clone())));
+    cases.push(("disabled-1", json!({"replicas": 1, "podDisruptionBudget": {"enabled": false}})));
+    let renders = mk_render_all(&cases);
+    let pdbs = |render: &Rendered| -> Vec<Value> {
+        render.objects.iter().filter(|o| o["kind"] == "PodDisruptionBudget").cloned().collect()
+    };
+    for ((name, _, reason), render) in blocked.iter().zip(&renders) {
+        assert_eq!(pdbs(render), Vec::<Value>::new(), "{name}: no budget");
+        let note =
+            format!("NOTE: no PodDisruptionBudget rendered: {reason}, so it would block every node drain.");
+        assert!(render.notes.contains(&note), "{name}: {note:?} not in {}", render.notes);
+    }
+    let mut everything = Vec::new();
+    for ((name, _, (field, value)), render) in kept.iter().zip(&renders[blocked.len()..]) {
+        let pdb = pdbs(render);
+        assert_eq!(pdb.len(), 1, "{name}");
+        let other = if *field == "minAvailable" { "maxUnavailable" } else { "minAvailable" };
+        assert_eq!(&pdb[0]["spec"][field], value, "{name}");
+        assert!(pdb[0]["spec"].get(other).is_none(), "{name}: {}", pdb[0]);
+        assert!(!render.notes.contains("PodDisruptionBudget"), "{name}: {}", render.notes);
+        everything.extend(pdb);
+    }
+    let disabled = renders.last().unwrap();
+    assert!(
+        pdbs(disabled).is_empty() && !disabled.notes.contains("PodDisruptionBudget"),
+        "{}",
+        disabled.notes
+    );
+    manifests::kubernetes_validate(&everything, "chart budgets");
+}
+
+/// A probe handler given in values replaces the default's httpGet: Helm merges a map given in
+/// values with the default one, so `livenessProbe: {tcpSocket: ...}` once rendered httpGet and
+/// tcpSocket, which kube-apiserver refuses ("may not specify more than 1 handler type"). Each
+/// handler type, in each probe, renders exactly that handler beside the default's timings, and
+/// validates; timings given alone keep the default handler; a probe left without a handler fails
+/// naming it.
+#[test]
+fn a_probe_handler_given_replaces_the_default_one() {
+    let handlers = [
+        ("httpGet", json!({"path": "/healthz", "port": 8080, "scheme": "HTTP"})),
+        ("exec", json!({"command": ["/bin/true"]})),
+        ("tcpSocket", json!({"port": "https"})),
+        ("grpc", json!({"port": 10250})),
+    ];
+    let probes = ["livenessProbe", "readinessProbe", "startupProbe"];
+    let mut cases: Vec<(String, Value)> = Vec::new();
+    for probe in probes {
+        for (handler, spec) in &handlers {
+            let mut values = json!({});
+            values[probe] = json!({"failureThreshold": 7});
+            values[probe][*handler] = spec.clone();
+            cases.push((format!("{probe}.{handler}"), values));
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let mut values = json!({});
+        values[probe] = json!({"periodSeconds": 20});
+        cases.push((format!("{probe}-timings"), values));
+    }
+    let named: Vec<(&str, Value)> = cases.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let renders = mk_render_all(&named);
+    let defaults = mk_render(json!({})).objects;
+    let default_of = |probe: &str| container(&defaults)[probe].clone();
+    let mut everything = Vec::new();
+    for ((name, values), render) in cases.iter().zip(&renders) {
+        let rendered = container(&render.objects);
+        for probe in probes {
+            let (given, default) = (&values[probe], default_of(probe));
+            let rendered = &rendered[probe];
+            if given.is_null() {
+                assert_eq!(rendered, &default, "{name}: {probe} untouched");
+                continue;
+            }
+            let kinds: Vec<&str> = rendered
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .filter(|k| ["httpGet", "exec", "tcpSocket", "grpc"].contains(k))
+                .collect();
+            let handler =
+                handlers.iter().map(|(h, _)| *h).find(|h| given.get(*h).is_some()).unwrap_or("httpGet");
+            assert_eq!(kinds, [handler], "{name}: exactly one handler in {rendered}");
+            if given.get(handler).is_some() {
+                assert_eq!(rendered[handler], given[handler], "{name}: the handler given");
+                assert_eq!(rendered["failureThreshold"], 7, "{name}");
+            } else {
+                assert_eq!(rendered["httpGet"], default["httpGet"], "{name}: the default's handler kept");
+                assert_eq!(rendered["periodSeconds"], 20, "{name}");
+            }
+            // The default's timings stay beside the handler given.
+            if let Some(period) =
+                default.get("periodSeconds").filter(|_| given.get("periodSeconds").is_none())
+            {
+                assert_eq!(&rendered["periodSeconds"], period, "{name}");
+            }
+        }
+        everything.push(deployment(&render.objects).clone());
+    }
+    manifests::kubernetes_validate(&everything, "chart probes");
+
+    // A probe left without a handler: a message naming it, not a pod kube-apiserver refuses.
+    for (values, expected) in [
+        (json!({"startupProbe": {"failureThreshold": 30}}), "startupProbe: give a handler"),
+        (json!({"livenessProbe": {"httpGet": null, "periodSeconds": 5}}), "livenessProbe: give a handler"),
+    ] {
+        let message = mk_render_error(values.clone());
+        assert!(message.contains(expected), "{values}: {message}");
+    }
+}
+
+/// NOTES.txt and values.yaml never advise a namespace-wide Pod Security label (in a namespace
+/// shared with other workloads, such as monitoring, enforce=restricted would reject their pods):
+/// NOTES says the pod meets the restricted standard, whatever the namespace.
+#[test]
+fn no_namespace_wide_pod_security_advice() {
+    for namespace in ["monitoring", "percolator", "kube-system"] {
+        let notes = mk_render_as(json!({}), RELEASE, namespace).notes;
+        assert!(
+            notes.contains("The pod meets the restricted Pod Security Standard."),
+            "{namespace}: {notes}"
+        );
+        for advice in ["kubectl label namespace", "pod-security.kubernetes.io/enforce", "enforce=restricted"]
+        {
+            assert!(!notes.contains(advice), "{namespace}: {advice:?} in {notes}");
+        }
+    }
+    let values = std::fs::read_to_string(manifests::repo_path("charts/percolator/values.yaml")).unwrap();
+    for advice in ["kubectl label namespace", "pod-security.kubernetes.io/enforce", "enforce=restricted"] {
+        assert!(!values.contains(advice), "values.yaml advises {advice:?}");
+    }
+}
+
+/// `rules.default` renders prometheus-adapter's six default rules exactly as its own chart
+/// does: for the same `rules` values, percolator's adapter configuration is, as data, what
+/// prometheus-adapter's chart 5.3.0 renders (tests/fixtures/prometheus-adapter/, with its
+/// provenance), the default rules alone and beside custom, external and resource rules; both
+/// load in percolator's loader; metricsRelistInterval defaults to that chart's 1m.
+#[test]
+fn default_rules_are_prometheus_adapter_s_own() {
+    let dir = manifests::repo_path("tests/fixtures/prometheus-adapter");
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    let cases: Vec<(&str, Value)> = ["default", "all-rules"]
+        .iter()
+        .map(|name| (*name, yaml(&read(&format!("values-{name}.yaml")))))
+        .collect();
+    let renders = mk_render_all(&cases);
+    for ((name, values), render) in cases.iter().zip(&renders) {
+        let theirs = yaml(&read(&format!("{name}.config.yaml")));
+        let text = config_text(&render.objects, "percolator-adapter-config");
+        assert_eq!(yaml(&text), theirs, "{name}: prometheus-adapter's chart renders the same values so");
+        let config =
+            percolator::testing::AdapterConfig::from_yaml(&text, name).unwrap_or_else(|e| panic!("{e}"));
+        let custom = values["rules"]["custom"].as_array().map_or(0, Vec::len);
+        assert_eq!(config.rules.len(), 6 + custom, "{name}");
+        assert!(args_of(&render.objects).contains(&"--metrics-relist-interval=1m".to_owned()), "{name}");
+    }
+    assert_eq!(yaml(&read("default.config.yaml"))["rules"].as_array().unwrap().len(), 6);
+    let values =
+        yaml(&std::fs::read_to_string(manifests::repo_path("charts/percolator/values.yaml")).unwrap());
+    assert_eq!(values["metricsRelistInterval"], "1m");
+    assert_eq!(values["rules"]["default"], false, "off by default: they list every series of Prometheus");
+}
+
+/// Without their CRDs (a cluster without cert-manager or the Prometheus Operator, or `helm
+/// template` without `--api-versions`) the values that render custom resources fail with a
+/// message naming the CRD and what to do, not with Kubernetes' "no matches for kind" at apply
+/// time; with the group version (as `helm template --api-versions` gives it) or the kind (as a
+/// cluster's discovery lists it) they render.
+#[test]
+fn custom_resources_without_their_crds_fail_naming_them() {
+    for (values, kind, crd, group_version, value) in [
+        (
+            json!({"tls": {"type": "cert-manager"}}),
+            "Certificate",
+            "certificates.cert-manager.io",
+            "cert-manager.io/v1",
+            "tls.type=cert-manager",
+        ),
+        (
+            json!({"serviceMonitor": {"enabled": true}}),
+            "ServiceMonitor",
+            "servicemonitors.monitoring.coreos.com",
+            "monitoring.coreos.com/v1",
+            "serviceMonitor.enabled",
+        ),
+        (
+            json!({"prometheusRule": {"enabled": true}}),
+            "PrometheusRule",
+            "prometheusrules.monitoring.coreos.com",
+            "monitoring.coreos.com/v1",
+            "prometheusRule.enabled",
+        ),
+    ] {
+        let render = |apis: Vec<String>| {
+            helm(
+                "render",
+                &json!({"values": values, "name": RELEASE, "namespace": NAMESPACE, "api_versions": apis}),
+            )
+        };
+        let message = render(Vec::new()).expect_err(&format!("{values} renders without {crd}"));
+        for part in [
+            format!("{value} renders a {kind} ({group_version}), but the cluster has no CRD {crd}: install "),
+            "first, or ".to_owned(),
+            format!("With helm template (no cluster), pass --api-versions {group_version}."),
+        ] {
+            assert!(message.contains(&part), "{values}: {part:?} not in {message}");
+        }
+        for apis in [vec![group_version.to_owned()], vec![format!("{group_version}/{kind}")]] {
+            let answer = render(apis.clone()).unwrap_or_else(|e| panic!("{values} with {apis:?}: {e}"));
+            assert!(rendered(&answer).objects.iter().any(|o| o["kind"] == kind), "{values} with {apis:?}");
+        }
+    }
+    // A cluster with the Prometheus Operator's ServiceMonitor CRD but not its PrometheusRule one.
+    let message = helm(
+        "render",
+        &json!({"values": {"prometheusRule": {"enabled": true}}, "name": RELEASE, "namespace": NAMESPACE,
+                "api_versions": ["monitoring.coreos.com/v1/ServiceMonitor"]}),
+    )
+    .expect_err("no PrometheusRule CRD");
+    assert!(message.contains("no CRD prometheusrules.monitoring.coreos.com"), "{message}");
+    // helm template, as the message says.
+    let command =
+        "helm template percolator charts/percolator -n kube-system --set serviceMonitor.enabled=true";
+    let message = helm("command", &json!({"command": command})).expect_err(command);
+    assert!(message.contains("pass --api-versions monitoring.coreos.com/v1"), "{message}");
+    let command = format!("{command} --api-versions monitoring.coreos.com/v1");
+    let answer = helm("command", &json!({"command": command})).unwrap_or_else(|e| panic!("{command}: {e}"));
+    find(&rendered(&answer).objects, "ServiceMonitor", "percolator");
+}
+
+/// The alert on an absent scrape job (`absent(up{job=...})`: PercolatorAbsent) fires forever
+/// where nothing scrapes percolator under that job: the PrometheusRule has it only with
+/// serviceMonitor.enabled, whose scrapes make the job (the chart's name), and then with the
+/// release's job; every other alert of the rules file is there either way.
+#[test]
+fn the_absent_job_alert_comes_only_with_the_service_monitor() {
+    let cases = [
+        ("rule-only", json!({"prometheusRule": {"enabled": true}})),
+        ("both", json!({"prometheusRule": {"enabled": true}, "serviceMonitor": {"enabled": true}})),
+        (
+            "both-renamed",
+            json!({"prometheusRule": {"enabled": true}, "serviceMonitor": {"enabled": true}, "nameOverride": "metrics-api"}),
+        ),
+    ];
+    let renders = mk_render_all(&cases);
+    let rules_of = |render: &Rendered| -> Vec<Value> {
+        let rule = render.objects.iter().find(|o| o["kind"] == "PrometheusRule").unwrap();
+        rule["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap().clone())
+            .collect()
+    };
+    let plain =
+        yaml(&std::fs::read_to_string(manifests::repo_path("dashboards/percolator-alerts.yaml")).unwrap());
+    let plain_rules: Vec<&Value> =
+        plain["groups"].as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
+    let is_absent_alone = |rule: &Value| rule["expr"].as_str().unwrap().trim().starts_with("absent(");
+    let alerts = |rules: &[&Value]| -> Vec<String> {
+        rules.iter().map(|r| r["alert"].as_str().unwrap().to_owned()).collect()
+    };
+
+    let rule_only = rules_of(&renders[0]);
+    for rule in &rule_only {
+        assert!(
+            !rule["expr"].as_str().unwrap().contains("absent("),
+            "no absent job alert without the ServiceMonitor: {rule}"
+        );
+    }
+    let without: Vec<&Value> = plain_rules.iter().copied().filter(|r| !is_absent_alone(r)).collect();
+    assert_eq!(alerts(&rule_only.iter().collect::<Vec<_>>()), alerts(&without), "every other alert");
+
+    for (render, (name, values)) in renders[1..].iter().zip(&cases[1..]) {
+        let job = values["nameOverride"].as_str().unwrap_or("percolator");
+        let rules = rules_of(render);
+        assert_eq!(alerts(&rules.iter().collect::<Vec<_>>()), alerts(&plain_rules), "{name}: every alert");
+        let absent: Vec<&Value> =
+            rules.iter().filter(|r| r["expr"].as_str().unwrap().contains("absent(")).collect();
+        assert_eq!(absent.len(), 1, "{name}: {absent:?}");
+        let expected = format!("absent(up{{job=\"{job}\"}})");
+        assert!(
+            absent[0]["expr"].as_str().unwrap().contains(&expected),
+            "{name}: {expected} in {}",
+            absent[0]
+        );
+        if plain_rules.iter().any(|r| r["alert"] == "PercolatorAbsent") {
+            assert_eq!(absent[0]["alert"], "PercolatorAbsent", "{name}");
+        }
+        // The job the ServiceMonitor's scrapes get: the Service's app.kubernetes.io/name.
+        let monitor = render.objects.iter().find(|o| o["kind"] == "ServiceMonitor").unwrap();
+        assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");
+        let service = render.objects.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(service["metadata"]["labels"]["app.kubernetes.io/name"], job, "{name}");
+    }
+}
+
+/// namespaceOverride (both anchor charts' name) puts every namespaced object in its namespace,
+/// and every reference follows: the APIServices' Service, the RBAC subjects, the serving
+/// certificate's names (cert-manager's and the generated one, trusted for them), cert-manager's
+/// CA injection, the ServiceMonitor's namespace and TLS name, the PrometheusRule, the
+/// dashboards, NOTES.txt. Only the RoleBinding to kube-system's authentication reader stays
+/// there.
+#[test]
+fn namespace_override_moves_every_namespaced_object_and_reference() {
+    let everything = json!({"namespaceOverride": "monitoring", "tls": {"type": "cert-manager"},
+                            "serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true},
+                            "dashboards": {"enabled": true}, "networkPolicy": {"enabled": true},
+                            "resourceMetrics": {"enabled": true}, "customMetrics": {"enabled": true}});
+    let Rendered { objects, notes } = mk_render_as(everything, "metrics", "default");
+    let fullname = "metrics-percolator";
+    for object in &objects {
+        let namespace = object["metadata"]["namespace"].as_str();
+        let kind = object["kind"].as_str().unwrap();
+        match kind {
+            "ClusterRole" | "ClusterRoleBinding" | "APIService" => assert!(namespace.is_none(), "{object}"),
+            "RoleBinding" => assert_eq!(namespace, Some("kube-system"), "{object}"),
+            _ => assert_eq!(namespace, Some("monitoring"), "{kind} {}", object["metadata"]["name"]),
+        }
+        for subject in object["subjects"].as_array().into_iter().flatten() {
+            // The HPA controller's grants name its own ServiceAccount, in kube-system.
+            let expected =
+                if subject["name"] == "horizontal-pod-autoscaler" { "kube-system" } else { "monitoring" };
+            assert_eq!(subject["namespace"], expected, "{object}");
+        }
+        if kind == "APIService" {
+            assert_eq!(
+                object["spec"]["service"],
+                json!({"name": fullname, "namespace": "monitoring", "port": 443})
+            );
+            assert_eq!(
+                object["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                format!("monitoring/{fullname}-serving")
+            );
+        }
+    }
+    let serving = find(&objects, "Certificate", &format!("{fullname}-serving"));
+    assert_eq!(
+        serving["spec"]["dnsNames"],
+        json!([format!("{fullname}.monitoring.svc"), format!("{fullname}.monitoring.svc.cluster.local")])
+    );
+    let monitor = find(&objects, "ServiceMonitor", fullname);
+    assert_eq!(monitor["spec"]["namespaceSelector"]["matchNames"], json!(["monitoring"]));
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"],
+        format!("{fullname}.monitoring.svc")
+    );
+    assert!(notes.contains("installed as metrics-percolator in namespace monitoring"), "{notes}");
+    assert!(notes.contains("kubectl -n monitoring get pods"), "{notes}");
+    assert!(notes.contains("ConfigMaps in namespace monitoring"), "{notes}");
+    manifests::kubernetes_validate(&objects, "chart namespaceOverride");
+
+    // The generated certificate is for the Service in that namespace.
+    let objects = mk_render_as(json!({"namespaceOverride": "monitoring"}), "metrics", "default").objects;
+    let secret = find(&objects, "Secret", &format!("{fullname}-tls"));
+    assert_eq!(secret["metadata"]["namespace"], "monitoring");
+    let names = [format!("{fullname}.monitoring.svc"), format!("{fullname}.default.svc")];
+    assert_eq!(mk_trusted_names(secret, &names), names[..1]);
+}
+
+/// customAnnotations (prometheus-adapter's name) are on every object the chart renders, not on
+/// the pods (podAnnotations, which would roll them); an object's own annotations win over them,
+/// and the chart's own (cert-manager's CA injection, the scraper token's ServiceAccount) over both.
+#[test]
+fn custom_annotations_are_on_every_object_but_the_pods() {
+    let values = json!({
+        "customAnnotations": {"team": "cafe", "a": "custom", "cert-manager.io/inject-ca-from": "x/y",
+                              "kubernetes.io/service-account.name": "nobody"},
+        "service": {"annotations": {"a": "service"}},
+        "deploymentAnnotations": {"a": "deployment"},
+        "podAnnotations": {"p": "pod"},
+        "tls": {"type": "cert-manager"}, "serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true},
+        "networkPolicy": {"enabled": true}, "dashboards": {"enabled": true},
+        "resourceMetrics": {"enabled": true}, "customMetrics": {"enabled": true}, "externalMetrics": {"enabled": true},
+        "rules": {"default": true},
+    });
+    let objects = mk_render(values.clone()).objects;
+    let kinds: BTreeSet<&str> = objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    for kind in [
+        "APIService",
+        "Certificate",
+        "Issuer",
+        "ConfigMap",
+        "Deployment",
+        "PodDisruptionBudget",
+        "ServiceMonitor",
+        "PrometheusRule",
+        "NetworkPolicy",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "Secret",
+    ] {
+        assert!(kinds.contains(kind), "{kind} rendered");
+    }
+    for object in &objects {
+        let annotations = &object["metadata"]["annotations"];
+        assert_eq!(annotations["team"], "cafe", "{} {}", object["kind"], object["metadata"]["name"]);
+    }
+    assert_eq!(find(&objects, "Service", "percolator")["metadata"]["annotations"]["a"], "service");
+    let deployment_ = deployment(&objects);
+    assert_eq!(deployment_["metadata"]["annotations"]["a"], "deployment");
+    assert_eq!(find(&objects, "ConfigMap", "percolator-config")["metadata"]["annotations"]["a"], "custom");
+    assert_eq!(deployment_["spec"]["template"]["metadata"]["annotations"], json!({"p": "pod"}));
+    for api in objects.iter().filter(|o| o["kind"] == "APIService") {
+        assert_eq!(
+            api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "kube-system/percolator-serving"
+        );
+    }
+    let token = find(&objects, "Secret", "percolator-metrics-scraper-token");
+    assert_eq!(
+        token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "percolator-metrics-scraper"
+    );
+    manifests::kubernetes_validate(&objects, "chart customAnnotations");
+    // None of them: no annotations map at all where the chart puts none.
+    let objects = mk_render(json!({})).objects;
+    assert!(objects.iter().all(|o| o["metadata"].get("annotations").is_none()), "no empty annotations");
+}
+
+/// extraManifests (prometheus-adapter's name): each entry, a map or a YAML string, is rendered
+/// with the release, templated with the chart's context, as given.
+#[test]
+fn extra_manifests_are_rendered_templated() {
+    let values = json!({"extraManifests": [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "{{ .Release.Name }}-extra", "namespace": "{{ include \"percolator.namespace\" . }}"},
+         "data": {"prometheus": "{{ .Values.prometheus.url }}"}},
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ include \"percolator.fullname\" . }}-extra\nstringData:\n  release: {{ .Release.Name | quote }}\n",
+    ]});
+    let objects = mk_render_as(values, "metrics", "monitoring").objects;
+    let config = find(&objects, "ConfigMap", "metrics-extra");
+    assert_eq!(
+        config,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "metrics-extra", "namespace": "monitoring"},
+                "data": {"prometheus": "http://prometheus.monitoring.svc"}})
+    );
+    let secret = find(&objects, "Secret", "metrics-percolator-extra");
+    assert_eq!(secret["stringData"], json!({"release": "metrics"}));
+    assert!(secret["metadata"].get("labels").is_none(), "rendered as given: {secret}");
+    manifests::kubernetes_validate(&[config.clone(), secret.clone()], "chart extraManifests");
+}
+
+/// apiService.create=false (metrics-server's name) renders no APIService (managed outside the
+/// chart) but the serving certificate, and NOTES.txt says what to register; service.type and
+/// service.port (both anchors' names) make the Service, and every APIService names that port.
+#[test]
+fn api_service_create_and_the_service_s_type_and_port() {
+    let cases = [
+        ("no-apiservice", json!({"apiService": {"create": false}, "resourceMetrics": {"enabled": true}})),
+        (
+            "service",
+            json!({"service": {"type": "LoadBalancer", "port": 8443}, "resourceMetrics": {"enabled": true},
+                   "customMetrics": {"enabled": true}, "externalMetrics": {"enabled": true}}),
+        ),
+    ];
+    let renders = mk_render_all(&cases);
+    let Rendered { objects, notes } = &renders[0];
+    assert!(!objects.iter().any(|o| o["kind"] == "APIService"));
+    find(objects, "Secret", "percolator-tls");
+    for part in [
+        "apiService.create=false: the chart registers no APIService.",
+        "Register v1alpha1.stats.une-tasse-de.cafe, v1beta1.metrics.k8s.io",
+        "pointing to the Service kube-system/percolator port 443",
+        "Secret kube-system/percolator-tls",
+    ] {
+        assert!(notes.contains(part), "{part:?} not in {notes}");
+    }
+    let objects = &renders[1].objects;
+    let service = find(objects, "Service", "percolator");
+    assert_eq!(service["spec"]["type"], "LoadBalancer");
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "https", "port": 8443, "protocol": "TCP", "targetPort": "https"}])
+    );
+    for name in ALL_APISERVICES {
+        assert_eq!(find(objects, "APIService", name)["spec"]["service"]["port"], 8443, "{name}");
+    }
+    // The defaults: metrics-server's.
+    let service = find(&mk_render(json!({})).objects, "Service", "percolator").clone();
+    assert_eq!(
+        (service["spec"]["type"].as_str(), service["spec"]["ports"][0]["port"].as_u64()),
+        (Some("ClusterIP"), Some(443))
+    );
+}
+
+/// tls.certManager (metrics-server's names): the serving certificate's duration and renewal,
+/// the CA's duration, labels and annotations on the Certificates, and existingIssuer: the
+/// operator's Issuer or ClusterIssuer signs the serving certificate, and the chart creates no
+/// issuer and no CA of its own; enabled without a name, a message naming it.
+#[test]
+fn cert_manager_settings_shape_the_certificates() {
+    let defaults = mk_render(json!({"tls": {"type": "cert-manager"}})).objects;
+    let ca = find(&defaults, "Certificate", "percolator-ca");
+    let serving = find(&defaults, "Certificate", "percolator-serving");
+    assert_eq!(
+        (ca["spec"]["duration"].as_str(), serving["spec"]["duration"].as_str()),
+        (Some("8760h"), Some("2160h"))
+    );
+    assert_eq!(serving["spec"]["renewBefore"], "360h");
+    let values = json!({"tls": {"type": "cert-manager", "certManager": {
+        "duration": "720h", "renewBefore": "240h", "caDuration": "43800h",
+        "labels": {"team": "cafe"}, "annotations": {"note": "corp"}}}});
+    let objects = mk_render(values).objects;
+    let ca = find(&objects, "Certificate", "percolator-ca");
+    let serving = find(&objects, "Certificate", "percolator-serving");
+    assert_eq!(ca["spec"]["duration"], "43800h");
+    assert_eq!(
+        (serving["spec"]["duration"].as_str(), serving["spec"]["renewBefore"].as_str()),
+        (Some("720h"), Some("240h"))
+    );
+    for certificate in [ca, serving] {
+        assert_eq!(certificate["metadata"]["labels"]["team"], "cafe");
+        assert_eq!(certificate["metadata"]["labels"]["app.kubernetes.io/name"], "percolator");
+        assert_eq!(certificate["metadata"]["annotations"], json!({"note": "corp"}));
+    }
+    for issuer in objects.iter().filter(|o| o["kind"] == "Issuer") {
+        assert!(issuer["metadata"]["labels"].get("team").is_none(), "on the Certificates only: {issuer}");
+    }
+    // Empty, as metrics-server's defaults: cert-manager's own.
+    let empty = json!({"tls": {"type": "cert-manager", "certManager": {"duration": "", "renewBefore": "", "caDuration": ""}}});
+    let objects = mk_render(empty).objects;
+    for name in ["percolator-ca", "percolator-serving"] {
+        let spec = &find(&objects, "Certificate", name)["spec"];
+        assert!(spec.get("duration").is_none() && spec.get("renewBefore").is_none(), "{name}: {spec}");
+    }
+
+    let issued = json!({"tls": {"type": "cert-manager", "certManager": {
+        "existingIssuer": {"enabled": true, "kind": "ClusterIssuer", "name": "corp-ca"}}}});
+    let objects = mk_render(issued).objects;
+    let custom: Vec<String> = objects
+        .iter()
+        .filter(|o| manifests::is_custom_resource(o))
+        .map(|o| format!("{}/{}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(custom, ["Certificate/percolator-serving"]);
+    let serving = find(&objects, "Certificate", "percolator-serving");
+    assert_eq!(
+        serving["spec"]["issuerRef"],
+        json!({"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+    assert_eq!(serving["spec"]["secretName"], "percolator-serving-cert");
+    let api = find(&objects, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
+    assert_eq!(
+        api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "kube-system/percolator-serving"
+    );
+
+    let message = mk_render_error(
+        json!({"tls": {"type": "cert-manager", "certManager": {"existingIssuer": {"enabled": true}}}}),
+    );
+    assert!(
+        message.contains("tls.certManager.existingIssuer.enabled: set tls.certManager.existingIssuer.name"),
+        "{message}"
+    );
+}
+
+/// dashboards.enabled: one ConfigMap per Grafana dashboard of dashboards/, holding it as it is,
+/// with the label Grafana's sidecar watches (dashboards.labels), dashboards.annotations, in
+/// dashboards.namespace (percolator's when empty); the chart's copies are dashboards/*.json byte
+/// for byte; none by default.
+#[test]
+fn dashboards_are_config_maps_for_grafana_s_sidecar() {
+    let json_files = |dir: &str| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(manifests::repo_path(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .map(|p| (p.file_name().unwrap().to_str().unwrap().to_owned(), std::fs::read(&p).unwrap()))
+            .collect()
+    };
+    let dashboards = json_files("dashboards");
+    assert!(dashboards.len() >= 2, "{:?}", dashboards.keys());
+    assert!(
+        json_files("charts/percolator/files/dashboards") == dashboards,
+        "charts/percolator/files/dashboards/ holds copies of dashboards/*.json: cp dashboards/*.json charts/percolator/files/dashboards/"
+    );
+
+    let cases = [
+        ("off", json!({})),
+        ("on", json!({"dashboards": {"enabled": true}})),
+        (
+            "elsewhere",
+            json!({"dashboards": {"enabled": true, "namespace": "grafana", "labels": {"grafana_dashboard": "percolator"},
+                                  "annotations": {"grafana_folder": "percolator"}}}),
+        ),
+    ];
+    let renders = mk_render_all(&cases);
+    let of = |render: &Rendered| -> Vec<Value> {
+        render
+            .objects
+            .iter()
+            .filter(|o| o["metadata"]["name"].as_str().unwrap().starts_with("percolator-dashboard-"))
+            .cloned()
+            .collect()
+    };
+    assert!(of(&renders[0]).is_empty());
+    for ((name, values), render) in cases[1..].iter().zip(&renders[1..]) {
+        let maps = of(render);
+        assert_eq!(maps.len(), dashboards.len(), "{name}");
+        for (file, text) in &dashboards {
+            let map_name = format!("percolator-dashboard-{}", file.trim_end_matches(".json"));
+            let map = maps
+                .iter()
+                .find(|m| m["metadata"]["name"] == map_name)
+                .unwrap_or_else(|| panic!("{name}: {map_name}"));
+            assert_eq!(map["kind"], "ConfigMap");
+            assert_eq!(
+                map["data"],
+                json!({file.clone(): String::from_utf8(text.clone()).unwrap()}),
+                "{name}: {file} as it is"
+            );
+            let namespace = values["dashboards"]["namespace"].as_str().unwrap_or(NAMESPACE);
+            assert_eq!(map["metadata"]["namespace"], namespace, "{name}");
+            let label = values["dashboards"]["labels"]["grafana_dashboard"].as_str().unwrap_or("1");
+            assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], label, "{name}");
+            assert_eq!(map["metadata"]["labels"]["app.kubernetes.io/name"], "percolator", "{name}");
+            assert_eq!(map["metadata"].get("annotations"), values["dashboards"].get("annotations"), "{name}");
+        }
+        manifests::kubernetes_validate(&maps, &format!("chart dashboards {name}"));
+    }
+}
+
+/// Every value added for the anchor charts' users is documented: a `# --` comment in
+/// values.yaml, a row of the chart README's table, and a type in values.schema.json.
+#[test]
+fn the_values_added_are_documented() {
+    let values = std::fs::read_to_string(manifests::repo_path(CHART).join("values.yaml")).unwrap();
+    let readme = std::fs::read_to_string(manifests::repo_path(CHART).join("README.md")).unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(manifests::repo_path(CHART).join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `")).collect();
+    for path in [
+        "namespaceOverride",
+        "customAnnotations",
+        "extraManifests",
+        "apiService.create",
+        "service.type",
+        "service.port",
+        "tls.certManager.existingIssuer.enabled",
+        "tls.certManager.existingIssuer.kind",
+        "tls.certManager.existingIssuer.name",
+        "tls.certManager.duration",
+        "tls.certManager.renewBefore",
+        "tls.certManager.caDuration",
+        "tls.certManager.annotations",
+        "tls.certManager.labels",
+        "dashboards.enabled",
+        "dashboards.labels",
+        "dashboards.annotations",
+        "dashboards.namespace",
+    ] {
+        let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));
+        // values.yaml: the key, with a `# --` comment right above it.
+        let lines: Vec<&str> = values.lines().collect();
+        let documented = lines.windows(2).any(|w| {
+            w[1].trim_start().starts_with(&format!("{leaf}:")) && w[0].trim_start().starts_with('#')
+        }) || lines.iter().enumerate().any(|(i, l)| {
+            l.trim_start().starts_with(&format!("{leaf}:"))
+                && lines[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|p| p.trim_start().starts_with('#'))
+                    .any(|p| p.contains("# --"))
+        });
+        assert!(documented, "values.yaml documents {path} with a `# --` comment");
+        // The README's table names it (`a.b.c`, or `.c` after its parent in the same cell).
+        let named = rows.iter().any(|row| {
+            row.contains(&format!("`{path}`"))
+                || (row.contains(&format!("`{parent}.")) && row.contains(&format!("`.{leaf}`")))
+        });
+        assert!(named, "charts/percolator/README.md's table names {path}");
+        let mut node = &schema;
+        for key in path.split('.') {
+            node = &node["properties"][key];
+        }
+        assert!(node["type"].is_string() || node["type"].is_array(), "values.schema.json types {path}");
+    }
+}
+
+/// Chart.yaml carries Artifact Hub's metadata: the image of this appVersion (read, never
+/// written here: the release bumps it), the changes of this version, links, the maintainer.
+#[test]
+fn chart_yaml_carries_artifact_hub_metadata() {
+    let chart = yaml(&std::fs::read_to_string(manifests::repo_path(CHART).join("Chart.yaml")).unwrap());
+    let values = yaml(&std::fs::read_to_string(manifests::repo_path(CHART).join("values.yaml")).unwrap());
+    let app_version = chart["appVersion"].as_str().unwrap();
+    let annotation =
+        |name: &str| yaml(chart["annotations"][name].as_str().unwrap_or_else(|| panic!("{name}")));
+    let image = format!("{}:{app_version}", values["image"]["repository"].as_str().unwrap());
+    assert_eq!(
+        annotation("artifacthub.io/images"),
+        json!([{"name": "percolator", "image": image, "platforms": ["linux/amd64", "linux/arm64"]}])
+    );
+    assert_eq!(container(&mk_render(json!({})).objects)["image"], image, "the image the chart deploys");
+    let changes = annotation("artifacthub.io/changes");
+    assert!(!changes.as_array().unwrap().is_empty());
+    for change in changes.as_array().unwrap() {
+        let kind = change["kind"].as_str().unwrap_or_default();
+        assert!(
+            ["added", "changed", "deprecated", "removed", "fixed", "security"].contains(&kind),
+            "{change}"
+        );
+        assert!(change["description"].as_str().is_some_and(|d| d.len() > 20), "{change}");
+    }
+    for link in annotation("artifacthub.io/links").as_array().unwrap() {
+        assert!(link["name"].is_string(), "{link}");
+        assert!(
+            link["url"].as_str().unwrap().starts_with("https://github.com/une-tasse-de/percolator"),
+            "{link}"
+        );
+    }
+    assert_eq!(
+        chart["maintainers"],
+        json!([{"name": "une-tasse-de", "url": "https://github.com/une-tasse-de"}])
+    );
+    assert_eq!(chart["annotations"]["artifacthub.io/license"], "Apache-2.0");
+}
+
+/// The queue example of `deploy/examples/`: its chart values (`values-queue-external.yaml`)
+/// serve the External metric its HPA (`hpa-queue-external.yaml`) reads: the external metrics
+/// API registered and enabled, the metric declared in a configuration percolator loads, every
+/// label the HPA selects on accepted by the metric, and the metric alone (declaring external
+/// metrics replaces the defaults, as the values file warns).
+#[test]
+fn the_queue_example_s_values_serve_its_hpa_s_metric() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |name: &str| std::fs::read_to_string(root.join("deploy/examples").join(name)).unwrap();
+    let values: Value = yaml(&read("values-queue-external.yaml"));
+    let hpa: Value = yaml(&read("hpa-queue-external.yaml"));
+    let rendered = mk_render(values);
+    let objects = &rendered.objects;
+    assert!(args_of(objects).contains(&"--enable-external-metrics".to_owned()), "{:?}", args_of(objects));
+    find(objects, "APIService", "v1beta1.external.metrics.k8s.io");
+
+    let check = percolator::config_check();
+    let file = percolator::config::QueryFile::from_yaml(
+        &config_text(objects, "percolator-config"),
+        "values-queue-external.yaml",
+        &check,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let metrics = file.external_metrics.expect("the values declare external metrics");
+    let external = &hpa["spec"]["metrics"][0]["external"];
+    let name = external["metric"]["name"].as_str().unwrap();
+    assert_eq!(metrics.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), [name]);
+    let selected: BTreeSet<&str> = external["metric"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(selected, BTreeSet::from(["queue", "vhost"]));
+    let accepted: BTreeSet<&str> = metrics[0].labels.iter().map(String::as_str).collect();
+    assert!(
+        selected.is_subset(&accepted),
+        "the HPA selects on {selected:?}, the metric accepts {accepted:?}"
+    );
+    assert_eq!(external["target"], json!({"type": "AverageValue", "averageValue": "100"}));
 }

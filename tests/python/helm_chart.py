@@ -3,22 +3,31 @@ embeds Helm v4 as a library: no helm binary, no cluster), for tests/chart.rs.
 
 usage: helm_chart.py render|lint|validate CHART_DIR < REQUEST_JSON
 
-render    REQUEST is one case {"values", "name", "namespace"} or a list of cases; prints the
-          rendered templates of each, {"manifests": {TEMPLATE_PATH: TEXT}} (NOTES.txt included),
-          as one object or a list in the same order. A template that fails (a `fail`, a
-          `required`, a schema refusal) prints the error on stderr and exits 1.
+render    REQUEST is one case {"values", "name", "namespace", "api_versions"} or a list of
+          cases; prints the rendered templates of each, {"manifests": {TEMPLATE_PATH: TEXT}}
+          (NOTES.txt included), as one object or a list in the same order. "api_versions"
+          (optional) is what `.Capabilities.APIVersions` holds beside Helm's defaults, as
+          `helm template --api-versions` gives it: "GROUP/VERSION" or "GROUP/VERSION/KIND" (a
+          cluster's discovery lists both), e.g. a cluster with cert-manager's CRDs. A template
+          that fails (a `fail`, a `required`, a schema refusal) prints the error on stderr and
+          exits 1.
 lint      REQUEST is {"values", "namespace", "kube_version"}; prints Helm's report
           {"messages": [{"severity", "path", "error"}], "errors": [...]} (severity 1 info,
           2 warning, 3 error) after a strict lint (warnings count as errors in "errors").
 validate  REQUEST is {"values"}; checks them against values.schema.json: prints {"valid": true},
           or the schema's message on stderr and exits 1.
-command   REQUEST is {"command": "helm install NAME CHART ..."}, a `helm install`, `helm upgrade`
-          or `helm template` command line as a document prints it (CHART relative to the
-          repository); parses it as helm does (-n/--namespace, --set, --set-string, --set-json,
-          -f/--values, and the flags that do not change what is rendered), checks the values
-          against the schema and renders them: prints {"name", "namespace", "values",
-          "manifests"}. A flag it does not know is an error, so a document cannot show one that
-          helm would refuse.
+command   REQUEST is {"command": "helm install NAME CHART ...", "api_versions"}, a `helm
+          install`, `helm upgrade` or `helm template` command line as a document prints it
+          (CHART relative to the repository, or the published
+          oci://ghcr.io/une-tasse-de/charts/percolator with --version the repository's chart's,
+          read as the repository's chart); parses
+          it as helm does (-n/--namespace, --set, --set-string, --set-json, -f/--values,
+          -a/--api-versions of helm template, and the flags that do not change what is
+          rendered), checks the values against the schema and renders them: prints {"name",
+          "namespace", "values", "api_versions", "manifests"}.
+          "api_versions" (optional) is the cluster's (an install's or upgrade's), to which a
+          template command's --api-versions add. A flag it does not know is an error, so a
+          document cannot show one that helm would refuse.
 
 The lookup function returns nothing (no cluster), as in `helm template`.
 """
@@ -30,11 +39,29 @@ import sys
 from helm_python import (
     Chart,
     HelmError,
+    _native,
     lint,
     parse_set_json,
     parse_set_string,
     parse_set_string_values,
 )
+
+
+def render_chart(chart, values, name, namespace, api_versions=None):
+    """Chart.render, with the API versions `.Capabilities.APIVersions` holds: the wrapper does
+    not pass them, but the native helm_render takes them in its options (as `helm template
+    --api-versions`)."""
+    options = {"name": name, "namespace": namespace, "is_install": True}
+    if api_versions:
+        if not all(isinstance(v, str) and v.count("/") in (1, 2) for v in api_versions):
+            raise ValueError(
+                f"api_versions: GROUP/VERSION or GROUP/VERSION/KIND strings, not {api_versions}"
+            )
+        options["api_versions"] = list(api_versions)
+    rendered = _native.call_string(
+        "helm_render", chart._raw(), json.dumps(values), json.dumps(options)
+    )
+    return json.loads(rendered)
 
 
 def render(chart_dir, request):
@@ -43,11 +70,12 @@ def render(chart_dir, request):
         cases = request if isinstance(request, list) else [request]
         results = []
         for case in cases:
-            manifests = chart.render(
+            manifests = render_chart(
+                chart,
                 case.get("values") or {},
-                name=case.get("name", "percolator"),
-                namespace=case.get("namespace", "percolator"),
-                is_install=True,
+                case.get("name", "percolator"),
+                case.get("namespace", "percolator"),
+                case.get("api_versions"),
             )
             results.append({"manifests": manifests})
         return results if isinstance(request, list) else results[0]
@@ -84,8 +112,14 @@ def merge(into, values):
     return into
 
 
+# The chart as the release publishes it (an OCI artifact): the documents install it from there.
+# Its templates are the repository's, so a command naming it must ask for the repository's
+# version (`--version`, which an OCI reference needs to be reproducible): a document cannot
+# show a version this tree does not publish.
+PUBLISHED = "oci://ghcr.io/une-tasse-de/charts/percolator"
+
 # Flags that take a value and do not change what is rendered, and those that take none.
-IGNORED_WITH_VALUE = {"--version", "--timeout", "--kube-context", "--kubeconfig"}
+IGNORED_WITH_VALUE = {"--timeout", "--kube-context", "--kubeconfig"}
 IGNORED_ALONE = {
     "--create-namespace", "--reuse-values", "--reset-values", "--reset-then-reuse-values",
     "--take-ownership", "--install", "--wait", "--atomic", "--rollback-on-failure", "--dry-run",
@@ -97,7 +131,8 @@ def run_command(chart_dir, request):
     words = shlex.split(request["command"], comments=True)
     if words[:1] != ["helm"] or len(words) < 4 or words[1] not in ("install", "upgrade", "template"):
         raise ValueError(f"not a helm install, upgrade or template command: {request['command']}")
-    positional, values, namespace = [], {}, "default"
+    positional, values, namespace, version = [], {}, "default", None
+    api_versions = list(request.get("api_versions") or [])
     rest = words[2:]
     while rest:
         word = rest.pop(0)
@@ -121,6 +156,10 @@ def run_command(chart_dir, request):
 
             with open(value()) as file:
                 merge(values, yaml.safe_load(file) or {})
+        elif flag == "--version":
+            version = value()
+        elif flag in ("-a", "--api-versions") and words[1] == "template":
+            api_versions.extend(v for v in value().split(",") if v)
         elif flag in IGNORED_WITH_VALUE:
             value()
         elif flag in IGNORED_ALONE:
@@ -132,15 +171,27 @@ def run_command(chart_dir, request):
     if len(positional) != 2:
         raise ValueError(f"expected NAME CHART, got {positional}: {request['command']}")
     name, chart = positional
-    if os.path.realpath(chart) != os.path.realpath(chart_dir):
+    if chart != PUBLISHED and os.path.realpath(chart) != os.path.realpath(chart_dir):
         raise ValueError(f"the command installs {chart}, not {chart_dir}")
     loaded = Chart.load(chart_dir)
+    if chart == PUBLISHED and version != loaded.version:
+        loaded.close()
+        raise ValueError(
+            f"{chart} --version {version}: this tree publishes version {loaded.version}"
+            f": {request['command']}"
+        )
     try:
         loaded.validate_schema(values)
-        manifests = loaded.render(values, name=name, namespace=namespace, is_install=True)
+        manifests = render_chart(loaded, values, name, namespace, api_versions)
     finally:
         loaded.close()
-    return {"name": name, "namespace": namespace, "values": values, "manifests": manifests}
+    return {
+        "name": name,
+        "namespace": namespace,
+        "values": values,
+        "api_versions": api_versions,
+        "manifests": manifests,
+    }
 
 
 def main():

@@ -24,6 +24,13 @@ kustomize manifests (deploy/) give it.
 {{- end }}
 
 {{/*
+The namespace of every namespaced object: namespaceOverride, else the release's.
+*/}}
+{{- define "percolator.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{/*
 A text made a valid label value: characters other than letters, digits, '-', '_' and '.'
 become '_' (a digest-pinned 0.2.0@sha256:... or a build 0.2.0+1), at most 63 characters,
 beginning and ending with a letter or digit.
@@ -66,6 +73,23 @@ twice, and the selector labels never overridden.
 {{- $_ := set $labels $key (toString $value) }}
 {{- end }}
 {{- toYaml $labels }}
+{{- end }}
+
+{{/*
+The annotations of an object, from (dict "ctx" $ "extra" (list MAP...)): customAnnotations,
+then each extra map (the object's own values, then what the chart itself needs), a later one
+winning. Empty when there are none, so that no object carries an empty annotations map.
+*/}}
+{{- define "percolator.annotations" -}}
+{{- $annotations := dict }}
+{{- range (prepend (.extra | default list) (.ctx.Values.customAnnotations | default dict)) }}
+{{- range $key, $value := (. | default dict) }}
+{{- $_ := set $annotations $key (toString $value) }}
+{{- end }}
+{{- end }}
+{{- if $annotations }}
+{{- toYaml $annotations }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -137,7 +161,7 @@ The ServiceAccount the ServiceMonitor's scrapes authenticate as.
 The Service's DNS name, which the serving certificate is for.
 */}}
 {{- define "percolator.serviceDNSName" -}}
-{{- printf "%s.%s.svc" (include "percolator.fullname" .) .Release.Namespace }}
+{{- printf "%s.%s.svc" (include "percolator.fullname" .) (include "percolator.namespace" .) }}
 {{- end }}
 
 {{/*
@@ -246,6 +270,19 @@ Refusals of inconsistent values, with a message naming them. Included by the Dep
 {{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
 {{- fail "podDisruptionBudget.enabled: set minAvailable or maxUnavailable" }}
 {{- end }}
+{{- if eq $type "cert-manager" }}
+{{- include "percolator.requireAPI" (dict "ctx" . "groupVersion" "cert-manager.io/v1" "kind" "Certificate" "crd" "certificates.cert-manager.io" "value" "tls.type=cert-manager" "provider" "cert-manager (https://cert-manager.io/docs/installation/)" "off" "choose another tls.type (helm, the default, needs nothing)") }}
+{{- $issuer := .Values.tls.certManager.existingIssuer }}
+{{- if and $issuer.enabled (not $issuer.name) }}
+{{- fail "tls.certManager.existingIssuer.enabled: set tls.certManager.existingIssuer.name (and kind: Issuer in percolator's namespace, or ClusterIssuer)" }}
+{{- end }}
+{{- end }}
+{{- if .Values.serviceMonitor.enabled }}
+{{- include "percolator.requireAPI" (dict "ctx" . "groupVersion" "monitoring.coreos.com/v1" "kind" "ServiceMonitor" "crd" "servicemonitors.monitoring.coreos.com" "value" "serviceMonitor.enabled" "provider" "the Prometheus Operator's CRDs (kube-prometheus-stack or prometheus-operator-crds)" "off" "set serviceMonitor.enabled=false") }}
+{{- end }}
+{{- if .Values.prometheusRule.enabled }}
+{{- include "percolator.requireAPI" (dict "ctx" . "groupVersion" "monitoring.coreos.com/v1" "kind" "PrometheusRule" "crd" "prometheusrules.monitoring.coreos.com" "value" "prometheusRule.enabled" "provider" "the Prometheus Operator's CRDs (kube-prometheus-stack or prometheus-operator-crds)" "off" "set prometheusRule.enabled=false") }}
+{{- end }}
 {{- if not (kindIs "invalid" .Values.logLevel) }}
 {{- range concat (.Values.defaultArgs | default list) (.Values.args | default list) }}
 {{- if or (eq . "-v") (eq . "--v") (hasPrefix "-v=" .) (hasPrefix "--v=" .) }}
@@ -253,4 +290,75 @@ Refusals of inconsistent values, with a message naming them. Included by the Dep
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Fails, naming the CRD and what to do, when the cluster does not serve a kind of custom resource
+the values ask for. From (dict "ctx" $ "groupVersion" GV "kind" KIND "crd" CRD_NAME "value"
+VALUE "provider" WHO "off" HOW_TO_TURN_IT_OFF). A cluster's discovery lists GV/KIND; `helm
+template --api-versions GV` lists GV alone: either is enough.
+*/}}
+{{- define "percolator.requireAPI" -}}
+{{- $apis := .ctx.Capabilities.APIVersions }}
+{{- if not (or ($apis.Has (printf "%s/%s" .groupVersion .kind)) ($apis.Has .groupVersion)) }}
+{{- fail (printf "%s renders a %s (%s), but the cluster has no CRD %s: install %s first, or %s. With helm template (no cluster), pass --api-versions %s." .value .kind .groupVersion .crd .provider .off .groupVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Why the PodDisruptionBudget the values ask for would block every voluntary eviction, and so
+every node drain (an empty text when it would not): as the disruption controller counts, a
+percentage rounded up. Fails on a budget Kubernetes would refuse.
+*/}}
+{{- define "percolator.pdbBlocks" -}}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- $replicas := int .Values.replicas }}
+{{- if and (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
+{{- fail "podDisruptionBudget.enabled: set minAvailable or maxUnavailable" }}
+{{- end }}
+{{- if not (kindIs "invalid" $pdb.maxUnavailable) }}
+{{- $max := toString $pdb.maxUnavailable }}
+{{- if not (regexMatch "^[0-9]+%?$" $max) }}
+{{- fail (printf "podDisruptionBudget.maxUnavailable %s: a number of pods or a percentage (25%%)" $max) }}
+{{- end }}
+{{- if eq (int (trimSuffix "%" $max)) 0 }}maxUnavailable {{ $max }} lets no pod be evicted
+{{- else if lt $replicas 1 }}replicas {{ $replicas }} leaves no pod to protect
+{{- end }}
+{{- else }}
+{{- $min := toString $pdb.minAvailable }}
+{{- if not (regexMatch "^[0-9]+%?$" $min) }}
+{{- fail (printf "podDisruptionBudget.minAvailable %s: a number of pods or a percentage (50%%)" $min) }}
+{{- end }}
+{{- if hasSuffix "%" $min }}
+{{- /* ceil(percent * replicas / 100) >= replicas */}}
+{{- if gt (mul (int (trimSuffix "%" $min)) $replicas) (mul 100 (sub $replicas 1)) }}minAvailable {{ $min }} of replicas {{ $replicas }} keeps every pod
+{{- end }}
+{{- else if ge (int $min) $replicas }}minAvailable {{ $min }} with replicas {{ $replicas }} keeps every pod
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A probe of the container from (dict "name" VALUE_NAME "probe" VALUE): the default's httpGet is
+replaced by a handler given in values (Helm merges a map given in values with the default one,
+so {tcpSocket: ...} would otherwise come with the default's httpGet, which kube-apiserver
+refuses: one handler per probe); timings given alone keep the default's handler. Fails on a
+probe with no handler.
+*/}}
+{{- define "percolator.probe" -}}
+{{- $probe := deepCopy .probe }}
+{{- $given := list }}
+{{- range list "exec" "tcpSocket" "grpc" }}
+{{- if hasKey $probe . }}{{ $given = append $given . }}{{ end }}
+{{- end }}
+{{- if $given }}
+{{- $_ := unset $probe "httpGet" }}
+{{- end }}
+{{- if gt (len $given) 1 }}
+{{- fail (printf "%s: one handler per probe, not %s" .name (join " and " $given)) }}
+{{- end }}
+{{- if not (or $given (hasKey $probe "httpGet")) }}
+{{- fail (printf "%s: give a handler (httpGet, exec, tcpSocket or grpc) beside its timings, or set it to null for no probe" .name) }}
+{{- end }}
+{{- toYaml $probe }}
 {{- end }}
