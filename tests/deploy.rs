@@ -1,8 +1,9 @@
 //! The deploy manifests: every kustomization renders, every object validates against the
-//! Kubernetes schemas (kubernetes-validate, PyPI), the ClusterRole grants exactly the API calls
-//! percolator makes (observed against the simulated cluster), and the pod spec meets the
-//! `restricted` Pod Security Standard. Also the example HPAs, and the custom metrics
-//! configurations the README and the prometheus-adapter migration guide show.
+//! Kubernetes schemas (kubernetes-validate, PyPI), every namespaced object is in kube-system (as
+//! metrics-server's), the ClusterRole grants exactly the API calls percolator makes (observed
+//! against the simulated cluster), and the pod spec meets the `restricted` Pod Security
+//! Standard. Also the example HPAs, and the custom metrics configurations the README and the
+//! prometheus-adapter migration guide show.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -24,6 +25,13 @@ const KUSTOMIZATIONS: &[&str] = &[
     "deploy/overlays/resource-metrics",
     "deploy/overlays/all-metrics",
 ];
+
+/// The namespace of every namespaced object, as metrics-server's: the pods' priorityClassName
+/// system-cluster-critical is admitted only there on GKE.
+const NAMESPACE: &str = "kube-system";
+
+/// cert-manager's CA injection annotation every APIService of a cert-manager overlay carries.
+const INJECT_CA_FROM: &str = "kube-system/percolator-serving";
 
 /// The APIServices of the custom metrics API.
 const CUSTOM_APISERVICES: [&str; 2] = ["v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io"];
@@ -51,7 +59,7 @@ fn sorted(mut items: Vec<String>) -> Vec<String> {
 fn every_kustomization_renders_and_validates() {
     for dir in KUSTOMIZATIONS {
         let objects = render(dir);
-        assert!(objects.len() >= 13, "{dir} renders {} objects", objects.len());
+        assert!(objects.len() >= 12, "{dir} renders {} objects", objects.len());
         manifests::kubernetes_validate(&objects, &dir.replace('/', "_"));
         let crds = objects.iter().filter(|o| manifests::is_custom_resource(o)).count();
         assert_eq!(crds, objects.iter().filter(|o| o["apiVersion"] == "cert-manager.io/v1").count(), "{dir}");
@@ -69,9 +77,11 @@ fn every_kustomization_renders_and_validates() {
 
 #[test]
 fn examples_validate_and_the_shipped_configuration_is_the_default() {
-    for (example, name) in
-        [("deploy/examples/hpa-cafe.yaml", "espresso-du-matin"), ("deploy/examples/hpa-web-pods.yaml", "web")]
-    {
+    for (example, name) in [
+        ("deploy/examples/hpa-cafe.yaml", "espresso-du-matin"),
+        ("deploy/examples/hpa-web-pods.yaml", "web"),
+        ("deploy/examples/hpa-queue-external.yaml", "order-worker"),
+    ] {
         let out = std::process::Command::new(common::venv_bin("kubernetes-validate"))
             .args(["--strict", "-k", "1.33.0", example])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -154,16 +164,16 @@ fn examples_validate_and_the_shipped_configuration_is_the_default() {
 fn overlays_wire_trust_as_documented() {
     let prod = render("deploy");
     let api = find(&prod, "APIService", "v1alpha1.stats.une-tasse-de.cafe");
-    assert_eq!(
-        api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        "percolator/percolator-serving"
-    );
+    assert_eq!(api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], INJECT_CA_FROM);
     assert_eq!(api["spec"]["insecureSkipTLSVerify"], false, "explicit: verified");
     let args =
         find(&prod, "Deployment", "percolator")["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     assert!(args.as_array().unwrap().iter().any(|a| a == "--tls-cert-file=/etc/percolator/tls/tls.crt"));
     let serving = find(&prod, "Certificate", "percolator-serving");
-    assert!(serving["spec"]["dnsNames"].as_array().unwrap().iter().any(|d| d == "percolator.percolator.svc"));
+    assert_eq!(
+        serving["spec"]["dnsNames"],
+        serde_json::json!(["percolator.kube-system.svc", "percolator.kube-system.svc.cluster.local"])
+    );
 
     let dev = render("deploy/overlays/dev");
     assert_eq!(
@@ -253,7 +263,7 @@ fn the_custom_metrics_overlay_registers_both_versions() {
             );
             assert_eq!(
                 api["metadata"]["annotations"],
-                serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"}),
+                serde_json::json!({"cert-manager.io/inject-ca-from": INJECT_CA_FROM}),
                 "{dir} {name}"
             );
         }
@@ -372,10 +382,27 @@ fn pod_spec_meets_the_restricted_pod_security_standard() {
         let pod = &deployment["spec"]["template"]["spec"];
         assert!(pod["affinity"]["podAntiAffinity"].is_object(), "{dir}: replicas spread");
         manifests::assert_restricted_pod_spec(pod, dir);
-        assert_eq!(
-            find(&objects, "Namespace", "percolator")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
-            "restricted"
-        );
+        assert_eq!(pod["priorityClassName"], "system-cluster-critical", "{dir}");
+        // Installed into kube-system, which runs privileged system pods: no Namespace object,
+        // so no namespace-wide Pod Security label, and every namespaced object is there (the
+        // RoleBinding to extension-apiserver-authentication-reader included).
+        assert!(!objects.iter().any(|o| o["kind"] == "Namespace"), "{dir}");
+        for object in &objects {
+            let cluster_wide = ["ClusterRole", "ClusterRoleBinding", "APIService"]
+                .contains(&object["kind"].as_str().unwrap());
+            let namespace = &object["metadata"]["namespace"];
+            if cluster_wide {
+                assert!(namespace.is_null(), "{dir}: {object}");
+            } else {
+                assert_eq!(namespace, NAMESPACE, "{dir}: {object}");
+            }
+            for subject in object["subjects"].as_array().into_iter().flatten() {
+                assert_eq!(subject["namespace"], NAMESPACE, "{dir}: {object}");
+            }
+            if let Some(service) = object["spec"]["service"].as_object() {
+                assert_eq!(service["namespace"], NAMESPACE, "{dir}: {object}");
+            }
+        }
     }
 }
 
@@ -567,7 +594,7 @@ fn the_resource_metrics_overlay_takes_over_metrics_server_s_apiservice() {
     );
     assert_eq!(
         api["metadata"]["annotations"],
-        serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"})
+        serde_json::json!({"cert-manager.io/inject-ca-from": INJECT_CA_FROM})
     );
     let mut expected = args_of(&prod);
     expected.push("--enable-resource-metrics".into());
@@ -654,7 +681,7 @@ fn mk_kustomization(name: &str, components: &[&str]) -> Vec<Value> {
 /// cert-manager's CA, and the dev component composes with every API component.
 #[test]
 fn trust_components_reach_every_apiservice() {
-    let stats_service = serde_json::json!({"name": "percolator", "namespace": "percolator", "port": 443});
+    let stats_service = serde_json::json!({"name": "percolator", "namespace": NAMESPACE, "port": 443});
     let all = render("deploy/overlays/all-metrics");
     let args = args_of(&all);
     for flag in ["--enable-resource-metrics", "--enable-custom-metrics", "--enable-external-metrics"] {
@@ -668,7 +695,7 @@ fn trust_components_reach_every_apiservice() {
         assert_eq!(api["spec"]["insecureSkipTLSVerify"], false, "{name}");
         assert_eq!(
             api["metadata"]["annotations"],
-            serde_json::json!({"cert-manager.io/inject-ca-from": "percolator/percolator-serving"}),
+            serde_json::json!({"cert-manager.io/inject-ca-from": INJECT_CA_FROM}),
             "{name}"
         );
     }
@@ -730,8 +757,12 @@ fn one_version_everywhere() {
     }
 }
 
+/// This repository as kustomize names it remotely: `REMOTE` + `deploy?ref=v0.2.0`.
+const REMOTE: &str = "https://github.com/une-tasse-de/percolator//";
+
 /// Every `kubectl apply -k`/`delete -k` the documents and the kustomizations' comments show
-/// names a kustomization of this repository that renders, and the uninstall commands of
+/// names a kustomization of this repository that renders (locally, or remotely at this
+/// version's tag), and the uninstall commands of
 /// docs/operations.md delete every APIService an install can register (an unavailable one
 /// left behind blocks namespace deletion cluster-wide).
 #[test]
@@ -757,10 +788,26 @@ fn documented_kustomize_commands_name_real_kustomizations() {
             for verb in ["kubectl apply -k ", "kubectl delete -k "] {
                 for (at, _) in line.match_indices(verb) {
                     let target = line[at + verb.len()..].split_whitespace().next().unwrap();
-                    let target = target.trim_end_matches(['`', ')', ',', ';']).trim_end_matches('/');
+                    let target = target.trim_end_matches(['`', ')', ',', ';']).trim_matches(['\'', '"']);
                     if target.starts_with('<') {
                         continue; // a placeholder: "<the overlay you applied>"
                     }
+                    // This repository's kustomization at a release tag (kustomize's remote form):
+                    // the same directory, at the tag of this version.
+                    let target = match target.strip_prefix(REMOTE) {
+                        Some(remote) => {
+                            let (path, tag) = remote.split_once("?ref=").unwrap_or((remote, ""));
+                            let version = env!("CARGO_PKG_VERSION");
+                            assert_eq!(
+                                tag,
+                                format!("v{version}"),
+                                "{doc}: `{verb}{target}` names the tag of {version}"
+                            );
+                            path
+                        }
+                        None => target,
+                    };
+                    let target = target.trim_end_matches('/');
                     assert!(
                         KUSTOMIZATIONS.contains(&target),
                         "{doc}: `{verb}{target}` is not one of the kustomizations tested here"
