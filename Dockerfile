@@ -1,45 +1,70 @@
 # syntax=docker/dockerfile:1
-# percolator: a static musl binary on a distroless base, running as non-root.
-#   scripts/build-image.sh                 (tags ghcr.io/une-tasse-de/percolator:<Cargo.toml version>)
-#   docker build -t percolator:dev .       (BuildKit: the cache mounts below need it)
-# tests/image.rs lays out the context this file's COPY lines take (after .dockerignore) and runs
-# its cargo commands there offline, so that a manifest change the build cannot follow fails the
-# test suite rather than the next image build.
+# percolator: a static musl binary on a distroless base, running as non-root, for linux/amd64 and
+# linux/arm64. BuildKit builds it (the cache mounts and $BUILDPLATFORM below need it):
+#   scripts/build-image.sh                          this machine's platform, loaded into docker,
+#                                                   tagged ghcr.io/une-tasse-de/percolator:<Cargo.toml version>
+#   scripts/build-image.sh --platform linux/arm64   one platform, whichever the machine is
+#   scripts/build-image.sh --platform linux/amd64,linux/arm64 --push
+#                                                   both, as one multi-arch image, pushed
+#   docker buildx build --platform linux/amd64,linux/arm64 -t IMAGE --push .   (the same by hand)
+# tests/image.rs lays out the context this file's COPY lines take (after .dockerignore) and replays
+# each architecture's cargo steps there offline, so that a manifest change the build cannot follow
+# fails the test suite rather than the next image build.
 #
-# Multi-arch: nothing here names an architecture. rust:*-alpine is itself a multi-arch image, and
-# cargo builds for the platform it runs on (x86_64- or aarch64-unknown-linux-musl), so
-#   docker buildx build --platform linux/amd64,linux/arm64 -t IMAGE --push .
-# (or scripts/build-image.sh --platform linux/amd64,linux/arm64 --push) runs the build stage once
-# per target platform: natively on a builder node of that platform, otherwise under QEMU
-# emulation (binfmt_misc, e.g. `docker run --privileged --rm tonistiigi/binfmt --install arm64`),
-# which is correct but several times slower.
+# Cross-compiled, never emulated: the toolchain and build stages run on the builder's own platform
+# ($BUILDPLATFORM) and compile for the target with cargo-zigbuild, zig being the C compiler (ring's
+# and mimalloc's C code) and the linker against its own musl. An arm64 image builds on an amd64
+# machine at native speed, with no QEMU or binfmt_misc. Only the runtime stage is of the target
+# platform: `FROM build-${TARGETARCH}` picks the build stage of its architecture, and BuildKit
+# builds only the stages the requested platforms need (the toolchain stage once for all of them).
 
-# The toolchain is rust-toolchain.toml's channel, pinned to the patch release: this image's
-# default toolchain is the one the tree pins (tests/image.rs checks that the tag and the channel
-# agree). rust-toolchain.toml itself stays out of the context (.dockerignore): its components
-# (rustfmt, clippy) are for development, and rustup would download them here.
-FROM rust:1.95.0-alpine AS build
-# musl-dev: the C runtime that ring and mimalloc's C code link against (gcc is in the image;
-# named so that the build does not depend on it staying there).
-RUN apk add --no-cache musl-dev gcc
+# The toolchain is rust-toolchain.toml's channel, pinned to the patch release: this image's default
+# toolchain is the one the tree pins (tests/image.rs checks that the tag and the channel agree).
+# rust-toolchain.toml itself stays out of the context (.dockerignore): its components (rustfmt,
+# clippy) are for development, and rustup would download them here. Debian rather than Alpine:
+# PyPI's cargo-zigbuild wheels are built for glibc, so both tools install as prebuilt wheels.
+FROM --platform=$BUILDPLATFORM rust:1.95.0-slim-trixie AS toolchain
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip
+# zig (the ziglang wheel: the official zig build, run as `python3 -m ziglang`, where cargo-zigbuild
+# looks first) and cargo-zigbuild, pinned: wheels for x86_64 and aarch64 Linux, whichever the
+# builder is. pip writes to /usr/local, not over Debian's own Python packages: this stage is
+# thrown away, which is what --break-system-packages is about.
+RUN pip install --no-cache-dir --break-system-packages ziglang==0.16.0 cargo-zigbuild==0.24.1
+# The standard libraries of both targets (rustup's own downloads, for the pinned toolchain).
+RUN rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl
+
+# One build stage per architecture. The tree as it is: .dockerignore lets through exactly what
+# cargo reads to build. The registry and target/ are cache mounts, kept by the builder between
+# builds, one of each per target: the two builds of a multi-arch run go on at once, and cargo's
+# lock on the registry lives outside the mount, so a shared registry could see two extract the
+# same crate. A source edit recompiles percolator alone. target/ is not in the image layer: the
+# binary is copied out in the same RUN. A *-linux-musl binary is static (crt-static is the musl
+# targets' default), as distroless/static needs.
+FROM toolchain AS build-amd64
 WORKDIR /src
-# The tree as it is: .dockerignore lets through exactly what cargo reads to build.
 COPY . .
-# The registry and target/ are cache mounts, kept by the builder between builds, one of each
-# per platform: the builds of a multi-arch run go on at once, and cargo's lock on the registry
-# lives outside the mount, so a shared registry could see two extract the same crate. A source
-# edit recompiles percolator alone. target/ is not in the image
-# layer: the binary is copied out in the same RUN. A *-linux-musl binary is static (crt-static
-# is the musl targets' default), as distroless/static needs.
-ARG TARGETPLATFORM
-RUN --mount=type=cache,id=percolator-registry-$TARGETPLATFORM,target=/usr/local/cargo/registry \
-    --mount=type=cache,id=percolator-target-$TARGETPLATFORM,target=/src/target,sharing=locked \
-    cargo build --release --locked --bin percolator \
-    && cp target/release/percolator /percolator
+RUN --mount=type=cache,id=percolator-registry-x86_64-unknown-linux-musl,target=/usr/local/cargo/registry \
+    --mount=type=cache,id=percolator-target-x86_64-unknown-linux-musl,target=/src/target,sharing=locked \
+    cargo zigbuild --release --locked --bin percolator --target x86_64-unknown-linux-musl \
+    && cp target/x86_64-unknown-linux-musl/release/percolator /percolator
 
-# distroless/static: CA certificates and a nonroot user (65532), nothing else.
+FROM toolchain AS build-arm64
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,id=percolator-registry-aarch64-unknown-linux-musl,target=/usr/local/cargo/registry \
+    --mount=type=cache,id=percolator-target-aarch64-unknown-linux-musl,target=/src/target,sharing=locked \
+    cargo zigbuild --release --locked --bin percolator --target aarch64-unknown-linux-musl \
+    && cp target/aarch64-unknown-linux-musl/release/percolator /percolator
+
+# TARGETARCH is BuildKit's (amd64, arm64) for the platform being built; it must keep no default
+# here, or every platform would get the same binary.
+FROM build-${TARGETARCH} AS build
+
+# distroless/static: CA certificates and a nonroot user (65532), nothing else; of the target
+# platform (no --platform).
 FROM gcr.io/distroless/static-debian12:nonroot
-# VERSION: scripts/build-image.sh passes Cargo.toml's version (a plain `docker build` says dev).
+# VERSION: scripts/build-image.sh and the release workflow pass Cargo.toml's version (a plain
+# `docker build` says dev); REVISION the commit.
 ARG VERSION=dev
 ARG REVISION=
 LABEL org.opencontainers.image.title="percolator" \

