@@ -42,10 +42,13 @@
 //! `scripts/build-image.sh` do those where an engine runs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::mk_scratch;
 use serde_json::Value;
 
 /// The repository: `CARGO_MANIFEST_DIR` at run time (cargo sets it), so that the compiled test
@@ -637,27 +640,6 @@ fn mk_context(root: &Path) -> BTreeSet<String> {
 // The replay
 // ---------------------------------------------------------------------------------------------
 
-/// A temporary directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn mk_scratch(name: &str) -> Scratch {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "percolator-image-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
-
 /// `path` made absolute against `cwd` and normalised, as the image sees it (`/src/target`).
 fn absolute(cwd: &str, path: &str) -> String {
     let joined = if path.starts_with('/') { path.to_owned() } else { format!("{cwd}/{path}") };
@@ -1146,7 +1128,7 @@ fn build_stage_builds_in_the_context_docker_sends() {
     assert!(!platforms.is_empty(), "the release workflow builds no platform");
     for platform in &platforms {
         let chain = mk_chain(&stages, platform);
-        let scratch = mk_scratch(&format!("build-{}", platform.arch));
+        let scratch = mk_scratch(&format!("image-build-{}", platform.arch));
         let built = replay(&chain, &root, &scratch.0);
         assert!(!built.commands.is_empty(), "{}: the build stages run no cargo command", platform.name);
         assert_eq!(

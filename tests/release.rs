@@ -34,6 +34,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::{Scratch, mk_scratch};
 use serde_json::Value;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -53,27 +54,6 @@ fn mk_yaml(name: &str) -> Value {
 /// stdout and stderr of `out`, for messages.
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
-/// A temporary directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn mk_scratch(name: &str) -> Scratch {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "percolator-release-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
 }
 
 /// `Cargo.toml`'s `[workspace.package]` version, the version every file names.
@@ -469,7 +449,7 @@ fn actionlint_finds_nothing() {
 /// inside a script and an unquoted variable, report each: the checks above are not vacuous.
 #[test]
 fn the_linters_report_a_bad_workflow() {
-    let scratch = mk_scratch("bad-workflow");
+    let scratch = mk_scratch("release-bad-workflow");
     let workflows = scratch.0.join(".github/workflows");
     std::fs::create_dir_all(&workflows).unwrap();
     std::fs::write(
@@ -723,7 +703,7 @@ fn the_readme_installs_this_version_of_the_chart() {
 /// The build arguments `scripts/build-image.sh` passes (`--build-arg NAME=…`), from a dry run
 /// with a stand-in docker that has buildx: the release passes the same.
 fn build_image_args() -> BTreeSet<&'static str> {
-    let scratch = mk_scratch("build-image");
+    let scratch = mk_scratch("release-build-image");
     let docker = scratch.0.join("docker");
     std::fs::write(&docker, "#!/bin/sh\n# a stand-in: `docker buildx version` succeeds\nexit 0\n").unwrap();
     std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -798,7 +778,7 @@ fn release_notes(root: &Path, args: &[&str]) -> Output {
 
 /// The files the script reads, copied to a temporary tree where one can be made to disagree.
 fn mk_tree(name: &str) -> Scratch {
-    let scratch = mk_scratch(name);
+    let scratch = mk_scratch(&format!("release-{name}"));
     let mut pending = vec![PathBuf::from("deploy")];
     for file in ["scripts/release-notes.sh", "Cargo.toml", "charts/percolator/Chart.yaml", "CHANGELOG.md"] {
         pending.push(PathBuf::from(file));
@@ -980,7 +960,7 @@ fn mk_heading(version: &str) -> String {
 /// workflow pushes, holding the chart at that version with its schema and templates.
 #[test]
 fn the_chart_packages_into_the_file_the_release_pushes() {
-    let scratch = mk_scratch("package");
+    let scratch = mk_scratch("release-package");
     let out = Command::new(common::python())
         .arg(Path::new(ROOT).join("tests/python/helm_package.py"))
         .arg(Path::new(ROOT).join("charts/percolator"))

@@ -1,6 +1,7 @@
 //! Kubernetes manifests in tests, shared by the kustomize (`tests/deploy.rs`) and Helm
-//! (`tests/chart.rs`) checks: rendering a kustomization with `kubectl kustomize`, parsing a YAML
-//! stream, validating objects with `kubernetes-validate` (PyPI) against the Kubernetes
+//! (`tests/chart.rs`, `tests/convert_values.rs`) checks: rendering a kustomization with
+//! `kubectl kustomize`, running Helm's engine on a chart (`tests/python/helm_chart.py`), parsing
+//! a YAML stream, validating objects with `kubernetes-validate` (PyPI) against the Kubernetes
 //! schemas, and the `restricted` Pod Security Standard checks of a pod spec.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -20,6 +21,36 @@ pub(crate) const CRD_GROUPS: &[&str] = &["cert-manager.io", "monitoring.coreos.c
 /// A path of the repository.
 pub(crate) fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// The Python that has helm-python-sdk and PyYAML: `$PERCOLATOR_PYTHON`, or the venv's
+/// (scripts/install-deps.sh installs them there).
+pub(crate) fn helm_python() -> PathBuf {
+    std::env::var_os("PERCOLATOR_PYTHON").map_or_else(super::python, Into::into)
+}
+
+/// Runs `tests/python/helm_chart.py COMMAND CHART` (render, lint, validate, command: see its
+/// docstring) with `request` on its standard input: its JSON answer, or its error message.
+pub(crate) fn helm_chart(command: &str, chart: &Path, request: &Value) -> Result<Value, String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(helm_python())
+        .arg(repo_path("tests/python/helm_chart.py"))
+        .arg(command)
+        .arg(chart)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect(
+            "the venv's python with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)",
+        );
+    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(serde_json::from_slice(&out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// The objects of a multi-document YAML stream, empty documents left out.

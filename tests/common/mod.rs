@@ -103,6 +103,29 @@ pub(crate) struct Env {
     percolator: Child,
 }
 
+/// A temporary directory of a test that needs no looking into after a failure (a copy of the
+/// tree, a scratch layout), removed when dropped; [`mk_dir`] keeps its directories instead.
+pub(crate) struct Scratch(pub(crate) PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A new empty [`Scratch`] `percolator-<name>-<pid>-<n>` under the temporary directory.
+pub(crate) fn mk_scratch(name: &str) -> Scratch {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "percolator-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    Scratch(dir)
+}
+
 pub(crate) fn mk_dir(name: &str) -> PathBuf {
     // Unique within the process: a test's own directory and its `Env`'s often share a name
     // (the suffix was the nanoseconds of an `Instant` just taken, which repeat, so `Env::start`
