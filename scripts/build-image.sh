@@ -19,7 +19,9 @@ Options:
   --tag TAG          tag (default: Cargo.toml's version; env TAG)
   --platform LIST    e.g. linux/amd64 or linux/amd64,linux/arm64 (default: the engine's own;
                      env PLATFORM). Several platforms make a multi-arch image: with docker
-                     this needs buildx and --push; with podman/buildah a manifest list.
+                     this needs buildx, --push and a builder that builds several platforms
+                     (`docker buildx create --use`, or Docker's containerd image store);
+                     with podman/buildah a manifest list.
   --push             push IMAGE:TAG once built (env PUSH=1)
   --engine ENGINE    docker, podman or buildah (default: the first found, in that order;
                      env ENGINE)

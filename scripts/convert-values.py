@@ -805,7 +805,8 @@ class Conversion:
                 ttl = Flag("cache-ttl", flag.value, flag.origin)
                 if flag.value is None:
                     self.not_carried(flag.key, "needs a duration")
-                elif "cache-ttl" in wanted:
+                    continue
+                if "cache-ttl" in wanted:
                     wanted["cache-ttl"] = ttl
                 else:
                     args.append(ttl)
@@ -952,7 +953,13 @@ def convert_adapter(c):
         c.note("logLevel", "the chart's 4 gives way to percolator's 1 (info); set logLevel for debug logs")
     c.put("metricsRelistInterval", c.get("metricsRelistInterval"))
     if c.changed("listenPort") or c.get("hostNetwork.enabled"):
-        c.put("containerPort", int(c.get("listenPort")))
+        port = c.get("listenPort")
+        if isinstance(port, str) and port.isdigit():
+            port = int(port)
+        if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+            c.put("containerPort", port)
+        else:
+            c.not_carried("listenPort", f"a port number (1-65535), got {port!r}")
     if c.get("priorityClassName"):
         c.put("priorityClassName", c.get("priorityClassName"))
     else:
@@ -1147,8 +1154,15 @@ def convert_metrics_server(c):
         if c.get("tls.existingSecret.name"):
             c.put("tls.existingSecret.name", c.get("tls.existingSecret.name"))
         if c.get("tls.existingSecret.lookup") and not c.get("apiService.caBundle"):
-            c.note("tls.existingSecret.lookup", c.keys["tls.existingSecret.lookup"].why
+            why = (c.keys["tls.existingSecret.lookup"].why
                    + ": set apiService.caBundle (or a cert-manager.io/inject-ca-from annotation)")
+            # Without a CA the chart refuses to register APIServices it cannot verify.
+            if c.get("apiService.create") is not False and not insecure and not c.get("apiService.annotations"):
+                c.not_carried("tls.existingSecret.lookup",
+                              "percolator's chart reads no CA from the Secret, and refuses APIServices it cannot "
+                              "verify: set apiService.caBundle (or a cert-manager.io/inject-ca-from annotation)")
+            else:
+                c.note("tls.existingSecret.lookup", why)
 
     # The flags: defaultArgs then metrics.enabled's then args, as the chart writes them.
     flags = parse_flags(c.get("defaultArgs") or [], "defaultArgs", c)

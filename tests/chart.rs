@@ -38,7 +38,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::sync::Arc;
 
 use clap::Parser;
@@ -72,12 +71,6 @@ const ALL_APISERVICES: [&str; 5] = [
     "v1beta1.external.metrics.k8s.io",
 ];
 
-/// The Python that has helm-python-sdk: `$PERCOLATOR_PYTHON`, or the venv's
-/// (scripts/install-deps.sh installs it there).
-fn python() -> std::path::PathBuf {
-    std::env::var_os("PERCOLATOR_PYTHON").map_or_else(common::python, Into::into)
-}
-
 /// Runs `helm_chart.py COMMAND charts/percolator` with `request` on its standard input: its
 /// JSON answer, or its error message.
 fn helm(command: &str, request: &Value) -> Result<Value, String> {
@@ -86,25 +79,7 @@ fn helm(command: &str, request: &Value) -> Result<Value, String> {
 
 /// [`helm`] with the chart at `chart`.
 fn helm_in(chart: &std::path::Path, command: &str, request: &Value) -> Result<Value, String> {
-    let root = manifests::repo_path("");
-    let mut child = std::process::Command::new(python())
-        .arg(root.join("tests/python/helm_chart.py"))
-        .arg(command)
-        .arg(chart)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect(
-            "the venv's python with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)",
-        );
-    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(serde_json::from_slice(&out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    manifests::helm_chart(command, chart, request)
 }
 
 /// One rendering: its objects, in template order, and NOTES.txt.
@@ -1983,11 +1958,18 @@ fn a_budget_that_would_block_every_drain_is_not_rendered() {
     let pdbs = |render: &Rendered| -> Vec<Value> {
         render.objects.iter().filter(|o| o["kind"] == "PodDisruptionBudget").cloned().collect()
     };
-    for ((name, _, reason), render) in blocked.iter().zip(&renders) {
+    for ((name, values, reason), render) in blocked.iter().zip(&renders) {
         assert_eq!(pdbs(render), Vec::<Value>::new(), "{name}: no budget");
         let note =
             format!("NOTE: no PodDisruptionBudget rendered: {reason}, so it would block every node drain.");
         assert!(render.notes.contains(&note), "{name}: {note:?} not in {}", render.notes);
+        // The way out fits the case: more replicas help only a single one.
+        let advice = if values["replicas"].as_u64().unwrap_or(2) < 2 {
+            "Run 2 replicas (the default)"
+        } else {
+            "Let one pod go at a time (minAvailable below replicas, or maxUnavailable 1)"
+        };
+        assert!(render.notes.contains(advice), "{name}: {advice:?} not in {}", render.notes);
     }
     let mut everything = Vec::new();
     for ((name, _, (field, value)), render) in kept.iter().zip(&renders[blocked.len()..]) {
@@ -2438,8 +2420,25 @@ fn api_service_create_and_the_service_s_type_and_port() {
             json!({"service": {"type": "LoadBalancer", "port": 8443}, "resourceMetrics": {"enabled": true},
                    "customMetrics": {"enabled": true}, "externalMetrics": {"enabled": true}}),
         ),
+        // Without APIServices, no caBundle to give them: the operator's Secret alone.
+        (
+            "existing-secret",
+            json!({"apiService": {"create": false},
+                   "tls": {"type": "existing-secret", "existingSecret": {"name": "my-tls"}}}),
+        ),
+        // cert-manager's CA reaches no APIService of the chart: NOTES says how to inject it.
+        ("cert-manager", json!({"apiService": {"create": false}, "tls": {"type": "cert-manager"}})),
     ];
     let renders = mk_render_all(&cases);
+    let Rendered { objects, .. } = &renders[2];
+    assert!(!objects.iter().any(|o| o["kind"] == "APIService"));
+    let volumes = &deployment(objects)["spec"]["template"]["spec"]["volumes"];
+    assert!(volumes.to_string().contains("\"secretName\":\"my-tls\""), "{volumes}");
+    let Rendered { objects, notes } = &renders[3];
+    assert!(!objects.iter().any(|o| o["kind"] == "APIService"));
+    let inject = "the annotation cert-manager.io/inject-ca-from: kube-system/percolator-serving";
+    assert!(notes.contains(inject), "{inject:?} not in {notes}");
+    assert!(!notes.contains("injected its CA"), "{notes}");
     let Rendered { objects, notes } = &renders[0];
     assert!(!objects.iter().any(|o| o["kind"] == "APIService"));
     find(objects, "Secret", "percolator-tls");
@@ -2737,7 +2736,14 @@ fn the_queue_example_s_values_serve_its_hpa_s_metric() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(selected, BTreeSet::from(["queue", "vhost"]));
+    assert_eq!(selected, BTreeSet::from(["queue"]));
+    // The HPA controller turns the selector into a label selector first: every value must be
+    // a valid label value (RabbitMQ's default vhost, "/", is not).
+    let label_value = regex::Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").unwrap();
+    for (key, value) in external["metric"]["selector"]["matchLabels"].as_object().unwrap() {
+        let value = value.as_str().unwrap();
+        assert!(label_value.is_match(value) && value.len() <= 63, "{key}={value:?}: not a label value");
+    }
     let accepted: BTreeSet<&str> = metrics[0].labels.iter().map(String::as_str).collect();
     assert!(
         selected.is_subset(&accepted),

@@ -23,8 +23,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
@@ -36,12 +35,6 @@ const METRICS_SERVER: &str = "metrics-server";
 const FIXTURES: &str = "tests/fixtures/anchors";
 /// A cluster with cert-manager's and the Prometheus Operator's CRDs: both overrides need them.
 const API_VERSIONS: [&str; 2] = ["cert-manager.io/v1", "monitoring.coreos.com/v1"];
-
-/// The Python with PyYAML and helm-python-sdk: `$PERCOLATOR_PYTHON`, or the venv's
-/// (scripts/install-deps.sh installs it there).
-fn python() -> PathBuf {
-    std::env::var_os("PERCOLATOR_PYTHON").map_or_else(common::python, Into::into)
-}
 
 /// A file of `tests/fixtures/anchors/`.
 fn fixture(name: &str) -> PathBuf {
@@ -78,7 +71,7 @@ impl Run {
 
 /// Runs `scripts/convert-values.py ARGS` (from the repository's root).
 fn mk_convert(args: &[&str]) -> Run {
-    let out = std::process::Command::new(python())
+    let out = std::process::Command::new(manifests::helm_python())
         .arg(manifests::repo_path("scripts/convert-values.py"))
         .args(args)
         .current_dir(manifests::repo_path(""))
@@ -104,28 +97,6 @@ fn mk_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// Runs `tests/python/helm_chart.py COMMAND CHART` with `request`: its JSON answer, or its error.
-fn helm(command: &str, chart: &Path, request: &Value) -> Result<Value, String> {
-    let mut child = std::process::Command::new(python())
-        .arg(manifests::repo_path("tests/python/helm_chart.py"))
-        .arg(command)
-        .arg(chart)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect(
-            "the venv's python with helm-python-sdk (scripts/install-deps.sh; PERCOLATOR_PYTHON overrides)",
-        );
-    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(serde_json::from_slice(&out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
 /// percolator's chart.
 fn chart() -> PathBuf {
     manifests::repo_path("charts/percolator")
@@ -133,7 +104,7 @@ fn chart() -> PathBuf {
 
 /// Checks `values` against percolator's values.schema.json.
 fn mk_validate(values: &Value, what: &str) {
-    helm("validate", &chart(), &json!({"values": values}))
+    manifests::helm_chart("validate", &chart(), &json!({"values": values}))
         .unwrap_or_else(|e| panic!("{what}: {e}\n{values}"));
 }
 
@@ -146,7 +117,8 @@ fn mk_render_all(cases: &[(&Value, &str)]) -> Vec<Vec<Value>> {
             json!({"values": values, "name": "percolator", "namespace": namespace, "api_versions": API_VERSIONS})
         })
         .collect();
-    let answer = helm("render", &chart(), &Value::Array(request)).unwrap_or_else(|e| panic!("render: {e}"));
+    let answer = manifests::helm_chart("render", &chart(), &Value::Array(request))
+        .unwrap_or_else(|e| panic!("render: {e}"));
     answer
         .as_array()
         .unwrap()
@@ -684,6 +656,27 @@ fn unknown_keys_and_wrong_types_are_reported() {
         run.stderr
     );
     assert_eq!(run.values()["args"], json!(["--kubelet-port=10255"]));
+    // A null port, a flag without its value, and a Secret's certificate whose CA the
+    // APIServices would not have: each named, none carried half-way.
+    let file = mk_file("values-missing.yaml", "listenPort: null\nhostNetwork:\n  enabled: true\n");
+    let run = mk_convert(&["--from", ADAPTER, file.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.why("listenPort", "not carried"), "a port number (1-65535), got None");
+    assert!(run.values().get("containerPort").is_none(), "{}", run.stdout);
+    let file = mk_file(
+        "no-ca.yaml",
+        "args:\n  - --metric-resolution\ntls:\n  type: existingSecret\n  existingSecret:\n    name: my-tls\n\
+         apiService:\n  insecureSkipTLSVerify: false\n",
+    );
+    let run = mk_convert(&["--from", METRICS_SERVER, file.to_str().unwrap()]);
+    assert_eq!(
+        run.keys("not carried"),
+        ["args[--metric-resolution]", "tls.existingSecret.lookup"].map(String::from).into(),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("--cache-ttl=None"), "{}", run.stderr);
+    assert!(run.values().get("args").is_none_or(|a| !a.to_string().contains("cache-ttl")), "{}", run.stdout);
 }
 
 #[test]

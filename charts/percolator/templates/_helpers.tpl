@@ -263,7 +263,7 @@ Refusals of inconsistent values, with a message naming them. Included by the Dep
 {{- if eq $type "existing-secret" }}
 {{- $_ := include "percolator.servingSecretName" . }}
 {{- end }}
-{{- if and (eq $type "existing-secret") (not .Values.apiService.caBundle) (not .Values.apiService.insecureSkipTLSVerify) (not .Values.apiService.annotations) }}
+{{- if and (eq $type "existing-secret") .Values.apiService.create (not .Values.apiService.caBundle) (not .Values.apiService.insecureSkipTLSVerify) (not .Values.apiService.annotations) }}
 {{- fail "tls.type=existing-secret: set apiService.caBundle to the PEM CA that signed the Secret's certificate (or apiService.annotations for an injector such as cert-manager's)" }}
 {{- end }}
 {{- $pdb := .Values.podDisruptionBudget }}
