@@ -5,7 +5,8 @@
 //! Reads are local and never block on the Kubernetes API; readiness waits for the first full
 //! list of both resources. While the API cannot be reached the last known state is served;
 //! the watches are retried at most [`MAX_REWATCH_DELAY`] apart (jitter included), so the
-//! inventory catches up that soon after the API is back.
+//! inventory catches up that soon after the API is back; a watch whose connection went silent
+//! is given up [`WATCH_TIMEOUT_SECONDS`] + 5 s after its last event at most.
 //!
 //! Memory: values most pods share with others (their namespace, node, label set and container
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
@@ -26,6 +27,15 @@ use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
 
 /// The longest wait between two attempts to watch again after a failure, jitter included.
 pub(crate) const MAX_REWATCH_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// The server-side timeout of each watch request, in seconds (`timeoutSeconds`). kube-rs
+/// gives a watch up as dead when nothing (event or bookmark) arrives for this long plus 5 s,
+/// and watches again. Its default, 290 s, left the inventory stale for five minutes when a
+/// watch's connection went silent (packets dropped, the server's reset lost: a network
+/// partition, a kube-apiserver replaced behind a load balancer that drops its flows): a watch
+/// that ends normally after a minute costs one request per minute per resource, resumed from
+/// its resource version.
+pub(crate) const WATCH_TIMEOUT_SECONDS: u32 = 60;
 
 /// The delays between attempts to list and watch again after a failure: a step of 0.8 s
 /// doubling up to half [`MAX_REWATCH_DELAY`], each wait the step plus a random part of up to
@@ -170,9 +180,12 @@ impl KubeInventory {
         // re-checked locally in case a server ignores the field selector.
         let pods = watcher::watcher(
             Api::<Pod>::all(client.clone()),
-            watcher::Config::default().fields("status.phase=Running"),
+            watcher::Config::default().fields("status.phase=Running").timeout(WATCH_TIMEOUT_SECONDS),
         );
-        let nodes = watcher::watcher(Api::<Node>::all(client), watcher::Config::default());
+        let nodes = watcher::watcher(
+            Api::<Node>::all(client),
+            watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS),
+        );
         let watches = futures::future::join(
             Self::drive(inventory.clone(), pods, Self::apply_pods),
             Self::drive(inventory.clone(), nodes, Self::apply_nodes),
