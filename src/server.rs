@@ -1,11 +1,13 @@
 //! Wiring and serving: builds the sources, kinds and router from the flags ([`run`]), and
-//! serves a router over TLS on an already-bound listener ([`serve`]) with HTTP/1.1 and HTTP/2
-//! (ALPN), a bounded TLS handshake, bounded request heads, and graceful shutdown.
+//! serves the router on an already-bound listener with the generic server's serving loop
+//! (`apiserver::serve::listener`: TLS, HTTP/1.1 and HTTP/2, the bounds on connections and
+//! the graceful close; [`serve`] runs it with the flags' defaults, for tests).
 //!
 //! Shutdown, as kube-apiserver does it: on SIGTERM (or Ctrl-C) `/readyz` fails at once while
 //! requests are still served for `--shutdown-delay-duration` (so endpoints and load balancers
-//! stop sending new traffic), then the listener closes, in-flight requests are drained (at
-//! most [`DRAIN_TIMEOUT`]) and the process exits 0. A second signal skips the delay.
+//! stop sending new traffic), then the listener closes, open connections are drained (at
+//! most `apiserver::serve::listener::DRAIN_TIMEOUT`) and the process exits 0. A second signal
+//! skips the delay.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,11 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 use crate::adapter::LiveAdapter;
 use crate::adapter::live::AdapterResourceQueries;
@@ -36,27 +34,11 @@ use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
 use apiserver::CacheSettings;
 use apiserver::Metrics;
-use apiserver::PeerCertificates;
-use apiserver::serve::batch;
-use apiserver::serve::fairness::{self, ConnectionSlots};
+use apiserver::serve::listener::{self, ServeConfig};
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
 /// minute; polling a small file this often costs nothing).
 const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
-/// A client that has not finished its TLS handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long shutdown waits for in-flight requests once the listener is closed (with the
-/// default 5s `--shutdown-delay-duration`, within the kubelet's default 30s grace period).
-pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
-/// A client must send a complete HTTP/1.1 request head within this time (slow-loris); hyper
-/// runs it from the end of the previous response, so it also closes idle keep-alive
-/// connections. 32s, kube-apiserver's `ReadHeaderTimeout`.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
-/// Largest request head accepted: the HTTP/1.1 read buffer (request line and headers) and the
-/// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper answers
-/// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
-/// kube-aggregator forwards.
-pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Why percolator could not start: each variant names the step that failed, and the cause
 /// (when there is one) is its [`source`](std::error::Error::source).
@@ -136,7 +118,7 @@ pub struct Prepared {
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
-    max_streams: u32,
+    serving: ServeConfig,
     shutdown_delay: Duration,
     shutting_down: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
@@ -158,7 +140,8 @@ impl Prepared {
     /// for `--shutdown-delay-duration` (cut short by another SIGTERM or Ctrl-C), then the
     /// listener closes and in-flight requests are drained.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
-        let Prepared { listener, tls, app, max_streams, shutdown_delay, shutting_down, metrics } = self;
+        let Prepared { listener, tls, app, serving, shutdown_delay, shutting_down, metrics } = self;
+        let counted = metrics.clone();
         let staged = async move {
             shutdown.await;
             shutting_down.store(true, Ordering::SeqCst);
@@ -172,7 +155,7 @@ impl Prepared {
                 () = shutdown_signal() => tracing::info!("second signal: skipping the shutdown delay"),
             }
         };
-        serve(listener, tls, app, max_streams, staged).await;
+        listener::serve(listener, tls, app, &serving, &counted, staged).await;
     }
 }
 
@@ -220,6 +203,9 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         apiserver::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
     let metrics = Metrics::new(crate::METRICS_NAMESPACE);
+    // Authentication starts before the registry exists (the trust is read first): its
+    // metrics join the registry here.
+    metrics.export_auth(auth.metrics());
     export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
@@ -365,7 +351,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
     let app = api::router(state);
 
     let listener =
-        TcpListener::bind((args.serving.bind_address, args.serving.secure_port)).await.map_err(|source| {
+        listener::bind((args.serving.bind_address, args.serving.secure_port).into()).map_err(|source| {
             StartError::Bind { address: args.serving.bind_address, port: args.serving.secure_port, source }
         })?;
     let address = listener.local_addr().map_err(StartError::LocalAddress)?;
@@ -374,7 +360,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         listener,
         tls,
         app,
-        max_streams: args.serving.http2_max_streams_per_connection,
+        serving: ServeConfig::from_args(&args.serving),
         shutdown_delay: args.serving.shutdown_delay_duration,
         shutting_down,
         metrics,
@@ -756,8 +742,9 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Serves `app` over TLS on `listener` until `shutdown` resolves, then drains open
-/// connections. HTTP/2 connections allow `max_streams` concurrent streams.
+/// Serves `app` over TLS on `listener` until `shutdown` resolves, with the serving flags'
+/// defaults but `max_streams` concurrent HTTP/2 streams per connection, its connections
+/// counted in a registry of its own (tests serve a router of their own with it).
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -765,86 +752,8 @@ pub async fn serve(
     max_streams: u32,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
-    let mut builder = auto::Builder::new(fairness::StreamExecutor);
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(MAX_HEADER_BYTES);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(max_streams)
-        .max_send_buf_size(fairness::STREAM_SEND_BUFFER)
-        .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX));
-    let builder = Arc::new(builder);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Typically EMFILE: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let builder = builder.clone();
-        let app = app.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            // The client certificate chain (if any) travels with every request of the
-            // connection, for the authenticators.
-            let chain = PeerCertificates::from_server_connection(stream.get_ref().1);
-            // So are the connection's body slots (HTTP/2 fairness, see `api::fairness`).
-            let slots = ConnectionSlots::default();
-            let service = TowerToHyperService::new(tower::ServiceExt::map_request(
-                app,
-                move |mut request: http::Request<hyper::body::Incoming>| {
-                    if let Some(chain) = &chain {
-                        request.extensions_mut().insert(chain.clone());
-                    }
-                    request.extensions_mut().insert(slots.clone());
-                    request
-                },
-            ));
-            // On HTTP/2 (negotiated by ALPN), what hyper writes in one turn of this task is sent
-            // together (`api::batch`); an HTTP/1.1 connection writes one response per turn.
-            let served = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                let (io, flusher) = batch::split(stream);
-                flusher.around(watcher.watch(builder.serve_connection(TokioIo::new(io), service))).await
-            } else {
-                watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await
-            };
-            if let Err(error) = served {
-                tracing::debug!(%peer, %error, "connection ended with an error");
-            }
-        });
-    }
-    // New connections are refused from here on.
-    drop(listener);
-    tracing::info!("shutting down: listener closed, draining open connections");
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
-        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; exiting anyway");
-    }
+    let config = ServeConfig { max_streams, ..ServeConfig::default() };
+    listener::serve(listener, tls, app, &config, &Metrics::new(crate::METRICS_NAMESPACE), shutdown).await;
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! - discovery: `/api`, `/apis` (legacy and aggregated v2/v2beta1), `/apis/<g>`, `/apis/<g>/<v>`,
 //!   `/version` ([`discovery`]);
 //! - OpenAPI: `/openapi/v2`, `/openapi/v3`, `/openapi/v3/apis/<g>/<v>` ([`openapi`]);
-//! - health: `/healthz`, `/livez` (always `ok`), `/readyz` (`ok` once ready);
+//! - health: `/healthz`, `/livez` (always `ok`), `/readyz` (`ok` once ready), and each
+//!   check alone: `/healthz/ping`, `/livez/ping`, `/readyz/<check>`;
 //! - own metrics: `/metrics` (the [`Metrics`] registry; every request is counted there by
 //!   resource or route template, verb and code);
 //! - resources, for every served kind: `GET /apis/<g>/<v>/<plural>`,
@@ -41,7 +42,7 @@ use http::{HeaderValue, Method, StatusCode, header};
 use crate::kinds::registry::{KindSet, LiveKinds};
 use crate::kinds::{ComputeError, Item, Listing, ServedKind};
 use apiserver::serve::fairness::{self, ConnectionSlots};
-use apiserver::serve::guard::{self, Guard};
+use apiserver::serve::guard::{self, ExemptPaths, Guard};
 use apiserver::{LatencyLabels, Metrics, RequestLabels};
 use discovery::{Discovery, LiveDiscovery};
 use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
@@ -117,9 +118,10 @@ impl ApiState {
         self
     }
 
-    /// Serves at most `max_in_flight` requests at once (0: no limit; health, discovery and
-    /// OpenAPI are exempt) and answers 504 to any still running after `request_timeout`
-    /// ([`guard`]). Defaults: 400 and 60s, as kube-apiserver's.
+    /// Serves at most `max_in_flight` requests at once (0: no limit; the exact health,
+    /// discovery and OpenAPI paths of what is served are exempt, [`ApiState::exempt_paths`])
+    /// and answers 504 to any still running after `request_timeout` ([`guard`]). Defaults:
+    /// 400 and 60s, as kube-apiserver's.
     pub fn with_limits(mut self, max_in_flight: u32, request_timeout: Duration) -> Self {
         self.guard = Arc::new(Guard::new(max_in_flight, request_timeout));
         self
@@ -174,12 +176,37 @@ impl ApiState {
     pub fn openapi(&self) -> Arc<OpenApi> {
         self.openapi.current()
     }
+
+    /// The `/readyz` checks, in the order it reports them.
+    fn readiness_checks(&self) -> Vec<(&'static str, bool)> {
+        let mut checks = vec![("ping", true), ("informer-sync", (self.ready)())];
+        checks.extend(self.checks.iter().map(|(name, check)| (*name, check())));
+        checks.push(("shutdown", !self.shutting_down.load(Ordering::SeqCst)));
+        checks
+    }
+
+    /// The paths exempt from the in-flight limit: health and its checks, and the discovery
+    /// and OpenAPI documents of every group-version served. The group-versions are fixed once
+    /// the state is built: a configuration reload changes the kinds and metrics within them
+    /// (declared kinds are always of the stats group), never the set.
+    pub fn exempt_paths(&self) -> ExemptPaths {
+        let mut served = discovery::kinds_group_versions(self.kinds.current().kinds());
+        served.extend(self.extra.iter().cloned());
+        for group in &self.groups {
+            served.extend(group.group_versions().1);
+        }
+        let checks = self.readiness_checks().into_iter().map(|(name, _)| ("readyz", name));
+        let ping = [("healthz", "ping"), ("livez", "ping")];
+        ExemptPaths::new(served.iter().map(|gv| (&gv.group, &gv.version)), checks.chain(ping))
+    }
 }
 
 /// The router of every endpoint listed in the module header: one dispatcher parses every
 /// path itself, so unknown paths get a 404 `Status` (and no route table is matched per
-/// request). Every request goes through [`handle`]'s chain.
-pub fn router(state: ApiState) -> Router {
+/// request). Every request goes through [`handle`]'s chain; its guard exempts exactly
+/// [`ApiState::exempt_paths`].
+pub fn router(mut state: ApiState) -> Router {
+    state.guard = Arc::new(state.guard.with_exempt(state.exempt_paths()));
     Router::new().fallback(handle).with_state(Arc::new(state))
 }
 
@@ -231,6 +258,11 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
         };
         if let Some(parsed) = parsed {
             request.extensions_mut().insert(parsed);
+        }
+        // A list whose answer waits for a body slot of its connection gives its seat back.
+        if let Some(slots) = request.extensions().get::<ConnectionSlots>() {
+            let slots = slots.with_seat(admission.seat());
+            request.extensions_mut().insert(slots);
         }
         let response = guard::within_deadline(admission.timeout, uri.path(), async {
             if let Some(auth) = &state.auth
@@ -339,6 +371,9 @@ fn route_template(path: &str, segs: &[&str]) -> Option<&'static str> {
         ["healthz"] => "/healthz",
         ["livez"] => "/livez",
         ["readyz"] => "/readyz",
+        ["healthz", _] => "/healthz/{check}",
+        ["livez", _] => "/livez/{check}",
+        ["readyz", _] => "/readyz/{check}",
         ["version"] => "/version",
         ["metrics"] => "/metrics",
         ["api"] => "/api",
@@ -376,6 +411,7 @@ async fn dispatch(state: &ApiState, request: Request) -> Response {
     let known = matches!(
         segs.as_slice(),
         ["healthz" | "livez" | "readyz" | "version" | "api" | "apis" | "metrics"]
+            | ["healthz" | "livez" | "readyz", _]
             | ["apis", _]
             | ["apis", _, _]
             | ["openapi", "v2" | "v3"]
@@ -391,6 +427,8 @@ async fn dispatch(state: &ApiState, request: Request) -> Response {
     match segs.as_slice() {
         ["healthz" | "livez"] => text(StatusCode::OK, "ok"),
         ["readyz"] => readyz(state, &parsed.query),
+        ["healthz" | "livez", "ping"] => text(StatusCode::OK, "ok"),
+        ["readyz", check] => readyz_check(state, check),
         ["version"] => state.discovery().version(),
         ["metrics"] => (
             [(
@@ -430,9 +468,7 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response {
 /// fails from SIGTERM on, while requests are still served.
 fn readyz(state: &ApiState, query: &QueryParams) -> Response {
     let verbose = query.get("verbose").is_some();
-    let mut checks = vec![("ping", true), ("informer-sync", (state.ready)())];
-    checks.extend(state.checks.iter().map(|(name, check)| (*name, check())));
-    checks.push(("shutdown", !state.shutting_down.load(Ordering::SeqCst)));
+    let checks = state.readiness_checks();
     let passed = checks.iter().all(|(_, ok)| *ok);
     if passed && !verbose {
         return text(StatusCode::OK, "ok");
@@ -451,6 +487,19 @@ fn readyz(state: &ApiState, query: &QueryParams) -> Response {
     } else {
         body.push_str("readyz check failed\n");
         text(StatusCode::INTERNAL_SERVER_ERROR, body)
+    }
+}
+
+/// `/readyz/<check>`: `ok`, or a 500 saying which check failed (kube's wording for one
+/// check, the reason withheld); an unknown check is a 404.
+fn readyz_check(state: &ApiState, name: &str) -> Response {
+    match state.readiness_checks().into_iter().find(|(check, _)| *check == name) {
+        Some((_, true)) => text(StatusCode::OK, "ok"),
+        Some((check, false)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {check} failed: reason withheld\n"),
+        ),
+        None => ApiError::PathNotFound.into_response(),
     }
 }
 

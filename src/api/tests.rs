@@ -935,6 +935,103 @@ async fn in_flight_limit_answers_429_and_exempts_health_and_discovery() {
     assert_eq!(get(&app, &widgets_path("shop")).await.status, StatusCode::OK);
 }
 
+/// Only the exact discovery, OpenAPI and health paths of what is served skip the limit: a
+/// unique path under `/apis` or `/openapi` (each a new review to authorize) counts, as does
+/// another spelling of a served path.
+#[tokio::test]
+async fn unique_discovery_and_openapi_paths_count_against_the_in_flight_limit() {
+    let extra = GroupVersionResources {
+        group: "external.metrics.k8s.io".into(),
+        version: "v1beta1".into(),
+        resources: Vec::new(),
+    };
+    let state = mk_state_with(mk_widgets(Behavior::Slow(std::time::Duration::from_millis(400)), &[]), true)
+        .with_extra_group_versions(vec![extra])
+        .with_limits(1, std::time::Duration::from_secs(10));
+    let app = router(state);
+    let busy = tokio::spawn({
+        let app = app.clone();
+        async move { get(&app, &widgets_path("shop")).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // A random name, as each request of a flood would have.
+    let unique = format!(
+        "x{:016x}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    );
+    for path in [
+        format!("/apis/{unique}"),
+        format!("/apis/{unique}/v1"),
+        format!("/openapi/v3/apis/{unique}/v1"),
+        format!("/openapi/v3/apis/{G}/{unique}"),
+        format!("/openapi/{unique}"),
+        format!("/apis/{G}/{V}/"),
+        format!("//apis/{G}"),
+        format!("/readyz/{unique}"),
+    ] {
+        let r = get(&app, &path).await;
+        assert_retry_after(&r, 429, "TooManyRequests", "Too many requests, please try again later.");
+    }
+    for path in [
+        "/healthz".to_owned(),
+        "/healthz/ping".to_owned(),
+        "/livez/ping".to_owned(),
+        "/readyz/ping".to_owned(),
+        "/readyz/informer-sync".to_owned(),
+        "/readyz/shutdown".to_owned(),
+        "/api".to_owned(),
+        "/apis".to_owned(),
+        format!("/apis/{G}"),
+        format!("/apis/{G}/{V}"),
+        "/apis/external.metrics.k8s.io".to_owned(),
+        "/apis/external.metrics.k8s.io/v1beta1".to_owned(),
+        "/openapi/v2".to_owned(),
+        "/openapi/v3".to_owned(),
+        format!("/openapi/v3/apis/{G}/{V}"),
+        "/version".to_owned(),
+        "/metrics".to_owned(),
+    ] {
+        assert_eq!(get(&app, &path).await.status, StatusCode::OK, "{path}");
+    }
+    assert_eq!(busy.await.unwrap().status, StatusCode::OK);
+    assert_eq!(
+        get(&app, &format!("/apis/{unique}")).await.status,
+        StatusCode::NOT_FOUND,
+        "counted, then served"
+    );
+}
+
+/// Each readiness check alone, as kube serves it: `ok`, a 500 naming the failed check, a
+/// 404 for a check that does not exist; `/healthz` and `/livez` have `ping`.
+#[tokio::test]
+async fn health_checks_alone() {
+    let ready = mk_app();
+    for path in ["/readyz/ping", "/readyz/informer-sync", "/readyz/shutdown", "/healthz/ping", "/livez/ping"]
+    {
+        let r = get(&ready, path).await;
+        assert_eq!((r.status, r.text()), (StatusCode::OK, "ok".to_owned()), "{path}");
+    }
+    let not_ready = router(mk_state_with(mk_widgets(Behavior::Ok, &[]), false));
+    let r = get(&not_ready, "/readyz/informer-sync").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal server error: informer-sync failed: reason withheld\n".to_owned()
+        )
+    );
+    assert_eq!(get(&not_ready, "/readyz/ping").await.status, StatusCode::OK);
+    for path in ["/readyz/nope", "/healthz/informer-sync", "/livez/shutdown", "/readyz/ping/x"] {
+        assert_status(
+            &get(&ready, path).await,
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            Some(json!({})),
+        );
+    }
+}
+
 #[tokio::test]
 async fn requests_past_the_deadline_get_504_and_timeout_shortens_it() {
     let app = router(
@@ -1027,6 +1124,15 @@ fn mk_live_app(
     dir: &std::path::Path,
     yaml: &str,
 ) -> (Router, Arc<crate::config::LiveConfig<crate::sources::prometheus::Template>>) {
+    let (state, config) = mk_live_state(dir, yaml);
+    (router(state), config)
+}
+
+/// The state [`mk_live_app`] serves.
+fn mk_live_state(
+    dir: &std::path::Path,
+    yaml: &str,
+) -> (ApiState, Arc<crate::config::LiveConfig<crate::sources::prometheus::Template>>) {
     use crate::kinds::testkit::{AT, FakeInventory, FakeKubelet, FakeProm, mk_sample};
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.yaml"), yaml).unwrap();
@@ -1042,7 +1148,42 @@ fn mk_live_app(
     };
     let cache = apiserver::CacheSettings::uncounted(std::time::Duration::from_secs(60));
     let kinds = crate::kinds::registry::LiveKinds::new(&sources, &cache);
-    (router(ApiState::new(kinds, Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE))), config)
+    (ApiState::new(kinds, Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE)), config)
+}
+
+/// Every `/apis/<g>` and `/apis/<g>/<v>` the legacy `/apis` document lists.
+async fn mk_discovered_paths(app: &Router) -> Vec<String> {
+    let list = get(app, "/apis").await.json();
+    let mut paths = Vec::new();
+    for group in list["groups"].as_array().unwrap() {
+        paths.push(format!("/apis/{}", group["name"].as_str().unwrap()));
+        for version in group["versions"].as_array().unwrap() {
+            paths.push(format!("/apis/{}", version["groupVersion"].as_str().unwrap()));
+        }
+    }
+    paths
+}
+
+/// A reload that declares a kind changes the kinds, never the group-versions served: the
+/// exempt paths set when the router was built still cover everything discovery lists.
+#[tokio::test]
+async fn the_exempt_paths_cover_what_discovery_lists_across_reloads() {
+    let dir = std::env::temp_dir().join(format!("percolator-api-exempt-{}", std::process::id()));
+    let (state, config) = mk_live_state(&dir, "window: 2m\n");
+    let exempt = state.exempt_paths();
+    let app = router(state.clone());
+    let before = mk_discovered_paths(&app).await;
+    assert_eq!(before, [format!("/apis/{G}"), format!("/apis/{G}/{V}")]);
+    std::fs::write(dir.join("config.yaml"), TRAFFIC).unwrap();
+    assert!(config.reload().unwrap());
+    assert!(get(&app, &format!("/apis/{G}/{V}")).await.text().contains("apptraffics"), "reloaded");
+    assert_eq!(mk_discovered_paths(&app).await, before);
+    assert_eq!(state.exempt_paths(), exempt);
+    for path in &before {
+        assert!(guard::is_exempt(&exempt, &http::Method::GET, path), "{path}");
+    }
+    assert!(guard::is_exempt(&exempt, &http::Method::GET, &format!("/openapi/v3/apis/{G}/{V}")));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const TRAFFIC: &str = "kinds:

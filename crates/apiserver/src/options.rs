@@ -59,6 +59,35 @@ pub struct ServingArgs {
     /// a changed, valid bundle applies to the next request or connection.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub tls_reload_interval: Duration,
+    /// A connection with no request in progress for this long is closed (HTTP/2: GOAWAY, then
+    /// closed): between HTTP/1.1 keep-alive requests, an HTTP/2 connection without an open
+    /// stream, and a new connection before its first request. 90s, the generic Kubernetes API
+    /// server's (Go's http.Server IdleTimeout).
+    #[arg(long, default_value = "90s", value_parser = parse_positive_duration)]
+    pub connection_idle_timeout: Duration,
+    /// HTTP/2: a connection on which no frame has been received for this long is sent a PING
+    /// (client-go's HTTP2_READ_IDLE_TIMEOUT_SECONDS is 30 as well); 0 sends none.
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    pub http2_read_idle_timeout: Duration,
+    /// HTTP/2: a PING not answered within this time closes the connection (a peer that is
+    /// gone, or that sent its preface and nothing more).
+    #[arg(long, default_value = "15s", value_parser = parse_positive_duration)]
+    pub http2_ping_timeout: Duration,
+    /// Time allowed for writing to a client: a connection on which nothing could be written for
+    /// this long while bytes wait is closed (a peer that stopped reading), and a response not
+    /// completely written within --request-timeout plus this after its request arrived is
+    /// abandoned (HTTP/2: its stream is reset, e.g. a zero flow-control window; HTTP/1.1: the
+    /// connection is closed).
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    pub write_timeout: Duration,
+    /// Maximum open connections (TLS handshakes included); a connection beyond it is closed
+    /// as soon as it is accepted, counted and logged. 0 disables the limit.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: u32,
+    /// Maximum open connections from one client IP address; a connection beyond it is closed
+    /// as soon as it is accepted, counted and logged. 0 disables the limit.
+    #[arg(long, default_value_t = 2048)]
+    pub max_connections_per_ip: u32,
 }
 
 /// Makes a flag read as Kubernetes components' flags (Go's `flag` package) read: a boolean
@@ -108,6 +137,27 @@ pub fn parse_positive_duration(text: &str) -> std::result::Result<Duration, Dura
     match duration::parse(text)? {
         d if d.is_zero() => Err(DurationFlagError::NotPositive),
         d => Ok(d),
+    }
+}
+
+/// Why a reviews-per-second flag's value was refused (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum RateFlagError {
+    /// Not a number.
+    #[error("{0:?} is not a number of reviews per second (e.g. 200 or 0.5)")]
+    NotANumber(String),
+    /// Zero, negative, or not finite.
+    #[error("must be a finite number greater than 0 (got {0})")]
+    NotPositive(String),
+}
+
+/// A reviews-per-second flag: a finite number greater than zero (`0.5` is one every 2 s).
+pub(crate) fn parse_reviews_per_second(text: &str) -> std::result::Result<f64, RateFlagError> {
+    let value: f64 = text.trim().parse().map_err(|_| RateFlagError::NotANumber(text.to_owned()))?;
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(RateFlagError::NotPositive(text.to_owned()))
     }
 }
 
@@ -169,6 +219,43 @@ pub struct AuthArgs {
     /// How long denied SubjectAccessReview results are cached.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// TokenReviews sent per second at most, on average, retries included (the rate
+    /// k8s.io/apiserver's delegated clients use). A review beyond it waits its turn, in order,
+    /// at most 1 s (and at most half the request's ?timeout=); then the request is answered
+    /// 429 TooManyRequests with Retry-After.
+    #[arg(long, default_value_t = 200.0, value_parser = parse_reviews_per_second)]
+    pub authentication_token_webhook_qps: f64,
+    /// TokenReviews that may be sent at once above --authentication-token-webhook-qps (the
+    /// token bucket's size).
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authentication_token_webhook_burst: u32,
+    /// TokenReviews outstanding at most (waiting for the rate limit or sent); beyond it a
+    /// request that needs one is answered 429 at once. One client address may hold at most a
+    /// quarter of them, so a flood of unknown tokens from one pod leaves room for the others.
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authentication_token_webhook_max_inflight: u32,
+    /// SubjectAccessReviews sent per second at most, on average, retries included (the rate
+    /// k8s.io/apiserver's delegated clients use). A review beyond it waits its turn, in order,
+    /// at most 1 s (and at most half the request's ?timeout=); then the request is answered
+    /// 429 TooManyRequests with Retry-After.
+    #[arg(long, default_value_t = 200.0, value_parser = parse_reviews_per_second)]
+    pub authorization_webhook_qps: f64,
+    /// SubjectAccessReviews that may be sent at once above --authorization-webhook-qps (the
+    /// token bucket's size).
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authorization_webhook_burst: u32,
+    /// SubjectAccessReviews outstanding at most (waiting for the rate limit or sent); beyond it
+    /// a request that needs one is answered 429 at once. One identity (system:anonymous
+    /// included) may hold at most a quarter of them, so a flood from one identity leaves room
+    /// for the others.
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authorization_webhook_max_inflight: u32,
+    /// How long after its last successful SubjectAccessReview a decision may still be used
+    /// while kube-apiserver cannot be reached (stale-if-error); 0 turns it off (such requests
+    /// get 503). It bounds how long a permission revoked during an outage keeps working; 5m
+    /// rides out a kube-apiserver restart or a control-plane upgrade.
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    pub authorization_webhook_stale_if_error: Duration,
     /// Non-resource paths anyone may get without a SubjectAccessReview (comma-separated; exact
     /// match, a trailing * matches a prefix).
     #[arg(long, default_value = "/healthz,/readyz,/livez")]

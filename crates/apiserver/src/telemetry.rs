@@ -96,6 +96,26 @@ pub struct Metrics {
     pub serving_certificate_expiration: Gauge,
     /// Gauges read when `/metrics` is scraped ([`Sampled`]).
     pub sampled: Sampled,
+    /// Client connections open now (TLS handshakes included).
+    pub connections: Gauge,
+    /// Client connections closed at accept, by limit (`max_connections`,
+    /// `max_connections_per_ip`).
+    pub connections_rejected: Family<ConnectionLabels, Counter>,
+    /// Client connections ended, by reason (`crate::serve::listener`).
+    pub connections_closed: Family<ConnectionLabels, Counter>,
+    /// HTTP/2 streams reset because their response was not written within `--request-timeout`
+    /// plus `--write-timeout`.
+    pub stream_write_timeouts: Counter,
+    /// The delegated authentication and authorization metrics, once [`Metrics::export_auth`]
+    /// is given them.
+    auth: Arc<AuthExport>,
+}
+
+/// Labels of the connection counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionLabels {
+    /// Why the connection was refused or ended.
+    pub reason: &'static str,
 }
 
 /// Labels of objects not served.
@@ -153,6 +173,11 @@ impl Metrics {
             skipped_objects: Family::default(),
             serving_certificate_expiration: Gauge::default(),
             sampled: Sampled::default(),
+            connections: Gauge::default(),
+            connections_rejected: Family::default(),
+            connections_closed: Family::default(),
+            stream_write_timeouts: Counter::default(),
+            auth: Arc::default(),
         };
         // --config is always read (its compiled-in defaults at least); --adapter-config's series
         // appears when that file is given.
@@ -193,6 +218,27 @@ impl Metrics {
             m.serving_certificate_expiration.clone(),
         );
         m.sampled.register(r);
+        r.register(
+            "http_connections",
+            "Client connections open (TLS handshakes included)",
+            m.connections.clone(),
+        );
+        r.register(
+            "http_connections_rejected",
+            "Client connections closed at accept, by limit (max_connections, max_connections_per_ip)",
+            m.connections_rejected.clone(),
+        );
+        r.register(
+            "http_connections_closed",
+            "Client connections ended, by reason (closed, idle_timeout, write_timeout, ping_timeout, header_timeout, handshake_timeout, handshake_error, error, shutdown)",
+            m.connections_closed.clone(),
+        );
+        r.register(
+            "http2_stream_write_timeouts",
+            "HTTP/2 streams reset because their response was not written within --request-timeout plus --write-timeout",
+            m.stream_write_timeouts.clone(),
+        );
+        r.register_collector(Box::new(Arc::clone(&m.auth)));
         // Unprefixed, under the names every Prometheus client gives them.
         m.registry.register_collector(Box::new(ProcessCollector));
         Arc::new(m)
@@ -246,6 +292,133 @@ impl UpstreamObserver for Metrics {
     fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64) {
         self.upstream.get_or_create(&UpstreamLabels { source, outcome }).inc();
         self.upstream_duration.get_or_create(&SourceLabels { source }).observe(seconds);
+    }
+}
+
+/// Labels of the reviews sent to kube-apiserver: one per request, retries included.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewOutcomeLabels {
+    /// `success` (answered), `throttled` (kube-apiserver answered 429), `error` (another
+    /// answered error) or `unreachable` (no connection, no answer within the budget, or 5xx).
+    pub outcome: &'static str,
+}
+
+/// Labels of the reviews not made because of a bound.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewRefusalLabels {
+    /// `inflight` (the kind's outstanding reviews at their bound), `per_client` (the client's
+    /// share of them taken), `rate` (no token of the rate limit in time) or `apiserver`
+    /// (kube-apiserver still answered 429 at the end of the review's budget).
+    pub reason: &'static str,
+}
+
+/// Labels of the authorization decisions served stale.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StaleDecisionLabels {
+    /// `allowed` or `denied`.
+    pub decision: &'static str,
+}
+
+/// The metrics of one kind of delegated review (TokenReview or SubjectAccessReview). Clones
+/// share their values.
+#[derive(Clone, Debug, Default)]
+pub struct ReviewMetrics {
+    /// Requests sent to kube-apiserver, by outcome.
+    pub sent: Family<ReviewOutcomeLabels, Counter>,
+    /// Reviews not made (the request answered 429), by reason.
+    pub refused: Family<ReviewRefusalLabels, Counter>,
+    /// Reviews outstanding: waiting for the rate limit or sent and not yet answered.
+    pub in_flight: Gauge,
+    /// Reviews dropped because no request waited for them any more.
+    pub cancelled: Counter,
+}
+
+/// The metrics of delegated authentication and authorization, owned by the authenticator
+/// from its start and exported by [`Metrics::export_auth`]. Clones share their values.
+#[derive(Clone, Debug, Default)]
+pub struct AuthMetrics {
+    /// TokenReviews.
+    pub token_reviews: ReviewMetrics,
+    /// SubjectAccessReviews.
+    pub access_reviews: ReviewMetrics,
+    /// Authorization decisions served stale while kube-apiserver was unreachable, by decision.
+    pub stale_decisions: Family<StaleDecisionLabels, Counter>,
+    /// 1 while kube-apiserver is taken as unreachable for SubjectAccessReviews (the
+    /// stale-if-error state), else 0.
+    pub authorizer_unreachable: Gauge,
+    /// 1 while the trust ConfigMap (`kube-system/extension-apiserver-authentication`) is read
+    /// from the cluster and missing (the last good trust stays in force), else 0.
+    pub trust_configmap_missing: Gauge,
+}
+
+/// The [`AuthMetrics`] given to [`Metrics::export_auth`], encoded with the registry's metrics
+/// (their families exist before the registry does: the authenticator starts first).
+#[derive(Debug, Default)]
+struct AuthExport(Mutex<Option<AuthMetrics>>);
+
+impl prometheus_client::collector::Collector for AuthExport {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        let Some(auth) = self.0.lock().unwrap_or_else(PoisonError::into_inner).clone() else {
+            return Ok(());
+        };
+        let mut families: Vec<(String, String, &dyn EncodeMetric)> = Vec::new();
+        for (subsystem, kind, reviews) in [
+            ("authentication_token_reviews", "TokenReview", &auth.token_reviews),
+            ("authorization_subject_access_reviews", "SubjectAccessReview", &auth.access_reviews),
+        ] {
+            families.extend([
+                (
+                    subsystem.to_owned(),
+                    format!("{kind} requests sent to kube-apiserver, retries included, by outcome (success, throttled: answered 429, error, unreachable)"),
+                    &reviews.sent as &dyn EncodeMetric,
+                ),
+                (
+                    format!("{subsystem}_refused"),
+                    format!("{kind}s not made, the request answered 429, by reason (inflight, per_client, rate, apiserver)"),
+                    &reviews.refused,
+                ),
+                (
+                    format!("{subsystem}_in_flight"),
+                    format!("{kind}s outstanding: waiting for the rate limit or sent and not yet answered"),
+                    &reviews.in_flight,
+                ),
+                (
+                    format!("{subsystem}_cancelled"),
+                    format!("{kind}s dropped because no request waited for them any more"),
+                    &reviews.cancelled,
+                ),
+            ]);
+        }
+        families.extend([
+            (
+                "authorization_stale_decisions".to_owned(),
+                "Authorization decisions served stale (stale-if-error) while kube-apiserver was unreachable, by decision".to_owned(),
+                &auth.stale_decisions as &dyn EncodeMetric,
+            ),
+            (
+                "authorization_webhook_unreachable".to_owned(),
+                "1 while kube-apiserver is taken as unreachable for SubjectAccessReviews (stale-if-error in force), else 0".to_owned(),
+                &auth.authorizer_unreachable,
+            ),
+            (
+                "authentication_trust_configmap_missing".to_owned(),
+                "1 while the ConfigMap kube-system/extension-apiserver-authentication is missing (the last good trust stays in force), else 0".to_owned(),
+                &auth.trust_configmap_missing,
+            ),
+        ]);
+        for (name, help, metric) in families {
+            metric.encode(encoder.encode_descriptor(&name, &help, None, metric.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Metrics {
+    /// Exports the authenticator's metrics (`apiserver::Auth::metrics`) under this registry's
+    /// namespace from now on: `<namespace>_authentication_*`, `<namespace>_authorization_*`.
+    pub fn export_auth(&self, auth: &AuthMetrics) {
+        *self.auth.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(auth.clone());
     }
 }
 

@@ -5,16 +5,25 @@
 //!
 //! The identity headers and `Authorization` are then removed from the request
 //! ([`strip_credentials`]), whatever the outcome.
+//!
+//! TokenReviews are cached by outcome, authenticated and rejected tokens each in a cache of
+//! their own, so that a flood of random tokens evicts only rejected ones; concurrent reviews
+//! of one token share one call ([`super::flight`]), cancelled when no request waits for it
+//! any more; reviews are bounded by [`super::limit`], one client address holding at most its
+//! share (a refused review is a 429, [`AuthnError::Throttled`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use http::{HeaderMap, HeaderName, header};
 use k8s_openapi::api::authentication::v1::TokenReviewStatus;
 use moka::future::Cache;
 
-use super::review::TokenReviewer;
+use super::flight::Flights;
+use super::limit::{ReviewContext, ReviewGate};
+use super::review::{ReviewError, TokenReviewer};
 use super::trust::{RequestHeaderConfig, TrustMaterial};
 use super::x509::{CaBundle, CertificateError, VerifiedChain};
 use super::{PeerCertificates, UserInfo};
@@ -28,7 +37,7 @@ pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
 /// `user.CredentialIDKey`: extra set by the x509 authenticator.
 const CREDENTIAL_ID_KEY: &str = "authentication.kubernetes.io/credential-id";
 
-/// Token review results kept at most.
+/// Token review results kept at most, authenticated and rejected each.
 const MAX_TOKENS: u64 = 10_000;
 
 /// Identity headers always removed, whatever the configuration (kube-apiserver's names).
@@ -36,7 +45,7 @@ const DEFAULT_IDENTITY_HEADERS: &[&str] = &["x-remote-user", "x-remote-uid", "x-
 const DEFAULT_EXTRA_PREFIX: &str = "x-remote-extra-";
 
 /// Why a request could not be authenticated (logged at debug, never sent).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum AuthnError {
     /// The front proxy certificate did not verify or its CN is not allowed.
     #[error("request-header: {0}")]
@@ -47,6 +56,25 @@ pub(crate) enum AuthnError {
     /// The token was rejected or could not be reviewed.
     #[error("token: {0}")]
     Token(String),
+    /// The token could not be reviewed now: a bound refused the review, or kube-apiserver
+    /// asked to slow down (the request is answered 429).
+    #[error("token: {error}")]
+    Throttled {
+        /// Why.
+        error: Arc<ReviewError>,
+        /// When to try again.
+        retry_after: Duration,
+    },
+}
+
+impl AuthnError {
+    /// A TokenReview that could not be made.
+    fn review_failed(error: Arc<ReviewError>) -> Self {
+        match error.retry_after() {
+            Some(retry_after) => Self::Throttled { error, retry_after },
+            None => Self::Token(format!("TokenReview failed: {error}")),
+        }
+    }
 }
 
 /// Why the front proxy authenticator refused a request.
@@ -74,11 +102,15 @@ pub(crate) enum ClientCertificateError {
     MultipleUids(Vec<String>),
 }
 
-/// The TokenReview authenticator with its cache (keyed by the SHA-256 of the token, both
-/// outcomes kept for the TTL, call failures not kept; concurrent misses share one call).
+/// The TokenReview authenticator with its caches (keyed by the SHA-256 of the token, each
+/// outcome kept for the TTL in a cache of its own, call failures not kept; concurrent reviews
+/// of a token share one call).
 pub(crate) struct TokenAuthenticator {
     reviewer: Arc<dyn TokenReviewer>,
-    cache: Cache<[u8; 32], TokenOutcome>,
+    gate: Arc<ReviewGate>,
+    authenticated: Cache<[u8; 32], Arc<UserInfo>>,
+    rejected: Cache<[u8; 32], Arc<str>>,
+    flights: Flights<[u8; 32], Result<TokenOutcome, Arc<ReviewError>>>,
 }
 
 #[derive(Clone)]
@@ -88,26 +120,78 @@ enum TokenOutcome {
 }
 
 impl TokenAuthenticator {
-    /// Reviews with `reviewer`, caching for `ttl`.
-    pub(crate) fn new(reviewer: Arc<dyn TokenReviewer>, ttl: Duration) -> Self {
-        Self { reviewer, cache: Cache::builder().time_to_live(ttl).max_capacity(MAX_TOKENS).build() }
+    /// Reviews with `reviewer` within `gate`'s bounds, caching for `ttl`; `cancelled` counts
+    /// the reviews nobody waited for to the end.
+    pub(crate) fn new(
+        reviewer: Arc<dyn TokenReviewer>,
+        gate: Arc<ReviewGate>,
+        ttl: Duration,
+        cancelled: prometheus_client::metrics::counter::Counter,
+    ) -> Self {
+        Self {
+            reviewer,
+            gate,
+            authenticated: Cache::builder().time_to_live(ttl).max_capacity(MAX_TOKENS).build(),
+            rejected: Cache::builder().time_to_live(ttl).max_capacity(MAX_TOKENS).build(),
+            flights: Flights::new(cancelled),
+        }
     }
 
-    async fn authenticate(&self, token: &str) -> Result<Arc<UserInfo>, AuthnError> {
+    async fn cached(&self, key: &[u8; 32]) -> Option<TokenOutcome> {
+        if let Some(user) = self.authenticated.get(key).await {
+            return Some(TokenOutcome::Authenticated(user));
+        }
+        self.rejected.get(key).await.map(TokenOutcome::Rejected)
+    }
+
+    async fn authenticate(&self, token: &str, context: &ReviewContext) -> Result<Arc<UserInfo>, AuthnError> {
         let mut key = [0u8; 32];
         key.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref());
-        let outcome = self
-            .cache
-            .try_get_with(key, async {
-                let status = self.reviewer.review(token.to_owned()).await?;
-                Ok::<_, super::review::ReviewError>(token_outcome(status))
-            })
-            .await
-            .map_err(|e| AuthnError::Token(format!("TokenReview failed: {e}")))?;
+        let outcome = match self.cached(&key).await {
+            Some(outcome) => outcome,
+            None => {
+                let flight = self
+                    .flights
+                    .join_or_start(&key, || {
+                        let slot = self.gate.admit(context.client())?;
+                        let (reviewer, gate) = (Arc::clone(&self.reviewer), Arc::clone(&self.gate));
+                        let (authenticated, rejected) = (self.authenticated.clone(), self.rejected.clone());
+                        let (token, wait) = (token.to_owned(), context.wait);
+                        Ok::<_, ReviewError>(
+                            async move {
+                                let status = gate.send(&slot, wait, || reviewer.review(token.clone())).await;
+                                drop(slot);
+                                let outcome = token_outcome(status.map_err(Arc::new)?);
+                                match &outcome {
+                                    TokenOutcome::Authenticated(user) => {
+                                        authenticated.insert(key, Arc::clone(user)).await;
+                                    }
+                                    TokenOutcome::Rejected(reason) => {
+                                        rejected.insert(key, Arc::clone(reason)).await
+                                    }
+                                }
+                                Ok(outcome)
+                            }
+                            .boxed(),
+                        )
+                    })
+                    .map_err(|error| AuthnError::review_failed(Arc::new(error)))?;
+                flight.await.map_err(AuthnError::review_failed)?
+            }
+        };
         match outcome {
             TokenOutcome::Authenticated(user) => Ok(user),
             TokenOutcome::Rejected(reason) => Err(AuthnError::Token(reason.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+impl TokenAuthenticator {
+    /// Runs the caches' pending evictions (tests).
+    pub(crate) async fn run_pending_tasks(&self) {
+        self.authenticated.run_pending_tasks().await;
+        self.rejected.run_pending_tasks().await;
     }
 }
 
@@ -134,6 +218,7 @@ pub(crate) async fn authenticate(
     tokens: &TokenAuthenticator,
     peer: Option<&PeerCertificates>,
     headers: &HeaderMap,
+    context: &ReviewContext,
 ) -> Result<Option<Arc<UserInfo>>, Vec<AuthnError>> {
     let peer = peer.filter(|p| !p.chain().is_empty());
     let mut errors = Vec::new();
@@ -153,7 +238,7 @@ pub(crate) async fn authenticate(
         }
     }
     if let Some(token) = bearer_token(headers) {
-        match tokens.authenticate(&token).await {
+        match tokens.authenticate(&token, context).await {
             // Cached with `system:authenticated` already added.
             Ok(user) => return Ok(Some(user)),
             Err(e) => errors.push(e),

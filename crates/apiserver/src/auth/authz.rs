@@ -1,18 +1,27 @@
 //! Authorization (CONTRACT §5.4): `union(always-allow groups, always-allow paths, webhook)`.
 //! Members of an always-allow group (`system:masters`) and non-resource requests for an
 //! always-allow path are allowed without a call; everything else is a SubjectAccessReview,
-//! cached by the spec's attributes (see [`decision_key`]): allowed answers for the authorized TTL, others for the
-//! unauthorized TTL, concurrent identical misses sharing one call.
+//! cached by the spec's attributes (see [`decision_key`]): allowed answers for the authorized
+//! TTL, denied ones for the unauthorized TTL, each in a cache of its own ([`Decisions`]), so
+//! that a flood of unique denied requests (an anonymous client's unique paths) cannot evict
+//! the allowed decisions of the identities actually served. Concurrent identical misses share
+//! one review ([`super::flight`]), which is cancelled when no request waits for it any more;
+//! reviews are bounded by the rate limit and the outstanding bound of [`super::limit`], one
+//! identity holding at most its share (a refused review is a 429).
 //!
 //! Stale-if-error (issue 33): when the SubjectAccessReview cannot be made because kube-apiserver
-//! is unreachable (connection refused or reset, no answer within the budget, 429 or 5xx; see
+//! is unreachable (connection refused or reset, no answer within the budget, 5xx; see
 //! [`ReviewError::is_unreachable`]), the last decision reviewed for the same attributes within
-//! [`STALE_IF_ERROR`] is used instead, allowed or denied alike. While the authorizer is known to
-//! be unreachable (the last review failed so), an expired decision that has such a last known
+//! `--authorization-webhook-stale-if-error` (5 minutes; 0 turns it off) is used instead,
+//! allowed or denied alike, and counted. While the authorizer is known to be unreachable (the
+//! last review failed so; a gauge says it), an expired decision that has such a last known
 //! value is served at once and one review at a time is tried in the background, so cached
 //! identities do not wait for the retries of a failing review on every expiry; the first
-//! successful review ends it. A request with no last known decision is reviewed as usual and,
-//! if kube-apiserver cannot be reached, answered 503 ([`AuthorizeError::Unavailable`]).
+//! answered review ends it. A request with no last known decision is reviewed as usual and,
+//! if kube-apiserver cannot be reached, answered 503 ([`AuthorizeError::Unavailable`]). A
+//! revoked permission thus keeps working during an outage for at most that window after its
+//! last successful review. A 429 from kube-apiserver is not unreachability: it asks to slow
+//! down, and the request gets a 429 ([`AuthorizeError::Throttled`]).
 //!
 //! A list, watch or deletecollection carries its label and field selectors as the review's
 //! `resourceAttributes.labelSelector` / `fieldSelector` requirements ([`SelectorAttributes`]),
@@ -21,27 +30,32 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::authorization::v1::{
     FieldSelectorAttributes, LabelSelectorAttributes, NonResourceAttributes, ResourceAttributes,
     SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldSelectorRequirement, LabelSelectorRequirement};
 use kube::core::Expression;
-use moka::Expiry;
 use moka::future::Cache;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 use super::UserInfo;
+use super::flight::Flights;
+use super::limit::{ClientKey, ReviewContext, ReviewGate};
 use super::review::{AccessReviewer, ReviewError};
+use crate::telemetry::{AuthMetrics, StaleDecisionLabels};
 use k8s_wire::RequestInfo;
 use k8s_wire::{FieldSelector, LabelSelector, Requirement};
 
-/// SubjectAccessReview results kept at most (`NewLRUExpireCache(8192)` in the webhook).
+/// SubjectAccessReview results kept at most, allowed and denied each
+/// (`NewLRUExpireCache(8192)` in the webhook), and last known decisions each.
 const MAX_DECISIONS: u64 = 8192;
-/// How long after its last successful review a decision may still be used while
-/// kube-apiserver cannot be reached (stale-if-error).
-pub(crate) const STALE_IF_ERROR: Duration = Duration::from_secs(300);
 /// Requests whose attributes are this long or longer are not cached (`shouldCache`).
 const MAX_CACHEABLE_ATTRIBUTES: usize = 10_000;
 
@@ -90,55 +104,138 @@ pub(crate) enum Decision {
     Forbid(String),
 }
 
-/// The authorizer chain with its cache.
+/// The authorizer chain with its caches.
 pub(crate) struct Authorizer {
     reviewer: Arc<dyn AccessReviewer>,
-    cache: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
+    gate: Arc<ReviewGate>,
+    decisions: Decisions,
+    flights: Flights<Vec<u8>, Reviewed>,
     stale: Stale,
     groups: Vec<String>,
     paths: AlwaysAllowPaths,
 }
 
-/// The stale-if-error state: the last decision of every key reviewed within
-/// [`STALE_IF_ERROR`], whether the last review failed as unreachable, and whether a background
-/// review is under way.
+/// What a shared review gives each of its waiters.
+type Reviewed = Result<Arc<SubjectAccessReviewStatus>, Arc<ReviewError>>;
+
+/// How long decisions are kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DecisionTtls {
+    /// Allowed decisions (`--authorization-webhook-cache-authorized-ttl`).
+    pub authorized: Duration,
+    /// Denied decisions (`--authorization-webhook-cache-unauthorized-ttl`).
+    pub unauthorized: Duration,
+    /// Last known decisions, from their last successful review
+    /// (`--authorization-webhook-stale-if-error`; zero: none kept).
+    pub stale_if_error: Duration,
+}
+
+/// Decisions by outcome, each outcome in a cache of its own: unique denied keys evict only
+/// denied decisions.
+#[derive(Clone)]
+struct Decisions {
+    allowed: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
+    denied: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
+}
+
+impl Decisions {
+    fn new(allowed: Duration, denied: Duration) -> Self {
+        let cache = |ttl| Cache::builder().max_capacity(MAX_DECISIONS).time_to_live(ttl).build();
+        Self { allowed: cache(allowed), denied: cache(denied) }
+    }
+
+    async fn get(&self, key: &Vec<u8>) -> Option<Arc<SubjectAccessReviewStatus>> {
+        match self.allowed.get(key).await {
+            Some(status) => Some(status),
+            None => self.denied.get(key).await,
+        }
+    }
+
+    async fn insert(&self, key: Vec<u8>, status: Arc<SubjectAccessReviewStatus>) {
+        // A key has one decision: the other outcome's entry, if any, is older.
+        let (this, other) =
+            if status.allowed { (&self.allowed, &self.denied) } else { (&self.denied, &self.allowed) };
+        other.invalidate(&key).await;
+        this.insert(key, status).await;
+    }
+}
+
+/// The stale-if-error state: the last decision of every key reviewed within the window
+/// (allowed and denied each with their own budget), whether the last review failed as
+/// unreachable, and whether a background review is under way.
 #[derive(Clone)]
 struct Stale {
-    last_known: Cache<Vec<u8>, Arc<SubjectAccessReviewStatus>>,
+    window: Duration,
+    last_known: Option<Decisions>,
     unreachable: Arc<AtomicBool>,
     probing: Arc<AtomicBool>,
+    served: Family<StaleDecisionLabels, Counter>,
+    unreachable_gauge: Gauge,
 }
 
 impl Stale {
+    fn new(window: Duration, metrics: &AuthMetrics) -> Self {
+        Self {
+            window,
+            last_known: (!window.is_zero()).then(|| Decisions::new(window, window)),
+            unreachable: Arc::new(AtomicBool::new(false)),
+            probing: Arc::new(AtomicBool::new(false)),
+            served: metrics.stale_decisions.clone(),
+            unreachable_gauge: metrics.authorizer_unreachable.clone(),
+        }
+    }
+
+    fn is_unreachable(&self) -> bool {
+        self.unreachable.load(Ordering::SeqCst)
+    }
+
+    fn set_unreachable(&self, unreachable: bool) -> bool {
+        self.unreachable_gauge.set(i64::from(unreachable));
+        self.unreachable.swap(unreachable, Ordering::SeqCst)
+    }
+
+    /// The last known decision of `key`, counted as served stale.
+    async fn last_known(&self, key: &Vec<u8>) -> Option<Arc<SubjectAccessReviewStatus>> {
+        let status = self.last_known.as_ref()?.get(key).await?;
+        let decision = if status.allowed { "allowed" } else { "denied" };
+        self.served.get_or_create(&StaleDecisionLabels { decision }).inc();
+        Some(status)
+    }
+
     /// A review's outcome: remembered, and the authorizer's reachability updated.
     async fn record(
         &self,
-        key: Vec<u8>,
+        key: &[u8],
         result: Result<SubjectAccessReviewStatus, ReviewError>,
     ) -> Result<Arc<SubjectAccessReviewStatus>, ReviewError> {
         match result {
             Ok(status) => {
                 let status = Arc::new(status);
-                self.last_known.insert(key, Arc::clone(&status)).await;
-                if self.unreachable.swap(false, Ordering::SeqCst) {
+                if let Some(last_known) = &self.last_known {
+                    last_known.insert(key.to_vec(), Arc::clone(&status)).await;
+                }
+                if self.set_unreachable(false) {
                     tracing::info!("SubjectAccessReview answered again: decisions are fresh again");
                 }
                 Ok(status)
             }
             Err(error) if error.is_unreachable() => {
-                if !self.unreachable.swap(true, Ordering::SeqCst) {
+                if !self.set_unreachable(true) {
                     tracing::warn!(
                         %error,
-                        stale_if_error = ?STALE_IF_ERROR,
+                        stale_if_error = ?self.window,
                         "SubjectAccessReview unreachable: serving the last known decisions, 503 for the others"
                     );
                 }
                 Err(error)
             }
-            // kube-apiserver answered (a 403 to percolator itself, a malformed status): it is
-            // reachable, so no decision is served stale; the request gets the error.
+            // Not made at all: nothing is known of kube-apiserver.
+            Err(error @ ReviewError::Throttled { .. }) => Err(error),
+            // kube-apiserver answered (a 429, a 403 to this server itself, a malformed
+            // status): it is reachable, so no decision is served stale; the request gets the
+            // error.
             Err(error) => {
-                if self.unreachable.swap(false, Ordering::SeqCst) {
+                if self.set_unreachable(false) {
                     tracing::info!(%error, "SubjectAccessReview answered again, with an error: no stale decisions");
                 }
                 Err(error)
@@ -147,31 +244,24 @@ impl Stale {
     }
 }
 
-/// Expiry by outcome: allowed entries live for one TTL, the others for another.
-struct ByOutcome {
-    allowed: Duration,
-    denied: Duration,
-}
-
-impl Expiry<Vec<u8>, Arc<SubjectAccessReviewStatus>> for ByOutcome {
-    fn expire_after_create(
-        &self,
-        _key: &Vec<u8>,
-        value: &Arc<SubjectAccessReviewStatus>,
-        _created_at: Instant,
-    ) -> Option<Duration> {
-        Some(if value.allowed { self.allowed } else { self.denied })
-    }
-}
-
-/// Why no decision could be made (the request is answered 503 when kube-apiserver is
-/// unreachable, 500 otherwise).
+/// Why no decision could be made: the request is answered 503 when kube-apiserver is
+/// unreachable, 429 when a bound refused the review or kube-apiserver asked to slow down,
+/// 500 otherwise.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum AuthorizeError {
     /// kube-apiserver could not be reached for the SubjectAccessReview and no decision for
-    /// these attributes is known from the last [`STALE_IF_ERROR`].
+    /// these attributes is known from the stale-if-error window.
     #[error("SubjectAccessReview unreachable: {0}")]
     Unavailable(Arc<ReviewError>),
+    /// The review was refused by this server's bounds, or kube-apiserver answered 429 to the
+    /// end of the review's budget.
+    #[error("SubjectAccessReview not made: {error}")]
+    Throttled {
+        /// The refusal.
+        error: Arc<ReviewError>,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// The SubjectAccessReview call failed.
     #[error("SubjectAccessReview failed: {0}")]
     Review(Arc<ReviewError>),
@@ -180,106 +270,138 @@ pub(crate) enum AuthorizeError {
     AllowedAndDenied,
 }
 
+impl AuthorizeError {
+    /// A failed review that no last known decision covers.
+    fn from_review(error: Arc<ReviewError>) -> Self {
+        if let Some(retry_after) = error.retry_after() {
+            Self::Throttled { error, retry_after }
+        } else if error.is_unreachable() {
+            Self::Unavailable(error)
+        } else {
+            Self::Review(error)
+        }
+    }
+}
+
 impl Authorizer {
-    /// Builds the chain.
+    /// Builds the chain: reviews through `reviewer` within `gate`'s bounds, decisions kept for
+    /// `ttls`, counted into `metrics`.
     pub(crate) fn new(
         reviewer: Arc<dyn AccessReviewer>,
+        gate: Arc<ReviewGate>,
         groups: Vec<String>,
         paths: AlwaysAllowPaths,
-        authorized_ttl: Duration,
-        unauthorized_ttl: Duration,
+        ttls: DecisionTtls,
+        metrics: &AuthMetrics,
     ) -> Self {
-        let cache = Cache::builder()
-            .max_capacity(MAX_DECISIONS)
-            .expire_after(ByOutcome { allowed: authorized_ttl, denied: unauthorized_ttl })
-            .build();
-        let stale = Stale {
-            last_known: Cache::builder().max_capacity(MAX_DECISIONS).time_to_live(STALE_IF_ERROR).build(),
-            unreachable: Arc::new(AtomicBool::new(false)),
-            probing: Arc::new(AtomicBool::new(false)),
-        };
-        Self { reviewer, cache, stale, groups, paths }
-    }
-
-    /// The same chain with another stale-if-error bound (tests shorten it).
-    #[cfg(test)]
-    pub(crate) fn with_stale_if_error(mut self, bound: Duration) -> Self {
-        self.stale.last_known = Cache::builder().max_capacity(MAX_DECISIONS).time_to_live(bound).build();
-        self
+        Self {
+            reviewer,
+            gate,
+            decisions: Decisions::new(ttls.authorized, ttls.unauthorized),
+            flights: Flights::new(metrics.access_reviews.cancelled.clone()),
+            stale: Stale::new(ttls.stale_if_error, metrics),
+            groups,
+            paths,
+        }
     }
 
     /// The decision for `key`: cached, else reviewed (concurrent identical misses share one
-    /// call), else the last known one while kube-apiserver is unreachable (module docs).
+    /// review), else the last known one while kube-apiserver is unreachable (module docs).
     async fn cached_review(
         &self,
         key: Vec<u8>,
         spec: SubjectAccessReviewSpec,
+        client: ClientKey,
+        context: &ReviewContext,
     ) -> Result<Arc<SubjectAccessReviewStatus>, AuthorizeError> {
-        if let Some(status) = self.cache.get(&key).await {
+        if let Some(status) = self.decisions.get(&key).await {
             return Ok(status);
         }
-        if self.stale.unreachable.load(Ordering::SeqCst) {
+        if self.stale.is_unreachable() {
             // While kube-apiserver is known to be unreachable, no request waits out a review's
             // retries: the last known decision, else a 503 at once; one review at a time probes
             // in the background and ends this state when it is answered.
-            let last = self.stale.last_known.get(&key).await;
-            self.review_in_background(key, spec);
+            let last = self.stale.last_known(&key).await;
+            self.review_in_background(&key, spec, client, context);
             return last.ok_or(AuthorizeError::Unavailable(Arc::new(ReviewError::Unreachable)));
         }
-        // In a task of its own, so that a request cancelled first (its deadline shorter than
-        // the review's budget) still has the outcome recorded, unreachability included.
-        let reviewed = match self.review_task(key.clone(), spec).await {
-            Ok(reviewed) => reviewed,
-            Err(panicked) => Err(Arc::new(ReviewError::Other(format!("the review task failed: {panicked}")))),
-        };
-        match reviewed {
+        let flight = self
+            .flights
+            .join_or_start(&key, || {
+                Ok(self.review(key.clone(), spec, self.gate.admit(client)?, context.wait))
+            })
+            .map_err(|error| AuthorizeError::from_review(Arc::new(error)))?;
+        match flight.await {
             Ok(status) => Ok(status),
-            Err(error) if error.is_unreachable() => match self.stale.last_known.get(&key).await {
+            Err(error) if error.is_unreachable() => match self.stale.last_known(&key).await {
                 Some(status) => Ok(status),
                 None => Err(AuthorizeError::Unavailable(error)),
             },
-            Err(error) => Err(AuthorizeError::Review(error)),
+            Err(error) => Err(AuthorizeError::from_review(error)),
         }
     }
 
-    /// Reviews `spec` in a task (concurrent identical reviews share one call through the
-    /// cache); its outcome is recorded ([`Stale::record`]) whether or not anyone awaits it.
-    fn review_task(
+    /// The review of `spec` under `key`, admitted in `slot`: its outcome is recorded
+    /// ([`Stale::record`]) and its decision cached, unless every request waiting for it went
+    /// away first (then it is dropped, cancelled).
+    fn review(
         &self,
         key: Vec<u8>,
         spec: SubjectAccessReviewSpec,
-    ) -> tokio::task::JoinHandle<Result<Arc<SubjectAccessReviewStatus>, Arc<ReviewError>>> {
-        let (reviewer, cache, stale) = (Arc::clone(&self.reviewer), self.cache.clone(), self.stale.clone());
-        tokio::spawn(async move {
-            cache
-                .try_get_with(key.clone(), async {
-                    let result = reviewer.review(spec).await;
-                    stale.record(key.clone(), result).await
-                })
-                .await
-        })
+        slot: super::limit::Slot,
+        wait: Duration,
+    ) -> BoxFuture<'static, Reviewed> {
+        let (reviewer, gate) = (Arc::clone(&self.reviewer), Arc::clone(&self.gate));
+        let (decisions, stale) = (self.decisions.clone(), self.stale.clone());
+        async move {
+            // A review that ended between this request's cache lookup and its flight.
+            if let Some(status) = decisions.get(&key).await {
+                return Ok(status);
+            }
+            let result = gate.send(&slot, wait, || reviewer.review(spec.clone())).await;
+            drop(slot);
+            let status = stale.record(&key, result).await.map_err(Arc::new)?;
+            decisions.insert(key, Arc::clone(&status)).await;
+            Ok(status)
+        }
+        .boxed()
     }
 
-    /// Reviews `spec` in a background task, unless one is under way: its answer refreshes the
-    /// cache and, if it comes, ends the unreachable state.
-    fn review_in_background(&self, key: Vec<u8>, spec: SubjectAccessReviewSpec) {
+    /// Reviews `spec` in a background task, unless one is under way (or the bounds refuse
+    /// it): its answer refreshes the cache and, if it comes, ends the unreachable state.
+    fn review_in_background(
+        &self,
+        key: &Vec<u8>,
+        spec: SubjectAccessReviewSpec,
+        client: ClientKey,
+        context: &ReviewContext,
+    ) {
         if self.stale.probing.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (task, probing) = (self.review_task(key, spec), Arc::clone(&self.stale.probing));
-        tokio::spawn(async move {
-            let _ = task.await;
-            probing.store(false, Ordering::SeqCst);
+        let probing = Arc::clone(&self.stale.probing);
+        let started = self.flights.join_or_start(key, || {
+            Ok(self.review(key.clone(), spec, self.gate.admit(client)?, context.wait))
         });
+        match started {
+            Ok(flight) => {
+                tokio::spawn(async move {
+                    let _ = flight.await;
+                    probing.store(false, Ordering::SeqCst);
+                });
+            }
+            Err::<_, ReviewError>(_) => probing.store(false, Ordering::SeqCst),
+        }
     }
 
     /// Decides on `info` for `user`. `path` is the decoded URL path. An error means the
-    /// review could not be made (the caller answers 500).
+    /// review could not be made (the caller answers 503, 429 or 500).
     pub(crate) async fn authorize(
         &self,
         user: &UserInfo,
         info: &RequestInfo,
         path: &str,
+        context: &ReviewContext,
     ) -> Result<Decision, AuthorizeError> {
         if user.groups.iter().any(|g| self.groups.contains(g)) {
             return Ok(Decision::Allow);
@@ -288,24 +410,48 @@ impl Authorizer {
             return Ok(Decision::Allow);
         }
         let selectors = SelectorAttributes::of(info);
+        // One identity's reviews share its part of the bound, whoever sends them.
+        let client = ClientKey::User(Arc::from(user.name.as_str()));
         let status = if should_cache(info, path) {
             let key = decision_key(user, info, path, &selectors);
-            self.cached_review(key, spec_with(user, info, path, selectors)).await?
+            self.cached_review(key, spec_with(user, info, path, selectors), client, context).await?
         } else {
             let spec = spec_with(user, info, path, selectors);
-            Arc::new(self.reviewer.review(spec).await.map_err(|e| {
-                if e.is_unreachable() {
-                    AuthorizeError::Unavailable(Arc::new(e))
-                } else {
-                    AuthorizeError::Review(Arc::new(e))
-                }
-            })?)
+            let to_error = |error| AuthorizeError::from_review(Arc::new(error));
+            let slot = self.gate.admit(client).map_err(to_error)?;
+            let reviewer = &self.reviewer;
+            Arc::new(
+                self.gate
+                    .send(&slot, context.wait, || reviewer.review(spec.clone()))
+                    .await
+                    .map_err(to_error)?,
+            )
         };
         let reason = status.reason.clone().unwrap_or_default();
         match (status.allowed, status.denied == Some(true)) {
             (true, true) => Err(AuthorizeError::AllowedAndDenied),
             (true, false) => Ok(Decision::Allow),
             (false, _) => Ok(Decision::Forbid(reason)),
+        }
+    }
+
+    /// Reviews under way (tests).
+    #[cfg(test)]
+    pub(crate) fn flights(&self) -> usize {
+        self.flights.len()
+    }
+
+    /// Reviews admitted and not yet over (tests).
+    #[cfg(test)]
+    pub(crate) fn gate_outstanding(&self) -> usize {
+        self.gate.outstanding()
+    }
+
+    /// Runs the caches' pending evictions (tests).
+    #[cfg(test)]
+    pub(crate) async fn run_pending_tasks(&self) {
+        for cache in [&self.decisions.allowed, &self.decisions.denied] {
+            cache.run_pending_tasks().await;
         }
     }
 }

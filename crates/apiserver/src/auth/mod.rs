@@ -6,7 +6,9 @@
 //! 2. strip `Authorization` and the identity headers;
 //! 3. authorize ([`authz`]): always-allow groups and paths, else SubjectAccessReview;
 //! 4. put the [`UserInfo`] (as an `Arc`) into the request's extensions and go on, or answer the
-//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 503 `ServiceUnavailable` when
+//!    `metav1.Status` (401 `Unauthorized`, 403 `Forbidden`, 429 `TooManyRequests` with
+//!    `Retry-After` when a review could not be made in time because of the bounds of
+//!    [`limit`] or because kube-apiserver asked to slow down, 503 `ServiceUnavailable` when
 //!    kube-apiserver cannot be reached for a SubjectAccessReview and no recent decision is known
 //!    ([`authz`]'s stale-if-error), 500 `InternalError`).
 //!
@@ -16,10 +18,16 @@
 //! loop hands the chain to [`admit`] as a [`PeerCertificates`] extension; a chain is
 //! verified against the current CAs on the first request of its connection and again whenever
 //! those CAs change or the chain's validity ends. The upstream calls are behind
-//! [`TokenReviewer`] and [`AccessReviewer`].
+//! [`TokenReviewer`] and [`AccessReviewer`], bounded per kind ([`limit`]: rate, outstanding
+//! reviews, each client's share of them), shared by concurrent requests and cancelled when no
+//! request waits for them any more ([`flight`]). The serving loop gives each request its
+//! client's address ([`ClientAddr`]), which TokenReviews are shared out by. The metrics
+//! ([`AuthMetrics`]) are the authenticator's from its start ([`Auth::metrics`]).
 
 pub(crate) mod authn;
 pub(crate) mod authz;
+pub(crate) mod flight;
+pub(crate) mod limit;
 pub(crate) mod review;
 pub(crate) mod tls;
 pub(crate) mod trust;
@@ -29,8 +37,10 @@ pub(crate) mod x509;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -39,12 +49,21 @@ use rustls::pki_types::CertificateDer;
 
 pub(crate) use crate::options::AuthArgs;
 use authn::TokenAuthenticator;
-use authz::{AlwaysAllowPaths, Authorizer, Decision, PathPatternError};
+use authz::{AlwaysAllowPaths, Authorizer, Decision, DecisionTtls, PathPatternError};
 use k8s_wire::{ApiError, GroupResource};
 use k8s_wire::{ParsedRequest, RequestInfo, percent_decode};
+use limit::{Limits, RetryPolicy, ReviewContext, ReviewGate};
 pub(crate) use review::{AccessReviewer, KubeAccessReviewer, KubeTokenReviewer, TokenReviewer};
 pub(crate) use trust::Trust;
 pub(crate) use x509::CaBundle;
+
+use crate::telemetry::AuthMetrics;
+
+/// The address of the client a request came from, put into every request's extensions by
+/// the serving loop (the TCP peer). TokenReviews, whose identity is unknown until reviewed,
+/// are shared out by it; without it, all such clients share one share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub SocketAddr);
 
 /// The authenticated user of a request (`user.Info`), found in the request's extensions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -158,6 +177,7 @@ pub struct Auth {
     tokens: TokenAuthenticator,
     authorizer: Authorizer,
     anonymous: bool,
+    metrics: AuthMetrics,
 }
 
 impl std::fmt::Debug for Auth {
@@ -189,39 +209,84 @@ impl Auth {
         let client = |config: kube::Config, what| {
             kube::Client::try_from(config).map_err(|e| AuthError::Client { what, message: e.to_string() })
         };
-        let authn_client = client(authn_config, "authentication")?;
-        let authz_client = client(authz_config, "authorization")?;
-        let trust = Trust::start(args, authn_client.clone()).await?;
+        // The reviews' own clients retry nothing themselves: every request they send goes
+        // through the rate limit ([`limit`]).
+        let token_client = client(review::review_client_config(authn_config.clone()), "authentication")?;
+        let access_client = client(review::review_client_config(authz_config), "authorization")?;
+        let trust = Trust::start(args, client(authn_config, "authentication")?).await?;
         Self::new(
             args,
             trust,
-            Arc::new(KubeTokenReviewer::new(authn_client)),
-            Arc::new(KubeAccessReviewer::new(authz_client)),
+            Arc::new(KubeTokenReviewer::new(token_client)),
+            Arc::new(KubeAccessReviewer::new(access_client)),
         )
     }
 
     /// Assembles the state from parts (tests use fixed trust and fake reviewers); the flags
-    /// give the anonymous switch, the TTLs and the always-allow lists.
+    /// give the anonymous switch, the TTLs, the reviews' bounds and the always-allow lists.
     pub fn new(
         args: &AuthArgs,
         trust: Arc<Trust>,
         tokens: Arc<dyn TokenReviewer>,
         access: Arc<dyn AccessReviewer>,
     ) -> Result<Arc<Self>, AuthError> {
+        Self::with_retries(args, trust, tokens, access, RetryPolicy::default())
+    }
+
+    /// [`Auth::new`] with another retry policy (tests shorten the backoff).
+    pub(crate) fn with_retries(
+        args: &AuthArgs,
+        trust: Arc<Trust>,
+        tokens: Arc<dyn TokenReviewer>,
+        access: Arc<dyn AccessReviewer>,
+        retry: RetryPolicy,
+    ) -> Result<Arc<Self>, AuthError> {
+        let metrics =
+            AuthMetrics { trust_configmap_missing: trust.missing_gauge(), ..AuthMetrics::default() };
         let paths = AlwaysAllowPaths::new(&non_empty(&args.authorization_always_allow_paths))?;
+        let access_gate = ReviewGate::new(
+            Limits {
+                qps: args.authorization_webhook_qps,
+                burst: args.authorization_webhook_burst,
+                max_in_flight: args.authorization_webhook_max_inflight,
+            },
+            retry,
+            metrics.access_reviews.clone(),
+        );
         let authorizer = Authorizer::new(
             access,
+            access_gate,
             non_empty(&args.authorization_always_allow_groups),
             paths,
-            args.authorization_webhook_cache_authorized_ttl,
-            args.authorization_webhook_cache_unauthorized_ttl,
+            DecisionTtls {
+                authorized: args.authorization_webhook_cache_authorized_ttl,
+                unauthorized: args.authorization_webhook_cache_unauthorized_ttl,
+                stale_if_error: args.authorization_webhook_stale_if_error,
+            },
+            &metrics,
         );
-        Ok(Arc::new(Self {
-            trust,
-            tokens: TokenAuthenticator::new(tokens, args.authentication_token_webhook_cache_ttl),
-            authorizer,
-            anonymous: args.anonymous_auth,
-        }))
+        let token_gate = ReviewGate::new(
+            Limits {
+                qps: args.authentication_token_webhook_qps,
+                burst: args.authentication_token_webhook_burst,
+                max_in_flight: args.authentication_token_webhook_max_inflight,
+            },
+            retry,
+            metrics.token_reviews.clone(),
+        );
+        let tokens = TokenAuthenticator::new(
+            tokens,
+            token_gate,
+            args.authentication_token_webhook_cache_ttl,
+            metrics.token_reviews.cancelled.clone(),
+        );
+        Ok(Arc::new(Self { trust, tokens, authorizer, anonymous: args.anonymous_auth, metrics }))
+    }
+
+    /// The metrics of authentication and authorization, counted from the start; a server
+    /// exports them with `Metrics::export_auth`.
+    pub fn metrics(&self) -> &AuthMetrics {
+        &self.metrics
     }
 
     /// The handshake-time client certificate verifier for the serving TLS configuration
@@ -252,12 +317,14 @@ async fn config_for(
 }
 
 /// Authenticates and authorizes `request`: on success the [`UserInfo`] is in its extensions
-/// and no credential is left in its headers; otherwise the 401/403/500 `metav1.Status` to
-/// answer.
+/// and no credential is left in its headers; otherwise the 401/403/429/503/500
+/// `metav1.Status` to answer.
 pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
     let material = auth.trust.current();
     let peer = request.extensions().get::<PeerCertificates>().cloned();
-    let outcome = authn::authenticate(&material, &auth.tokens, peer.as_ref(), request.headers()).await;
+    let context = review_context(request);
+    let outcome =
+        authn::authenticate(&material, &auth.tokens, peer.as_ref(), request.headers(), &context).await;
     authn::strip_credentials(&material, request.headers_mut());
 
     let user = match outcome {
@@ -268,6 +335,11 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
             return Err(ApiError::Unauthorized.into_response());
         }
         Err(errors) => {
+            if let Some(retry_after) = throttled(&errors) {
+                let reasons: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                tracing::debug!(reasons = ?reasons, "TokenReview not made: 429");
+                return Err(too_many_requests(retry_after));
+            }
             let cn = peer
                 .as_ref()
                 .and_then(|p| p.chain().first())
@@ -293,7 +365,7 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
     let Some(info) = parsed.info.as_ref() else { return Err(ApiError::PathNotFound.into_response()) };
     // Go authorizes `URL.Path`, which is decoded.
     let path = percent_decode(uri.path());
-    match auth.authorizer.authorize(&user, info, &path).await {
+    match auth.authorizer.authorize(&user, info, &path, &context).await {
         Ok(Decision::Allow) => {}
         Ok(Decision::Forbid(reason)) => {
             tracing::debug!(user = %user.name, verb = %info.verb, %path, %reason, "forbidden");
@@ -307,10 +379,43 @@ pub async fn admit(auth: &Auth, request: &mut Request) -> Result<(), Response> {
             }
             .into_response());
         }
+        Err(authz::AuthorizeError::Throttled { error, retry_after }) => {
+            tracing::debug!(user = %user.name, verb = %info.verb, %path, %error, "SubjectAccessReview not made: 429");
+            return Err(too_many_requests(retry_after));
+        }
         Err(detail) => return Err(ApiError::Internal(detail.to_string()).into_response()),
     }
     request.extensions_mut().insert(user);
     Ok(())
+}
+
+/// What `request` brings to its reviews: its client's address ([`ClientAddr`]) and its
+/// `?timeout=` (the guard has refused a malformed one already).
+fn review_context(request: &Request) -> ReviewContext {
+    let address = request.extensions().get::<ClientAddr>().map(|a| a.0.ip());
+    let timeout = request
+        .extensions()
+        .get::<Arc<ParsedRequest>>()
+        .and_then(|parsed| parsed.query.get("timeout").and_then(|t| k8s_wire::duration::parse(t).ok()));
+    ReviewContext::new(address, timeout)
+}
+
+/// The longest `Retry-After` among the authenticators' refusals to review a token now, if any
+/// refused: the request is answered 429 rather than 401, as nothing said the token is bad.
+fn throttled(errors: &[authn::AuthnError]) -> Option<Duration> {
+    errors
+        .iter()
+        .filter_map(|e| match e {
+            authn::AuthnError::Throttled { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        })
+        .max()
+}
+
+/// The 429 `TooManyRequests` of a review that could not be made now.
+fn too_many_requests(retry_after: Duration) -> Response {
+    let seconds = u32::try_from(retry_after.as_secs().max(1)).unwrap_or(u32::MAX);
+    ApiError::TooManyRequests { retry_after: seconds }.into_response()
 }
 
 /// The message of the 503 answered when no authorization decision can be made because

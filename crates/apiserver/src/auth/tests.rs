@@ -1,7 +1,10 @@
 //! Middleware tests: the authenticator branches with rcgen-minted certificates, header handling,
-//! the 401/403/500 matrix with exact Status bodies, always-allow paths and groups, caching
-//! (call counts), and the trust ConfigMap read and watched through a local fake API server,
-//! which also checks the real TokenReview/SubjectAccessReview clients' wire format.
+//! the 401/403/429/500/503 matrix with exact Status bodies, always-allow paths and groups,
+//! caching (call counts) by outcome, the bounds on reviews (rate, outstanding, each client's
+//! share, kube-apiserver's 429), shared reviews cancelled when no request waits any more
+//! (a hold and a call counter), stale-if-error and its window, the exported metrics, and the
+//! trust ConfigMap read and watched through a local fake API server (kept when deleted), which
+//! also checks the real TokenReview/SubjectAccessReview clients' wire format.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -24,6 +27,7 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+use super::limit::{REVIEW_TIMEOUT, ReviewContext};
 use super::review::ReviewError;
 use super::trust::{RequestHeaderConfig, TrustMaterial};
 use super::*;
@@ -56,19 +60,74 @@ fn mk_args(flags: &[&str]) -> AuthArgs {
 
 // ---------------------------------------------------------------- fakes
 
+/// Holds the reviews of a fake until released, and records how each ended: run to the end,
+/// or dropped on the way (cancelled).
+struct Hold {
+    open: tokio::sync::Semaphore,
+    running: AtomicUsize,
+    finished: AtomicUsize,
+    cancelled: AtomicUsize,
+}
+
+impl Hold {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            open: tokio::sync::Semaphore::new(0),
+            running: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+        })
+    }
+
+    /// Waits until [`Hold::release`], counting a drop before then as a cancellation.
+    async fn pass(&self) {
+        /// Counts the review out when it ends, either way.
+        struct Running<'a>(&'a Hold, bool);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.running.fetch_sub(1, Ordering::SeqCst);
+                let ended = if self.1 { &self.0.finished } else { &self.0.cancelled };
+                ended.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.running.fetch_add(1, Ordering::SeqCst);
+        let mut running = Running(self, false);
+        // Closed: every review passes.
+        let _ = self.open.acquire().await;
+        running.1 = true;
+    }
+
+    /// Lets every review held, and every later one, pass.
+    fn release(&self) {
+        self.open.close();
+    }
+
+    fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
 /// Tokens: `<name>-token` is user `<name>`; `expired` is rejected with an error; `broken`
-/// fails the call; anything else is unauthenticated without a reason.
+/// fails the call; `slow` is answered 429 (Retry-After 1 s); anything else is unauthenticated
+/// without a reason. With a [`Hold`], every review waits for it first.
 #[derive(Default)]
 struct FakeTokens {
     calls: AtomicUsize,
+    hold: Option<Arc<Hold>>,
 }
 
 impl TokenReviewer for FakeTokens {
     fn review(&self, token: String) -> BoxFuture<'_, Result<TokenReviewStatus, ReviewError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
+            if let Some(hold) = &self.hold {
+                hold.pass().await;
+            }
             if token == "broken" {
                 return Err(ReviewError::Other("connection refused".into()));
+            }
+            if token == "slow" {
+                return Err(ReviewError::SlowDown { retry_after: Duration::from_secs(1) });
             }
             if token == "expired" {
                 return Ok(TokenReviewStatus {
@@ -100,25 +159,45 @@ struct FakeAccess {
     calls: AtomicUsize,
     /// kube-apiserver unreachable: every review fails as a timed-out call would.
     down: std::sync::atomic::AtomicBool,
+    /// The next reviews answered 429 with this Retry-After, and how many.
+    slow_downs: AtomicUsize,
+    retry_after: Duration,
+    /// When each review call was made.
+    called_at: Mutex<Vec<tokio::time::Instant>>,
     specs: Mutex<Vec<SubjectAccessReviewSpec>>,
     delay: Duration,
+    hold: Option<Arc<Hold>>,
     rule: Rule,
 }
 
 impl FakeAccess {
+    /// A fake answering by `rule`, at once, never down.
+    fn with_rule(
+        rule: impl Fn(&SubjectAccessReviewSpec) -> Result<SubjectAccessReviewStatus, String>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Self {
+            calls: AtomicUsize::new(0),
+            down: Default::default(),
+            slow_downs: AtomicUsize::new(0),
+            retry_after: Duration::from_secs(1),
+            called_at: Mutex::default(),
+            specs: Mutex::default(),
+            delay: Duration::ZERO,
+            hold: None,
+            rule: Box::new(rule),
+        }
+    }
+
     fn new(
         rule: impl Fn(&SubjectAccessReviewSpec) -> Result<SubjectAccessReviewStatus, String>
         + Send
         + Sync
         + 'static,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            calls: AtomicUsize::new(0),
-            down: Default::default(),
-            specs: Mutex::default(),
-            delay: Duration::ZERO,
-            rule: Box::new(rule),
-        })
+        Arc::new(Self::with_rule(rule))
     }
 
     /// Allows user `alice` (and `system:anonymous` on `/public`), denies everybody else.
@@ -143,12 +222,21 @@ impl AccessReviewer for FakeAccess {
         spec: SubjectAccessReviewSpec,
     ) -> BoxFuture<'_, Result<SubjectAccessReviewStatus, ReviewError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.called_at.lock().unwrap().push(tokio::time::Instant::now());
         Box::pin(async move {
+            if let Some(hold) = &self.hold {
+                hold.pass().await;
+            }
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;
             }
             if self.down.load(Ordering::SeqCst) {
-                return Err(ReviewError::Timeout(review::REVIEW_TIMEOUT));
+                return Err(ReviewError::Timeout(REVIEW_TIMEOUT));
+            }
+            let slowed =
+                self.slow_downs.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if slowed.is_ok() {
+                return Err(ReviewError::SlowDown { retry_after: self.retry_after });
             }
             self.specs.lock().unwrap().push(spec.clone());
             (self.rule)(&spec).map_err(ReviewError::Other)
@@ -766,74 +854,176 @@ async fn an_unreachable_authorizer_is_503_for_unknown_decisions_and_stale_for_kn
     assert_eq!(access.calls(), before + 2, "reviewed synchronously again once reachable");
 }
 
+/// The context of a request without `?timeout=` from no known address.
+fn mk_context() -> ReviewContext {
+    ReviewContext::new(None, None)
+}
+
+/// A user of the given name, without groups.
+fn mk_user(name: &str) -> UserInfo {
+    UserInfo { name: name.into(), ..Default::default() }
+}
+
+/// The value of the series `series` (name and labels) in a text exposition.
+fn mk_metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `auth`'s metrics as the server exports them, under the namespace `example`.
+fn mk_exported(auth: &Auth) -> String {
+    let metrics = crate::Metrics::new("example");
+    metrics.export_auth(auth.metrics());
+    metrics.encode()
+}
+
 #[tokio::test]
-async fn stale_decisions_are_served_only_within_the_bound_and_only_for_unreachability() {
+async fn stale_decisions_are_served_only_within_the_window_and_only_for_unreachability() {
     let access = FakeAccess::standard();
-    let ttl = Duration::from_millis(100);
-    let authorizer =
-        authz::Authorizer::new(access.clone(), Vec::new(), AlwaysAllowPaths::default(), ttl, ttl)
-            .with_stale_if_error(Duration::from_millis(600));
-    let alice = UserInfo { name: "alice".into(), ..Default::default() };
+    let (auth, _) = mk_auth(
+        TrustMaterial::default(),
+        &[
+            "--authorization-webhook-cache-authorized-ttl=100ms",
+            "--authorization-webhook-stale-if-error=600ms",
+        ],
+        access.clone(),
+    );
+    let (alice, context) = (mk_user("alice"), mk_context());
     let info = RequestInfo::new(&http::Method::GET, PMS_SHOP, None).unwrap();
-    let decide = || authorizer.authorize(&alice, &info, PMS_SHOP);
+    let decide = || auth.authorizer.authorize(&alice, &info, PMS_SHOP, &context);
     assert_eq!(decide().await.unwrap(), Decision::Allow);
+    let exported = mk_exported(&auth);
+    assert_eq!(mk_metric(&exported, "example_authorization_webhook_unreachable"), Some(0.0), "{exported}");
     access.down.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(decide().await.unwrap(), Decision::Allow, "within the bound: the last decision");
-    // Past the bound (600 ms after the last successful review): no decision.
+    assert_eq!(decide().await.unwrap(), Decision::Allow, "within the window: the last decision");
+    let exported = mk_exported(&auth);
+    assert_eq!(mk_metric(&exported, "example_authorization_webhook_unreachable"), Some(1.0));
+    assert_eq!(
+        mk_metric(&exported, "example_authorization_stale_decisions_total{decision=\"allowed\"}"),
+        Some(1.0),
+        "{exported}"
+    );
+    // Past the window (600 ms after the last successful review): no decision.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(matches!(decide().await, Err(authz::AuthorizeError::Unavailable(_))));
 
     // Only unreachability is covered by a stale decision (other failures stay 500s, see
-    // review_failures_are_500_and_not_cached).
+    // review_failures_are_500_and_not_cached; a 429 is a 429, see
+    // kube_apiserver_429_asks_to_slow_down_and_is_no_outage).
     assert!(!ReviewError::NoStatus.is_unreachable() && !ReviewError::Other("x".into()).is_unreachable());
-    assert!(ReviewError::Timeout(review::REVIEW_TIMEOUT).is_unreachable());
+    assert!(!ReviewError::SlowDown { retry_after: Duration::from_secs(1) }.is_unreachable());
+    assert!(ReviewError::Timeout(REVIEW_TIMEOUT).is_unreachable());
+
+    // 0 turns stale-if-error off: a decision known a moment ago is not served.
+    let access = FakeAccess::standard();
+    let (auth, _) = mk_auth(
+        TrustMaterial::default(),
+        &["--authorization-webhook-cache-authorized-ttl=0", "--authorization-webhook-stale-if-error=0"],
+        access.clone(),
+    );
+    let decide = || auth.authorizer.authorize(&alice, &info, PMS_SHOP, &context);
+    assert_eq!(decide().await.unwrap(), Decision::Allow);
+    access.down.store(true, Ordering::SeqCst);
+    assert!(matches!(decide().await, Err(authz::AuthorizeError::Unavailable(_))));
 }
 
 #[tokio::test]
-async fn unreachability_outlives_a_cancelled_request_and_an_answered_error_ends_it() {
+async fn a_permission_revoked_during_an_outage_ends_with_the_window() {
+    // The policy can change while kube-apiserver is away: alice loses her rights.
+    let revoked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let access = {
+        let revoked = Arc::clone(&revoked);
+        FakeAccess::new(move |spec| {
+            let allowed = spec.user.as_deref() == Some("alice") && !revoked.load(Ordering::SeqCst);
+            Ok(SubjectAccessReviewStatus { allowed, ..Default::default() })
+        })
+    };
+    let (auth, _) = mk_auth(
+        TrustMaterial::default(),
+        &[
+            "--authorization-webhook-cache-authorized-ttl=100ms",
+            "--authorization-webhook-cache-unauthorized-ttl=100ms",
+            "--authorization-webhook-stale-if-error=700ms",
+        ],
+        access.clone(),
+    );
+    let alice = [("Authorization", "Bearer alice-token")];
+    let reviewed = std::time::Instant::now();
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+    access.down.store(true, Ordering::SeqCst);
+    revoked.store(true, Ordering::SeqCst);
+    // Until the window ends the last decision stands; from then on she is refused.
+    let mut seen = Vec::new();
+    while reviewed.elapsed() < Duration::from_millis(1100) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let status = call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0;
+        let at = reviewed.elapsed();
+        if at > Duration::from_millis(750) {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "at {at:?}, past the window");
+        }
+        seen.push(status);
+    }
+    assert_eq!(seen.first(), Some(&StatusCode::OK), "within the window: {seen:?}");
+    // kube-apiserver back: the revocation is reviewed and applies.
+    access.down.store(false, Ordering::SeqCst);
+    let back = std::time::Instant::now();
+    loop {
+        let status = call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0;
+        if status == StatusCode::FORBIDDEN {
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(back.elapsed() < Duration::from_secs(2), "no 403 after kube-apiserver came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_review_records_nothing_and_an_answered_error_ends_unreachability() {
     let access = Arc::new(FakeAccess {
-        calls: AtomicUsize::new(0),
         down: std::sync::atomic::AtomicBool::new(true),
-        specs: Mutex::default(),
         delay: Duration::from_millis(300),
-        rule: Box::new(|spec: &SubjectAccessReviewSpec| match spec.user.as_deref() {
+        ..FakeAccess::with_rule(|spec: &SubjectAccessReviewSpec| match spec.user.as_deref() {
             Some("carol") => Err("the review was refused".into()),
             _ => standard_rule(spec),
-        }),
+        })
     });
-    let ttl = Duration::from_secs(10);
-    let authorizer =
-        authz::Authorizer::new(access.clone(), Vec::new(), AlwaysAllowPaths::default(), ttl, ttl);
+    let (auth, _) = mk_auth(TrustMaterial::default(), &[], access.clone());
     let info = RequestInfo::new(&http::Method::GET, PMS_SHOP, None).unwrap();
-    let user = |name: &str| UserInfo { name: name.into(), ..Default::default() };
-    let (alice, bob, carol, dave) = (user("alice"), user("bob"), user("carol"), user("dave"));
+    let context = mk_context();
+    let authorize = |user: &str| {
+        let user = mk_user(user);
+        let (auth, info, context) = (auth.clone(), info.clone(), context.clone());
+        async move { auth.authorizer.authorize(&user, &info, PMS_SHOP, &context).await }
+    };
 
-    // A request whose deadline ends before its review: the review runs on and is recorded.
-    let cancelled =
-        tokio::time::timeout(Duration::from_millis(100), authorizer.authorize(&alice, &info, PMS_SHOP));
-    assert!(cancelled.await.is_err());
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    // kube-apiserver is known to be unreachable: a decision not known is a 503 at once.
+    // A request whose deadline ends before its review: nobody waits for the review any more,
+    // so it is dropped, and what it would have found is not recorded.
+    assert!(tokio::time::timeout(Duration::from_millis(100), authorize("alice")).await.is_err());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((access.calls(), auth.authorizer.flights()), (1, 0));
+    assert_eq!(
+        mk_metric(&mk_exported(&auth), "example_authorization_subject_access_reviews_cancelled_total"),
+        Some(1.0)
+    );
+    // So the next request waits for its own review, which finds kube-apiserver unreachable.
     let started = std::time::Instant::now();
-    assert!(matches!(
-        authorizer.authorize(&bob, &info, PMS_SHOP).await,
-        Err(authz::AuthorizeError::Unavailable(_))
-    ));
+    assert!(matches!(authorize("bob").await, Err(authz::AuthorizeError::Unavailable(_))));
+    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+    // kube-apiserver is now known to be unreachable: a decision not known is a 503 at once.
+    let started = std::time::Instant::now();
+    assert!(matches!(authorize("dave").await, Err(authz::AuthorizeError::Unavailable(_))));
     assert!(started.elapsed() < Duration::from_millis(150), "{:?}", started.elapsed());
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // The API answers again, with an error for carol's review (run by the background probe):
-    // an answer ends the unreachable state, so dave is reviewed again (a denial, not a 503).
+    // an answer ends the unreachable state, so erin is reviewed again (a denial, not a 503).
     access.down.store(false, Ordering::SeqCst);
-    assert!(matches!(
-        authorizer.authorize(&carol, &info, PMS_SHOP).await,
-        Err(authz::AuthorizeError::Unavailable(_))
-    ));
+    assert!(matches!(authorize("carol").await, Err(authz::AuthorizeError::Unavailable(_))));
     tokio::time::sleep(Duration::from_millis(400)).await;
     let calls = access.calls();
-    assert_eq!(authorizer.authorize(&dave, &info, PMS_SHOP).await.unwrap(), Decision::Forbid(String::new()));
-    assert_eq!(access.calls(), calls + 1, "dave's decision was reviewed");
+    assert_eq!(authorize("erin").await.unwrap(), Decision::Forbid(String::new()));
+    assert_eq!(access.calls(), calls + 1, "erin's decision was reviewed");
 }
 
 #[tokio::test]
@@ -921,13 +1111,8 @@ async fn selector_attributes_are_sent_and_key_the_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_identical_reviews_make_one_call() {
-    let access = Arc::new(FakeAccess {
-        calls: AtomicUsize::new(0),
-        down: Default::default(),
-        specs: Mutex::default(),
-        delay: Duration::from_millis(200),
-        rule: Box::new(standard_rule),
-    });
+    let access =
+        Arc::new(FakeAccess { delay: Duration::from_millis(200), ..FakeAccess::with_rule(standard_rule) });
     let (auth, _) = mk_auth(TrustMaterial::default(), &[], access.clone());
     let statuses = all_at_once(16, |_| {
         let auth = auth.clone();
@@ -935,6 +1120,459 @@ async fn concurrent_identical_reviews_make_one_call() {
     });
     assert_eq!(statuses.await, [StatusCode::OK; 16]);
     assert_eq!(access.calls(), 1);
+}
+
+// ---------------------------------------------------------------- bounds on reviews
+
+/// [`mk_req`] from the client address `addr` (as the serving loop marks every request).
+fn mk_req_from(path: &str, headers: &[(&str, &str)], addr: &str) -> http::Request<Body> {
+    let mut request = mk_req(path, headers, None);
+    request.extensions_mut().insert(ClientAddr(addr.parse().unwrap()));
+    request
+}
+
+/// Waits (5 s at most) until `hold` holds `n` reviews.
+async fn mk_held(hold: &Hold, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while hold.running() != n {
+        assert!(std::time::Instant::now() < deadline, "{} reviews held, not {n}", hold.running());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Asserts `at` is within `[due, due + 150 ms)`: timers fire late, never early.
+#[track_caller]
+fn assert_at(at: Duration, due: Duration, what: &str) {
+    assert!(at >= due && at < due + Duration::from_millis(150), "{what} at {at:?}, due {due:?}");
+}
+
+#[tokio::test]
+async fn reviews_wait_their_turn_for_the_rate_and_are_refused_past_the_wait() {
+    // 2.2 per second (a token every 455 ms from the start), 3 at once: of 20 requests arriving
+    // together, 3 are reviewed at once, the next 2 when their token comes within the second
+    // a review may wait, in arrival order; the other 15 get a 429 after that second.
+    let created = std::time::Instant::now();
+    let (auth, _, access) =
+        mk_plain_auth(&["--authorization-webhook-qps=2.2", "--authorization-webhook-burst=3"]);
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let auth = auth.clone();
+            tokio::spawn(async move {
+                let (status, headers, body) = call(&auth, mk_req(&format!("/unique/{i}"), &[], None)).await;
+                (status, headers.get("retry-after").cloned(), body, created.elapsed())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    let dues = [0, 0, 0, 455, 910];
+    for (i, (status, retry_after, body, at)) in answers.iter().enumerate() {
+        if let Some(due) = dues.get(i) {
+            assert_eq!(*status, StatusCode::FORBIDDEN, "request {i}: {body}");
+            assert_at(*at, Duration::from_millis(*due), &format!("request {i}"));
+        } else {
+            assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "request {i}: {body}");
+            assert_eq!(retry_after.as_ref().map(|v| v.to_str().unwrap()), Some("1"));
+            assert_eq!(
+                *body,
+                json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
+                    "details": {"retryAfterSeconds": 1}, "code": 429
+                })
+            );
+            assert_at(*at, Duration::from_secs(1), &format!("request {i}, refused after the longest wait,"));
+        }
+    }
+    assert_eq!(access.calls(), 5);
+    let exported = mk_exported(&auth);
+    for (series, value) in [
+        ("example_authorization_subject_access_reviews_total{outcome=\"success\"}", 5.0),
+        ("example_authorization_subject_access_reviews_refused_total{reason=\"rate\"}", 15.0),
+        ("example_authorization_subject_access_reviews_in_flight", 0.0),
+    ] {
+        assert_eq!(mk_metric(&exported, series), Some(value), "{series}\n{exported}");
+    }
+
+    // A request's own ?timeout= shortens the wait: half of 400 ms, then a 429.
+    let (auth, _, access) =
+        mk_plain_auth(&["--authorization-webhook-qps=1", "--authorization-webhook-burst=1"]);
+    assert_eq!(call(&auth, mk_req("/first", &[], None)).await.0, StatusCode::FORBIDDEN);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        call(&auth, mk_req("/second?timeout=400ms", &[], None)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_at(started.elapsed(), Duration::from_millis(200), "the refusal");
+    assert_eq!(access.calls(), 1);
+}
+
+#[tokio::test]
+async fn outstanding_reviews_are_bounded_and_one_identity_holds_a_quarter() {
+    let hold = Hold::new();
+    let access = Arc::new(FakeAccess { hold: Some(hold.clone()), ..FakeAccess::with_rule(standard_rule) });
+    let (auth, _) =
+        mk_auth(TrustMaterial::default(), &["--authorization-webhook-max-inflight=8"], access.clone());
+    let spawn = |path: String, token: Option<&'static str>| {
+        let auth = auth.clone();
+        tokio::spawn(async move {
+            let headers: Vec<(&str, String)> =
+                token.map(|t| ("Authorization", format!("Bearer {t}"))).into_iter().collect();
+            let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            call(&auth, mk_req(&path, &headers, None)).await.0
+        })
+    };
+    // Anonymous (one identity, whoever sends it): two reviews of 8, the third refused at once.
+    let mut held = vec![spawn("/unique/1".into(), None), spawn("/unique/2".into(), None)];
+    mk_held(&hold, 2).await;
+    let (status, headers, _) = call(&auth, mk_req("/unique/3", &[], None)).await;
+    assert_eq!((status, headers["retry-after"].to_str().unwrap()), (StatusCode::TOO_MANY_REQUESTS, "1"));
+    // The other identities still get theirs, up to the bound.
+    for token in ["alice-token", "bob-token", "carol-token"] {
+        held.extend((0..2).map(|i| spawn(format!("{PMS_SHOP}/{token}-{i}"), Some(token))));
+    }
+    mk_held(&hold, 8).await;
+    let (status, _, _) = call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer dave-token")], None)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let exported = mk_exported(&auth);
+    for (series, value) in [
+        ("example_authorization_subject_access_reviews_in_flight", 8.0),
+        ("example_authorization_subject_access_reviews_refused_total{reason=\"per_client\"}", 1.0),
+        ("example_authorization_subject_access_reviews_refused_total{reason=\"inflight\"}", 1.0),
+    ] {
+        assert_eq!(mk_metric(&exported, series), Some(value), "{series}\n{exported}");
+    }
+    hold.release();
+    let mut statuses = Vec::new();
+    for task in held {
+        statuses.push(task.await.unwrap().as_u16());
+    }
+    assert_eq!(statuses, [403, 403, 200, 200, 403, 403, 403, 403]);
+    assert_eq!((access.calls(), auth.authorizer.gate_outstanding()), (8, 0));
+    assert_eq!(
+        mk_metric(&mk_exported(&auth), "example_authorization_subject_access_reviews_in_flight"),
+        Some(0.0)
+    );
+}
+
+#[tokio::test]
+async fn token_reviews_are_shared_out_by_client_address() {
+    let hold = Hold::new();
+    let tokens = Arc::new(FakeTokens { hold: Some(hold.clone()), ..FakeTokens::default() });
+    let auth = Auth::new(
+        &mk_args(&["--authentication-token-webhook-max-inflight=8"]),
+        Trust::fixed(TrustMaterial::default()),
+        tokens.clone(),
+        FakeAccess::standard(),
+    )
+    .unwrap();
+    let spawn = |token: String, addr: Option<&'static str>| {
+        let auth = auth.clone();
+        tokio::spawn(async move {
+            let header = [("Authorization", format!("Bearer {token}"))];
+            let headers: Vec<(&str, &str)> = header.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let request = match addr {
+                Some(addr) => mk_req_from(PMS_SHOP, &headers, addr),
+                None => mk_req(PMS_SHOP, &headers, None),
+            };
+            let (status, headers, _) = call(&auth, request).await;
+            (status.as_u16(), headers.get("retry-after").map(|v| v.to_str().unwrap().to_owned()))
+        })
+    };
+    // Random tokens from one pod: two reviews (a quarter of 8), then 429s; another pod, and
+    // the clients whose address is unknown (one share between them), still get theirs.
+    let mut held: Vec<_> = (0..2).map(|i| spawn(format!("random-{i}"), Some("10.0.0.1:40000"))).collect();
+    mk_held(&hold, 2).await;
+    assert_eq!(spawn("random-2".into(), Some("10.0.0.1:40001")).await.unwrap(), (429, Some("1".to_owned())));
+    held.push(spawn("random-3".into(), Some("10.0.0.2:40000")));
+    held.extend((4..6).map(|i| spawn(format!("random-{i}"), None)));
+    mk_held(&hold, 5).await;
+    assert_eq!(spawn("random-6".into(), None).await.unwrap().0, 429);
+    hold.release();
+    for task in held {
+        assert_eq!(task.await.unwrap(), (401, None));
+    }
+    assert_eq!(tokens.calls.load(Ordering::SeqCst), 5);
+    let exported = mk_exported(&auth);
+    assert_eq!(
+        mk_metric(&exported, "example_authentication_token_reviews_refused_total{reason=\"per_client\"}"),
+        Some(2.0),
+        "{exported}"
+    );
+    assert_eq!(
+        mk_metric(&exported, "example_authentication_token_reviews_total{outcome=\"success\"}"),
+        Some(5.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_is_shared_while_a_request_waits_and_cancelled_when_none_does() {
+    let hold = Hold::new();
+    let access = Arc::new(FakeAccess { hold: Some(hold.clone()), ..FakeAccess::with_rule(standard_rule) });
+    let (auth, _) = mk_auth(TrustMaterial::default(), &[], access.clone());
+    let alice = || mk_req(PMS_SHOP, &[("Authorization", "Bearer alice-token")], None);
+    // Eight requests of one decision, started together: one review.
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let mut waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let (auth, barrier, request) = (auth.clone(), barrier.clone(), alice());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                call(&auth, request).await.0
+            })
+        })
+        .collect();
+    mk_held(&hold, 1).await;
+    // Let every waiter join the review before the first ones leave.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(access.calls(), 1);
+    // The first five go away (the one driving the review among them): the review goes on for
+    // the other three, neither restarted nor dropped.
+    for waiter in waiters.drain(..5) {
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((hold.running(), hold.cancelled.load(Ordering::SeqCst)), (1, 0));
+    hold.release();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!((access.calls(), hold.finished.load(Ordering::SeqCst)), (1, 1));
+    assert_eq!(
+        mk_metric(&mk_exported(&auth), "example_authorization_subject_access_reviews_cancelled_total"),
+        Some(0.0)
+    );
+
+    // Every request of a review goes away: the review is dropped, nothing keeps running, and
+    // its slot is free again.
+    let hold = Hold::new();
+    let access = Arc::new(FakeAccess { hold: Some(hold.clone()), ..FakeAccess::with_rule(standard_rule) });
+    let tokens = Arc::new(FakeTokens { hold: Some(hold.clone()), ..FakeTokens::default() });
+    let auth =
+        Auth::new(&mk_args(&[]), Trust::fixed(TrustMaterial::default()), tokens.clone(), access.clone())
+            .unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let auth = auth.clone();
+            // Two of a SubjectAccessReview (anonymous), two of a TokenReview.
+            let request = if i < 2 {
+                mk_req("/held", &[], None)
+            } else {
+                mk_req(PMS_SHOP, &[("Authorization", "Bearer held-token")], None)
+            };
+            tokio::spawn(async move { call(&auth, request).await.0 })
+        })
+        .collect();
+    mk_held(&hold, 2).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for waiter in waiters {
+        waiter.abort();
+        let _ = waiter.await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((hold.running(), hold.cancelled.load(Ordering::SeqCst)), (0, 2), "both reviews dropped");
+    assert_eq!((access.calls(), tokens.calls.load(Ordering::SeqCst)), (1, 1));
+    assert_eq!((auth.authorizer.flights(), auth.authorizer.gate_outstanding()), (0, 0));
+    let exported = mk_exported(&auth);
+    for series in [
+        "example_authorization_subject_access_reviews_cancelled_total",
+        "example_authentication_token_reviews_cancelled_total",
+    ] {
+        assert_eq!(mk_metric(&exported, series), Some(1.0), "{series}\n{exported}");
+    }
+    for series in [
+        "example_authorization_subject_access_reviews_in_flight",
+        "example_authentication_token_reviews_in_flight",
+    ] {
+        assert_eq!(mk_metric(&exported, series), Some(0.0), "{series}\n{exported}");
+    }
+    // The next request reviews anew.
+    hold.release();
+    assert_eq!(call(&auth, mk_req("/held", &[], None)).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(access.calls(), 2);
+}
+
+#[tokio::test]
+async fn unique_denied_keys_and_random_tokens_leave_the_allowed_ones_cached() {
+    let (auth, tokens, access) = mk_plain_auth(&[
+        "--authorization-webhook-qps=1000000",
+        "--authorization-webhook-burst=1000000",
+        "--authentication-token-webhook-qps=1000000",
+        "--authentication-token-webhook-burst=1000000",
+        "--authorization-webhook-cache-authorized-ttl=10m",
+        "--authorization-webhook-cache-unauthorized-ttl=10m",
+        "--authentication-token-webhook-cache-ttl=10m",
+    ]);
+    // Allowed decisions and authenticated tokens of the identities served.
+    let known = |i: usize| {
+        let token = format!("Bearer user{}-token", i % 50);
+        let path = format!("{PMS_SHOP}/pod-{i}");
+        (token, path)
+    };
+    let alice = [("Authorization", "Bearer alice-token")];
+    for i in 0..100 {
+        assert_eq!(call(&auth, mk_req(&format!("{PMS_SHOP}/pod-{i}"), &alice, None)).await.0, StatusCode::OK);
+        let (token, path) = known(i);
+        assert_eq!(
+            call(&auth, mk_req(&path, &[("Authorization", &token)], None)).await.0,
+            StatusCode::FORBIDDEN
+        );
+    }
+    let (reviews, token_reviews) = (access.calls(), tokens.calls.load(Ordering::SeqCst));
+    assert_eq!((reviews, token_reviews), (200, 51));
+    // A flood: 20,000 unique denied keys (anonymous, unique paths) and 20,000 random tokens.
+    for i in 0..20_000 {
+        assert_eq!(call(&auth, mk_req(&format!("/unique/{i}"), &[], None)).await.0, StatusCode::FORBIDDEN);
+        let token = format!("Bearer random-{i}");
+        assert_eq!(
+            call(&auth, mk_req(PMS_SHOP, &[("Authorization", &token)], None)).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    auth.authorizer.run_pending_tasks().await;
+    auth.tokens.run_pending_tasks().await;
+    assert_eq!(
+        (access.calls(), tokens.calls.load(Ordering::SeqCst)),
+        (reviews + 20_000, token_reviews + 20_000)
+    );
+    // Every allowed decision and authenticated token is still cached: no new review.
+    for i in 0..100 {
+        assert_eq!(call(&auth, mk_req(&format!("{PMS_SHOP}/pod-{i}"), &alice, None)).await.0, StatusCode::OK);
+    }
+    assert_eq!(access.calls(), reviews + 20_000, "allowed decisions were evicted");
+    for i in 0..50 {
+        let (token, _) = known(i);
+        call(&auth, mk_req("/healthz", &[("Authorization", &token)], None)).await;
+    }
+    assert_eq!(
+        tokens.calls.load(Ordering::SeqCst),
+        token_reviews + 20_000,
+        "authenticated tokens were evicted"
+    );
+}
+
+#[tokio::test]
+async fn kube_apiserver_429_asks_to_slow_down_and_is_no_outage() {
+    let access =
+        Arc::new(FakeAccess { slow_downs: AtomicUsize::new(1), ..FakeAccess::with_rule(standard_rule) });
+    // A 2.5 s budget: attempts 1 s apart (kube-apiserver's Retry-After) fit three times.
+    let retry = super::limit::RetryPolicy { budget: Duration::from_millis(2500), ..Default::default() };
+    let auth = Auth::with_retries(
+        &mk_args(&[
+            "--authorization-webhook-cache-authorized-ttl=0",
+            "--authorization-webhook-cache-unauthorized-ttl=0",
+        ]),
+        Trust::fixed(TrustMaterial::default()),
+        Arc::new(FakeTokens::default()),
+        access.clone(),
+        retry,
+    )
+    .unwrap();
+    let alice = [("Authorization", "Bearer alice-token")];
+    // Once: the review is made again after the Retry-After, and the request is served.
+    let started = std::time::Instant::now();
+    assert_eq!(call(&auth, mk_req(PMS_SHOP, &alice, None)).await.0, StatusCode::OK);
+    assert_at(started.elapsed(), Duration::from_secs(1), "the answer");
+    assert_eq!(access.calls(), 2);
+    let times = access.called_at.lock().unwrap().clone();
+    assert_at(times[1] - times[0], Duration::from_secs(1), "the second attempt");
+
+    // To the end of the review's budget: 429 with kube-apiserver's Retry-After, not 503, and
+    // no stale-if-error: alice's decision of a moment ago is not served.
+    access.slow_downs.store(usize::MAX, Ordering::SeqCst);
+    let calls = access.calls();
+    let started = std::time::Instant::now();
+    let (status, headers, body) = call(&auth, mk_req(PMS_SHOP, &alice, None)).await;
+    assert_eq!(
+        (status, headers["retry-after"].to_str().unwrap()),
+        (StatusCode::TOO_MANY_REQUESTS, "1"),
+        "{body}"
+    );
+    assert_eq!(body["details"]["retryAfterSeconds"], 1);
+    // Attempts at 0, 1 and 2 s; a fourth would come after the budget.
+    assert_eq!(access.calls() - calls, 3);
+    assert_at(started.elapsed(), Duration::from_secs(2), "the 429");
+    let exported = mk_exported(&auth);
+    for (series, value) in [
+        ("example_authorization_webhook_unreachable", 0.0),
+        ("example_authorization_subject_access_reviews_total{outcome=\"throttled\"}", 4.0),
+        ("example_authorization_subject_access_reviews_total{outcome=\"success\"}", 1.0),
+        ("example_authorization_subject_access_reviews_refused_total{reason=\"apiserver\"}", 1.0),
+    ] {
+        assert_eq!(mk_metric(&exported, series), Some(value), "{series}\n{exported}");
+    }
+    assert!(!exported.contains("example_authorization_stale_decisions_total{"), "{exported}");
+    // Nor for the next identity: a 429, never the 503 of an unreachable authorizer.
+    let (status, _, _) = call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer bob-token")], None)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    // A TokenReview answered 429 to the end: 429, not 401 (nothing says the token is bad).
+    let tokens = Arc::new(FakeTokens::default());
+    let auth = Auth::with_retries(
+        &mk_args(&[]),
+        Trust::fixed(TrustMaterial::default()),
+        tokens.clone(),
+        FakeAccess::standard(),
+        retry,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let (status, headers, _) = call(&auth, mk_req(PMS_SHOP, &[("Authorization", "Bearer slow")], None)).await;
+    assert_eq!((status, headers["retry-after"].to_str().unwrap()), (StatusCode::TOO_MANY_REQUESTS, "1"));
+    assert_eq!(tokens.calls.load(Ordering::SeqCst), 3);
+    assert_at(started.elapsed(), Duration::from_secs(2), "the 429");
+    let exported = mk_exported(&auth);
+    assert_eq!(
+        mk_metric(&exported, "example_authentication_token_reviews_refused_total{reason=\"apiserver\"}"),
+        Some(1.0),
+        "{exported}"
+    );
+}
+
+#[test]
+fn the_rate_flags_refuse_what_is_not_a_rate() {
+    let args = mk_args(&[]);
+    assert_eq!(
+        (
+            args.authorization_webhook_qps,
+            args.authorization_webhook_burst,
+            args.authorization_webhook_max_inflight
+        ),
+        (200.0, 400, 400)
+    );
+    assert_eq!(
+        (
+            args.authentication_token_webhook_qps,
+            args.authentication_token_webhook_burst,
+            args.authentication_token_webhook_max_inflight
+        ),
+        (200.0, 400, 400)
+    );
+    assert_eq!(args.authorization_webhook_stale_if_error, Duration::from_secs(300));
+    let args = mk_args(&["--authorization-webhook-qps=0.5", "--authorization-webhook-stale-if-error=0"]);
+    assert_eq!(
+        (args.authorization_webhook_qps, args.authorization_webhook_stale_if_error),
+        (0.5, Duration::ZERO)
+    );
+    let error =
+        |flag: &str| crate::options::TestFlags::try_parse_from(["apiserver", flag]).unwrap_err().to_string();
+    for (flag, message) in [
+        ("--authorization-webhook-qps=0", "must be a finite number greater than 0 (got 0)"),
+        ("--authentication-token-webhook-qps=-3", "must be a finite number greater than 0 (got -3)"),
+        ("--authorization-webhook-qps=fast", "\"fast\" is not a number of reviews per second"),
+        ("--authorization-webhook-qps=inf", "must be a finite number greater than 0 (got inf)"),
+        ("--authorization-webhook-burst=0", "0 is not in 1..=4294967295"),
+        ("--authentication-token-webhook-max-inflight=0", "0 is not in 1..=4294967295"),
+        ("--authorization-webhook-stale-if-error=5", "invalid duration \"5\""),
+    ] {
+        let text = error(flag);
+        assert!(text.contains(message), "{flag}: {text}");
+        let name = flag.split('=').next().unwrap();
+        assert!(text.contains(name), "{flag}: {text}");
+    }
 }
 
 #[tokio::test]
@@ -1068,8 +1706,33 @@ async fn mk_fake_api(state: Arc<FakeApi>) -> kube::Config {
     kube::Config::new(format!("http://{addr}").parse().unwrap())
 }
 
+/// Captures this thread's log lines (the current-thread runtime of a `#[tokio::test]` runs
+/// every task on it) until the guard is dropped.
+fn mk_log_capture() -> (Arc<Mutex<String>>, tracing::subscriber::DefaultGuard) {
+    #[derive(Clone)]
+    struct Sink(Arc<Mutex<String>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().push_str(&String::from_utf8_lossy(buf));
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(Mutex::new(String::new()));
+    let sink = Sink(logs.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
 #[tokio::test]
 async fn configmap_is_read_at_start_and_watched() {
+    let (logs, _capture) = mk_log_capture();
     let w = mk_world();
     let (tx, _) = tokio::sync::broadcast::channel(16);
     let state = Arc::new(FakeApi {
@@ -1124,16 +1787,51 @@ async fn configmap_is_read_at_start_and_watched() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(*auth.trust().current(), *current);
 
-    // Deletion withdraws the trust.
-    tx.send(json!({"type": "DELETED", "object": mk_cm(&bad, "4")})).unwrap();
+    // Deletion keeps the last good trust (the requests of the current front proxy still pass),
+    // says so once (a gauge, one warning), and a re-created ConfigMap applies again.
+    let exported = mk_exported(&auth);
+    assert_eq!(
+        mk_metric(&exported, "example_authentication_trust_configmap_missing"),
+        Some(0.0),
+        "{exported}"
+    );
+    for rv in ["4", "5"] {
+        tx.send(json!({"type": "DELETED", "object": mk_cm(&bad, rv)})).unwrap();
+    }
     tokio::time::timeout(Duration::from_secs(10), async {
-        while auth.trust().current().client_ca.is_some() {
+        while !auth.trust().is_configmap_missing() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
     .unwrap();
-    assert!(auth.trust().current().request_header.is_none());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*auth.trust().current(), *current);
+    let proxy = mk_leaf(&next_ca, "front-proxy-client", &[], ClientAuth, false);
+    let (status, _, body) =
+        call(&auth, mk_req("/healthz", &[("X-Remote-User", "alice")], Some(vec![proxy.der.clone()]))).await;
+    assert_eq!((status, body["user"].as_str()), (StatusCode::OK, Some("alice")));
+    assert_eq!(mk_metric(&mk_exported(&auth), "example_authentication_trust_configmap_missing"), Some(1.0));
+    let warnings =
+        logs.lock().unwrap().lines().filter(|l| l.contains("WARN") && l.contains("deleted")).count();
+    assert_eq!(warnings, 1, "{}", logs.lock().unwrap());
+    let last = mk_ca("front-proxy-ca-3");
+    tx.send(json!({"type": "ADDED", "object": mk_cm(&mk_cm_data(&w, &last), "6")})).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while auth.trust().is_configmap_missing() || *auth.trust().current() == *current {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let (status, _, _) =
+        call(&auth, mk_req("/healthz", &[("X-Remote-User", "alice")], Some(vec![proxy.der]))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the re-created ConfigMap's CA replaced the old one");
+    let proxy = mk_leaf(&last, "front-proxy-client", &[], ClientAuth, false);
+    let (status, _, _) =
+        call(&auth, mk_req("/healthz", &[("X-Remote-User", "alice")], Some(vec![proxy.der]))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(mk_metric(&mk_exported(&auth), "example_authentication_trust_configmap_missing"), Some(0.0));
 }
 
 #[tokio::test]
@@ -1280,6 +1978,7 @@ async fn lookup_failure_stops_the_start_unless_tolerated() {
     let config = mk_fake_api(state).await;
     let auth = Auth::start(&mk_args(&[]), &config).await.unwrap();
     assert_eq!(*auth.trust().current(), TrustMaterial::default());
+    assert_eq!(mk_metric(&mk_exported(&auth), "example_authentication_trust_configmap_missing"), Some(1.0));
 }
 
 #[tokio::test]

@@ -5,7 +5,10 @@
 //! with the other `--requestheader-*` flags), otherwise from the ConfigMap unless
 //! `--authentication-skip-lookup`. The ConfigMap is read once at start (a failure stops the
 //! start unless `--authentication-tolerate-lookup-failure`) and then watched, so a rotated CA
-//! or a changed header list applies to the next request. The CA files of the flags are
+//! or a changed header list applies to the next request. A deleted ConfigMap does not withdraw
+//! the trust: as k8s.io/apiserver's dynamic CA controllers do, the last good material stays in
+//! force until the ConfigMap is back (then it applies again); one warning says it is missing
+//! and a gauge stays at 1 meanwhile ([`Trust::missing_gauge`]). The CA files of the flags are
 //! watched too ([`crate::tls::WatchedCaFile`], polled every `--tls-reload-interval` by
 //! [`Trust::spawn_file_poller`]): a rotated file applies to the next request, a file that
 //! becomes unusable is logged and its last good bundle stays. The material is prebuilt (CA
@@ -13,6 +16,7 @@
 //! snapshot.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -21,6 +25,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use prometheus_client::metrics::gauge::Gauge;
 
 use super::AuthError;
 use super::x509::{CaBundle, CaBundleError};
@@ -90,6 +95,10 @@ pub struct Trust {
     files: FlagFiles,
     client_ca_from_configmap: bool,
     request_header_from_configmap: bool,
+    /// Whether the ConfigMap is known to be missing (deleted, or not found).
+    missing: AtomicBool,
+    /// 1 while it is: `<namespace>_authentication_trust_configmap_missing`.
+    missing_gauge: Gauge,
     watch: Mutex<Option<tokio::task::AbortHandle>>,
     poll: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -129,9 +138,23 @@ impl Trust {
             files: FlagFiles::default(),
             client_ca_from_configmap: false,
             request_header_from_configmap: false,
+            missing: AtomicBool::new(false),
+            missing_gauge: Gauge::default(),
             watch: Mutex::new(None),
             poll: Mutex::new(None),
         })
+    }
+
+    /// The gauge that reads 1 while the ConfigMap is read from the cluster and missing (its
+    /// clones share the value).
+    pub(crate) fn missing_gauge(&self) -> Gauge {
+        self.missing_gauge.clone()
+    }
+
+    /// Whether the ConfigMap is read from the cluster and missing now (tests).
+    #[cfg(test)]
+    pub(crate) fn is_configmap_missing(&self) -> bool {
+        self.missing.load(Ordering::SeqCst)
     }
 
     /// The material to use for the request at hand.
@@ -173,6 +196,8 @@ impl Trust {
             request_header_from_configmap: lookup && args.requestheader_client_ca_file.is_none(),
             flags: RwLock::new(flags),
             files,
+            missing: AtomicBool::new(false),
+            missing_gauge: Gauge::default(),
             watch: Mutex::new(None),
             poll: Mutex::new(None),
         });
@@ -183,12 +208,9 @@ impl Trust {
 
         let api: Api<ConfigMap> = Api::namespaced(client, CONFIGMAP_NAMESPACE);
         let initial = match api.get_opt(CONFIGMAP_NAME).await {
-            Ok(Some(cm)) => trust.apply(Some(&cm)).map_err(AuthError::InvalidConfigMap),
+            Ok(Some(cm)) => trust.apply(&cm).map_err(AuthError::InvalidConfigMap),
             Ok(None) => {
-                tracing::warn!(
-                    "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} not found: client certificates and the \
-                     front proxy are not trusted until it appears"
-                );
+                trust.configmap_missing("not found at start");
                 Ok(())
             }
             Err(error) => Err(AuthError::UnreadableConfigMap(error)),
@@ -211,10 +233,40 @@ impl Trust {
         Ok(trust)
     }
 
-    /// Folds the ConfigMap (or its absence) into the current material. On a parse error the
-    /// current material stays.
-    pub(crate) fn apply(&self, cm: Option<&ConfigMap>) -> Result<(), ConfigMapError> {
-        let from_cm = match cm.and_then(|cm| cm.data.as_ref()) {
+    /// Records that the ConfigMap is missing (`why`: not found, deleted): the material in
+    /// force stays (the last good one, or none if it never was read), and the first time one
+    /// warning says so.
+    pub(crate) fn configmap_missing(&self, why: &str) {
+        self.missing_gauge.set(1);
+        if self.missing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let material = self.current();
+        let kept = material.client_ca.is_some() || material.request_header.is_some();
+        if kept {
+            tracing::warn!(
+                "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} {why}: keeping the last trust read from it \
+                 (client CA and front proxy) until it is back"
+            );
+        } else {
+            tracing::warn!(
+                "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} {why}: client certificates and the front \
+                 proxy are not trusted until it appears"
+            );
+        }
+    }
+
+    /// Folds the ConfigMap into the current material. On a parse error the current material
+    /// stays.
+    pub(crate) fn apply(&self, cm: &ConfigMap) -> Result<(), ConfigMapError> {
+        // There again, valid or not (an invalid one is logged by the caller).
+        if self.missing.swap(false, Ordering::SeqCst) {
+            tracing::info!(
+                "ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} is there again: its trust applies"
+            );
+        }
+        self.missing_gauge.set(0);
+        let from_cm = match cm.data.as_ref() {
             Some(data) => material_from_configmap(data)?,
             None => TrustMaterial::default(),
         };
@@ -341,15 +393,15 @@ impl Trust {
                     }
                     Ok(Event::InitApply(cm) | Event::Apply(cm)) if is_ours(&cm) => {
                         listed = true;
-                        trust.apply(Some(&cm))
+                        trust.apply(&cm)
                     }
                     Ok(Event::InitDone) if !listed => {
-                        tracing::warn!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} not found");
-                        trust.apply(None)
+                        trust.configmap_missing("not found");
+                        Ok(())
                     }
                     Ok(Event::Delete(cm)) if is_ours(&cm) => {
-                        tracing::warn!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} deleted");
-                        trust.apply(None)
+                        trust.configmap_missing("deleted");
+                        Ok(())
                     }
                     Ok(_) => Ok(()),
                     Err(error) => {

@@ -14,7 +14,10 @@
 //! [`CHUNK`]-sized frames, and the server bounds each stream's send buffer), so at most a few
 //! hundred kilobytes are ever queued ahead of a small response. The connection's throughput
 //! is unchanged (it was the bottleneck already); discovery, health and single objects never
-//! take a slot. HTTP/1.1 connections serve one request at a time and never wait.
+//! take a slot. HTTP/1.1 connections serve one request at a time and never wait. A request
+//! that has to wait for a slot gives its in-flight seat back first ([`ConnectionSlots::with_seat`]):
+//! its work is done, and a client whose streams never drain (a zero flow-control window)
+//! must not hold the server's seats while its own connection is stuck.
 //!
 //! Each stream's future is first polled on the connection's own task ([`StreamExecutor`]):
 //! a request answered at once (a cached object, discovery, health) needs no task of its own,
@@ -24,6 +27,13 @@
 //! its first rendering, a selection or a Table not cached, a custom or external metrics
 //! query: it yields once first, `api::before_computing`), goes on as a task of its own, so
 //! no request holds up the connection's other streams while it computes.
+//!
+//! A stream lives at most [`StreamExecutor::bounded`]'s lifetime (the server's request timeout
+//! plus its write timeout) from the moment hyper hands it over: a stream whose response
+//! cannot be written (the peer never opens its flow-control window) is then dropped, which
+//! resets it (`RST_STREAM CANCEL`) and frees its body, its slot and its task. This is the
+//! point where every stream passes, so one timer per stream still waiting bounds them all;
+//! a stream answered on its first poll never arms it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -31,10 +41,14 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::guard::Seat;
 
 /// List bodies written at once on one connection.
 pub const BODY_SLOTS_PER_CONNECTION: usize = 4;
@@ -45,28 +59,45 @@ pub const CHUNK: usize = 16 * 1024;
 /// is handed over as the connection drains, not all at once.
 pub const STREAM_SEND_BUFFER: usize = 4 * CHUNK;
 
-/// The body slots of one connection, put into every request's extensions by the server.
+/// The body slots of one connection, put into every request's extensions by the server; the
+/// copy a request holds may carry its in-flight seat ([`ConnectionSlots::with_seat`]).
 #[derive(Debug, Clone)]
-pub struct ConnectionSlots(Arc<Semaphore>);
+pub struct ConnectionSlots {
+    slots: Arc<Semaphore>,
+    seat: Seat,
+}
 
 impl Default for ConnectionSlots {
     fn default() -> Self {
-        Self(Arc::new(Semaphore::new(BODY_SLOTS_PER_CONNECTION)))
+        Self { slots: Arc::new(Semaphore::new(BODY_SLOTS_PER_CONNECTION)), seat: Seat::default() }
     }
 }
 
 impl ConnectionSlots {
-    /// Waits for a slot and returns `bytes` as a body that holds it until written.
+    /// The same slots, for a request holding `seat`: given back if the request has to wait
+    /// for a slot.
+    pub fn with_seat(&self, seat: Seat) -> Self {
+        Self { slots: Arc::clone(&self.slots), seat }
+    }
+
+    /// Waits for a slot (giving the request's seat back first if none is free) and returns
+    /// `bytes` as a body that holds it until written.
     pub async fn body(&self, bytes: Bytes) -> SlottedBody {
-        // The semaphore is never closed, so acquiring only fails if it were.
-        let permit = Arc::clone(&self.0).acquire_owned().await.ok();
+        let permit = match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                self.seat.release();
+                // The semaphore is never closed, so acquiring only fails if it were.
+                Arc::clone(&self.slots).acquire_owned().await.ok()
+            }
+        };
         SlottedBody { bytes, permit }
     }
 
     /// Slots free right now.
     #[cfg(test)]
     fn available(&self) -> usize {
-        self.0.available_permits()
+        self.slots.available_permits()
     }
 }
 
@@ -74,26 +105,62 @@ impl ConnectionSlots {
 /// where hyper hands it over (on the connection's task, as it reads the request) and spawns it
 /// as a task of its own only if it is not done by then. A future polled first with a waker
 /// that does nothing and then spawned is polled again at once by its task, which registers
-/// the task's waker wherever the first poll waited.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StreamExecutor;
+/// the task's waker wherever the first poll waited. The default bounds no stream's lifetime;
+/// a server uses [`StreamExecutor::bounded`].
+#[derive(Debug, Clone, Default)]
+pub struct StreamExecutor {
+    /// The lifetime bound, and the counter of the streams it ended.
+    bound: Option<(Duration, Counter)>,
+}
+
+impl StreamExecutor {
+    /// Streams live at most `lifetime` from the moment hyper hands them over; each one still
+    /// running then is dropped (reset) and counted in `timeouts`.
+    pub fn bounded(lifetime: Duration, timeouts: Counter) -> Self {
+        Self { bound: Some((lifetime, timeouts)) }
+    }
+}
 
 impl<F> hyper::rt::Executor<F> for StreamExecutor
 where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, future: F) {
-        let mut future = Box::pin(future);
-        let mut cx = Context::from_waker(Waker::noop());
-        // A panic ends this stream (its future is dropped, which resets it), as it would end
-        // a spawned task, not the connection's task.
-        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
-            Ok(Poll::Ready(())) => {}
-            Ok(Poll::Pending) => {
-                tokio::spawn(future);
+        match &self.bound {
+            Some((lifetime, timeouts)) => {
+                let (lifetime, timeouts) = (*lifetime, timeouts.clone());
+                // The deadline is taken on the first poll, now; the timer is only registered
+                // if the stream is not done on that poll.
+                first_poll_then_spawn(async move {
+                    if tokio::time::timeout(lifetime, future).await.is_err() {
+                        timeouts.inc();
+                        tracing::debug!(
+                            ?lifetime,
+                            "an HTTP/2 stream outlived the request and write timeouts; the stream is reset"
+                        );
+                    }
+                });
             }
-            Err(_) => tracing::error!("an HTTP/2 stream panicked on its first poll; the stream is reset"),
+            None => first_poll_then_spawn(future),
         }
+    }
+}
+
+/// Polls `future` once here, and spawns it only if it is not done.
+fn first_poll_then_spawn<F>(future: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut future = Box::pin(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    // A panic ends this stream (its future is dropped, which resets it), as it would end
+    // a spawned task, not the connection's task.
+    match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+        Ok(Poll::Ready(())) => {}
+        Ok(Poll::Pending) => {
+            tokio::spawn(future);
+        }
+        Err(_) => tracing::error!("an HTTP/2 stream panicked on its first poll; the stream is reset"),
     }
 }
 
@@ -185,7 +252,7 @@ mod tests {
         use hyper::rt::Executor;
         use std::sync::atomic::{AtomicBool, Ordering};
         let done = Arc::new(AtomicBool::new(false));
-        StreamExecutor.execute({
+        StreamExecutor::default().execute({
             let done = Arc::clone(&done);
             async move { done.store(true, Ordering::SeqCst) }
         });
@@ -195,7 +262,7 @@ mod tests {
         // does nothing) finishes as a task once woken.
         let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        StreamExecutor.execute(async move {
+        StreamExecutor::default().execute(async move {
             let _ = done_tx.send(rx.await.unwrap() + 1);
         });
         tx.send(41).unwrap();
@@ -204,14 +271,87 @@ mod tests {
 
         // A request about to compute yields on its first poll, and goes on as a task.
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        StreamExecutor.execute(async move {
+        StreamExecutor::default().execute(async move {
             tokio::task::yield_now().await;
             let _ = done_tx.send(());
         });
         tokio::time::timeout(std::time::Duration::from_secs(5), done_rx).await.unwrap().unwrap();
 
         // A panic on the first poll ends that stream only.
-        StreamExecutor.execute(async { panic!("a bug in one request") });
+        StreamExecutor::default().execute(async { panic!("a bug in one request") });
+    }
+
+    /// A stream still pending at the end of its lifetime is dropped (which resets it in
+    /// hyper) and counted; one that ends in time is not, nor is anything unbounded.
+    #[tokio::test]
+    async fn a_bounded_stream_is_dropped_at_the_end_of_its_lifetime() {
+        use hyper::rt::Executor;
+        /// Sends on drop: the stream's future was dropped.
+        struct Dropped(Option<tokio::sync::oneshot::Sender<std::time::Instant>>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                let _ = self.0.take().map(|tx| tx.send(std::time::Instant::now()));
+            }
+        }
+        let lifetime = Duration::from_millis(400);
+        let timeouts = Counter::default();
+        let executor = StreamExecutor::bounded(lifetime, timeouts.clone());
+        let start = std::time::Instant::now();
+        let (dropped_tx, dropped) = tokio::sync::oneshot::channel();
+        executor.execute(async move {
+            let _guard = Dropped(Some(dropped_tx));
+            std::future::pending::<()>().await;
+        });
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        executor.execute(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = done_tx.send(());
+        });
+        let (unbounded_tx, mut unbounded) = tokio::sync::oneshot::channel();
+        StreamExecutor::default().execute(async move {
+            let _guard = Dropped(Some(unbounded_tx));
+            std::future::pending::<()>().await;
+        });
+        done.await.unwrap();
+        let at = tokio::time::timeout(Duration::from_secs(5), dropped).await.unwrap().unwrap();
+        let lived = at - start;
+        assert!(lived >= lifetime && lived < lifetime * 3, "dropped after {lived:?}");
+        assert_eq!(timeouts.get(), 1, "only the stream still pending is counted");
+        assert!(unbounded.try_recv().is_err(), "the default bounds nothing");
+    }
+
+    /// A request that finds its connection's slots taken gives its seat back before it
+    /// waits; one that gets a slot at once keeps it.
+    #[tokio::test]
+    async fn a_request_waiting_for_a_slot_gives_its_seat_back() {
+        use crate::serve::guard::{Guard, admit};
+        let guard = Guard::new(8, Duration::from_secs(60));
+        let uri: http::Uri = "/apis/g/v/widgets".parse().unwrap();
+        let admission =
+            || admit(&guard, &http::Method::GET, &uri, &k8s_wire::QueryParams::default()).unwrap();
+        let slots = ConnectionSlots::default();
+        let mut held = Vec::new();
+        for _ in 0..BODY_SLOTS_PER_CONNECTION {
+            let first = admission();
+            held.push(slots.with_seat(first.seat()).body(Bytes::from_static(b"list")).await);
+            assert!(first.seat().is_held(), "a slot was free: the seat is kept");
+        }
+        let waiting = admission();
+        let seat = waiting.seat();
+        let body = tokio::spawn({
+            let slots = slots.with_seat(waiting.seat());
+            async move { slots.body(Bytes::from_static(b"next")).await }
+        });
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while seat.is_held() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the seat is given back while the request waits");
+        assert!(!body.is_finished());
+        drop(held.pop());
+        assert_eq!(body.await.unwrap().collect().await.unwrap().to_bytes(), "next");
     }
 
     #[tokio::test]

@@ -3,33 +3,41 @@
 //!
 //! 1. size limits checked before anything else (before authentication calls a webhook): a
 //!    request URI over [`MAX_URI_BYTES`] is a 414, a `labelSelector` or `fieldSelector` over
-//!    [`MAX_SELECTOR_BYTES`] a 400 (headers are bounded by hyper, see [`crate::server`]);
+//!    [`MAX_SELECTOR_BYTES`] a 400 (headers are bounded by hyper, see [`super::listener`]);
 //! 2. the request deadline (`WithRequestDeadline` + `WithTimeoutForNonLongRunningRequests`):
 //!    `--request-timeout`, shortened by a valid `?timeout=`; a request still running then is
 //!    dropped and answered `504 Timeout`;
 //! 3. the in-flight limit (`WithMaxInFlightLimit`): at most `--max-requests-inflight`
 //!    requests are served at once; beyond it a request is answered at once with
-//!    `429 TooManyRequests` and `Retry-After: 1`, never queued. Health, discovery, OpenAPI,
-//!    `/version` and `/metrics` are exempt ([`is_exempt`]): they are precomputed, never touch
-//!    an upstream, and must keep answering (kube-aggregator's availability check, probes,
-//!    scrapes) while the server is saturated.
+//!    `429 TooManyRequests` and `Retry-After: 1`, never queued. The exact paths of health,
+//!    discovery and OpenAPI of the groups served, `/version` and `/metrics` are exempt
+//!    ([`is_exempt`], [`ExemptPaths`]): they are precomputed, never touch an upstream, and must
+//!    keep answering (kube-aggregator's availability check, probes, scrapes) while the server
+//!    is saturated. Only exact paths, and only of what is served: every other path (an unknown
+//!    group, `/openapi/v3/apis/<anything>`, `//apis`, a trailing slash) counts, so that a
+//!    client cannot make unbounded unique requests (each one a review to authorize) outside
+//!    the limit. A request whose answer is ready but waits for its connection's body slot
+//!    gives its seat back ([`Seat`], `super::fairness::ConnectionSlots`): what it holds then
+//!    is its answer, not work, and a client that never reads must not hold the seats of
+//!    others.
 //!
 //! Panics are caught one level further out, in the router's `observe` layer ([`recover`]).
 
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use http::{Method, Uri};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use k8s_wire::QueryParams;
 use k8s_wire::{ApiError, go_quote};
-use k8s_wire::{QueryParams, split_path};
 
 /// Longest request URI (path and query) accepted: 8 KiB, the usual front-proxy limit. Longer
 /// ones are answered 414 before authentication. (hyper itself refuses URIs over 64 KiB on
-/// HTTP/1.1, and header blocks over the limit set in [`crate::server`].)
+/// HTTP/1.1, and header blocks over the limit set in [`super::listener`].)
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 /// Longest `labelSelector` / `fieldSelector` accepted (after percent-decoding): 4 KiB.
 pub const MAX_SELECTOR_BYTES: usize = 4 * 1024;
@@ -40,12 +48,64 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// `Retry-After` of a 429 from the in-flight limit (kube-apiserver sends 1).
 pub const TOO_MANY_REQUESTS_RETRY_AFTER_SECONDS: u32 = 1;
 
+/// The health endpoints (their sub-checks are the server's: [`ExemptPaths::new`]).
+const HEALTH: [&str; 3] = ["/healthz", "/livez", "/readyz"];
+/// The other documents every server serves whatever its groups.
+const GENERIC_DOCUMENTS: [&str; 6] = ["/api", "/apis", "/openapi/v2", "/openapi/v3", "/version", "/metrics"];
+
+/// The exact paths exempt from the in-flight limit: health (and the sub-checks named), the
+/// generic documents, and the discovery and OpenAPI documents of each group-version served.
+/// Compared with the raw path, byte for byte: `/apis/g/` or `//apis` count against the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExemptPaths(HashSet<Box<str>>);
+
+impl Default for ExemptPaths {
+    /// Health and the generic documents, no group.
+    fn default() -> Self {
+        Self(HEALTH.iter().chain(&GENERIC_DOCUMENTS).map(|p| Box::from(*p)).collect())
+    }
+}
+
+impl ExemptPaths {
+    /// [`ExemptPaths::default`], plus `/apis/<g>`, `/apis/<g>/<v>` and
+    /// `/openapi/v3/apis/<g>/<v>` for each served `(g, v)` of `group_versions`, and
+    /// `/<endpoint>/<check>` for each sub-check served, `(endpoint, check)` of `checks`
+    /// (`("readyz", "ping")`).
+    pub fn new<G, V, C>(
+        group_versions: impl IntoIterator<Item = (G, V)>,
+        checks: impl IntoIterator<Item = (&'static str, C)>,
+    ) -> Self
+    where
+        G: AsRef<str>,
+        V: AsRef<str>,
+        C: AsRef<str>,
+    {
+        let mut paths = Self::default().0;
+        for (group, version) in group_versions {
+            let (group, version) = (group.as_ref(), version.as_ref());
+            paths.insert(format!("/apis/{group}").into());
+            paths.insert(format!("/apis/{group}/{version}").into());
+            paths.insert(format!("/openapi/v3/apis/{group}/{version}").into());
+        }
+        for (endpoint, check) in checks {
+            paths.insert(format!("/{endpoint}/{}", check.as_ref()).into());
+        }
+        Self(paths)
+    }
+
+    /// Whether `path` is one of them.
+    pub fn contains(&self, path: &str) -> bool {
+        self.0.contains(path)
+    }
+}
+
 /// The limits in force and the in-flight semaphore.
 #[derive(Debug)]
 pub struct Guard {
     in_flight: Option<Arc<Semaphore>>,
     max_in_flight: u32,
     request_timeout: Duration,
+    exempt: ExemptPaths,
 }
 
 impl Default for Guard {
@@ -63,7 +123,24 @@ impl Guard {
             in_flight: (max_in_flight > 0).then(|| Arc::new(Semaphore::new(permits))),
             max_in_flight,
             request_timeout,
+            exempt: ExemptPaths::default(),
         }
+    }
+
+    /// The same limits, sharing the same seats, with `exempt` as the exempt paths (the server
+    /// knows which groups it serves once its router is built).
+    pub fn with_exempt(&self, exempt: ExemptPaths) -> Self {
+        Self {
+            in_flight: self.in_flight.clone(),
+            max_in_flight: self.max_in_flight,
+            request_timeout: self.request_timeout,
+            exempt,
+        }
+    }
+
+    /// The paths exempt from the in-flight limit.
+    pub fn exempt(&self) -> &ExemptPaths {
+        &self.exempt
     }
 
     /// `--max-requests-inflight` (0: unlimited).
@@ -77,31 +154,51 @@ impl Guard {
     }
 }
 
-/// Whether a request is exempt from the in-flight limit: `GET`/`HEAD` of health, discovery
-/// (`/api`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`), OpenAPI, `/version` and `/metrics`.
-pub fn is_exempt(method: &Method, path: &str) -> bool {
-    if method != Method::GET && method != Method::HEAD {
-        return false;
-    }
-    let segments = split_path(path);
-    let segs: Vec<&str> = segments.iter().map(AsRef::as_ref).collect();
-    matches!(
-        segs.as_slice(),
-        ["healthz" | "livez" | "readyz" | "version" | "metrics" | "api" | "apis"]
-            | ["healthz" | "livez" | "readyz", _]
-            | ["apis", _]
-            | ["apis", _, _]
-            | ["openapi", ..]
-    )
+/// Whether a request is exempt from the in-flight limit: a `GET` or `HEAD` of one of the
+/// `exempt` paths, exactly.
+pub fn is_exempt(exempt: &ExemptPaths, method: &Method, path: &str) -> bool {
+    (method == Method::GET || method == Method::HEAD) && exempt.contains(path)
 }
 
-/// A request let in: its in-flight permit (when it counts against the limit), released when
+/// A request's in-flight seat, shared between the request and its connection's body slots:
+/// given back when the request ends, or earlier by [`Seat::release`]. The default holds none.
+#[derive(Debug, Clone, Default)]
+pub struct Seat(Option<Arc<Mutex<Option<OwnedSemaphorePermit>>>>);
+
+impl Seat {
+    /// Gives the seat back now (idempotent): the request no longer counts against the limit.
+    pub fn release(&self) {
+        if let Some(permit) = &self.0 {
+            permit.lock().unwrap_or_else(PoisonError::into_inner).take();
+        }
+    }
+
+    /// Whether a seat is still held.
+    pub fn is_held(&self) -> bool {
+        self.0.as_ref().is_some_and(|permit| permit.lock().unwrap_or_else(PoisonError::into_inner).is_some())
+    }
+}
+
+/// A request let in: its in-flight seat (when it counts against the limit), given back when
 /// this is dropped, and its deadline.
 #[derive(Debug)]
 pub struct Admission {
-    _permit: Option<OwnedSemaphorePermit>,
+    seat: Seat,
     /// How long the request may take.
     pub timeout: Duration,
+}
+
+impl Admission {
+    /// The request's seat, for its connection's body slots (`ConnectionSlots::with_seat`).
+    pub fn seat(&self) -> Seat {
+        self.seat.clone()
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.seat.release();
+    }
 }
 
 /// The size checks, the deadline and the in-flight limit (module documentation): the
@@ -124,10 +221,10 @@ pub fn admit(guard: &Guard, method: &Method, uri: &Uri, query: &QueryParams) -> 
         }
     }
     let timeout = deadline(query.get("timeout"), guard.request_timeout)?;
-    let permit = match &guard.in_flight {
-        Some(semaphore) if !is_exempt(method, uri.path()) => {
+    let seat = match &guard.in_flight {
+        Some(semaphore) if !is_exempt(&guard.exempt, method, uri.path()) => {
             match Arc::clone(semaphore).try_acquire_owned() {
-                Ok(permit) => Some(permit),
+                Ok(permit) => Seat(Some(Arc::new(Mutex::new(Some(permit))))),
                 Err(_) => {
                     tracing::debug!(limit = guard.max_in_flight, "in-flight limit reached: 429");
                     return Err(ApiError::TooManyRequests {
@@ -136,9 +233,9 @@ pub fn admit(guard: &Guard, method: &Method, uri: &Uri, query: &QueryParams) -> 
                 }
             }
         }
-        _ => None,
+        _ => Seat::default(),
     };
-    Ok(Admission { _permit: permit, timeout })
+    Ok(Admission { seat, timeout })
 }
 
 /// `work`'s response, or the 504 Status when it takes longer than `timeout` (`path` is
@@ -206,28 +303,106 @@ fn truncate(s: &str, max: usize) -> &str {
 mod tests {
     use super::*;
 
+    /// The exempt set of a server serving `g.example/v1` and `g.example/v2`, with the sub-check
+    /// `ping` of `/readyz` and `/livez`.
+    fn mk_exempt() -> ExemptPaths {
+        ExemptPaths::new([("g.example", "v1"), ("g.example", "v2")], [("readyz", "ping"), ("livez", "ping")])
+    }
+
     #[test]
-    fn exempt_paths() {
+    fn only_the_exact_paths_of_what_is_served_are_exempt() {
+        let exempt = mk_exempt();
         for path in [
             "/healthz",
             "/livez",
             "/readyz",
             "/readyz/ping",
+            "/livez/ping",
             "/version",
             "/metrics",
             "/api",
             "/apis",
-            "/apis/stats.une-tasse-de.cafe",
-            "/apis/stats.une-tasse-de.cafe/v1alpha1/",
+            "/apis/g.example",
+            "/apis/g.example/v1",
+            "/apis/g.example/v2",
             "/openapi/v2",
-            "/openapi/v3/apis/stats.une-tasse-de.cafe/v1alpha1",
+            "/openapi/v3",
+            "/openapi/v3/apis/g.example/v1",
         ] {
-            assert!(is_exempt(&Method::GET, path), "{path}");
+            assert!(is_exempt(&exempt, &Method::GET, path), "{path}");
+            assert!(is_exempt(&exempt, &Method::HEAD, path), "{path}");
         }
-        for path in ["/apis/g/v/widgets", "/apis/g/v/namespaces/a/widgets", "/nope", "/api/v1/pods"] {
-            assert!(!is_exempt(&Method::GET, path), "{path}");
+        for path in [
+            // Not served: a group, a version, an OpenAPI document, a sub-check.
+            "/apis/other.example",
+            "/apis/other.example/v1",
+            "/apis/g.example/v3",
+            "/openapi/v3/apis/other.example/v1",
+            "/openapi/v3/apis/g.example/v3",
+            "/openapi/v3/apis/g.example",
+            "/openapi/v4",
+            "/readyz/informer-sync",
+            "/healthz/ping",
+            // Spellings of a served path: each would be a path of its own to authorize.
+            "/apis/g.example/v1/",
+            "//apis/g.example/v1",
+            "/apis//g.example",
+            "/apis/g%2Eexample",
+            "/healthz/",
+            // Resources.
+            "/apis/g.example/v1/widgets",
+            "/apis/g.example/v1/namespaces/a/widgets",
+            "/api/v1/pods",
+            "/nope",
+        ] {
+            assert!(!is_exempt(&exempt, &Method::GET, path), "{path}");
         }
-        assert!(!is_exempt(&Method::POST, "/healthz"));
+        assert!(!is_exempt(&exempt, &Method::POST, "/healthz"));
+        // Without groups: health and the generic documents only.
+        let generic = ExemptPaths::default();
+        assert!(is_exempt(&generic, &Method::GET, "/openapi/v2"));
+        assert!(!is_exempt(&generic, &Method::GET, "/apis/g.example"));
+    }
+
+    /// A unique path (as a flood of them would send) takes a seat, so the limit refuses it;
+    /// the exact served paths still answer.
+    #[test]
+    fn unique_paths_count_against_the_limit() {
+        let guard = Guard::new(1, DEFAULT_REQUEST_TIMEOUT).with_exempt(mk_exempt());
+        let get = |path: &str| {
+            let uri: Uri = path.parse().unwrap();
+            admit(&guard, &Method::GET, &uri, &QueryParams::parse(uri.query()))
+        };
+        let held = get("/apis/g.example/v1/widgets").unwrap();
+        assert!(held.seat().is_held());
+        for unique in ["/apis/x7f3a9c", "/apis/x7f3a9c/v1", "/openapi/v3/apis/x7f3a9c/v1", "/openapi/x7f3a9c"]
+        {
+            assert!(matches!(get(unique), Err(ApiError::TooManyRequests { retry_after: 1 })), "{unique}");
+        }
+        for served in ["/apis/g.example", "/apis/g.example/v1", "/openapi/v3/apis/g.example/v2", "/readyz"] {
+            let admission = get(served).unwrap();
+            assert!(!admission.seat().is_held(), "{served} takes no seat");
+        }
+        drop(held);
+        assert!(get("/apis/x7f3a9c").is_ok(), "the seat is back");
+    }
+
+    /// A seat given back early (the answer waits for its connection) lets the next request
+    /// in; dropping the admission afterwards gives nothing back twice.
+    #[test]
+    fn a_released_seat_lets_the_next_request_in() {
+        let guard = Guard::new(1, DEFAULT_REQUEST_TIMEOUT);
+        let uri: Uri = "/apis/g.example/v1/widgets".parse().unwrap();
+        let admit = || admit(&guard, &Method::GET, &uri, &QueryParams::default());
+        let first = admit().unwrap();
+        assert!(admit().is_err());
+        first.seat().release();
+        assert!(!first.seat().is_held());
+        let second = admit().unwrap();
+        drop(first);
+        assert!(admit().is_err(), "the second request still holds the only seat");
+        drop(second);
+        assert!(admit().is_ok());
     }
 
     #[test]

@@ -37,6 +37,18 @@
 //!
 //! `GET` reports the state (`"api": "up"`) and how many connections were reset while down
 //! (`apiConnectionsReset`).
+//!
+//! Delegated reviews (issue 53), answered by [`super::reviews`]:
+//! - `{"reviews": "too-many-requests"}`: every TokenReview and SubjectAccessReview is answered
+//!   `429 TooManyRequests` with `Retry-After: 1` (kube-apiserver's priority and fairness
+//!   pushing back), still counted in `/sim/stats`;
+//! - `{"reviews": "ok"}`: answered again.
+//!
+//! Grants (`/sim/grants`, for revocation tests): `POST {"revoke": ["carol"], "restore": ["dora"]}`
+//! takes every permission away from the named users (every SubjectAccessReview of theirs is
+//! denied, whatever their groups, as if their bindings were deleted) or gives them back;
+//! `GET` (and the `POST`) answers `{"revoked": [...]}`. It is served by the control listener,
+//! so it works while the API is down.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,6 +113,17 @@ pub(super) enum ApiFault {
     Down,
 }
 
+/// How the simulated kube-apiserver answers reviews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum ReviewFault {
+    /// Answered from the policy.
+    #[default]
+    Ok,
+    /// `429 TooManyRequests`, `Retry-After: 1`.
+    TooManyRequests,
+}
+
 /// Kinds whose next resuming watch `gone-once` expires (`WatchKind::kind` names).
 const WATCHED_KINDS: [&str; 3] = ["Pod", "Node", "ConfigMap"];
 
@@ -113,6 +136,8 @@ pub(crate) struct Faults {
     expired: AtomicU64,
     api: watch::Sender<ApiFault>,
     api_resets: AtomicU64,
+    reviews: Mutex<ReviewFault>,
+    revoked: Mutex<BTreeSet<String>>,
 }
 
 impl Faults {
@@ -126,7 +151,35 @@ impl Faults {
             expired: AtomicU64::new(0),
             api: watch::Sender::new(ApiFault::Up),
             api_resets: AtomicU64::new(0),
+            reviews: Mutex::new(ReviewFault::Ok),
+            revoked: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// How reviews are answered now.
+    pub(crate) fn reviews(&self) -> ReviewFault {
+        self.reviews.lock().map_or(ReviewFault::Ok, |r| *r)
+    }
+
+    /// Whether every permission of `user` is revoked.
+    pub(crate) fn is_revoked(&self, user: &str) -> bool {
+        self.revoked.lock().is_ok_and(|revoked| revoked.contains(user))
+    }
+
+    /// Sets the review fault and the revoked users at once (tests of the review endpoints).
+    #[cfg(test)]
+    pub(crate) fn set_reviews_for_tests(&self, fault: ReviewFault, revoked: &[&str]) {
+        if let Ok(mut current) = self.reviews.lock() {
+            *current = fault;
+        }
+        if let Ok(mut current) = self.revoked.lock() {
+            *current = revoked.iter().map(|u| (*u).to_owned()).collect();
+        }
+    }
+
+    /// The users whose permissions are revoked.
+    fn revoked(&self) -> Vec<String> {
+        self.revoked.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// The current fault of node `index`'s kubelet.
@@ -219,6 +272,7 @@ impl Faults {
             "watchExpired": self.expired.load(Ordering::Relaxed),
             "api": self.api(),
             "apiConnectionsReset": self.api_resets.load(Ordering::Relaxed),
+            "reviews": self.reviews(),
         })
     }
 }
@@ -257,13 +311,48 @@ struct FaultRequest {
     watch: Option<WatchFault>,
     #[serde(default)]
     api: Option<ApiFault>,
+    #[serde(default)]
+    reviews: Option<ReviewFault>,
 }
 
-/// The `/sim/faults` endpoints.
+/// What `POST /sim/grants` accepts.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrantsRequest {
+    #[serde(default)]
+    revoke: Vec<String>,
+    #[serde(default)]
+    restore: Vec<String>,
+}
+
+/// The `/sim/faults` and `/sim/grants` endpoints.
 pub(crate) fn control_router(cluster: Arc<Cluster>) -> axum::Router {
     axum::Router::new()
         .route("/sim/faults", axum::routing::get(get_faults).post(set_faults))
+        .route("/sim/grants", axum::routing::get(get_grants).post(set_grants))
         .with_state(cluster)
+}
+
+async fn get_grants(State(cluster): State<Arc<Cluster>>) -> Response {
+    Json(serde_json::json!({ "revoked": cluster.faults.revoked() })).into_response()
+}
+
+async fn set_grants(State(cluster): State<Arc<Cluster>>, body: Bytes) -> Response {
+    let request: GrantsRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(format!("invalid grants request: {e}")),
+    };
+    if let Some(name) = request.revoke.iter().chain(&request.restore).find(|n| n.is_empty()) {
+        return bad_request(format!("a user name must not be empty (got {name:?})"));
+    }
+    if let Ok(mut revoked) = cluster.faults.revoked.lock() {
+        revoked.extend(request.revoke.iter().cloned());
+        for name in &request.restore {
+            revoked.remove(name);
+        }
+    }
+    tracing::info!(revoke = ?request.revoke, restore = ?request.restore, "grants changed");
+    get_grants(State(cluster)).await
 }
 
 async fn get_faults(State(cluster): State<Arc<Cluster>>) -> Response {
@@ -304,7 +393,12 @@ async fn set_faults(State(cluster): State<Arc<Cluster>>, body: Bytes) -> Respons
     if let Some(api) = request.api {
         cluster.faults.set_api(api);
     }
-    tracing::info!(kubelet = ?request.kubelet, watch = ?request.watch, api = ?request.api, "faults set");
+    if let Some(reviews) = request.reviews
+        && let Ok(mut current) = cluster.faults.reviews.lock()
+    {
+        *current = reviews;
+    }
+    tracing::info!(kubelet = ?request.kubelet, watch = ?request.watch, api = ?request.api, reviews = ?request.reviews, "faults set");
     Json(cluster.faults.state(&cluster)).into_response()
 }
 
@@ -392,6 +486,53 @@ mod tests {
         assert_eq!(state["api"], "up");
         assert!(api.has_changed().unwrap());
         assert_eq!(*api.borrow_and_update(), ApiFault::Up);
+    }
+
+    async fn call_at(
+        router: &axum::Router,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> (StatusCode, serde_json::Value) {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn review_faults_and_grants_are_set_validated_and_reported() {
+        let cluster = Arc::new(cluster_without_cafes());
+        let router = control_router(Arc::clone(&cluster));
+        let (_, state) = call(&router, "GET", "").await;
+        assert_eq!(state["reviews"], "ok");
+        let (status, state) = call(&router, "POST", r#"{"reviews": "too-many-requests"}"#).await;
+        assert_eq!((status, &state["reviews"]), (StatusCode::OK, &serde_json::json!("too-many-requests")));
+        assert_eq!(cluster.faults.reviews(), ReviewFault::TooManyRequests);
+        let (status, _) = call(&router, "POST", r#"{"reviews": "sometimes"}"#).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        call(&router, "POST", r#"{"reviews": "ok"}"#).await;
+        assert_eq!(cluster.faults.reviews(), ReviewFault::Ok);
+
+        let (status, body) = call_at(&router, "GET", "/sim/grants", "").await;
+        assert_eq!((status, body), (StatusCode::OK, serde_json::json!({"revoked": []})));
+        let (status, body) =
+            call_at(&router, "POST", "/sim/grants", r#"{"revoke": ["carol", "dora"]}"#).await;
+        assert_eq!((status, body), (StatusCode::OK, serde_json::json!({"revoked": ["carol", "dora"]})));
+        assert!(cluster.faults.is_revoked("carol") && !cluster.faults.is_revoked("alice"));
+        let (_, body) = call_at(&router, "POST", "/sim/grants", r#"{"restore": ["carol"]}"#).await;
+        assert_eq!(body, serde_json::json!({"revoked": ["dora"]}));
+        for bad in [r#"{"revoke": [""]}"#, r#"{"grant": ["x"]}"#, r#"{"revoke": "carol"}"#, "no"] {
+            let (status, body) = call_at(&router, "POST", "/sim/grants", bad).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        }
+        assert_eq!(cluster.faults.revoked(), ["dora"]);
     }
 
     #[test]

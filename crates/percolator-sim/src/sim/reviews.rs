@@ -9,6 +9,10 @@
 //! under `subjectAccessReviews`), so tests see exactly what a client sent, selector
 //! attributes included.
 //!
+//! A fault (`{"reviews": "too-many-requests"}`, [`super::faults`]) makes both answer `429
+//! TooManyRequests` with `Retry-After: 1`, as kube-apiserver's priority and fairness does when
+//! it pushes back; a user whose grants are revoked (`/sim/grants`) is denied everything.
+//!
 //! Field presence follows kube-apiserver's Go types: `status.authenticated` and
 //! `status.error` are `omitempty` (an unknown token gives `"status":{"user":{},"error":…}`),
 //! `status.allowed` is always present, `status.denied` is never set (RBAC has no deny) and
@@ -25,6 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::api::ApiState;
+use super::faults::ReviewFault;
 use super::objects::Status;
 use super::policy::{self, Decision, Identity, Request};
 use super::rng::SplitMix64;
@@ -37,6 +42,17 @@ fn respond(status: &Status) -> Response {
 
 fn failure(code: u16, reason: &'static str, message: impl Into<String>) -> Response {
     respond(&Status::failure(code, reason, message))
+}
+
+/// kube-apiserver's 429 when its priority and fairness rejects a request
+/// (`apierrors.NewTooManyRequests`): `Retry-After: 1` and `details.retryAfterSeconds: 1`.
+fn too_many_requests() -> Response {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": 1}, "code": 429
+    });
+    (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], Json(body)).into_response()
 }
 
 fn rejected(code: u16, reason: &'static str, message: impl Into<String>) -> Box<Status> {
@@ -116,6 +132,9 @@ pub(crate) fn identify(state: &ApiState, token: &str) -> Option<Identity> {
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
 pub(crate) async fn token_review(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
     state.cluster.stats.api("create tokenreviews");
+    if state.cluster.faults.reviews() == ReviewFault::TooManyRequests {
+        return too_many_requests();
+    }
     let mut review: TokenReview = match decode(&headers, &body, "authentication.k8s.io/v1", "TokenReview") {
         Ok(r) => r,
         Err(status) => return respond(&status),
@@ -173,6 +192,9 @@ pub(crate) async fn subject_access_review(
     body: Bytes,
 ) -> Response {
     state.cluster.stats.api("create subjectaccessreviews");
+    if state.cluster.faults.reviews() == ReviewFault::TooManyRequests {
+        return too_many_requests();
+    }
     let mut review: SubjectAccessReview =
         match decode(&headers, &body, "authorization.k8s.io/v1", "SubjectAccessReview") {
             Ok(r) => r,
@@ -223,7 +245,11 @@ pub(crate) async fn subject_access_review(
         },
         (None, None) => Request::Nothing,
     };
-    let Decision { allowed, reason } = state.policy.authorize(&user, &groups, &request);
+    let Decision { allowed, reason } = if state.cluster.faults.is_revoked(&user) {
+        Decision { allowed: false, reason: String::new() }
+    } else {
+        state.policy.authorize(&user, &groups, &request)
+    };
     tracing::debug!(user, ?groups, ?request, allowed, reason, "subject access review");
     review.status = Some(SubjectAccessReviewStatus {
         allowed,
@@ -409,5 +435,44 @@ mod tests {
         let kept = state.cluster.stats.access_reviews.lock().unwrap().clone();
         assert_eq!(kept.len(), crate::sim::cluster::KEPT_ACCESS_REVIEWS);
         assert_eq!(kept.front(), Some(&serde_json::json!(0)));
+    }
+
+    #[tokio::test]
+    async fn a_fault_answers_429_and_revoked_users_are_denied_everything() {
+        let state = api_state();
+        let sa = state.cluster.token.clone();
+        let sar = |user: &str, groups: &[&str]| {
+            serde_json::json!({"spec": {
+                "resourceAttributes": {"namespace": "shop", "verb": "list", "group": "stats.une-tasse-de.cafe",
+                    "version": "v1alpha1", "resource": "podmetricssummaries"},
+                "user": user, "groups": groups}})
+        };
+        // Revoked: denied whatever the groups would allow; restored: allowed again.
+        state.cluster.faults.set_reviews_for_tests(ReviewFault::Ok, &["carol"]);
+        let (code, out) = post(&state, SAR, &sa, sar("carol", &["viewers", "system:authenticated"])).await;
+        assert_eq!((code, &out["status"]), (StatusCode::CREATED, &serde_json::json!({"allowed": false})));
+        let (_, out) = post(&state, SAR, &sa, sar("tester", &["viewers", "system:authenticated"])).await;
+        assert_eq!(out["status"]["allowed"], true);
+
+        // Pushing back: 429 with Retry-After, as kube-apiserver's priority and fairness does; still counted.
+        state.cluster.faults.set_reviews_for_tests(ReviewFault::TooManyRequests, &[]);
+        for (uri, body) in [(SAR, sar("tester", &["viewers"])), (TR, tr("alice-token"))] {
+            let request = http::Request::post(uri)
+                .header("authorization", format!("Bearer {sa}"))
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            let response = router(state.clone()).oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "{uri}");
+            assert_eq!(response.headers()["retry-after"], "1");
+            let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(
+                (status["reason"].as_str(), status["details"]["retryAfterSeconds"].as_u64()),
+                (Some("TooManyRequests"), Some(1))
+            );
+        }
+        let counts = state.cluster.stats.api_requests.lock().unwrap().clone();
+        assert_eq!((counts["create subjectaccessreviews"], counts["create tokenreviews"]), (3, 1));
     }
 }
