@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub(crate) use percolator_sim::devenv;
 /// Kubernetes manifests: kustomize rendering, kubernetes-validate, the Pod Security checks.
 pub(crate) mod manifests;
+/// Network namespaces: silent drops and one-way partitions between percolator and its upstreams.
+pub(crate) mod netns;
 /// The TLS + token + tenant front (the simulator's library).
 pub(crate) use percolator_sim::securefront;
 

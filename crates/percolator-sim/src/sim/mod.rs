@@ -99,7 +99,18 @@ pub struct SimConfig {
     #[arg(long, env = "PERCOLATOR_SIM_STATE_DIR")]
     pub state_dir: PathBuf,
 
-    /// Port of the Kubernetes API on 127.0.0.1 (0: pick a free one).
+    /// Address the Kubernetes API and the metrics/control listener bind (the API's serving
+    /// certificate names it too). Loopback by default; an interface's address lets the
+    /// simulator be reached from another network namespace.
+    #[arg(long, env = "PERCOLATOR_SIM_BIND_ADDRESS", default_value_t = Ipv4Addr::LOCALHOST)]
+    pub bind_address: Ipv4Addr,
+
+    /// InternalIP of node-0; node i gets this address plus i, and its kubelet listens there.
+    /// Unset: `127.1.(i/250).(i%250+1)`, on loopback.
+    #[arg(long, env = "PERCOLATOR_SIM_NODE_IP_START")]
+    pub node_ip_start: Option<Ipv4Addr>,
+
+    /// Port of the Kubernetes API on --bind-address (0: pick a free one).
     #[arg(long, env = "PERCOLATOR_SIM_API_PORT", default_value_t = 0)]
     pub api_port: u16,
 
@@ -107,7 +118,7 @@ pub struct SimConfig {
     #[arg(long, env = "PERCOLATOR_SIM_KUBELET_PORT", default_value_t = 0)]
     pub kubelet_port: u16,
 
-    /// Port of the apps' /metrics and the /sim/* control endpoints on 127.0.0.1 (0: pick).
+    /// Port of the apps' /metrics and the /sim/* control endpoints on --bind-address (0: pick).
     #[arg(long, env = "PERCOLATOR_SIM_METRICS_PORT", default_value_t = 0)]
     pub metrics_port: u16,
 
@@ -139,8 +150,8 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// The default configuration (as with no flags) writing into `state_dir`: 3 nodes × 4
-    /// pods, 2 cafes per namespace, seed 1, ports picked by the system, churn off, no cAdvisor
-    /// series. Handy for in-process tests.
+    /// pods, 2 cafes per namespace, seed 1, on loopback, ports picked by the system, churn off,
+    /// no cAdvisor series. Handy for in-process tests.
     pub fn with_state_dir(state_dir: impl Into<PathBuf>) -> Self {
         Self {
             seed: 1,
@@ -149,6 +160,8 @@ impl SimConfig {
             cafes_per_namespace: 2,
             namespaces: vec!["shop".into(), "api".into(), "default".into()],
             state_dir: state_dir.into(),
+            bind_address: Ipv4Addr::LOCALHOST,
+            node_ip_start: None,
             api_port: 0,
             kubelet_port: 0,
             metrics_port: 0,
@@ -215,9 +228,9 @@ pub struct Ready {
     pub event: String,
     /// The state directory.
     pub state_dir: PathBuf,
-    /// Kubernetes API base URL, `https://127.0.0.1:P`.
+    /// Kubernetes API base URL, `https://<bind address>:P`.
     pub api: String,
-    /// Metrics/control base URL, `http://127.0.0.1:M`.
+    /// Metrics/control base URL, `http://<bind address>:M`.
     pub metrics: String,
     /// The port every kubelet listens on.
     pub kubelet_port: u16,
@@ -294,6 +307,14 @@ fn validate(config: &SimConfig) -> Result<()> {
     if config.housekeeping < Duration::from_millis(1) {
         return Err(Error::Config("--housekeeping must be at least 1ms".into()));
     }
+    if let Some(first) = config.node_ip_start
+        && u32::from(first).checked_add(config.nodes.saturating_sub(1)).is_none()
+    {
+        return Err(Error::Config(format!(
+            "--node-ip-start: {first} leaves no address for the last of {} nodes",
+            config.nodes
+        )));
+    }
     Ok(())
 }
 
@@ -367,16 +388,22 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     let policy = Arc::new(Policy::load(config.policy.as_deref())?);
     let start_s = cluster::now().floor() as i64;
     let origin = (start_s - ORIGIN_OFFSET_SECONDS) as f64;
-    let workload = Workload::generate(&config.workload_params(), start_s);
+    let mut workload = Workload::generate(&config.workload_params(), start_s);
+    if let Some(first) = config.node_ip_start {
+        // `validate` made sure the last node's address exists.
+        for node in &mut workload.nodes {
+            node.ip = Ipv4Addr::from(u32::from(first).saturating_add(node.index));
+        }
+    }
     let pki = Arc::new(pki::Pki::new(workload.nodes.len())?);
 
-    let api_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.api_port))).await?;
-    let metrics_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.metrics_port))).await?;
+    let api_listener = bind(SocketAddr::from((config.bind_address, config.api_port))).await?;
+    let metrics_listener = bind(SocketAddr::from((config.bind_address, config.metrics_port))).await?;
     let ips: Vec<Ipv4Addr> = workload.nodes.iter().map(|n| n.ip).collect();
     let (kubelet_listeners, kubelet_port) = bind_kubelets(&ips, config.kubelet_port).await?;
     let local = |l: &TcpListener| {
         l.local_addr().map_err(|source| Error::Bind {
-            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            addr: SocketAddr::from((config.bind_address, 0)),
             source,
             hint: "",
         })
@@ -422,7 +449,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     let resets = Arc::clone(&cluster);
     tasks.spawn(serve::serve_tls_unless_down(
         api_listener,
-        pki.api_config()?,
+        pki.api_config(config.bind_address)?,
         api_router,
         shutdown.clone(),
         cluster.faults.api_changes(),

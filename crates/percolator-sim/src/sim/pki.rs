@@ -86,14 +86,16 @@ impl Pki {
         Ok(params.signed_by(key, &self.issuer)?.der().clone())
     }
 
-    /// The API server's TLS configuration (SANs `127.0.0.1`, `localhost`, `::1`).
-    pub(crate) fn api_config(&self) -> Result<Arc<ServerConfig>, PkiError> {
+    /// The API server's TLS configuration (SANs `127.0.0.1`, `localhost`, `::1`,
+    /// `kubernetes.default.svc`, and `address` when it is another).
+    pub(crate) fn api_config(&self, address: Ipv4Addr) -> Result<Arc<ServerConfig>, PkiError> {
         let key = KeyPair::generate()?;
-        let cert = self.leaf(
-            "kube-apiserver",
-            vec!["127.0.0.1".into(), "localhost".into(), "::1".into(), "kubernetes.default.svc".into()],
-            &key,
-        )?;
+        let mut sans: Vec<String> =
+            vec!["127.0.0.1".into(), "localhost".into(), "::1".into(), "kubernetes.default.svc".into()];
+        if address != Ipv4Addr::LOCALHOST {
+            sans.push(address.to_string());
+        }
+        let cert = self.leaf("kube-apiserver", sans, &key)?;
         server_config(cert, self.ca_der.clone(), &key)
     }
 

@@ -93,6 +93,8 @@ fn flags_are_consistent() {
     assert_eq!(cli.sim.nodes, 3);
     assert_eq!(cli.sim.cafes_per_namespace, 2);
     assert!(!cli.sim.cadvisor);
+    assert_eq!(cli.sim.bind_address, std::net::Ipv4Addr::LOCALHOST);
+    assert_eq!(cli.sim.node_ip_start, None);
     let cli = Cli::try_parse_from(["percolator-sim", "--state-dir", "/tmp/x", "--cadvisor"]).unwrap();
     assert!(cli.sim.cadvisor);
     let cli = Cli::try_parse_from(["percolator-sim", "--state-dir", "/tmp/x", "--cafes-per-namespace", "0"])
@@ -435,6 +437,50 @@ async fn kube_rs_reads_workload_objects() {
     assert_eq!(api["list services"], 1);
     assert!(api["list replicasets"].as_u64().unwrap() >= 1);
     stop(sim, dir).await;
+}
+
+/// Another bind address and node addresses (here other loopback addresses, which need no
+/// network namespace): every URL, the kubeconfig, the API's certificate, the nodes'
+/// InternalIPs and the kubelets follow them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_address_and_node_ips_move_every_listener() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = mk_state_dir();
+    let config = SimConfig {
+        bind_address: Ipv4Addr::new(127, 0, 0, 2),
+        node_ip_start: Some(Ipv4Addr::new(127, 3, 0, 254)),
+        ..mk_config(dir.clone())
+    };
+    let sim = start(config).await.unwrap();
+    assert!(sim.ready.api.starts_with("https://127.0.0.2:"), "{}", sim.ready.api);
+    assert!(sim.ready.metrics.starts_with("http://127.0.0.2:"), "{}", sim.ready.metrics);
+    // Verified against the certificate's SAN 127.0.0.2 through the written kubeconfig.
+    let client = mk_kube_client(&sim).await;
+    let nodes = Api::<Node>::all(client).list(&ListParams::default()).await.unwrap();
+    let internal: Vec<String> = nodes
+        .items
+        .iter()
+        .map(|n| {
+            let addresses = n.status.as_ref().unwrap().addresses.as_ref().unwrap();
+            addresses.iter().find(|a| a.type_ == "InternalIP").unwrap().address.clone()
+        })
+        .collect();
+    // Counted on past the end of a byte.
+    assert_eq!(internal, ["127.3.0.254", "127.3.0.255", "127.3.1.0"]);
+    let http = mk_http_client(&sim);
+    for ip in &internal {
+        let url = format!("https://{ip}:{}/metrics/resource", sim.ready.kubelet_port);
+        let response = http.get(&url).bearer_auth(&sim.cluster.token).send().await.unwrap();
+        assert_eq!(response.status(), reqwest::StatusCode::OK, "{url}");
+    }
+    let stats = control_json(http.get(format!("{}/sim/stats", sim.ready.metrics))).await;
+    assert_eq!(stats["kubeletFetches"], serde_json::json!({"node-0": 1, "node-1": 1, "node-2": 1}));
+    stop(sim, dir).await;
+
+    let last =
+        SimConfig { node_ip_start: Some(Ipv4Addr::new(255, 255, 255, 254)), ..mk_config(mk_state_dir()) };
+    let Err(Error::Config(message)) = start(last).await else { panic!("three nodes from 255.255.255.254") };
+    assert_eq!(message, "--node-ip-start: 255.255.255.254 leaves no address for the last of 3 nodes");
 }
 
 #[tokio::test]
