@@ -249,8 +249,10 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
     let (method, uri) = (request.method().clone(), request.uri().clone());
     let chain = async {
         let admission = match &parsed {
-            Some(parsed) => guard::admit(&state.guard, &method, &uri, &parsed.query),
-            None => guard::admit(&state.guard, &method, &uri, &QueryParams::parse(uri.query())),
+            Some(parsed) => guard::admit(&state.guard, &method, &uri, request.headers(), &parsed.query),
+            None => {
+                guard::admit(&state.guard, &method, &uri, request.headers(), &QueryParams::parse(uri.query()))
+            }
         };
         let admission = match admission {
             Ok(admission) => admission,

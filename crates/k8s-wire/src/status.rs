@@ -93,6 +93,10 @@ pub enum ApiError {
     /// request URI is longer than the server accepts.
     #[error("{0}")]
     UriTooLong(String),
+    /// 431 with reason `""` (Kubernetes has no reason for it either): the request's header
+    /// fields are larger than the server accepts.
+    #[error("{0}")]
+    HeaderFieldsTooLarge(String),
     /// 504 `Timeout` (`errors.NewTimeoutError`): `Timeout: <message>`, with
     /// `details.retryAfterSeconds` when non-zero (`details: {}` otherwise).
     #[error("Timeout: {message}")]
@@ -152,6 +156,7 @@ impl ApiError {
             Self::Gone(_) | Self::Expired(_) => StatusCode::GONE,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Self::HeaderFieldsTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ServiceUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -170,7 +175,7 @@ impl ApiError {
             Self::Gone(_) => "Gone",
             Self::Expired(_) => "Expired",
             Self::TooManyRequests { .. } => "TooManyRequests",
-            Self::UriTooLong(_) => "",
+            Self::UriTooLong(_) | Self::HeaderFieldsTooLarge(_) => "",
             Self::Timeout { .. } => "Timeout",
             Self::Internal(_) => "InternalError",
             Self::ServiceUnavailable { .. } => "ServiceUnavailable",
@@ -454,6 +459,11 @@ mod tests {
         assert!(resp.headers().get(header::RETRY_AFTER).is_none());
         let b = body(&ApiError::UriTooLong("too long".into()));
         assert_eq!(b["code"], 414);
+        assert!(b.get("reason").is_none(), "{b}");
+        let err = ApiError::HeaderFieldsTooLarge("too large".into());
+        assert_eq!(err.status_code(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        let b = body(&err);
+        assert_eq!((b["code"].as_u64(), b["message"].as_str()), (Some(431), Some("too large")));
         assert!(b.get("reason").is_none(), "{b}");
     }
 

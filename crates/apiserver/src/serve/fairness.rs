@@ -327,8 +327,16 @@ mod tests {
         use crate::serve::guard::{Guard, admit};
         let guard = Guard::new(8, Duration::from_secs(60));
         let uri: http::Uri = "/apis/g/v/widgets".parse().unwrap();
-        let admission =
-            || admit(&guard, &http::Method::GET, &uri, &k8s_wire::QueryParams::default()).unwrap();
+        let admission = || {
+            admit(
+                &guard,
+                &http::Method::GET,
+                &uri,
+                &http::HeaderMap::new(),
+                &k8s_wire::QueryParams::default(),
+            )
+            .unwrap()
+        };
         let slots = ConnectionSlots::default();
         let mut held = Vec::new();
         for _ in 0..BODY_SLOTS_PER_CONNECTION {

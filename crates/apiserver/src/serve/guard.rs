@@ -3,7 +3,9 @@
 //!
 //! 1. size limits checked before anything else (before authentication calls a webhook): a
 //!    request URI over [`MAX_URI_BYTES`] is a 414, a `labelSelector` or `fieldSelector` over
-//!    [`MAX_SELECTOR_BYTES`] a 400 (headers are bounded by hyper, see [`super::listener`]);
+//!    [`MAX_SELECTOR_BYTES`] a 400, header fields over [`MAX_HEADER_BYTES`] (counted as HTTP/2
+//!    counts a header list) a 431 (hyper refuses most such heads first, see
+//!    [`super::listener`], but an HTTP/1.1 head read at once can pass its buffer's bound);
 //! 2. the request deadline (`WithRequestDeadline` + `WithTimeoutForNonLongRunningRequests`):
 //!    `--request-timeout`, shortened by a valid `?timeout=`; a request still running then is
 //!    dropped and answered `504 Timeout`;
@@ -29,10 +31,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
-use http::{Method, Uri};
+use http::{HeaderMap, Method, Uri};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use k8s_wire::QueryParams;
+
+use super::listener::MAX_HEADER_BYTES;
 use k8s_wire::{ApiError, go_quote};
 
 /// Longest request URI (path and query) accepted: 8 KiB, the usual front-proxy limit. Longer
@@ -203,11 +207,27 @@ impl Drop for Admission {
 
 /// The size checks, the deadline and the in-flight limit (module documentation): the
 /// request's [`Admission`], or the Status to answer. `query` is the request's parsed query.
-pub fn admit(guard: &Guard, method: &Method, uri: &Uri, query: &QueryParams) -> Result<Admission, ApiError> {
+pub fn admit(
+    guard: &Guard,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    query: &QueryParams,
+) -> Result<Admission, ApiError> {
     let uri_len = uri.path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > MAX_URI_BYTES {
         return Err(ApiError::UriTooLong(format!(
             "the request URI is {uri_len} bytes long; the maximum is {MAX_URI_BYTES}"
+        )));
+    }
+    // hyper bounds an HTTP/1.1 head by its read buffer, which one read may fill past the
+    // limit with a whole head; HTTP/2's SETTINGS_MAX_HEADER_LIST_SIZE is exact. The same
+    // count for both (an HTTP/2 field's name and value plus 32 bytes), before any webhook.
+    let header_bytes: usize =
+        headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 32).sum();
+    if header_bytes > MAX_HEADER_BYTES {
+        return Err(ApiError::HeaderFieldsTooLarge(format!(
+            "the request's header fields are {header_bytes} bytes long; the maximum is {MAX_HEADER_BYTES}"
         )));
     }
     for name in ["labelSelector", "fieldSelector"] {
@@ -371,7 +391,7 @@ mod tests {
         let guard = Guard::new(1, DEFAULT_REQUEST_TIMEOUT).with_exempt(mk_exempt());
         let get = |path: &str| {
             let uri: Uri = path.parse().unwrap();
-            admit(&guard, &Method::GET, &uri, &QueryParams::parse(uri.query()))
+            admit(&guard, &Method::GET, &uri, &HeaderMap::new(), &QueryParams::parse(uri.query()))
         };
         let held = get("/apis/g.example/v1/widgets").unwrap();
         assert!(held.seat().is_held());
@@ -393,7 +413,7 @@ mod tests {
     fn a_released_seat_lets_the_next_request_in() {
         let guard = Guard::new(1, DEFAULT_REQUEST_TIMEOUT);
         let uri: Uri = "/apis/g.example/v1/widgets".parse().unwrap();
-        let admit = || admit(&guard, &Method::GET, &uri, &QueryParams::default());
+        let admit = || admit(&guard, &Method::GET, &uri, &HeaderMap::new(), &QueryParams::default());
         let first = admit().unwrap();
         assert!(admit().is_err());
         first.seat().release();
@@ -403,6 +423,30 @@ mod tests {
         assert!(admit().is_err(), "the second request still holds the only seat");
         drop(second);
         assert!(admit().is_ok());
+    }
+
+    /// Header fields are counted as an HTTP/2 header list (name, value, 32 bytes each):
+    /// one byte past the limit is a 431 naming both sizes, the limit itself passes.
+    #[test]
+    fn header_fields_over_the_limit_are_431() {
+        let guard = Guard::default();
+        let uri: Uri = "/apis".parse().unwrap();
+        let head = |value_len: usize| {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-big", http::HeaderValue::from_str(&"b".repeat(value_len)).unwrap());
+            headers
+        };
+        let fits = MAX_HEADER_BYTES - "x-big".len() - 32;
+        assert!(admit(&guard, &Method::GET, &uri, &head(fits), &QueryParams::default()).is_ok());
+        let err = admit(&guard, &Method::GET, &uri, &head(fits + 1), &QueryParams::default()).unwrap_err();
+        assert_eq!(err.status_code(), http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the request's header fields are {} bytes long; the maximum is {MAX_HEADER_BYTES}",
+                MAX_HEADER_BYTES + 1
+            )
+        );
     }
 
     #[test]
