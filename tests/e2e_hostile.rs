@@ -6,8 +6,10 @@
 //! a raw HTTP/2 client (the `h2` crate) or frames written by hand.
 //!
 //! Each test measures a well-behaved client (a keep-alive HTTPS client reading the list of
-//! all pods, cached) first, then again during the attack, and asserts a ratio of the two
-//! medians; it reads percolator's resident memory, descriptors and threads from `/proc` and its
+//! all pods, cached) first, then again during the attack, and asserts a bound on the median
+//! during it: a ratio of the median before plus a few milliseconds (a sub-millisecond
+//! baseline doubles with one descheduling on a 2-core machine another suite shares, while a
+//! starved server's median grows by tens of milliseconds); it reads percolator's resident memory, descriptors and threads from `/proc` and its
 //! tasks from `/metrics`, before, during and after, and asserts the bounds the serving loop
 //! documents. percolator runs with short bounds (idle 4 s, PING after 1 s, write 3 s, request
 //! 5 s, 300 connections per address, 1,000 in all) so that each one acts within the test; the
@@ -53,8 +55,11 @@ const TOTAL: usize = 1000;
 const SLACK: Duration = Duration::from_millis(2500);
 /// Requests of the well-behaved client per measurement.
 const PROBES: usize = 40;
-/// How much slower the well-behaved client's median may be during an attack than before it.
+/// How much slower the well-behaved client's median may be during an attack than before it:
+/// `LATENCY_RATIO` times, plus `LATENCY_ALLOWANCE` (scheduling of a machine the attacker, the
+/// server and another suite share; the median of a starved server grows far beyond it).
 const LATENCY_RATIO: f64 = 5.0;
+const LATENCY_ALLOWANCE: Duration = Duration::from_millis(10);
 
 /// One attack at a time in this binary: each test starts its percolator in parallel with the
 /// others, but measures its well-behaved client only while no other attack runs on the
@@ -211,7 +216,8 @@ impl Target {
     }
 
     /// The baseline of the well-behaved client, then `attack` started, the client measured
-    /// again while it runs (once `settle` resolves), and the ratio of the medians asserted;
+    /// again while it runs (once `settle` resolves), and the median during it bounded by
+    /// [`LATENCY_RATIO`] times the median before plus [`LATENCY_ALLOWANCE`];
     /// the vitals before and during, and the attack, still running.
     async fn under_attack(
         &self,
@@ -233,9 +239,10 @@ impl Target {
             "{name}: well-behaved median {baseline:.2?} before, {during:.2?} during (x{ratio:.1}, slowest {:.2?}); before {before:?}, during {vitals:?}",
             during_samples.iter().max().unwrap()
         );
+        let bound = baseline.mul_f64(LATENCY_RATIO) + LATENCY_ALLOWANCE;
         assert!(
-            ratio <= LATENCY_RATIO,
-            "{name}: the well-behaved client's median went from {baseline:?} to {during:?} (x{ratio:.1}, bound x{LATENCY_RATIO})"
+            during <= bound,
+            "{name}: the well-behaved client's median went from {baseline:?} to {during:?} (x{ratio:.1}; bound x{LATENCY_RATIO} + {LATENCY_ALLOWANCE:?} = {bound:?})"
         );
         Measured { before, during: vitals, attacking }
     }
