@@ -20,7 +20,7 @@ const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 /// The dashboards every release must ship.
 const REQUIRED: &[&str] = &["cafes.json", "percolator.json"];
 
-/// The cafe metric contract (DESIGN.md §1): metric name and type.
+/// The cafe metric contract (docs/design.md, "API surface"): metric name and type.
 const CAFE_CONTRACT: &[(&str, &str)] = &[
     ("cafe_brews_total", "counter"),
     ("cafe_brew_failures_total", "counter"),

@@ -1,4 +1,4 @@
-//! Kinds declared in the configuration file (DESIGN §6.1), end to end: the real percolator
+//! Kinds declared in the configuration file (docs/reference/kinds.md), end to end: the real percolator
 //! started with a `--config` declaring a per-pod kind, a cluster-scoped kind and a cafe-like
 //! kind with the pods join, a real Prometheus scraping the simulator, real kubectl (a fresh
 //! discovery cache for every call) and raw requests. Values are checked against the

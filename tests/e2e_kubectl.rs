@@ -137,7 +137,7 @@ async fn kubectl_lists_match_the_simulators_truth_on(engine: Engine) {
         check_against_truth(item, by_key[&key(&item["metadata"])]);
     }
 
-    // The human table: columns of DESIGN.md, one row per running pod.
+    // The human table: columns of docs/design.md, one row per running pod.
     let (header, rows) = table(&env.kubectl_ok(&["get", "pms", "-A"]));
     assert_eq!(header, ["NAMESPACE", "NAME", "CPU", "MEMORY", "REQ/S", "ERR/S", "ERROR%", "AGE"]);
     assert_eq!(rows.len(), running.len());

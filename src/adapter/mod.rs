@@ -1,4 +1,4 @@
-//! prometheus-adapter configuration (`--adapter-config`, DESIGN §6.4): the file format, its
+//! prometheus-adapter configuration (`--adapter-config`, docs/migrating-from-prometheus-adapter.md): the file format, its
 //! checks, and the pure core of its semantics (discovery, naming, association, query
 //! building), read from the adapter's documentation and sources. Only [`live`] does I/O (the
 //! file, Prometheus' series API); the API modules run the queries and answer requests.
@@ -45,7 +45,7 @@
 //! | `resourceRules.cpu` / `memory` | supported; queries, a label for pods, namespaces and nodes, and `containerLabel` required |
 //! | `resourceRules.window` (`30s`, `1m`, `1h30m`, `1d`, `500ms`) | supported (Prometheus duration); invalid: rejected |
 //!
-//! Request values are always escaped (DESIGN §2): namespace, object names and selector values
+//! Request values are always escaped (docs/design.md, "Data flow"): namespace, object names and selector values
 //! become escaped PromQL strings, set matches regexes of literal alternatives (the adapter
 //! passes a single `in` value, and every `=~` value, through as a raw regex). Selector `>` and
 //! `<` are rejected per request, as in the adapter. `.LabelValuesByName` keeps the adapter's

@@ -1,10 +1,10 @@
 //! Discovery documents, all serialized once at startup (handlers only pick bytes):
 //!
-//! - `GET /api`: an empty `APIVersions` (200; CONTRACT §1.2 allows it, the issue asks for it);
+//! - `GET /api`: an empty `APIVersions` (200; docs/wire.md, "Discovery");
 //! - `GET /apis`: legacy `APIGroupList`, or aggregated discovery `APIGroupDiscoveryList`
 //!   (`apidiscovery.k8s.io/v2` or `v2beta1`, chosen by `Accept`) with its content type, a quoted
 //!   upper-case hex SHA-512 `ETag`, `Vary: Accept`, `Cache-Control: public` and a 304 for a
-//!   matching `If-None-Match` (CONTRACT §1.3, §1.6);
+//!   matching `If-None-Match` (docs/wire.md, "Discovery");
 //! - `GET /apis/<group>`: `APIGroup` (§1.4);
 //! - `GET /apis/<group>/<version>`: `APIResourceList` (§1.5), the availability probe;
 //! - `GET /version`: `version.Info`.

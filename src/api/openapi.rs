@@ -1,4 +1,4 @@
-//! OpenAPI documents, serialized once at startup (CONTRACT §2):
+//! OpenAPI documents, serialized once at startup (docs/wire.md, "OpenAPI"):
 //!
 //! - `GET /openapi/v2`: Swagger 2.0 with `definitions` (each carrying its
 //!   `x-kubernetes-group-version-kind` list) and the list/get paths of every kind, for the

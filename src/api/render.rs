@@ -1,6 +1,6 @@
 //! Response bodies of the resource endpoints (`GET /apis/<g>/<v>[/namespaces/<ns>]/<plural>`
 //! and `GET /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>`) in every negotiated
-//! representation (CONTRACT §3.3, §3.5, §3.6): the object, `<Kind>List` (`items: []`, never
+//! representation (docs/wire.md, "Representations"): the object, `<Kind>List` (`items: []`, never
 //! `null`), `meta.k8s.io` `Table` (v1 or v1beta1, as requested; `includeObject`), and
 //! `PartialObjectMetadata[List]`.
 //!

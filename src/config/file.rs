@@ -153,7 +153,7 @@ pub struct ExternalMetricConfig<Q> {
     pub window: Option<Duration>,
 }
 
-/// One custom metric (DESIGN §6.2): a per-pod PromQL vector, served for pods, for the workloads
+/// One custom metric (docs/reference/custom-metrics.md): a per-pod PromQL vector, served for pods, for the workloads
 /// that select pods and for namespaces under `custom.metrics.k8s.io`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -217,7 +217,7 @@ pub enum Aggregate {
     Max,
 }
 
-/// A kind declared in the file (`kinds:`, DESIGN §6.1), as written: the kinds layer checks
+/// A kind declared in the file (`kinds:`, docs/reference/kinds.md), as written: the kinds layer checks
 /// it, fills its defaults in (plural, singular, categories) and serves it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -1,4 +1,4 @@
-//! `metrics.k8s.io/v1beta1` `PodMetrics` and `NodeMetrics` (DESIGN §6.3), served as
+//! `metrics.k8s.io/v1beta1` `PodMetrics` and `NodeMetrics` (docs/reference/resource-metrics.md), served as
 //! metrics-server serves them (`pkg/api`, `pkg/storage`), from the kubelet samples every other
 //! kind already takes: one scrape of each kubelet serves PodMetricsSummary, CafeBrewStats and
 //! `kubectl top` alike.

@@ -1,5 +1,5 @@
-//! The opt-in custom metrics API, `custom.metrics.k8s.io` `v1beta2` and `v1beta1` (DESIGN
-//! §6.2, CONTRACT §6.5): the HorizontalPodAutoscaler's `Pods` and `Object` metrics. Served only
+//! The opt-in custom metrics API, `custom.metrics.k8s.io` `v1beta2` and `v1beta1` (docs/reference/custom-metrics.md,
+//! docs/wire.md, "Custom metrics"): the HorizontalPodAutoscaler's `Pods` and `Object` metrics. Served only
 //! with `--enable-custom-metrics`; the router hands it every path under
 //! `/apis/custom.metrics.k8s.io/`.
 //! This module keeps the routes and the wire types; the shared steps (errors, checks,

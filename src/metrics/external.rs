@@ -1,4 +1,4 @@
-//! The opt-in external metrics API, `external.metrics.k8s.io/v1beta1` (CONTRACT §6), through
+//! The opt-in external metrics API, `external.metrics.k8s.io/v1beta1` (docs/wire.md, "External metrics"), through
 //! which a HorizontalPodAutoscaler scales on Prometheus data. Served only with
 //! `--enable-external-metrics`; the router hands it every path under
 //! `/apis/external.metrics.k8s.io/`.

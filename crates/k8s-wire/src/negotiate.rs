@@ -1,7 +1,7 @@
 //! Content negotiation for every endpoint that answers with a body chosen by `Accept`: resource
 //! get/list (plain JSON, `Table`, `PartialObjectMetadata[List]`), `/apis` and `/api`
 //! (legacy JSON or aggregated discovery `apidiscovery.k8s.io/v2|v2beta1`) and the plain
-//! discovery documents (CONTRACT §3.4–3.6, §1.6).
+//! discovery documents (docs/wire.md, "Representations").
 //!
 //! The algorithm is kube-apiserver's (`negotiation.NegotiateMediaTypeOptions` over goautoneg's
 //! `ParseAccept`): clauses are ordered by q and specificity, the first clause whose media type

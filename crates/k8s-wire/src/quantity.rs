@@ -2,7 +2,7 @@
 //! of the table columns.
 //!
 //! The canonical forms follow apimachinery (`pkg/api/resource/quantity.go`, `CanonicalizeBytes`;
-//! CONTRACT §10): values are first rounded **up** (away from zero) to a whole nano unit, then
+//! docs/wire.md, "Quantity"): values are first rounded **up** (away from zero) to a whole nano unit, then
 //! written with no fractional digits and the largest suffix that keeps the mantissa whole
 //! (`0.25` → `250m`, `1500000` → `1500k`, `134217728` bytes → `128Mi`).
 //!

@@ -1,5 +1,5 @@
 //! Kubernetes `RequestInfo` for any request (`apiserver/pkg/endpoints/request/requestinfo.go`,
-//! CONTRACT §3.1): verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+//! docs/wire.md, "Resource requests"): verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
 //! `deletecollection`, or the lower-cased method for non-resource paths), API group/version,
 //! namespace, resource, subresource and name, with `fieldSelector=metadata.name=x` setting the
 //! name of a list/watch for authorization, and the raw `labelSelector`/`fieldSelector` of a

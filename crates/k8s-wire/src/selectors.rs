@@ -1,5 +1,5 @@
 //! `labelSelector` and `fieldSelector` of the resource list endpoints
-//! (`GET /apis/<g>/<v>[/namespaces/<ns>]/<plural>`, CONTRACT §3.2).
+//! (`GET /apis/<g>/<v>[/namespaces/<ns>]/<plural>`, docs/wire.md, "Resource requests").
 //!
 //! The label selector parser is a port of apimachinery's `labels.Parse` (lexer, recursive
 //! descent parser and `NewRequirement` validation, with its error wording): `k=v`, `k==v`,

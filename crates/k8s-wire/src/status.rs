@@ -2,7 +2,7 @@
 //! `metav1.Status` (`kind: Status`, `apiVersion: v1`, `status: Failure`), with the HTTP status,
 //! `reason`, `details` and message wording of kube-apiserver (`apimachinery/pkg/api/errors`),
 //! always as `application/json` and with `Retry-After` when a retry delay is known
-//! (CONTRACT §4).
+//! (docs/wire.md, "Errors").
 
 use std::fmt;
 

@@ -18,7 +18,7 @@ use clap::Parser;
 use crate::devenv::{Prometheus, PrometheusOptions, ScrapeJob};
 
 /// The demo's `--config`: the compiled-in queries, plus the kind `AppTraffic` declared here
-/// (DESIGN §6.1), served as `kubectl get apptraffics`. The file is re-read while the demo runs.
+/// (docs/reference/kinds.md), served as `kubectl get apptraffics`. The file is re-read while the demo runs.
 pub const DEMO_CONFIG: &str = r#"# percolator's --config in the demo. Edit it while the demo runs: percolator re-reads it
 # within seconds (an invalid edit is rejected and logged, and the last good one stays).
 kinds:

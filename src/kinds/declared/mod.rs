@@ -1,4 +1,4 @@
-//! Kinds declared in the configuration file (`kinds:`, DESIGN §6.1): served like the built-in
+//! Kinds declared in the configuration file (`kinds:`, docs/reference/kinds.md): served like the built-in
 //! kinds (discovery, OpenAPI, Table, selectors, caching) and computed from their PromQL fields,
 //! optionally joined with the running pods whose label equals the object's name.
 //!

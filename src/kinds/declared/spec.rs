@@ -571,7 +571,7 @@ mod tests {
     use crate::config::{Check, PodsJoinConfig};
     use crate::kinds::registry::BUILTIN;
 
-    /// The DESIGN §6.1 example.
+    /// The example of docs/reference/kinds.md.
     const EXAMPLE: &str = r#"
 kinds:
 - kind: AppTraffic                 # required, UpperCamelCase, unique, not a built-in kind

@@ -73,7 +73,7 @@ fn mk_columns(kind: &str, fields: &[FieldSpec], join: bool) -> Vec<Column> {
     columns
 }
 
-/// AppTraffic (DESIGN §6.1's example): per-pod traffic with a `tier` label, one field per
+/// AppTraffic (the example of docs/reference/kinds.md): per-pod traffic with a `tier` label, one field per
 /// format, a 2m window; `inFlight` has no column, `workingSet`'s is wide.
 fn mk_app_traffic() -> DeclaredSpec {
     let mut fields = vec![

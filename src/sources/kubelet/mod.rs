@@ -1,4 +1,4 @@
-//! Kubelet `GET /metrics/resource` (CONTRACT §8): [`KubeletClient`], the [`KubeletSource`]
+//! Kubelet `GET /metrics/resource` (docs/wire.md, "Kubelets"): [`KubeletClient`], the [`KubeletSource`]
 //! that fetches it over HTTPS, with its configuration ([`KubeletConfig`], [`BearerToken`]) and
 //! errors ([`Error`]). The other concerns have their own files, re-exported
 //! here:

@@ -1,7 +1,7 @@
 //! The PromQL template language: configured queries in which two placeholders are replaced,
 //! and the escaping of everything a client sends into them.
 //!
-//! No PromQL is built from unescaped input (DESIGN §2). A query is a configured template in
+//! No PromQL is built from unescaped input (docs/design.md, "Data flow"). A query is a configured template in
 //! which two placeholders are replaced:
 //!
 //! - `SCOPE`, inside a label-matcher block (`{SCOPE}`, `{code=~"5..",SCOPE}`), becomes the

@@ -1,4 +1,4 @@
-//! Authentication (CONTRACT §5.3), as `DelegatingAuthenticatorConfig.New` chains it:
+//! Authentication (docs/wire.md, "Authentication"), as `DelegatingAuthenticatorConfig.New` chains it:
 //! `union(request-header, x509 client CA, bearer token → TokenReview)`, the first success wins,
 //! `system:authenticated` is added; if nobody succeeded, any authenticator error is a 401, and
 //! otherwise the user is anonymous (or a 401 without `--anonymous-auth`).

@@ -1,4 +1,4 @@
-//! Authorization (CONTRACT §5.4): `union(always-allow groups, always-allow paths, webhook)`.
+//! Authorization (docs/wire.md, "Authorization"): `union(always-allow groups, always-allow paths, webhook)`.
 //! Members of an always-allow group (`system:masters`) and non-resource requests for an
 //! always-allow path are allowed without a call; everything else is a SubjectAccessReview,
 //! cached by the spec's attributes (see [`decision_key`]): allowed answers for the authorized

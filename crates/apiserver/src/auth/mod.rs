@@ -1,4 +1,4 @@
-//! Delegated authentication and authorization (CONTRACT §5), as the generic Kubernetes API
+//! Delegated authentication and authorization (docs/wire.md, "Delegated authentication and authorization"), as the generic Kubernetes API
 //! server does them for an aggregated server, in one call per request ([`admit`]):
 //!
 //! 1. authenticate ([`authn`]): front proxy (request-header) certificate + `X-Remote-*`

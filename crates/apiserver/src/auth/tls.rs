@@ -1,4 +1,4 @@
-//! The TLS side of client authentication (CONTRACT §5.2): the listener requests, but does not
+//! The TLS side of client authentication (docs/wire.md, "The TLS listener"): the listener requests, but does not
 //! require, a client certificate, and accepts any presented chain at handshake time while still
 //! checking the handshake signature (proof that the peer holds the certificate's key). The
 //! chain itself is verified per request against the *current* CA bundles ([`super::trust`]),

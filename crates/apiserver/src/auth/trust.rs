@@ -1,4 +1,4 @@
-//! Trust material (CONTRACT §5.1): the client CA bundle and the request-header (front proxy)
+//! Trust material (docs/wire.md, "Trust material"): the client CA bundle and the request-header (front proxy)
 //! settings, from flags or from the ConfigMap `kube-system/extension-apiserver-authentication`.
 //!
 //! Each part comes from its flag when given (`--client-ca-file`; `--requestheader-client-ca-file`

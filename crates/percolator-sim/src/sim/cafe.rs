@@ -1,5 +1,5 @@
 //! Simulated cafes: applications that brew coffee and export the cafe metric contract
-//! (DESIGN.md §1), generated deterministically from the seed.
+//! (docs/design.md, "API surface"), generated deterministically from the seed.
 //!
 //! A cafe has a type (`espresso`, `lungo`, `cappuccino`, `latte`), 1–3 serving pods
 //! (`app: cafe`, `une-tasse-de.cafe/cafe: <name>`) and a known behaviour:

@@ -1,5 +1,5 @@
 //! `percolator-sim`: a simulated Kubernetes cluster on loopback, in the real wire formats,
-//! for the demo, the tests and the benchmarks (DESIGN.md §5).
+//! for the demo, the tests and the benchmarks (docs/design.md, "The simulated cluster").
 //!
 //! It serves, from one deterministic workload ([`workload`]):
 //! - a Kubernetes API subset over HTTPS (`api`): nodes, pods and the workload objects
@@ -12,7 +12,7 @@
 //!   with `--cadvisor`, `/metrics` and `/sim/history` also carry the cAdvisor and node series
 //!   a real cluster's Prometheus scrapes from the kubelets ([`cadvisor`]), equal to what the
 //!   simulated kubelets serve;
-//! - kube-apiserver's part in delegated authentication and authorization (CONTRACT §5): the
+//! - kube-apiserver's part in delegated authentication and authorization (docs/wire.md, "Delegated authentication and authorization"): the
 //!   trust ConfigMap `kube-system/extension-apiserver-authentication` (get/list/watch) built
 //!   from a generated client CA and front-proxy CA (`trust`), and TokenReview and
 //!   SubjectAccessReview answered from a [`policy::Policy`] (`reviews`).

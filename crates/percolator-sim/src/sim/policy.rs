@@ -1,5 +1,5 @@
 //! Who is who and who may do what in the simulated cluster: bearer tokens for TokenReview
-//! and RBAC-like rules for SubjectAccessReview (CONTRACT §5.3–5.4).
+//! and RBAC-like rules for SubjectAccessReview (docs/wire.md, "Delegated authentication and authorization").
 //!
 //! The built-in policy ([`DEFAULT_POLICY`]) can be replaced with `--policy FILE`, a YAML
 //! document of this form (every list may be omitted; unknown keys are errors):

@@ -1,4 +1,4 @@
-//! kube-apiserver's side of delegated authentication and authorization (CONTRACT §5.3–5.4):
+//! kube-apiserver's side of delegated authentication and authorization (docs/wire.md, "Delegated authentication and authorization"):
 //! `POST /apis/authentication.k8s.io/v1/tokenreviews` and
 //! `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, answered from the
 //! [`Policy`](super::policy::Policy) with `201 Created` and the posted object echoed plus

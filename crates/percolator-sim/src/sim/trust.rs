@@ -1,4 +1,4 @@
-//! Delegated-authentication trust material (CONTRACT §5.1): the cluster's client CA, the
+//! Delegated-authentication trust material (docs/wire.md, "Trust material"): the cluster's client CA, the
 //! front-proxy (request-header) CA and client certificate, user client certificates, broken
 //! certificates for negative tests, and the `kube-system/extension-apiserver-authentication`
 //! ConfigMap built from them.
@@ -235,7 +235,7 @@ impl Trust {
         ])
     }
 
-    /// The trust ConfigMap's `data` (CONTRACT §5.1).
+    /// The trust ConfigMap's `data` (docs/wire.md, "Trust material").
     pub(crate) fn config_map_data(&self) -> BTreeMap<String, String> {
         Self::data(&self.client_ca_pem, &self.front_proxy().ca.cert_pem)
     }
