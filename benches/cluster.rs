@@ -63,7 +63,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,8 +71,8 @@ use std::time::{Duration, Instant};
 mod loadgen;
 
 use percolator_sim::devenv::{self, Prometheus, PrometheusOptions, ScrapeJob};
+use percolator_sim::{launch, procfs};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The bare baseline server runs in this process: same allocator as percolator's binary.
@@ -86,6 +85,8 @@ const LARGE_PODS: u32 = 20_000;
 const NAMESPACES: usize = 10;
 const SCRAPE: Duration = Duration::from_secs(15);
 const TOKEN: &str = "tester-token";
+/// How long the simulator and percolator may take to be ready (20,000 pods take minutes).
+const START_TIMEOUT: Duration = Duration::from_secs(600);
 /// The user and group the simulator's TokenReview gives [`TOKEN`] (its built-in policy lets the
 /// group `viewers` get and list every served API): what the front proxy rows send as
 /// `X-Remote-User`/`X-Remote-Group`.
@@ -212,23 +213,12 @@ fn resource_queries(namespace: Option<&str>) -> [String; 2] {
 async fn start_sim(dir: &Path, pods: u32, mode: Mode) -> Sim {
     let nodes = pods.div_ceil(PODS_PER_NODE);
     let state = dir.join("sim");
-    let mut child = percolator_sim::command(dir)
-        .unwrap()
+    let mut command = percolator_sim::command(dir).unwrap();
+    command
         .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
         .args(["--namespaces", &namespaces(), "--cafes-per-namespace", "2", "--housekeeping", "10s"])
-        .args((mode == Mode::Prometheus).then_some("--cadvisor"))
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = loop {
-        let line = lines.next_line().await.unwrap().expect("sim exited");
-        if let Ok(v) = serde_json::from_str::<Value>(&line)
-            && v["event"] == "ready"
-        {
-            break v;
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .args((mode == Mode::Prometheus).then_some("--cadvisor"));
+    let (child, ready) = launch::start_sim(command, START_TIMEOUT).await.unwrap_or_else(|e| panic!("{e}"));
     Sim { _child: child, state, metrics: ready["metrics"].as_str().unwrap().to_string() }
 }
 
@@ -261,47 +251,22 @@ async fn start_percolator(
     extra: &[String],
 ) -> Server {
     let log = dir.join(format!("percolator-{tag}.log"));
-    let mut child = Command::new(bin)
+    let mut command = launch::percolator_command(bin, 0, &sim.state.join("kubeconfig"), &prometheus.url());
+    command
         .envs(shipped_env())
-        .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
-        .arg("--cert-dir")
+        .args(["-v", "1", "--cert-dir"])
         .arg(dir.join("certs"))
-        .arg("--kubeconfig")
-        .arg(sim.state.join("kubeconfig"))
-        .args(["--prometheus-url", &prometheus.url(), "--cache-ttl", cache_ttl])
+        .args(["--cache-ttl", cache_ttl])
         // B5 puts 1,000 lists on one connection on purpose: no in-flight limit here.
         .args(["--max-requests-inflight", "0", "--http2-max-streams-per-connection", "2000"])
-        .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
-        .args(extra)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let address = loop {
-        let line = lines.next_line().await.unwrap().expect("percolator exited");
-        if let Ok(v) = serde_json::from_str::<Value>(&line)
-            && v["fields"]["message"] == "serving"
-        {
-            break v["fields"]["address"].as_str().unwrap().to_string();
-        }
-    };
-    tokio::spawn(async move {
-        let mut out = std::fs::File::create(log).unwrap();
-        while let Ok(Some(line)) = lines.next_line().await {
-            use std::io::Write;
-            let _ = writeln!(out, "{line}");
-        }
-    });
+        .args(extra);
+    let launch::Started { child, pid, address } =
+        launch::start(command, tag, START_TIMEOUT, launch::log_file(&log))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     let server = Server { _child: child, url: format!("https://{address}"), pid };
     let client = mk_client(dir);
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !client.get(format!("{}/readyz", server.url)).send().await.is_ok_and(|r| r.status().is_success()) {
-        assert!(Instant::now() < deadline, "percolator never became ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert!(launch::wait_ready(&client, &server.url, START_TIMEOUT).await, "percolator never became ready");
     server
 }
 
@@ -317,24 +282,14 @@ fn mk_client(dir: &Path) -> reqwest::Client {
         .unwrap()
 }
 
+/// `field` (KiB) of `/proc/<pid>/status`; 0 once the process is gone.
 fn proc_status_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    procfs::status_number(pid, field).unwrap_or(0)
 }
 
+/// CPU seconds (user and system) `pid` has used; 0 once it is gone.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of /proc/pid/stat (11 and 12 after the ')').
-    let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    ticks / 100.0
+    procfs::cpu_seconds(pid).unwrap_or(0.0)
 }
 
 async fn timed_get(client: &reqwest::Client, url: &str) -> (Duration, usize) {
@@ -533,35 +488,21 @@ struct FrontProxy {
 }
 
 fn mk_front_proxy(dir: &Path) -> FrontProxy {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    };
     let dir = dir.join("front-proxy");
     std::fs::create_dir_all(&dir).unwrap();
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name.push(DnType::CommonName, "bench-front-proxy-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
-    leaf.distinguished_name.push(DnType::CommonName, FRONT_PROXY_CN);
-    leaf.is_ca = IsCa::ExplicitNoCa;
-    leaf.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    leaf.use_authority_key_identifier_extension = true;
-    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let ca = test_support::mk_ca("bench-front-proxy-ca");
+    let client = test_support::mk_cert(&ca, |params| {
+        params.distinguished_name.push(rcgen::DnType::CommonName, FRONT_PROXY_CN);
+        params.is_ca = rcgen::IsCa::ExplicitNoCa;
+        params.key_usages.push(rcgen::KeyUsagePurpose::KeyEncipherment);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+    });
     let front_proxy =
         FrontProxy { ca: dir.join("ca.crt"), cert: dir.join("client.crt"), key: dir.join("client.key") };
-    std::fs::write(&front_proxy.ca, ca_cert.pem()).unwrap();
-    std::fs::write(&front_proxy.cert, cert.pem()).unwrap();
-    std::fs::write(&front_proxy.key, key.serialize_pem()).unwrap();
+    std::fs::write(&front_proxy.ca, &ca.pem).unwrap();
+    std::fs::write(&front_proxy.cert, &client.pem).unwrap();
+    std::fs::write(&front_proxy.key, &client.key_pem).unwrap();
     front_proxy
 }
 
@@ -1298,7 +1239,7 @@ async fn warm_server(
             return 0.0;
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
-        proc_status_kb(server.pid, "VmRSS:") as f64
+        proc_status_kb(server.pid, "VmRSS") as f64
     };
     let base = rss_kib().await;
     for i in 0..NAMESPACES {
@@ -1321,7 +1262,7 @@ async fn warm_server(
     }
     let all = rss_kib().await;
     let rss =
-        measure.then(|| Rss { base, namespaces, all, peak: proc_status_kb(server.pid, "VmHWM:") as f64 });
+        measure.then(|| Rss { base, namespaces, all, peak: proc_status_kb(server.pid, "VmHWM") as f64 });
     (server, rss)
 }
 

@@ -99,16 +99,56 @@ PROBE_WHY = (
     "`httpGet` of `/healthz`, `/livez`, `/readyz` on `https`)"
 )
 
+def probe(name, path, **timings):
+    """A probe of the anchor's chart: `httpGet` of `path` on `https` with `timings`."""
+    handler = {"httpGet": {"path": path, "port": "https", "scheme": "HTTPS"}}
+    return K(name, {**handler, **timings}, name, PROBE_WHY, True)
+
+
+MERGED_WHY = "the fields that differ from the chart's default, merged into percolator's restricted context"
+
+
+def restricted(run_as_user):
+    """The restricted container security context both anchors' charts default to."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def image(repository, whose):
+    """The anchor's image keys: `whose` image (`the adapter's`), which percolator's replaces."""
+    return [
+        K("image.repository", repository, NONE,
+          f"{whose} image; percolator's chart runs its own (ghcr.io/une-tasse-de/percolator): "
+          "mirror that one and set image.repository"),
+        K("image.tag", "", NONE, f"{whose} version, not percolator's"),
+        K("image.pullPolicy", "IfNotPresent", "image.pullPolicy", "same meaning"),
+    ]
+
+
+def budget(max_unavailable):
+    """The anchor's PodDisruptionBudget keys (both charts have the same four)."""
+    pdb = "podDisruptionBudget"
+    return [
+        K(f"{pdb}.enabled", False, f"{pdb}.enabled",
+          "when true; percolator's budget (minAvailable 1) stays otherwise"),
+        K(f"{pdb}.minAvailable", None, f"{pdb}.minAvailable", f"with {pdb}.enabled"),
+        K(f"{pdb}.maxUnavailable", max_unavailable, f"{pdb}.maxUnavailable", f"with {pdb}.enabled"),
+        K(f"{pdb}.unhealthyPodEvictionPolicy", None, f"{pdb}.unhealthyPodEvictionPolicy", "same meaning"),
+    ]
+
+
 ADAPTER = [
     K("affinity", {}, "affinity", "merged with percolator's default anti-affinity (replicas spread over nodes)", True),
     K("topologySpreadConstraints", [], "topologySpreadConstraints", "same meaning"),
     K("nameOverride", "", "nameOverride", "same meaning"),
     K("fullnameOverride", "", "fullnameOverride", "same meaning"),
-    K("image.repository", "registry.k8s.io/prometheus-adapter/prometheus-adapter", NONE,
-      "the adapter's image; percolator's chart runs its own (ghcr.io/une-tasse-de/percolator): "
-      "mirror that one and set image.repository"),
-    K("image.tag", "", NONE, "the adapter's version, not percolator's"),
-    K("image.pullPolicy", "IfNotPresent", "image.pullPolicy", "same meaning"),
+    *image("registry.k8s.io/prometheus-adapter/prometheus-adapter", "the adapter's"),
     K("image.pullSecrets", [], "imagePullSecrets", "names become `{name: NAME}` entries"),
     K("logLevel", 4, "logLevel", "when not the chart's default 4 (percolator's default is 1)"),
     K("metricsRelistInterval", "1m", "metricsRelistInterval", "same meaning, always written"),
@@ -125,17 +165,8 @@ ADAPTER = [
     K("prometheus.port", 9090, "prometheus.port", "same meaning, always written"),
     K("prometheus.path", "", "prometheus.path", "same meaning"),
     K("replicas", 1, "replicas", "when not 1 (percolator runs 2 with a PodDisruptionBudget)"),
-    K("podSecurityContext", {"fsGroup": 10001}, "podSecurityContext",
-      "the fields that differ from the chart's default, merged into percolator's restricted context", True),
-    K("securityContext", {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": 10001,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }, "securityContext",
-      "the fields that differ from the chart's default, merged into percolator's restricted context", True),
+    K("podSecurityContext", {"fsGroup": 10001}, "podSecurityContext", MERGED_WHY, True),
+    K("securityContext", restricted(10001), "securityContext", MERGED_WHY, True),
     K("rbac.create", True, "rbac.create", "same meaning"),
     K("rbac.useAuthReaderClusterRole", False, NONE,
       "true: percolator binds the Role extension-apiserver-authentication-reader in kube-system"),
@@ -152,16 +183,8 @@ ADAPTER = [
       "false: percolator needs its token (pods and nodes watch, delegated authentication)"),
     K("dnsConfig", {}, "dnsConfig", "same meaning", True),
     K("resources", {}, "resources", "when set: replaces percolator's sizing whole", True),
-    K("livenessProbe", {
-        "httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
-        "initialDelaySeconds": 30,
-        "timeoutSeconds": 5,
-    }, "livenessProbe", PROBE_WHY, True),
-    K("readinessProbe", {
-        "httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"},
-        "initialDelaySeconds": 30,
-        "timeoutSeconds": 5,
-    }, "readinessProbe", PROBE_WHY, True),
+    *(probe(name, "/healthz", initialDelaySeconds=30, timeoutSeconds=5)
+      for name in ("livenessProbe", "readinessProbe")),
     K("startupProbe", {}, "startupProbe", PROBE_WHY, True),
     K("rules.default", True, "rules.default, customMetrics.enabled",
       "always written (percolator's default is false); the same six rules"),
@@ -198,13 +221,7 @@ ADAPTER = [
       "other than ClusterFirstWithHostNet with hostNetwork, which percolator's chart sets itself"),
     K("strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
       "updateStrategy", "when not the chart's default (percolator never takes a replica down first)", True),
-    K("podDisruptionBudget.enabled", False, "podDisruptionBudget.enabled",
-      "when true; percolator's budget (minAvailable 1) stays otherwise"),
-    K("podDisruptionBudget.minAvailable", None, "podDisruptionBudget.minAvailable", "with podDisruptionBudget.enabled"),
-    K("podDisruptionBudget.maxUnavailable", 1, "podDisruptionBudget.maxUnavailable",
-      "with podDisruptionBudget.enabled"),
-    K("podDisruptionBudget.unhealthyPodEvictionPolicy", None, "podDisruptionBudget.unhealthyPodEvictionPolicy",
-      "same meaning"),
+    *budget(1),
     K("certManager.enabled", False, "tls.type: cert-manager",
       "same issuers: self-signed, a CA, the serving certificate"),
     K("certManager.caCertDuration", "43800h0m0s", "tls.certManager.caDuration", "with certManager.enabled"),
@@ -216,11 +233,7 @@ ADAPTER = [
 ]
 
 METRICS_SERVER = [
-    K("image.repository", "registry.k8s.io/metrics-server/metrics-server", NONE,
-      "metrics-server's image; percolator's chart runs its own (ghcr.io/une-tasse-de/percolator): "
-      "mirror that one and set image.repository"),
-    K("image.tag", "", NONE, "metrics-server's version, not percolator's"),
-    K("image.pullPolicy", "IfNotPresent", "image.pullPolicy", "same meaning"),
+    *image("registry.k8s.io/metrics-server/metrics-server", "metrics-server's"),
     K("imagePullSecrets", [], "imagePullSecrets", "same meaning"),
     K("nameOverride", "", "nameOverride", "same meaning"),
     K("fullnameOverride", "", "fullnameOverride", "same meaning"),
@@ -239,30 +252,15 @@ METRICS_SERVER = [
     K("commonLabels", {}, "commonLabels", "same meaning (not on the pods, as in metrics-server's chart)", True),
     K("podLabels", {}, "podLabels", "same meaning", True),
     K("podAnnotations", {}, "podAnnotations", "same meaning", True),
-    K("podSecurityContext", {}, "podSecurityContext",
-      "the fields that differ from the chart's default, merged into percolator's restricted context", True),
-    K("securityContext", {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "seccompProfile": {"type": "RuntimeDefault"},
-        "capabilities": {"drop": ["ALL"]},
-    }, "securityContext",
-      "the fields that differ from the chart's default, merged into percolator's restricted context", True),
+    K("podSecurityContext", {}, "podSecurityContext", MERGED_WHY, True),
+    K("securityContext", restricted(1000), "securityContext", MERGED_WHY, True),
     K("priorityClassName", "system-cluster-critical", "priorityClassName", "same meaning"),
     K("containerPort", 10250, "containerPort", "same meaning"),
     K("hostNetwork.enabled", False, "hostNetwork.enabled", "same meaning"),
     K("replicas", 1, "replicas", "when not 1 (percolator runs 2 with a PodDisruptionBudget)"),
     K("revisionHistoryLimit", None, "revisionHistoryLimit", "same meaning"),
     K("updateStrategy", {}, "updateStrategy", "when set: replaces percolator's (never a replica down first)", True),
-    K("podDisruptionBudget.enabled", False, "podDisruptionBudget.enabled",
-      "when true; percolator's budget (minAvailable 1) stays otherwise"),
-    K("podDisruptionBudget.minAvailable", None, "podDisruptionBudget.minAvailable", "with podDisruptionBudget.enabled"),
-    K("podDisruptionBudget.maxUnavailable", None, "podDisruptionBudget.maxUnavailable",
-      "with podDisruptionBudget.enabled"),
-    K("podDisruptionBudget.unhealthyPodEvictionPolicy", None, "podDisruptionBudget.unhealthyPodEvictionPolicy",
-      "same meaning"),
+    *budget(None),
     K("defaultArgs", [
         "--cert-dir=/tmp",
         "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
@@ -270,18 +268,8 @@ METRICS_SERVER = [
         "--metric-resolution=15s",
     ], "defaultArgs, args, chart values", "flag by flag: see the flags table"),
     K("args", [], "args, defaultArgs, chart values", "flag by flag: see the flags table"),
-    K("livenessProbe", {
-        "httpGet": {"path": "/livez", "port": "https", "scheme": "HTTPS"},
-        "initialDelaySeconds": 0,
-        "periodSeconds": 10,
-        "failureThreshold": 3,
-    }, "livenessProbe", PROBE_WHY, True),
-    K("readinessProbe", {
-        "httpGet": {"path": "/readyz", "port": "https", "scheme": "HTTPS"},
-        "initialDelaySeconds": 20,
-        "periodSeconds": 10,
-        "failureThreshold": 3,
-    }, "readinessProbe", PROBE_WHY, True),
+    probe("livenessProbe", "/livez", initialDelaySeconds=0, periodSeconds=10, failureThreshold=3),
+    probe("readinessProbe", "/readyz", initialDelaySeconds=20, periodSeconds=10, failureThreshold=3),
     K("service.type", "ClusterIP", "service.type", "same meaning"),
     K("service.port", 443, "service.port", "same meaning"),
     K("service.annotations", {}, "service.annotations", "same meaning", True),
@@ -290,14 +278,7 @@ METRICS_SERVER = [
       "true: percolator's memory grows with the pods (about 2 KiB each): size resources for the cluster instead"),
     K("addonResizer.image.repository", "registry.k8s.io/autoscaling/addon-resizer", NONE, "with addonResizer.enabled"),
     K("addonResizer.image.tag", "1.8.23", NONE, "with addonResizer.enabled"),
-    K("addonResizer.securityContext", {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "seccompProfile": {"type": "RuntimeDefault"},
-        "capabilities": {"drop": ["ALL"]},
-    }, NONE, "with addonResizer.enabled", True),
+    K("addonResizer.securityContext", restricted(1000), NONE, "with addonResizer.enabled", True),
     K("addonResizer.resources", {
         "requests": {"cpu": "40m", "memory": "25Mi"},
         "limits": {"cpu": "40m", "memory": "25Mi"},
@@ -359,6 +340,13 @@ TABLES = {"prometheus-adapter": ADAPTER, "metrics-server": METRICS_SERVER}
 # has the flag: appended to args or, for its defaultArgs' flags, written there), "value" (a value
 # of percolator's chart), "chart" (percolator's chart sets it itself: not needed), NONE.
 SAME = "same flag and meaning"
+
+
+def not_carried(why, *names):
+    """Flags percolator's chart cannot carry, for one reason."""
+    return {name: (NONE, "", why) for name in names}
+
+
 FLAGS = {
     # Same name and meaning (percolator's flags follow the generic Kubernetes API server's,
     # metrics-server's and prometheus-adapter's).
@@ -401,8 +389,8 @@ FLAGS = {
     "tls-cipher-suites": (NONE, "", "percolator's TLS (rustls) offers its own suites: ECDHE with AES-GCM or "
                                     "ChaCha20-Poly1305"),
     "tls-sni-cert-key": (NONE, "", "percolator serves one certificate"),
-    "kubelet-client-certificate": (NONE, "", "percolator authenticates to the kubelets with its ServiceAccount token"),
-    "kubelet-client-key": (NONE, "", "percolator authenticates to the kubelets with its ServiceAccount token"),
+    **not_carried("percolator authenticates to the kubelets with its ServiceAccount token",
+                  "kubelet-client-certificate", "kubelet-client-key"),
     "deprecated-kubelet-completely-insecure": (NONE, "", "percolator always reaches the kubelets over TLS "
                                                          "(--kubelet-insecure-tls skips the verification)"),
     "node-selector": (NONE, "", "percolator reads every node's kubelet"),
@@ -410,16 +398,11 @@ FLAGS = {
                                          "prometheus.bearerToken, prometheus.basicAuth"),
     "prometheus-verb": (NONE, "", "percolator always POSTs its queries"),
     "disable-http2": (NONE, "", "percolator serves HTTP/2 (kube-apiserver multiplexes its requests over it)"),
-    "profiling": (NONE, "", "percolator serves no profiling endpoints"),
-    "contention-profiling": (NONE, "", "percolator serves no profiling endpoints"),
-    "logging-format": (NONE, "", "percolator logs JSON on stderr"),
-    "logtostderr": (NONE, "", "percolator logs JSON on stderr"),
-    "alsologtostderr": (NONE, "", "percolator logs JSON on stderr"),
-    "log-file": (NONE, "", "percolator logs JSON on stderr"),
-    "log-dir": (NONE, "", "percolator logs JSON on stderr"),
+    **not_carried("percolator serves no profiling endpoints", "profiling", "contention-profiling"),
+    **not_carried("percolator logs JSON on stderr",
+                  "logging-format", "logtostderr", "alsologtostderr", "log-file", "log-dir"),
     "vmodule": (NONE, "", "percolator's verbosity is one level (logLevel)"),
-    "permit-port-sharing": (NONE, "", "percolator binds its port alone"),
-    "permit-address-sharing": (NONE, "", "percolator binds its port alone"),
+    **not_carried("percolator binds its port alone", "permit-port-sharing", "permit-address-sharing"),
     "feature-gates": (NONE, "", "percolator has no Kubernetes feature gates"),
 }
 # Flags of prometheus-adapter, metrics-server and the generic server that take no value.

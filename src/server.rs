@@ -1,13 +1,7 @@
-//! Wiring and serving: builds the sources, kinds and router from the flags ([`run`]), and
-//! serves the router on an already-bound listener with the generic server's serving loop
-//! (`apiserver::serve::listener`: TLS, HTTP/1.1 and HTTP/2, the bounds on connections and
-//! the graceful close; [`serve`] runs it with the flags' defaults, for tests).
-//!
-//! Shutdown, as kube-apiserver does it: on SIGTERM (or Ctrl-C) `/readyz` fails at once while
-//! requests are still served for `--shutdown-delay-duration` (so endpoints and load balancers
-//! stop sending new traffic), then the listener closes, open connections are drained (at
-//! most `apiserver::serve::listener::DRAIN_TIMEOUT`) and the process exits 0. A second signal
-//! skips the delay.
+//! The composition root: builds the sources, kinds, metric APIs, auth and TLS from the flags
+//! ([`prepare`]) and serves them with the generic server (`apiserver::serve::serve`: TLS,
+//! HTTP/1.1 and HTTP/2, the bounds on connections, the graceful shutdown on SIGTERM as
+//! kube-apiserver's; [`serve`] runs the serving loop with the flags' defaults, for tests).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,22 +13,19 @@ use tokio::net::TcpListener;
 
 use crate::adapter::LiveAdapter;
 use crate::adapter::live::AdapterResourceQueries;
-use crate::api::{self, ApiState};
-use crate::config::{Args, Check, KubeletArgs, LiveConfig, QueryFile, ResourceSource};
+use crate::config::{Args, Check, LiveConfig, QueryFile, ResourceSource};
 use crate::kinds::{Sources, registry};
 use crate::metrics::custom::CustomMetrics;
 use crate::metrics::external::ExternalMetrics;
 use crate::sources::inventory::KubeInventory;
-use crate::sources::kubelet::{BearerToken, KubeletClient, KubeletConfig};
+use crate::sources::kubelet::{KubeletClient, kubelet_config, warm_up_kubelets};
 use crate::sources::prometheus::{ConnectionSettings, PromClient, Template};
-use crate::sources::resources::{
-    ConfigQueries, KubeletUsage, PromUsage, ResourceQuery, ResourceQueryError, ResourceQueryPlan,
-};
+use crate::sources::resource_source::{PlanSlot, ResourceSourceChoice};
+use crate::sources::resources::{ConfigQueries, KubeletUsage, PromUsage};
 use crate::sources::workloads::KubeWorkloads;
 use crate::sources::{Inventory, KubeletSource, PromSource, UpstreamObserver, UsageSource};
-use apiserver::CacheSettings;
-use apiserver::Metrics;
 use apiserver::serve::listener::{self, ServeConfig};
+use apiserver::{ApiState, App, CacheSettings, Metrics, ServingArgs};
 
 /// How often `--config` is checked for changes (a ConfigMap volume updates within about a
 /// minute; polling a small file this often costs nothing).
@@ -117,11 +108,8 @@ pub enum StartError {
 pub struct Prepared {
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    app: Router,
-    serving: ServeConfig,
-    shutdown_delay: Duration,
-    shutting_down: Arc<AtomicBool>,
-    metrics: Arc<Metrics>,
+    app: App,
+    serving: ServingArgs,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -140,29 +128,14 @@ impl Prepared {
     /// for `--shutdown-delay-duration` (cut short by another SIGTERM or Ctrl-C), then the
     /// listener closes and in-flight requests are drained.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
-        let Prepared { listener, tls, app, serving, shutdown_delay, shutting_down, metrics } = self;
-        let counted = metrics.clone();
-        let staged = async move {
-            shutdown.await;
-            shutting_down.store(true, Ordering::SeqCst);
-            metrics.ready.set(0);
-            tracing::info!(
-                delay = %k8s_wire::duration::go_string(shutdown_delay),
-                "shutting down: /readyz fails; still serving until the delay ends (signal again to skip it)"
-            );
-            tokio::select! {
-                () = tokio::time::sleep(shutdown_delay) => {}
-                () = shutdown_signal() => tracing::info!("second signal: skipping the shutdown delay"),
-            }
-        };
-        listener::serve(listener, tls, app, &serving, &counted, staged).await;
+        apiserver::serve::serve(self.listener, self.tls, self.app, &self.serving, shutdown).await;
     }
 }
 
 /// Runs percolator with `args` until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), StartError> {
     let prepared = prepare(args).await?;
-    prepared.serve(shutdown_signal()).await;
+    prepared.serve(apiserver::shutdown_signal()).await;
     Ok(())
 }
 
@@ -203,10 +176,11 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         apiserver::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     serving_cert.spawn_reloader(args.serving.tls_reload_interval);
     let metrics = Metrics::new(crate::METRICS_NAMESPACE);
+    crate::telemetry::register(&metrics);
     // Authentication starts before the registry exists (the trust is read first): its
     // metrics join the registry here.
     metrics.export_auth(auth.metrics());
-    export_serving_certificate_expiry(&serving_cert, &metrics);
+    apiserver::export_serving_certificate_expiry(&serving_cert, &metrics);
     let cache = CacheSettings::new(args.cache.cache_ttl, metrics.clone());
     let observer: Arc<dyn UpstreamObserver> = metrics.clone();
     let client = kube::Client::try_from(kube_config.clone()).map_err(StartError::KubeClient)?;
@@ -277,14 +251,14 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         prometheus: prometheus.clone(),
         config: config.clone(),
     };
-    let mut kinds = registry::LiveKinds::new(&sources, &cache);
+    let mut kinds = registry::KindRegistry::new(&sources, &cache);
     if args.metric_apis.enable_resource_metrics {
         tracing::info!("serving metrics.k8s.io/v1beta1 (PodMetrics, NodeMetrics)");
         kinds = kinds.with_resource_metrics(&sources, &cache);
     }
     let reload_metrics = metrics.clone();
     config.spawn_reloader(CONFIG_POLL_INTERVAL, move |applied| {
-        reload_metrics.config_reload(apiserver::CONFIG_FILE, applied);
+        reload_metrics.config_reload(crate::telemetry::CONFIG_FILE, applied);
     });
 
     let inventory_for_custom = inventory.clone();
@@ -301,6 +275,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         synced
     });
     let mut state = ApiState::new(kinds, ready, metrics.clone())
+        .with_server_info(crate::kinds::server_info())
         .with_auth(auth)
         .with_limits(args.serving.max_requests_inflight, args.serving.request_timeout)
         .with_shutdown_flag(shutting_down.clone());
@@ -320,7 +295,13 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
             adapter: adapter.clone(),
             fallback: Arc::new(ConfigQueries(config.clone())),
         }));
-        watch_resource_rules(adapter.clone(), path.to_path_buf(), resource_source.clone(), had_rules);
+        crate::adapter::live::watch_resource_rules(
+            adapter.clone(),
+            path.to_path_buf(),
+            resource_source.clone(),
+            CONFIG_POLL_INTERVAL,
+            had_rules,
+        );
     }
     if args.metric_apis.enable_external_metrics {
         let names: Vec<String> =
@@ -348,7 +329,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         }
         state = state.with_group(Arc::new(custom));
     }
-    let app = api::router(state);
+    let app = apiserver::app(state);
 
     let listener =
         listener::bind((args.serving.bind_address, args.serving.secure_port).into()).map_err(|source| {
@@ -356,196 +337,7 @@ pub async fn prepare(args: Args) -> Result<Prepared, StartError> {
         })?;
     let address = listener.local_addr().map_err(StartError::LocalAddress)?;
     tracing::info!(%address, window = %k8s_wire::duration::go_string(config.current().window), "serving");
-    Ok(Prepared {
-        listener,
-        tls,
-        app,
-        serving: ServeConfig::from_args(&args.serving),
-        shutdown_delay: args.serving.shutdown_delay_duration,
-        shutting_down,
-        metrics,
-    })
-}
-
-/// Keeps `percolator_tls_serving_certificate_expiration_timestamp_seconds` on the `notAfter`
-/// of the serving leaf in force: set now, and after every reload that changes the pair.
-fn export_serving_certificate_expiry(cert: &apiserver::ReloadingCert, metrics: &Arc<Metrics>) {
-    let metrics = Arc::clone(metrics);
-    cert.on_change(move |chain| {
-        let not_after = match chain.first().map(|leaf| apiserver::not_after(leaf.as_ref())) {
-            Some(Ok(not_after)) => Some(not_after),
-            Some(Err(error)) => {
-                tracing::warn!(%error, "cannot read the expiry of the serving certificate");
-                None
-            }
-            None => {
-                tracing::warn!(error = "empty chain", "cannot read the expiry of the serving certificate");
-                None
-            }
-        };
-        metrics.serving_certificate_expires(not_after);
-    });
-}
-
-/// Which source serves pod, container and node CPU and memory (metrics.k8s.io and
-/// PodMetricsSummary alike), and why: decided once at start, logged, never switched by a
-/// reload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ResourceSourceChoice {
-    /// The source.
-    source: ResourceSource,
-    /// Whether `--resource-source` (or `PERCOLATOR_RESOURCE_SOURCE`) was given.
-    explicit: bool,
-    /// Why, for the start-up log: `resource source: SOURCE (REASON)`.
-    reason: String,
-    /// What the Prometheus source falls back to without resourceRules.
-    config_queries: &'static str,
-}
-
-impl ResourceSourceChoice {
-    /// `--resource-source` when given; otherwise `prometheus` when the `--adapter-config` file
-    /// (`adapter`: its path and whether it has `resourceRules`) has resourceRules, as in
-    /// prometheus-adapter where they mean Prometheus serves metrics.k8s.io; `kubelet` else.
-    /// `config_given`: whether `--config` is (only for the wording of the reason).
-    fn resolve(
-        flag: Option<ResourceSource>,
-        adapter: Option<(&std::path::Path, bool)>,
-        config_given: bool,
-    ) -> Self {
-        let config_queries = if config_given {
-            "the resourceQueries of --config"
-        } else {
-            "the default resourceQueries (no --config)"
-        };
-        let rules = adapter
-            .filter(|(_, has_rules)| *has_rules)
-            .map(|(path, _)| format!("the resourceRules of --adapter-config {}", path.display()));
-        let (source, reason) = match (flag, rules) {
-            (None, None) => (ResourceSource::Kubelet, "the default".to_owned()),
-            (None, Some(rules)) => {
-                (ResourceSource::Prometheus, format!("{rules}; --resource-source not given"))
-            }
-            (Some(ResourceSource::Kubelet), None) => {
-                (ResourceSource::Kubelet, "--resource-source=kubelet given explicitly".to_owned())
-            }
-            (Some(ResourceSource::Kubelet), Some(rules)) => (
-                ResourceSource::Kubelet,
-                format!("--resource-source=kubelet given explicitly; {rules} are unused"),
-            ),
-            (Some(ResourceSource::Prometheus), None) => (
-                ResourceSource::Prometheus,
-                format!("--resource-source=prometheus given explicitly; {config_queries}"),
-            ),
-            (Some(ResourceSource::Prometheus), Some(rules)) => (
-                ResourceSource::Prometheus,
-                format!("--resource-source=prometheus given explicitly; {rules}"),
-            ),
-        };
-        Self { source, explicit: flag.is_some(), reason, config_queries }
-    }
-
-    /// What a reload that adds (`has_rules`) or removes the resourceRules of `path` means,
-    /// and whether it deserves a warning: the source stays; with Prometheus the queries follow
-    /// the file (`AdapterResourceQueries` falls back to `resourceQueries:` without rules).
-    fn on_rules_change(&self, path: &std::path::Path, has_rules: bool) -> (bool, String) {
-        let file = format!("--adapter-config {}", path.display());
-        match (self.source, has_rules) {
-            (ResourceSource::Kubelet, true) if self.explicit => (
-                false,
-                format!("resourceRules added to {file}: unused, --resource-source=kubelet given explicitly"),
-            ),
-            (ResourceSource::Kubelet, true) => (
-                true,
-                format!(
-                    "resourceRules added to {file}: restart percolator to read CPU and memory from Prometheus with them (the resource source is decided at start: still kubelet)"
-                ),
-            ),
-            (ResourceSource::Kubelet, false) => {
-                (false, format!("resourceRules removed from {file}: unused, the resource source is kubelet"))
-            }
-            (ResourceSource::Prometheus, true) => {
-                (false, format!("resourceRules added to {file}: CPU and memory now from them"))
-            }
-            (ResourceSource::Prometheus, false) => {
-                let restart = if self.explicit {
-                    ""
-                } else {
-                    "; after a restart, the kubelets (--resource-source not given)"
-                };
-                (
-                    true,
-                    format!(
-                        "resourceRules removed from {file}: CPU and memory now from {}{restart}",
-                        self.config_queries
-                    ),
-                )
-            }
-        }
-    }
-}
-
-/// Logs, as reloads and relists publish new adapter configurations, when the resourceRules of
-/// `path` appear or disappear (`had_rules`: at start), with what that means for the resource
-/// source (which stays what start decided). It keeps the adapter, and so its reloads, alive for
-/// the process's life even when no API serves from it (the kubelet source without custom or
-/// external metrics): a reload adding resourceRules is then still heard of.
-fn watch_resource_rules(
-    adapter: Arc<LiveAdapter>,
-    path: std::path::PathBuf,
-    choice: ResourceSourceChoice,
-    mut had_rules: bool,
-) {
-    tokio::spawn(async move {
-        // 0: the first look compares too (a reload may have come before this task runs).
-        let mut seen = 0;
-        loop {
-            let generation = adapter.generation();
-            if generation != seen {
-                seen = generation;
-                let has_rules = adapter.current().config.resource_rules.is_some();
-                if has_rules != had_rules {
-                    had_rules = has_rules;
-                    match choice.on_rules_change(&path, has_rules) {
-                        (true, message) => tracing::warn!("{message}"),
-                        (false, message) => tracing::info!("{message}"),
-                    }
-                }
-            }
-            tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
-        }
-    });
-}
-
-/// A [`ResourceQueryPlan`] set once the adapter configuration is loaded (the resource source
-/// is built before it).
-struct PlanSlot(std::sync::RwLock<Arc<dyn ResourceQueryPlan>>);
-
-impl PlanSlot {
-    fn new(plan: Arc<dyn ResourceQueryPlan>) -> Self {
-        Self(std::sync::RwLock::new(plan))
-    }
-
-    fn set(&self, plan: Arc<dyn ResourceQueryPlan>) {
-        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = plan;
-    }
-
-    fn get(&self) -> Arc<dyn ResourceQueryPlan> {
-        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-}
-
-impl ResourceQueryPlan for PlanSlot {
-    fn generation(&self) -> u64 {
-        self.get().generation()
-    }
-
-    fn pods(&self, namespace: &str) -> Result<ResourceQuery, ResourceQueryError> {
-        self.get().pods(namespace)
-    }
-
-    fn nodes(&self, nodes: &[&str]) -> Result<ResourceQuery, ResourceQueryError> {
-        self.get().nodes(nodes)
-    }
+    Ok(Prepared { listener, tls, app, serving: args.serving })
 }
 
 /// Loads `--adapter-config`, lists its rules' series and starts its reload and relist loop.
@@ -588,81 +380,13 @@ async fn start_adapter(
             });
         }
     }
-    let file = apiserver::ADAPTER_CONFIG_FILE;
+    let file = crate::telemetry::ADAPTER_CONFIG_FILE;
     metrics.config_loaded(file);
     let reload_metrics = metrics.clone();
     adapter.spawn(CONFIG_POLL_INTERVAL, args.metrics_relist_interval, move |applied| {
         reload_metrics.config_reload(file, applied);
     });
     Ok(adapter)
-}
-
-/// Fetches every node's kubelet after the inventory has synced, and again every half
-/// sampling interval until each node that answers has a CPU rate (two distinct samples), then
-/// sets `done`: `/readyz` waits for it (check `metric-storage-ready`, as metrics-server's), so
-/// a replica starting during a rolling restart enters the Service's rotation with CPU for
-/// `kubectl top` and the HPA rather than empty lists. A node whose kubelet fails does not hold
-/// readiness (requests fetch it again on demand and say what failed), and neither does the
-/// whole warm-up past `--max-rate-window`: a kubelet that never publishes a second sample
-/// leaves that node's CPU out, as it would on any replica.
-async fn warm_up_kubelets(
-    inventory: Arc<dyn Inventory>,
-    kubelet: Arc<dyn KubeletSource>,
-    done: Arc<AtomicBool>,
-) {
-    while !inventory.is_synced() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let sampling = kubelet.sampling();
-    let deadline = tokio::time::Instant::now() + sampling.max_window;
-    let mut waiting: std::collections::BTreeSet<String> = inventory
-        .running_pods(None)
-        .iter()
-        .filter_map(|p| p.node_name.as_deref().map(str::to_owned))
-        .collect();
-    let nodes = waiting.len();
-    let mut errors: Vec<String> = Vec::new();
-    loop {
-        let fetches = futures::future::join_all(waiting.iter().map(|node| kubelet.node_usage(node))).await;
-        let mut still = std::collections::BTreeSet::new();
-        for (node, fetch) in waiting.iter().zip(fetches) {
-            match fetch {
-                Ok(usage) if !has_cpu_rate(&usage) => {
-                    still.insert(node.clone());
-                }
-                Ok(_) => {}
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        waiting = still;
-        if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
-            break;
-        }
-        tokio::time::sleep((sampling.interval / 2).max(Duration::from_millis(100))).await;
-    }
-    done.store(true, Ordering::SeqCst);
-    match errors.first() {
-        None if waiting.is_empty() => {
-            tracing::info!(nodes, "kubelet warm-up done: every node has a CPU rate")
-        }
-        None => tracing::warn!(
-            nodes,
-            without_cpu = waiting.len(),
-            "kubelet warm-up gave up waiting for a second sample after --max-rate-window"
-        ),
-        Some(first) => {
-            tracing::warn!(nodes, failed = errors.len(), first = %first, "kubelet warm-up done with errors")
-        }
-    }
-}
-
-/// Whether a node's usage carries a CPU rate: the node's own, or any container's (a kubelet
-/// may publish no node series; a node without running containers has nothing to wait for).
-fn has_cpu_rate(usage: &crate::sources::NodeUsage) -> bool {
-    let containers = || usage.pods.values().flat_map(|c| c.iter());
-    usage.node.as_ref().is_some_and(|n| n.cpu_nanocores.is_some())
-        || containers().any(|c| c.cpu_nanocores.is_some())
-        || (usage.node.is_none() && containers().next().is_none())
 }
 
 /// The check of the query file: every section's owner checks its own (the kinds their
@@ -677,71 +401,6 @@ pub fn config_check() -> Check<Template> {
     })
 }
 
-/// The kubelet client configuration: flags, plus the cluster's credentials and CA from the
-/// kubeconfig (the service account's token and the cluster CA in-cluster), as metrics-server
-/// does. `ca_file` is `--kubelet-certificate-authority` (then the cluster CA is not used).
-fn kubelet_config(
-    args: &KubeletArgs,
-    kube_config: &kube::Config,
-    ca_file: Option<Arc<apiserver::WatchedCaFile>>,
-    cache: &CacheSettings,
-) -> KubeletConfig {
-    use base64::Engine;
-    use secrecy::ExposeSecret;
-    let auth = &kube_config.auth_info;
-    let bearer_token = match (&auth.token_file, &auth.token) {
-        (Some(file), _) => Some(BearerToken::File(file.into())),
-        (None, Some(token)) => Some(BearerToken::Static(token.expose_secret().to_string())),
-        _ => None,
-    };
-    let cluster_ca = kube_config.root_cert.as_ref().filter(|_| ca_file.is_none()).map(|ders| {
-        let engine = base64::engine::general_purpose::STANDARD;
-        ders.iter()
-            .map(|der| {
-                format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", engine.encode(der))
-            })
-            .collect::<String>()
-            .into_bytes()
-    });
-    KubeletConfig {
-        port: args.kubelet_port,
-        preferred_address_types: args.kubelet_preferred_address_types.clone(),
-        insecure_tls: args.kubelet_insecure_tls,
-        ca_file,
-        ca_pem: cluster_ca,
-        bearer_token,
-        request_timeout: args.kubelet_request_timeout,
-        cache: cache.clone(),
-        use_node_status_port: args.kubelet_use_node_status_port,
-        reuse_connections: args.kubelet_reuse_connections,
-        max_rate_window: args.max_rate_window,
-        idle_after: args.idle_after,
-        ..KubeletConfig::default()
-    }
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
 /// Serves `app` over TLS on `listener` until `shutdown` resolves, with the serving flags'
 /// defaults but `max_streams` concurrent HTTP/2 streams per connection, its connections
 /// counted in a registry of its own (tests serve a router of their own with it).
@@ -754,169 +413,4 @@ pub async fn serve(
 ) {
     let config = ServeConfig { max_streams, ..ServeConfig::default() };
     listener::serve(listener, tls, app, &config, &Metrics::new(crate::METRICS_NAMESPACE), shutdown).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Writes a self-signed pair for `name` valid until `not_after` (Unix seconds).
-    fn mk_pair(dir: &std::path::Path, name: &str, not_after: u64) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
-        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(not_after);
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-    }
-
-    fn expiry(metrics: &Metrics) -> String {
-        let name = "percolator_tls_serving_certificate_expiration_timestamp_seconds ";
-        let text = metrics.encode();
-        text.lines().find_map(|l| l.strip_prefix(name)).unwrap().to_owned()
-    }
-
-    /// `--resource-source` given or not × the adapter file absent, without or with
-    /// resourceRules: the source and the reason the start-up log gives.
-    #[test]
-    fn the_resource_source_is_the_flag_else_prometheus_for_resource_rules_else_kubelet() {
-        use ResourceSource::{Kubelet, Prometheus};
-        let file = std::path::Path::new("/etc/adapter/config.yaml");
-        let rules = "the resourceRules of --adapter-config /etc/adapter/config.yaml";
-        for (flag, adapter, source, reason) in [
-            (None, None, Kubelet, "the default".to_owned()),
-            (None, Some((file, false)), Kubelet, "the default".to_owned()),
-            (None, Some((file, true)), Prometheus, format!("{rules}; --resource-source not given")),
-            (Some(Kubelet), None, Kubelet, "--resource-source=kubelet given explicitly".to_owned()),
-            (
-                Some(Kubelet),
-                Some((file, false)),
-                Kubelet,
-                "--resource-source=kubelet given explicitly".to_owned(),
-            ),
-            (
-                Some(Kubelet),
-                Some((file, true)),
-                Kubelet,
-                format!("--resource-source=kubelet given explicitly; {rules} are unused"),
-            ),
-            (
-                Some(Prometheus),
-                None,
-                Prometheus,
-                "--resource-source=prometheus given explicitly; the resourceQueries of --config".to_owned(),
-            ),
-            (
-                Some(Prometheus),
-                Some((file, false)),
-                Prometheus,
-                "--resource-source=prometheus given explicitly; the resourceQueries of --config".to_owned(),
-            ),
-            (
-                Some(Prometheus),
-                Some((file, true)),
-                Prometheus,
-                format!("--resource-source=prometheus given explicitly; {rules}"),
-            ),
-        ] {
-            let choice = ResourceSourceChoice::resolve(flag, adapter, true);
-            assert_eq!(
-                (choice.source, choice.reason.as_str()),
-                (source, reason.as_str()),
-                "{flag:?} {adapter:?}"
-            );
-            assert_eq!(choice.explicit, flag.is_some());
-        }
-        let without_config = ResourceSourceChoice::resolve(Some(Prometheus), None, false);
-        assert_eq!(
-            without_config.reason,
-            "--resource-source=prometheus given explicitly; the default resourceQueries (no --config)"
-        );
-    }
-
-    /// A reload never switches the source; what it changes is logged (a warning when a
-    /// restart would change something, or the queries left are the fallback).
-    #[test]
-    fn a_reload_adding_or_removing_resource_rules_says_what_it_changes() {
-        use ResourceSource::{Kubelet, Prometheus};
-        let file = std::path::Path::new("a.yaml");
-        let change = |flag, at_start, has_rules| {
-            ResourceSourceChoice::resolve(flag, Some((file, at_start)), true).on_rules_change(file, has_rules)
-        };
-        let m = |warn: bool, text: &str| (warn, text.to_owned());
-        for (flag, at_start, has_rules, expected) in [
-            (
-                None,
-                false,
-                true,
-                m(
-                    true,
-                    "resourceRules added to --adapter-config a.yaml: restart percolator to read CPU and memory from Prometheus with them (the resource source is decided at start: still kubelet)",
-                ),
-            ),
-            (
-                Some(Kubelet),
-                true,
-                true,
-                m(
-                    false,
-                    "resourceRules added to --adapter-config a.yaml: unused, --resource-source=kubelet given explicitly",
-                ),
-            ),
-            (
-                Some(Kubelet),
-                true,
-                false,
-                m(
-                    false,
-                    "resourceRules removed from --adapter-config a.yaml: unused, the resource source is kubelet",
-                ),
-            ),
-            (
-                None,
-                true,
-                false,
-                m(
-                    true,
-                    "resourceRules removed from --adapter-config a.yaml: CPU and memory now from the resourceQueries of --config; after a restart, the kubelets (--resource-source not given)",
-                ),
-            ),
-            (
-                Some(Prometheus),
-                true,
-                false,
-                m(
-                    true,
-                    "resourceRules removed from --adapter-config a.yaml: CPU and memory now from the resourceQueries of --config",
-                ),
-            ),
-            (
-                Some(Prometheus),
-                false,
-                true,
-                m(false, "resourceRules added to --adapter-config a.yaml: CPU and memory now from them"),
-            ),
-        ] {
-            assert_eq!(change(flag, at_start, has_rules), expected, "{flag:?} {at_start} {has_rules}");
-        }
-    }
-
-    #[test]
-    fn the_serving_certificate_expiry_follows_the_pair_in_force() {
-        apiserver::install_crypto_provider();
-        let dir = std::env::temp_dir().join(format!("percolator-server-expiry-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        // 2031-01-02T00:00:00Z, then 2032-03-04T05:06:07Z.
-        mk_pair(&dir, "first", 1_925_078_400);
-        let cert = apiserver::ReloadingCert::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
-        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
-        assert_eq!(expiry(&metrics), "0");
-        export_serving_certificate_expiry(&cert, &metrics);
-        assert_eq!(expiry(&metrics), "1925078400");
-        mk_pair(&dir, "second", 1_961_989_567);
-        assert!(cert.reload().unwrap());
-        assert_eq!(expiry(&metrics), "1961989567");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

@@ -123,7 +123,7 @@ fn mk_exported_names() -> BTreeSet<String> {
     let metrics = Metrics::new(percolator::METRICS_NAMESPACE);
     // A labelled family is encoded once it has a series: give each one.
     metrics.observe("prometheus", "success", 0.1);
-    metrics.config_reload(apiserver::CONFIG_FILE, true);
+    metrics.config_reload(percolator::CONFIG_FILE, true);
     metrics.cache_lookup(&"pods".into(), true);
     metrics.skipped_object(&"pods".into(), "invalid_name");
     metrics.requests.get_or_create(&RequestLabels { resource: "pods".into(), verb: "list", code: 200 }).inc();
@@ -264,11 +264,12 @@ fn every_percolator_metric_named_is_exported() {
         regex::Regex::new(r"\bpercolator_[a-z0-9_]+").unwrap().find_iter(&text).map(|m| m.as_str()).collect();
     assert!(named.len() >= 6, "{named:?}");
     // Exported only where percolator runs under a memory limit (absent when unlimited, as on
-    // a test machine): the collector must name it, and its unit test reads limits from cgroup
-    // files (crates/apiserver/src/process.rs).
-    let process = std::fs::read_to_string(mk_path("crates/apiserver/src/process.rs")).unwrap();
+    // a test machine): percolator's collector must name it under its namespace (src/telemetry.rs),
+    // and apiserver's unit test reads limits from cgroup files (crates/apiserver/src/process.rs).
+    let process = std::fs::read_to_string(mk_path("src/telemetry.rs")).unwrap();
     let limited = "percolator_memory_limit_bytes";
-    assert!(process.contains(&format!("\"{limited}\"")), "the process collector no longer exports {limited}");
+    let unprefixed = limited.trim_start_matches("percolator_");
+    assert!(process.contains(&format!("\"{unprefixed}\"")), "the collector no longer exports {limited}");
     let unknown: Vec<&&str> = named.iter().filter(|n| !exported.contains(**n) && **n != limited).collect();
     assert!(unknown.is_empty(), "named in {RULES} but not exported: {unknown:?}\nexported: {exported:?}");
 }

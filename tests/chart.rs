@@ -260,7 +260,7 @@ fn config_text(objects: &[Value], name: &str) -> String {
 
 /// A PEM certificate, for the CA bundle of `tls.type=existing-secret`.
 fn mk_ca_pem() -> String {
-    rcgen::generate_simple_self_signed(vec!["percolator-ca".to_owned()]).unwrap().cert.pem()
+    test_support::mk_ca("percolator-ca").pem
 }
 
 /// Adapter rules of each kind: a per-pod request rate, an external sum by status code, and

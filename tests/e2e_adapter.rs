@@ -11,12 +11,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    Env, Options, assert_close, assert_usage_close, configmap_write, kubelet_fetches, mk_dir, q,
-    read_ready_line, running_pods,
+    Env, Options, assert_close, assert_usage_close, configmap_write, kubelet_fetches, launch, mk_dir,
+    mk_percolator, percolator_command, q, running_pods,
 };
 use serde_json::Value;
 
@@ -25,27 +24,7 @@ const EM: &str = "/apis/external.metrics.k8s.io/v1beta1";
 /// An adapter user's rules: the walkthrough's per-pod request rate (`_total` →
 /// `_per_second`, the name of one of percolator's default custom metrics, which yields it), and
 /// an external rule summing every namespaced request counter by status code.
-const ADAPTER: &str = r#"
-rules:
-- seriesQuery: 'http_requests_total{namespace!="",pod!=""}'
-  resources:
-    overrides:
-      namespace: {resource: "namespace"}
-      pod: {resource: "pod"}
-  name:
-    matches: "^(.*)_total$"
-    as: "${1}_per_second"
-  metricsQuery: 'sum(rate(<<.Series>>{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>)'
-externalRules:
-- seriesQuery: '{__name__=~"^http_requests_total$",namespace!="",pod!=""}'
-  resources:
-    overrides:
-      namespace: {resource: "namespace"}
-  name:
-    matches: "^http_(.*)_total$"
-    as: "http_${1}_rate"
-  metricsQuery: 'sum by (code) (rate(<<.Series>>{<<.LabelMatchers>>}[1m]))'
-"#;
+const ADAPTER: &str = include_str!("fixtures/adapter-config/rules.yaml");
 
 fn enc(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
@@ -198,19 +177,8 @@ async fn rules_and_external_rules_serve_the_truth_through_the_templates_expansio
 /// Starts percolator against `env`'s cluster and Prometheus with `args`, expecting it to exit
 /// at start; returns its stderr.
 async fn failed_start(env: &Env, args: &[String]) -> String {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator"))
-        .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
-        .arg("--cert-dir")
-        .arg(env.dir.join("certs-2"))
-        .arg("--kubeconfig")
-        .arg(env.dir.join("sim/kubeconfig"))
-        .args(["--prometheus-url", &env.prometheus.url()])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut command = percolator_command(0, &env.dir.join("sim/kubeconfig"), &env.prometheus.url());
+    let child = command.arg("--cert-dir").arg(env.dir.join("certs-2")).args(args).spawn().unwrap();
     let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
         .expect("percolator exits at start")
@@ -257,31 +225,7 @@ async fn a_bad_file_or_a_name_declared_twice_stops_the_start() {
 }
 
 /// kube-prometheus-style `resourceRules` over cAdvisor's and the kubelet's series.
-const RESOURCE_RULES: &str = r#"
-resourceRules:
-  cpu:
-    containerQuery: |
-      sum by (<<.GroupBy>>) (
-        rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",container!="POD",pod!=""}[1m])
-      )
-    nodeQuery: sum by (<<.GroupBy>>) (rate(node_cpu_usage_seconds_total{<<.LabelMatchers>>}[1m]))
-    resources:
-      overrides:
-        node: {resource: "node"}
-        namespace: {resource: "namespace"}
-        pod: {resource: "pod"}
-    containerLabel: container
-  memory:
-    containerQuery: sum by (<<.GroupBy>>) (container_memory_working_set_bytes{<<.LabelMatchers>>,container!="",container!="POD",pod!=""})
-    nodeQuery: sum by (<<.GroupBy>>) (node_memory_working_set_bytes{<<.LabelMatchers>>})
-    resources:
-      overrides:
-        node: {resource: "node"}
-        namespace: {resource: "namespace"}
-        pod: {resource: "pod"}
-    containerLabel: container
-  window: 1m
-"#;
+const RESOURCE_RULES: &str = include_str!("fixtures/adapter-config/resource-rules.yaml");
 
 /// A second percolator against an [`Env`]'s simulator and Prometheus (cheaper than a second
 /// `Env`), at the default verbosity; killed when dropped.
@@ -297,45 +241,20 @@ impl Beside {
         let dir = env.dir.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("percolator.log");
-        let mut process = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator"))
-            .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
+        let mut command = percolator_command(0, &env.dir.join("sim/kubeconfig"), &env.prometheus.url());
+        command
             .arg("--cert-dir")
             .arg(dir.join("certs"))
-            .arg("--kubeconfig")
-            .arg(env.dir.join("sim/kubeconfig"))
-            .args(["--prometheus-url", &env.prometheus.url()])
             .args(["--cache-ttl", "2s", "--window", "1m"])
-            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
             .args(args)
             // The default verbosity (-v=1), whatever the test runner's RUST_LOG.
             .env_remove("RUST_LOG")
-            .envs(vars.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let address = read_ready_line(
-            &mut process,
-            name,
-            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
-            Some(&log),
-        )
-        .await;
+            .envs(vars.iter().copied());
+        let started = mk_percolator(command, name, &log).await;
         let client = common::mk_percolator_client(&dir.join("certs"));
-        let beside =
-            Beside { url: format!("https://{}", address.as_str().unwrap()), client, log, _process: process };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !beside
-            .client
-            .get(format!("{}/readyz", beside.url))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(Instant::now() < deadline, "{name} never became ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let beside = Beside { url: started.url(), client, log, _process: started.child };
+        let ready = launch::wait_ready(&beside.client, &beside.url, Duration::from_secs(30)).await;
+        assert!(ready, "{name} never became ready");
         beside
     }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{Env, Options};
 use serde_json::Value;
+use test_support::{MkCa, mk_ca, mk_leaf};
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 
@@ -277,35 +278,13 @@ async fn decisions_are_cached_and_expire_and_rotated_cas_apply_without_restart()
 
 // ------------------------------------------------------------------ CA files given as flags
 
-/// A CA minted by the test (the simulator's are made after percolator's flags are fixed).
-struct MkCa {
-    pem: String,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-fn mk_ca(cn: &str) -> MkCa {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
-    let cert = params.self_signed(&key).unwrap();
-    MkCa { pem: cert.pem(), issuer: rcgen::Issuer::new(params, key) }
-}
-
 /// A client trusting percolator's serving certificate that presents a clientAuth certificate
-/// with CN `cn` and O `org` (when given) signed by `ca`.
+/// with CN `cn` and O `org` (when given) signed by `ca` (a CA minted by the test: the
+/// simulator's are made after percolator's flags are fixed).
 fn mk_client_of(env: &Env, ca: &MkCa, cn: &str, org: Option<&str>) -> reqwest::Client {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
-    if let Some(org) = org {
-        params.distinguished_name.push(rcgen::DnType::OrganizationName, org);
-    }
-    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let cert = params.signed_by(&key, &ca.issuer).unwrap();
-    let identity = format!("{}{}", cert.pem(), key.serialize_pem());
+    let orgs: Vec<&str> = org.into_iter().collect();
+    let leaf = mk_leaf(ca, cn, &orgs, rcgen::ExtendedKeyUsagePurpose::ClientAuth, false);
+    let identity = format!("{}{}", leaf.pem, leaf.key_pem);
     let serving_ca = std::fs::read(env.dir.join("certs/apiserver.crt")).unwrap();
     reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&serving_ca).unwrap())

@@ -31,92 +31,20 @@ const REJECTED: &str = "configuration rejected; the previous one stays in force"
 const RELOAD_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Per pod, namespaced; plural and singular left to their defaults.
-const APP_TRAFFIC: &str = r#"- kind: AppTraffic
-  shortNames: [atr]
-  nameLabel: pod
-  description: HTTP traffic per pod, from Prometheus.
-  fields:
-  - name: requestsPerSecond
-    query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))
-    format: number
-    column: REQ/S
-    description: Requests per second over the window.
-  - name: errorsPerSecond
-    query: sum by (namespace, pod) (rate(http_requests_total{code=~"5..",SCOPE}[WINDOW]))
-    column: ERR/S
-    wide: true
-    description: 5xx responses per second over the window.
-"#;
+const APP_TRAFFIC: &str = include_str!("fixtures/declared-kinds/app-traffic.yaml");
 
 /// [`APP_TRAFFIC`] after an edit: another field name, query, column and description.
-const APP_TRAFFIC_PER_MINUTE: &str = r#"- kind: AppTraffic
-  shortNames: [atr]
-  nameLabel: pod
-  description: HTTP traffic per pod, from Prometheus.
-  fields:
-  - name: requestsPerMinute
-    query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW])) * 60
-    column: REQ/MIN
-    description: Requests per minute over the window.
-"#;
+const APP_TRAFFIC_PER_MINUTE: &str = include_str!("fixtures/declared-kinds/app-traffic-per-minute.yaml");
 
 /// Cluster-scoped, named by the namespace, its own window and category.
-const NAMESPACE_TRAFFIC: &str = r#"- kind: NamespaceTraffic
-  shortNames: [nstr]
-  categories: [traffic]
-  scope: Cluster
-  nameLabel: namespace
-  window: 2m
-  description: HTTP traffic per namespace, from Prometheus.
-  fields:
-  - name: requestsPerSecond
-    query: sum by (namespace) (rate(http_requests_total[WINDOW]))
-    column: REQ/S
-    description: Requests per second of the namespace's pods over the window.
-"#;
+const NAMESPACE_TRAFFIC: &str = include_str!("fixtures/declared-kinds/namespace-traffic.yaml");
 
 /// A cafe-like kind: the pods join, a copied label, and the percent, seconds and timestamp
 /// formats.
-const CAFE_ACTIVITY: &str = r#"- kind: CafeActivity
-  plural: cafeactivities
-  singular: cafeactivity
-  shortNames: [cact]
-  nameLabel: cafe
-  labels: [type]
-  pods:
-    label: une-tasse-de.cafe/cafe
-  description: Brewing activity per cafe, from Prometheus and the kubelets.
-  fields:
-  - name: brewsPerMinute
-    query: sum by (namespace, cafe, type) (rate(cafe_brews_total{SCOPE}[WINDOW])) * 60
-    column: BREWS/MIN
-    description: Completed brews per minute over the window.
-  - name: failureRatio
-    query: sum by (namespace, cafe) (rate(cafe_brew_failures_total{SCOPE}[WINDOW])) / (sum by (namespace, cafe) (rate(cafe_brews_total{SCOPE}[WINDOW])) + sum by (namespace, cafe) (rate(cafe_brew_failures_total{SCOPE}[WINDOW])))
-    format: percent
-    column: FAILED
-    description: Failed brews over all brews.
-  - name: p95
-    query: histogram_quantile(0.95, sum by (namespace, cafe, le) (rate(cafe_brew_duration_seconds_bucket{SCOPE}[WINDOW])))
-    format: seconds
-    column: P95
-    description: 95th percentile of the brew duration.
-  - name: lastBrewed
-    query: max by (namespace, cafe) (cafe_last_brew_timestamp_seconds{SCOPE})
-    format: timestamp
-    column: LAST BREWED
-    description: When the last brew completed.
-"#;
+const CAFE_ACTIVITY: &str = include_str!("fixtures/declared-kinds/cafe-activity.yaml");
 
 /// Added by a reload: every optional key left to its default.
-const ERROR_TRAFFIC: &str = r#"- kind: ErrorTraffic
-  shortNames: [etr]
-  nameLabel: pod
-  fields:
-  - name: errorsPerSecond
-    query: sum by (namespace, pod) (rate(http_requests_total{code=~"5..",SCOPE}[WINDOW]))
-    column: ERR/S
-"#;
+const ERROR_TRAFFIC: &str = include_str!("fixtures/declared-kinds/error-traffic.yaml");
 
 fn config(kinds: &[&str]) -> String {
     format!("kinds:\n{}", kinds.concat())

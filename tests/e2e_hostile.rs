@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use common::{Env, Options, TESTER_TOKEN};
+use common::{Env, Options, TESTER_TOKEN, procfs};
 use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -106,7 +106,7 @@ async fn mk_target(name: &str, idle: Duration) -> Target {
     let options = Options { nodes: 10, pods_per_node: 20, extra_args, ..Options::default() };
     let env = Env::start(name, options).await;
     env.wait_for_cpu(None).await;
-    let pid = mk_pid(&env);
+    let pid = env.percolator_pid();
     let addr = env.url.trim_start_matches("https://").parse().unwrap();
     let ca = std::fs::read(env.dir.join("certs/apiserver.crt")).unwrap();
     let mut roots = rustls::RootCertStore::empty();
@@ -114,22 +114,6 @@ async fn mk_target(name: &str, idle: Duration) -> Target {
         roots.add(cert.unwrap()).unwrap();
     }
     Target { env, pid, addr, roots: Arc::new(roots) }
-}
-
-/// The pid of the `percolator` started by `env` (found by its `--cert-dir`).
-fn mk_pid(env: &Env) -> u32 {
-    let certs = env.dir.join("certs");
-    let certs = certs.to_str().unwrap();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let args: Vec<String> =
-            cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        if args.first().is_some_and(|a| a.ends_with("/percolator")) && args.iter().any(|a| a == certs) {
-            return pid;
-        }
-    }
-    panic!("no percolator process with --cert-dir {certs}");
 }
 
 /// A loopback address of an attacker (`127.0.0.<n>`).
@@ -155,17 +139,12 @@ impl Target {
     }
 
     async fn vitals(&self) -> Vitals {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap();
         let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap()
+            procfs::status_number(self.pid, name).unwrap_or_else(|| panic!("no {name} for {}", self.pid))
         };
-        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.pid)).unwrap().count() as u64;
+        let fds = procfs::open_fds(self.pid).unwrap_or_else(|| panic!("no /proc/{}/fd", self.pid));
         let tasks = self.metric("percolator_tokio_tasks_alive").await as u64;
-        Vitals { rss_kib: field("VmRSS:"), fds, threads: field("Threads:"), tasks }
+        Vitals { rss_kib: field("VmRSS"), fds, threads: field("Threads"), tasks }
     }
 
     /// `n` sequential reads of [`LIST`] by the well-behaved client, each a 200; their latencies.
@@ -295,19 +274,24 @@ async fn mk_wait_closed(
 // ---- raw HTTP/2 frames ----
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const HEADERS: u8 = 0x1;
-const SETTINGS: u8 = 0x4;
-const GOAWAY: u8 = 0x7;
-const CONTINUATION: u8 = 0x9;
 const END_STREAM: u8 = 0x1;
-const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+/// The frame types the attacks write or read (RFC 9113, section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Frame {
+    Headers = 0x1,
+    Settings = 0x4,
+    Goaway = 0x7,
+    Continuation = 0x9,
+}
 
 /// One frame: its 9-byte header and `payload`.
-fn mk_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Bytes {
+fn mk_frame(kind: Frame, flags: u8, stream: u32, payload: &[u8]) -> Bytes {
     let mut frame = BytesMut::with_capacity(9 + payload.len());
     let len = u32::try_from(payload.len()).unwrap();
     frame.put_slice(&len.to_be_bytes()[1..]);
-    frame.put_u8(kind);
+    frame.put_u8(kind as u8);
     frame.put_u8(flags);
     frame.put_u32(stream);
     frame.put_slice(payload);
@@ -326,7 +310,7 @@ async fn mk_read_goaway(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Opt
             let kind = buf[3];
             buf.advance(9);
             let mut payload = buf.split_to(len);
-            if kind == GOAWAY && len >= 8 {
+            if kind == Frame::Goaway as u8 && len >= 8 {
                 payload.advance(4);
                 let code = payload.get_u32();
                 return Some((code, String::from_utf8_lossy(&payload).into_owned()));
@@ -483,11 +467,12 @@ async fn a_continuation_flood_is_sent_away() {
         }
         block.push(u8::try_from(rest).unwrap());
         let _ = writer.write_all(PREFACE).await;
-        let _ = writer.write_all(&mk_frame(SETTINGS, 0, 0, &[])).await;
-        let _ = writer.write_all(&mk_frame(HEADERS, END_STREAM, 1, &block)).await;
+        let _ = writer.write_all(&mk_frame(Frame::Settings, 0, 0, &[])).await;
+        let _ = writer.write_all(&mk_frame(Frame::Headers, END_STREAM, 1, &block)).await;
         let piece = vec![b'a'; 1024];
         for _ in 0..100_000 {
-            if goaway.is_finished() || writer.write_all(&mk_frame(CONTINUATION, 0, 1, &piece)).await.is_err()
+            if goaway.is_finished()
+                || writer.write_all(&mk_frame(Frame::Continuation, 0, 1, &piece)).await.is_err()
             {
                 break;
             }
@@ -536,7 +521,10 @@ async fn a_continuation_flood_is_sent_away() {
     for outcome in &floods {
         let ((code, debug), took) =
             outcome.as_ref().expect("the server answered a flood with a GOAWAY and closed");
-        assert_eq!((*code, debug.as_str()), (ENHANCE_YOUR_CALM, "too_many_continuations"));
+        assert_eq!(
+            (*code, debug.as_str()),
+            (u32::from(h2::Reason::ENHANCE_YOUR_CALM), "too_many_continuations")
+        );
         assert!(*took < Duration::from_secs(2), "a flooding connection stayed open {took:?}");
     }
     assert_bounded("CONTINUATION flood", measured.before, measured.during, 32, 64, 200);
@@ -581,7 +569,7 @@ async fn silent_connections_are_closed_in_time() {
                             _ => {
                                 let mut tls = target.tls_from(source, b"h2").await.unwrap();
                                 tls.write_all(PREFACE).await.unwrap();
-                                tls.write_all(&mk_frame(SETTINGS, 0, 0, &[])).await.unwrap();
+                                tls.write_all(&mk_frame(Frame::Settings, 0, 0, &[])).await.unwrap();
                                 tls.flush().await.unwrap();
                                 mk_wait_closed(&mut tls, bound + SLACK * 2).await
                             }

@@ -13,44 +13,30 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{mk_dir, read_ready_line};
+use common::devenv::FakePrometheus;
+use common::{START_TIMEOUT, launch, mk_dir, mk_sim, percolator_command, procfs, serving_pair};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 const TOKEN: &str = "tester-token";
 
-/// A Prometheus whose every answer (an empty vector) takes `delay`.
-async fn fake_prometheus(delay: Duration) -> String {
-    let app = axum::Router::new().fallback(move || async move {
-        tokio::time::sleep(delay).await;
-        (
-            [(http::header::CONTENT_TYPE, "application/json")],
-            r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
-        )
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+/// A Prometheus whose every answer (an empty vector) takes `delay`; stops when dropped.
+async fn mk_prometheus(delay: Duration) -> FakePrometheus {
+    FakePrometheus::start(delay).await.unwrap()
 }
 
 /// The simulated cluster; returns its kubeconfig.
 async fn start_sim(dir: &Path) -> (Child, PathBuf) {
-    let state = dir.join("sim");
-    let mut sim = percolator_sim::command(dir)
-        .unwrap()
+    let mut command = percolator_sim::command(dir).unwrap();
+    command
         .args(["--seed", "7", "--nodes", "2", "--pods-per-node", "4", "--namespaces", "shop,default"])
-        .args(["--housekeeping", "2s"])
-        .spawn()
-        .unwrap();
-    read_ready_line(&mut sim, "percolator-sim", |v| (v["event"] == "ready").then(|| v.clone()), None).await;
-    (sim, state.join("kubeconfig"))
+        .args(["--housekeeping", "2s"]);
+    let (sim, _) = mk_sim(command).await;
+    (sim, dir.join("sim/kubeconfig"))
 }
 
 /// A running `percolator` with its log lines.
@@ -74,43 +60,21 @@ impl Server {
     ) -> Server {
         apiserver::install_crypto_provider();
         let (sim, kubeconfig) = start_sim(dir).await;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+        let mut command = percolator_command(0, &kubeconfig, prometheus_url);
+        command
             .envs(env.iter().copied())
-            .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "4"])
-            .arg("--cert-dir")
+            .args(["-v", "4", "--cert-dir"])
             .arg(dir.join("certs"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--prometheus-url", prometheus_url, "--prometheus-timeout", "20s", "--cache-ttl", "1s"])
-            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+            .args(["--prometheus-timeout", "20s", "--cache-ttl", "1s"])
+            .args(extra);
         let logs = Arc::new(Mutex::new(Vec::new()));
-        let address = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                logs.lock().unwrap().push(line.clone());
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["fields"]["message"] == "serving"
-                {
-                    return v["fields"]["address"].as_str().unwrap().to_owned();
-                }
-            }
-            panic!("percolator exited: {}", logs.lock().unwrap().join("\n"));
+        let sink = logs.clone();
+        let started = launch::start(command, "percolator", START_TIMEOUT, move |line| {
+            sink.lock().unwrap().push(line.to_owned());
         })
         .await
-        .expect("percolator serving within 60s");
-        let sink = logs.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let server = Server { child, url: format!("https://{address}"), logs, _sim: sim };
+        .unwrap_or_else(|e| panic!("{e}"));
+        let server = Server { url: started.url(), child: started.child, logs, _sim: sim };
         server
             .wait_ready(&server.client_trusting(&std::fs::read(dir.join("certs/apiserver.crt")).ok()))
             .await;
@@ -133,16 +97,8 @@ impl Server {
     }
 
     async fn wait_ready(&self, client: &reqwest::Client) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "never ready: {}", self.logs.lock().unwrap().join("\n"));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let ready = launch::wait_ready(client, &self.url, Duration::from_secs(30)).await;
+        assert!(ready, "never ready: {}", self.logs.lock().unwrap().join("\n"));
     }
 
     fn logged(&self, message: &str) -> bool {
@@ -159,8 +115,8 @@ fn signal(pid: u32, name: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_fails_readiness_then_drains_in_flight_requests_and_exits_0() {
     let dir = mk_dir("sigterm");
-    let prometheus = fake_prometheus(Duration::from_secs(3)).await;
-    let mut server = Server::start(&dir, &prometheus, &["--shutdown-delay-duration", "1s"]).await;
+    let prometheus = mk_prometheus(Duration::from_secs(3)).await;
+    let mut server = Server::start(&dir, &prometheus.url(), &["--shutdown-delay-duration", "1s"]).await;
     let client = server.client_trusting(&Some(std::fs::read(dir.join("certs/apiserver.crt")).unwrap()));
 
     // A list that takes about 3 s (every PromQL query does), started before the signal.
@@ -218,8 +174,8 @@ async fn sigterm_fails_readiness_then_drains_in_flight_requests_and_exits_0() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stuck_request_is_answered_504_at_the_request_timeout() {
     let dir = mk_dir("timeout");
-    let prometheus = fake_prometheus(Duration::from_secs(15)).await;
-    let server = Server::start(&dir, &prometheus, &["--request-timeout", "2s"]).await;
+    let prometheus = mk_prometheus(Duration::from_secs(15)).await;
+    let server = Server::start(&dir, &prometheus.url(), &["--request-timeout", "2s"]).await;
     let client = server.client_trusting(&Some(std::fs::read(dir.join("certs/apiserver.crt")).unwrap()));
     let start = Instant::now();
     let stuck = {
@@ -258,14 +214,9 @@ async fn a_stuck_request_is_answered_504_at_the_request_timeout() {
     );
 }
 
-/// A self-signed serving pair for 127.0.0.1; returns the certificate PEM.
+/// A serving pair for 127.0.0.1 signed by a CA of its own; returns the CA's PEM.
 fn write_pair(dir: &Path) -> String {
-    let generated =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("tls.crt"), generated.cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), generated.signing_key.serialize_pem()).unwrap();
-    generated.cert.pem()
+    String::from_utf8(serving_pair(dir).pem).unwrap()
 }
 
 /// Points `<secret>/..data` at `version` atomically, as the kubelet updates a Secret volume.
@@ -286,7 +237,7 @@ async fn a_rotated_serving_certificate_reaches_new_connections_without_restart()
     std::os::unix::fs::symlink("..data/tls.crt", secret.join("tls.crt")).unwrap();
     std::os::unix::fs::symlink("..data/tls.key", secret.join("tls.key")).unwrap();
 
-    let prometheus = fake_prometheus(Duration::ZERO).await;
+    let prometheus = mk_prometheus(Duration::ZERO).await;
     let crt = secret.join("tls.crt");
     let key = secret.join("tls.key");
     let args = [
@@ -297,7 +248,7 @@ async fn a_rotated_serving_certificate_reaches_new_connections_without_restart()
         "--tls-reload-interval",
         "1s",
     ];
-    let server = Server::start(&dir, &prometheus, &args).await;
+    let server = Server::start(&dir, &prometheus.url(), &args).await;
     let trusts_first = server.client_trusting(&Some(first.clone().into_bytes()));
     let healthz = format!("{}/healthz", server.url);
     assert_eq!(trusts_first.get(&healthz).send().await.unwrap().status(), 200);
@@ -455,15 +406,13 @@ fn an_apiserver_flag_reads_its_percolator_environment_variable() {
 
 /// `THP_enabled` of the process in /proc (0 once `prctl(PR_SET_THP_DISABLE)` is set).
 fn thp_enabled(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"));
-    line.unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status:\n{status}")).trim().to_owned()
+    procfs::status(pid, "THP_enabled").unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn transparent_huge_pages_are_off_unless_mimalloc_is_told() {
-    let prometheus = fake_prometheus(Duration::ZERO).await;
-    let server = Server::start(&mk_dir("thp-off"), &prometheus, &[]).await;
+    let prometheus = mk_prometheus(Duration::ZERO).await;
+    let server = Server::start(&mk_dir("thp-off"), &prometheus.url(), &[]).await;
     assert_eq!(thp_enabled(server.pid()), "0", "huge pages off for percolator's heap");
     assert_eq!(
         thp_enabled(std::process::id()),
@@ -471,6 +420,7 @@ async fn transparent_huge_pages_are_off_unless_mimalloc_is_told() {
         "this test process keeps them: the flag is percolator's own"
     );
     let told =
-        Server::start_with_env(&mk_dir("thp-told"), &prometheus, &[], &[("MIMALLOC_ALLOW_THP", "1")]).await;
+        Server::start_with_env(&mk_dir("thp-told"), &prometheus.url(), &[], &[("MIMALLOC_ALLOW_THP", "1")])
+            .await;
     assert_eq!(thp_enabled(told.pid()), "1", "MIMALLOC_ALLOW_THP decides when set");
 }

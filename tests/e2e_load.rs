@@ -25,35 +25,6 @@ use tokio_rustls::TlsConnector;
 const GV: &str = "/apis/stats.une-tasse-de.cafe/v1alpha1";
 const CONCURRENCY: usize = 1000;
 
-/// The pid of the `percolator` started by `env` (found by its `--cert-dir`).
-fn percolator_pid(env: &Env) -> u32 {
-    let certs = env.dir.join("certs");
-    let certs = certs.to_str().unwrap();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let args: Vec<String> =
-            cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        if args.first().is_some_and(|a| a.ends_with("/percolator")) && args.iter().any(|a| a == certs) {
-            return pid;
-        }
-    }
-    panic!("no percolator process with --cert-dir {certs}");
-}
-
-/// `VmRSS` and `VmHWM` (peak) of `pid`, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap()
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 fn connector(env: &Env, alpn: &[&[u8]]) -> TlsConnector {
     let ca = std::fs::read(env.dir.join("certs/apiserver.crt")).unwrap();
     let mut roots = rustls::RootCertStore::empty();
@@ -178,8 +149,7 @@ async fn thousand_streams_and_thousand_connections() {
     let truth = env.truth().await;
     let pod = truth["pods"].as_array().unwrap().iter().find(|p| p["phase"] == "Running").unwrap();
     let paths = paths(pod["namespace"].as_str().unwrap(), pod["name"].as_str().unwrap());
-    let pid = percolator_pid(&env);
-    let (rss_start, _) = rss_kib(pid);
+    let (rss_start, _) = env.percolator_memory_kib();
     let mut report = vec![format!("RSS at start (after warm-up): {} KiB", rss_start)];
 
     // 1,000 concurrent streams on ONE HTTP/2 connection, twice.
@@ -207,7 +177,7 @@ async fn thousand_streams_and_thousand_connections() {
     }
     assert!(!send.is_closed(), "the HTTP/2 connection survived");
     drop(send);
-    let (rss_h2, hwm_h2) = rss_kib(pid);
+    let (rss_h2, hwm_h2) = env.percolator_memory_kib();
     report.push(format!("RSS after HTTP/2: {rss_h2} KiB (peak so far {hwm_h2} KiB)"));
 
     // 1,000 HTTP/1.1 connections, all open at once, then one request each at the same time;
@@ -236,7 +206,7 @@ async fn thousand_streams_and_thousand_connections() {
             connections.push(c.await.unwrap());
         }
         let connect_time = start.elapsed();
-        let (rss_conns, _) = rss_kib(pid);
+        let (rss_conns, _) = env.percolator_memory_kib();
         report.push(format!(
             "round {round}: {CONCURRENCY} HTTP/1.1 connections established in {connect_time:.2?}; RSS {rss_conns} KiB"
         ));
@@ -270,13 +240,13 @@ async fn thousand_streams_and_thousand_connections() {
             &outcomes,
             start.elapsed(),
         ));
-        let (rss_h1, hwm_h1) = rss_kib(pid);
+        let (rss_h1, hwm_h1) = env.percolator_memory_kib();
         report.push(format!(
             "round {round}: RSS with 1,000 connections open: {rss_h1} KiB (peak {hwm_h1} KiB)"
         ));
         drop(open);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        rss_rounds.push(rss_kib(pid).0);
+        rss_rounds.push(env.percolator_memory_kib().0);
     }
 
     // After the load: nothing left in flight.
@@ -289,7 +259,7 @@ async fn thousand_streams_and_thousand_connections() {
         .trim()
         .to_owned();
     assert_eq!(in_flight, "1", "only the /metrics request itself is in flight");
-    let (rss_end, hwm_end) = rss_kib(pid);
+    let (rss_end, hwm_end) = env.percolator_memory_kib();
     report.push(format!(
         "RSS after each HTTP/1.1 round: {rss_rounds:?} KiB; 3 s after the load: {rss_end} KiB (peak {hwm_end} KiB)"
     ));

@@ -51,6 +51,18 @@ async fn mk_reviews(env: &Env) -> (u64, u64) {
 }
 
 /// A client presenting the front proxy's certificate, as kube-aggregator does.
+/// An [`Env`] whose percolator has `extra_args` (and no scraping of its `/metrics`, which
+/// would be reviewed too), the front proxy's client, and the path of `shop`'s pod metrics,
+/// which `dora` (group `viewers`) has read once through the front proxy.
+async fn mk_reviewed_env(name: &str, extra_args: Vec<String>) -> (Env, reqwest::Client, String) {
+    let env = Env::start(name, Options { scrape_percolator: false, extra_args, ..Options::default() }).await;
+    let front = mk_front_proxy(&env);
+    let pms = format!("{GV}/namespaces/shop/podmetricssummaries");
+    let (status, body, _) = mk_get_as(&front, &env, &pms, "dora", "viewers").await;
+    assert_eq!(status, 200, "{body}");
+    (env, front, pms)
+}
+
 fn mk_front_proxy(env: &Env) -> reqwest::Client {
     env.client_with_cert("front-proxy-client")
 }
@@ -181,29 +193,21 @@ async fn mk_flood(env: &Env, workers: usize) -> Vec<Answer> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_unique_paths_and_random_tokens_sends_bounded_reviews() {
-    let mut env = Env::start(
+    let (mut env, front, pms) = mk_reviewed_env(
         "reviews-flood",
-        Options {
-            scrape_percolator: false,
-            extra_args: vec![
-                // The known identity's decision is reviewed again every second during the flood.
-                "--authorization-webhook-cache-authorized-ttl=1s".into(),
-                format!("--request-timeout={}s", REQUEST_TIMEOUT.as_secs()),
-                format!("--authorization-webhook-qps={QPS}"),
-                format!("--authorization-webhook-burst={BURST}"),
-                format!("--authorization-webhook-max-inflight={MAX_INFLIGHT}"),
-                format!("--authentication-token-webhook-qps={QPS}"),
-                format!("--authentication-token-webhook-burst={BURST}"),
-                format!("--authentication-token-webhook-max-inflight={MAX_INFLIGHT}"),
-            ],
-            ..Options::default()
-        },
+        vec![
+            // The known identity's decision is reviewed again every second during the flood.
+            "--authorization-webhook-cache-authorized-ttl=1s".into(),
+            format!("--request-timeout={}s", REQUEST_TIMEOUT.as_secs()),
+            format!("--authorization-webhook-qps={QPS}"),
+            format!("--authorization-webhook-burst={BURST}"),
+            format!("--authorization-webhook-max-inflight={MAX_INFLIGHT}"),
+            format!("--authentication-token-webhook-qps={QPS}"),
+            format!("--authentication-token-webhook-burst={BURST}"),
+            format!("--authentication-token-webhook-max-inflight={MAX_INFLIGHT}"),
+        ],
     )
     .await;
-    let front = mk_front_proxy(&env);
-    let pms = format!("{GV}/namespaces/shop/podmetricssummaries");
-    let (status, body, _) = mk_get_as(&front, &env, &pms, "dora", "viewers").await;
-    assert_eq!(status, 200, "{body}");
     let before = mk_reviews(&env).await;
 
     // A known identity reads through the front proxy during the flood and after it.
@@ -324,24 +328,16 @@ async fn a_flood_of_unique_paths_and_random_tokens_sends_bounded_reviews() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revocation_during_an_outage_ends_with_the_window_and_429_is_no_outage() {
     const WINDOW: Duration = Duration::from_secs(8);
-    let env = Env::start(
+    // Allowed, then kube-apiserver goes away and dora loses her rights meanwhile.
+    let (env, front, pms) = mk_reviewed_env(
         "reviews-revocation",
-        Options {
-            scrape_percolator: false,
-            extra_args: vec![
-                "--authorization-webhook-cache-authorized-ttl=1s".into(),
-                "--authorization-webhook-cache-unauthorized-ttl=1s".into(),
-                format!("--authorization-webhook-stale-if-error={}s", WINDOW.as_secs()),
-            ],
-            ..Options::default()
-        },
+        vec![
+            "--authorization-webhook-cache-authorized-ttl=1s".into(),
+            "--authorization-webhook-cache-unauthorized-ttl=1s".into(),
+            format!("--authorization-webhook-stale-if-error={}s", WINDOW.as_secs()),
+        ],
     )
     .await;
-    let front = mk_front_proxy(&env);
-    let pms = format!("{GV}/namespaces/shop/podmetricssummaries");
-    // Allowed, then kube-apiserver goes away and dora loses her rights meanwhile.
-    let (status, body, _) = mk_get_as(&front, &env, &pms, "dora", "viewers").await;
-    assert_eq!(status, 200, "{body}");
     let reviewed = Instant::now();
     env.set_faults(r#"{"api": "down"}"#).await;
     let grants = mk_grants(&env, r#"{"revoke": ["dora"]}"#).await;

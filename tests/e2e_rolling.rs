@@ -348,35 +348,11 @@ async fn a_rolling_restart_under_load_loses_no_request() {
 
 // ---------------------------------------------------------------- reload under load
 
-const CONFIG_START: &str = r#"window: 1m
-kinds:
-- kind: AppTraffic
-  nameLabel: pod
-  fields:
-  - name: requestsPerSecond
-    query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))
-customMetrics:
-- name: http_requests_per_second
-  query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))
-"#;
+/// The `--config` file the replicas start with.
+const CONFIG_START: &str = include_str!("fixtures/rolling/config-start.yaml");
 
 /// A kind added, the custom metric's query changed (per minute instead of per second).
-const CONFIG_EDITED: &str = r#"window: 1m
-kinds:
-- kind: AppTraffic
-  nameLabel: pod
-  fields:
-  - name: requestsPerSecond
-    query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW]))
-- kind: ErrorTraffic
-  nameLabel: pod
-  fields:
-  - name: errorsPerSecond
-    query: sum by (namespace, pod) (rate(http_requests_total{code=~"5..",SCOPE}[WINDOW]))
-customMetrics:
-- name: http_requests_per_second
-  query: sum by (namespace, pod) (rate(http_requests_total{SCOPE}[WINDOW])) * 60
-"#;
+const CONFIG_EDITED: &str = include_str!("fixtures/rolling/config-edited.yaml");
 
 /// Sum of the custom metric's values over the pods of shop, on one replica.
 async fn custom_sum(client: &reqwest::Client, replica: &Replica) -> f64 {

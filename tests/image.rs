@@ -48,23 +48,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::mk_scratch;
+use common::{mk_scratch, repo_read, repo_root};
 use serde_json::Value;
-
-/// The repository: `CARGO_MANIFEST_DIR` at run time (cargo sets it), so that the compiled test
-/// can be pointed at a copy of the tree, e.g. one holding an older Dockerfile.
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-fn read(name: &str) -> String {
-    let path = root().join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 // ---------------------------------------------------------------------------------------------
 // The Dockerfile
@@ -404,7 +392,7 @@ fn mk_platform(name: &str) -> Platform {
 
 /// The platforms the release workflow builds (its build-push-action's `platforms`).
 fn release_platforms() -> Vec<Platform> {
-    let workflow: Value = serde_saphyr::from_str(&read(".github/workflows/release.yml"))
+    let workflow: Value = serde_saphyr::from_str(&repo_read(".github/workflows/release.yml"))
         .unwrap_or_else(|e| panic!(".github/workflows/release.yml: {e}"));
     let platforms: Vec<&str> = workflow["jobs"]
         .as_object()
@@ -1081,7 +1069,7 @@ fn check_bins(
 fn check_includes(layout: &Path, cwd: &str) {
     let workdir = layout.join(cwd.trim_start_matches('/'));
     let mut pending = vec![workdir.join("src")];
-    for member in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+    for member in std::fs::read_dir(repo_root().join("crates")).unwrap().flatten() {
         pending.push(workdir.join("crates").join(member.file_name()).join("src"));
     }
     let mut missing = Vec::new();
@@ -1150,8 +1138,8 @@ fn toml_value(text: &str, table: &str, key: &str) -> String {
 #[test]
 fn build_stage_builds_in_the_context_docker_sends() {
     let started = std::time::Instant::now();
-    let root = root();
-    let stages = mk_stages(&read("Dockerfile"));
+    let root = repo_root();
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let platforms = release_platforms();
     assert!(!platforms.is_empty(), "the release workflow builds no platform");
     for platform in &platforms {
@@ -1218,7 +1206,7 @@ fn build_stage_builds_in_the_context_docker_sends() {
 /// architecture's musl target, and the stages the Dockerfile has are the release's platforms.
 #[test]
 fn each_architecture_cross_compiles_its_own_target() {
-    let stages = mk_stages(&read("Dockerfile"));
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let platforms = release_platforms();
     let archs: BTreeSet<&str> = platforms.iter().map(|p| p.arch.as_str()).collect();
     // The stage copied from picks one per architecture by TARGETARCH.
@@ -1307,7 +1295,7 @@ fn entrypoint(runtime: &Stage) -> Vec<String> {
 /// editor files, tests/ (the crates' too) or deploy/.
 #[test]
 fn context_is_the_sources_and_the_manifest() {
-    let context = mk_context(&root());
+    let context = mk_context(&repo_root());
     for needed in [
         "Cargo.toml",
         "Cargo.lock",
@@ -1361,7 +1349,7 @@ fn dockerignore_patterns_read_as_docker_reads_them() {
 /// multi-arch run go on at once).
 #[test]
 fn build_stages_run_cargo_and_pinned_tools() {
-    let stages = mk_stages(&read("Dockerfile"));
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let mut mount_ids: BTreeMap<String, String> = BTreeMap::new();
     let mut tools = BTreeSet::new();
     for platform in release_platforms() {
@@ -1478,9 +1466,9 @@ fn build_stages_run_cargo_and_pinned_tools() {
 /// The toolchain stage's Rust is the toolchain the tree pins, so rustup downloads none other.
 #[test]
 fn build_image_is_the_pinned_toolchain() {
-    let text = read("Dockerfile");
+    let text = repo_read("Dockerfile");
     assert_eq!(text.lines().next(), Some("# syntax=docker/dockerfile:1"));
-    let channel = toml_value(&read("rust-toolchain.toml"), "toolchain", "channel");
+    let channel = toml_value(&repo_read("rust-toolchain.toml"), "toolchain", "channel");
     let stages = mk_stages(&text);
     for platform in release_platforms() {
         let toolchain = mk_chain(&stages, &platform)[0];
@@ -1507,7 +1495,7 @@ fn build_image_is_the_pinned_toolchain() {
 /// both.
 #[test]
 fn every_base_image_is_pinned_by_digest_beside_its_tag() {
-    let stages = mk_stages(&read("Dockerfile"));
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let mut external = 0;
     for stage in &stages {
         // `build-${TARGETARCH}` is a stage of this file on every platform (mk_chain checks it).
@@ -1576,7 +1564,7 @@ fn image_references_split_as_docker_splits_them() {
 /// while online: the replay above finds them in the local cache on a fresh machine.
 #[test]
 fn install_deps_fetches_every_target_of_the_image() {
-    let script = read("scripts/install-deps.sh");
+    let script = repo_read("scripts/install-deps.sh");
     for platform in release_platforms() {
         assert!(
             script.contains(&format!("--target {}", platform.triple)),
@@ -1589,7 +1577,7 @@ fn install_deps_fetches_every_target_of_the_image() {
 /// The runtime stage names no architecture: one stage serves every platform.
 #[test]
 fn runtime_stage_names_no_architecture() {
-    let stages = mk_stages(&read("Dockerfile"));
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let runtime = stages.last().unwrap();
     for instruction in std::iter::once(&runtime.image).chain(runtime.instructions.iter().map(|i| &i.args)) {
         for arch in ["x86_64", "amd64", "aarch64", "arm64", "i686", "armv7"] {
@@ -1605,7 +1593,7 @@ fn runtime_stage_names_no_architecture() {
 /// from Cargo.toml and a build argument.
 #[test]
 fn runtime_stage_is_distroless_and_non_root() {
-    let stages = mk_stages(&read("Dockerfile"));
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let runtime = stages.last().unwrap();
     let base = mk_reference(&runtime.image);
     assert!(base.name.starts_with("gcr.io/distroless/"), "runtime base {}", runtime.image);
@@ -1620,7 +1608,7 @@ fn runtime_stage_is_distroless_and_non_root() {
     assert!(ids.iter().all(|id| *id != 0), "USER {user} is root");
     assert_eq!(entrypoint(runtime), ["/percolator"]);
 
-    let manifest = read("Cargo.toml");
+    let manifest = repo_read("Cargo.toml");
     let labels: BTreeMap<String, String> = runtime
         .all("LABEL")
         .flat_map(|l| {
@@ -1652,7 +1640,7 @@ fn runtime_stage_is_distroless_and_non_root() {
         "ARG {arg}={default} disagrees with Cargo.toml's version {cargo_version}"
     );
     assert!(
-        read("scripts/build-image.sh").contains(&format!("--build-arg \"{arg}=")),
+        repo_read("scripts/build-image.sh").contains(&format!("--build-arg \"{arg}=")),
         "scripts/build-image.sh should pass --build-arg {arg}=<Cargo.toml's version>"
     );
 }
@@ -1675,7 +1663,7 @@ fn cert_dir_default_is_under_tmp() {
         .and_then(|d| d.split(']').next())
         .expect("--cert-dir has a default")
         .to_owned();
-    let stages = mk_stages(&read("Dockerfile"));
+    let stages = mk_stages(&repo_read("Dockerfile"));
     let runtime = stages.last().unwrap();
     let from_env = runtime
         .all("ENV")

@@ -21,22 +21,13 @@
 //! fails with a message saying to run the script.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
+use common::{repo_read, repo_root};
 use serde_json::Value;
-
-/// The repository: `CARGO_MANIFEST_DIR` at run time (cargo sets it), so that the compiled test
-/// can be pointed at a copy of the tree, e.g. one holding another `deny.toml`.
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-fn read(name: &str) -> String {
-    let path = root().join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// stdout and stderr of `out`, for messages.
 fn text(out: &Output) -> String {
@@ -45,7 +36,7 @@ fn text(out: &Output) -> String {
 
 /// The cargo-deny version `scripts/install-deps.sh` installs (`cargo_deny_version=X.Y.Z`).
 fn pinned_version() -> String {
-    let script = read("scripts/install-deps.sh");
+    let script = repo_read("scripts/install-deps.sh");
     let version = script
         .lines()
         .find_map(|line| line.strip_prefix("cargo_deny_version="))
@@ -60,7 +51,8 @@ fn pinned_version() -> String {
 /// `cargo deny` run from the checkout, after checking that it is the pinned version.
 fn mk_cargo_deny() -> Command {
     let pinned = pinned_version();
-    let out = Command::new(env!("CARGO")).args(["deny", "--version"]).current_dir(root()).output().unwrap();
+    let out =
+        Command::new(env!("CARGO")).args(["deny", "--version"]).current_dir(repo_root()).output().unwrap();
     let said = text(&out);
     assert!(
         out.status.success() && said.trim() == format!("cargo-deny {pinned}"),
@@ -68,7 +60,7 @@ fn mk_cargo_deny() -> Command {
         said.trim()
     );
     let mut command = Command::new(env!("CARGO"));
-    command.arg("deny").current_dir(root());
+    command.arg("deny").current_dir(repo_root());
     command
 }
 
@@ -180,7 +172,7 @@ fn the_tree_passes_licences_bans_and_sources() {
 fn mk_metadata() -> Value {
     let out = Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--locked", "--offline", "--all-features"])
-        .current_dir(root())
+        .current_dir(repo_root())
         .output()
         .unwrap();
     assert!(out.status.success(), "cargo metadata: {}", text(&out));
@@ -285,7 +277,7 @@ fn the_policy_refuses_each_thing_it_forbids() {
 /// cargo-deny `scripts/install-deps.sh` installed (the workflow's test job runs the script).
 #[test]
 fn ci_checks_the_advisories() {
-    let workflow = read(".github/workflows/ci.yml");
+    let workflow = repo_read(".github/workflows/ci.yml");
     // A step's `run: cargo deny …`, or a line of a `run: |` script.
     let runs: Vec<&str> = workflow
         .lines()
@@ -296,5 +288,5 @@ fn ci_checks_the_advisories() {
         runs.iter().any(|l| l.split_whitespace().collect::<Vec<_>>().ends_with(&["check", "advisories"])),
         ".github/workflows/ci.yml should run `cargo deny … check advisories` (found: {runs:?})"
     );
-    assert!(read("deny.toml").contains("\n[advisories]\n"), "deny.toml should configure [advisories]");
+    assert!(repo_read("deny.toml").contains("\n[advisories]\n"), "deny.toml should configure [advisories]");
 }

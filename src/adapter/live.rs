@@ -239,6 +239,40 @@ impl LiveAdapter {
     }
 }
 
+/// Logs, as reloads and relists publish new adapter configurations, when the resourceRules of
+/// `path` appear or disappear (`had_rules`: at start), with what that means for the resource
+/// source (which stays what start decided). It keeps the adapter, and so its reloads, alive for
+/// the process's life even when no API serves from it (the kubelet source without custom or
+/// external metrics): a reload adding resourceRules is then still heard of. `poll`: how often
+/// it looks.
+pub(crate) fn watch_resource_rules(
+    adapter: Arc<LiveAdapter>,
+    path: std::path::PathBuf,
+    choice: crate::sources::resource_source::ResourceSourceChoice,
+    poll: Duration,
+    mut had_rules: bool,
+) {
+    tokio::spawn(async move {
+        // 0: the first look compares too (a reload may have come before this task runs).
+        let mut seen = 0;
+        loop {
+            let generation = adapter.generation();
+            if generation != seen {
+                seen = generation;
+                let has_rules = adapter.current().config.resource_rules.is_some();
+                if has_rules != had_rules {
+                    had_rules = has_rules;
+                    match choice.on_rules_change(&path, has_rules) {
+                        (true, message) => tracing::warn!("{message}"),
+                        (false, message) => tracing::info!("{message}"),
+                    }
+                }
+            }
+            tokio::time::sleep(poll).await;
+        }
+    });
+}
+
 /// The queries of `--resource-source=prometheus` from the adapter configuration's
 /// `resourceRules` (the resource provider's: `.LabelMatchers` the namespace's matcher, or the
 /// nodes' names; `.GroupBy` the pod and container labels, or the node label), and from

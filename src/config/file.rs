@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use apiserver::files::WatchedFile;
 use serde::Deserialize;
 
 use k8s_wire::duration;
@@ -377,6 +378,11 @@ impl<Q: serde::de::DeserializeOwned> QueryFile<Q> {
     }
 }
 
+/// Why `path` could not be read.
+fn read_error(path: &Path, source: std::io::Error) -> ConfigError {
+    ConfigError::Read { path: path.display().to_string(), source }
+}
+
 /// One validated configuration in force, with its effective window.
 #[derive(Debug)]
 pub struct Snapshot<Q> {
@@ -388,27 +394,12 @@ pub struct Snapshot<Q> {
     pub generation: u64,
 }
 
-/// The query configuration in force, reloaded from `--config` when the file changes (a
-/// ConfigMap volume update is a symlink swap, so the content is compared, not the inode).
-/// Readers take a [`Snapshot`] per request, so a reload never disturbs requests in flight; an
-/// invalid new file is rejected with a log line and a metric, and the last good configuration
-/// stays in force.
-pub struct LiveConfig<Q> {
-    path: Option<PathBuf>,
-    window_flag: Option<Duration>,
-    check: Check<Q>,
-    current: std::sync::RwLock<Arc<Snapshot<Q>>>,
-    /// The generation of `current`, readable without a lock (per request).
-    generation: std::sync::atomic::AtomicU64,
-    changes: tokio::sync::watch::Sender<u64>,
-    last_text: std::sync::Mutex<Option<String>>,
-}
-
-impl<Q> std::fmt::Debug for LiveConfig<Q> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveConfig").field("path", &self.path).finish_non_exhaustive()
-    }
-}
+/// The query configuration in force, reloaded from `--config` when the file changes
+/// ([`apiserver::files::WatchedFile`]). Readers take a [`Snapshot`] per request, so a reload
+/// never disturbs requests in flight; an invalid new file is rejected with a log line and a
+/// metric, and the last good configuration stays in force.
+#[derive(Debug)]
+pub struct LiveConfig<Q>(Arc<WatchedFile<Snapshot<Q>, ConfigError>>);
 
 impl<Q: serde::de::DeserializeOwned + Send + Sync + 'static> LiveConfig<Q> {
     /// Loads `path` (defaults when `None`) through `check`; `window_flag` is `--window`.
@@ -416,10 +407,8 @@ impl<Q: serde::de::DeserializeOwned + Send + Sync + 'static> LiveConfig<Q> {
         let (file, text) = match path {
             None => (QueryFile::from_yaml("", "defaults", &check)?, None),
             Some(p) => {
-                let shown = p.display().to_string();
-                let text = std::fs::read_to_string(p)
-                    .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
-                (QueryFile::from_yaml(&text, &shown, &check)?, Some(text))
+                let text = std::fs::read_to_string(p).map_err(|source| read_error(p, source))?;
+                (QueryFile::from_yaml(&text, &p.display().to_string(), &check)?, Some(text))
             }
         };
         Ok(Arc::new(Self::with(file, path.map(Path::to_path_buf), window_flag, check, text)))
@@ -437,90 +426,40 @@ impl<Q: serde::de::DeserializeOwned + Send + Sync + 'static> LiveConfig<Q> {
         check: Check<Q>,
         text: Option<String>,
     ) -> Self {
-        let window = window_flag.or(file.window).unwrap_or(DEFAULT_WINDOW);
-        let snapshot = Arc::new(Snapshot { file, window, generation: 0 });
-        let (changes, _) = tokio::sync::watch::channel(0);
-        Self {
-            path,
-            window_flag,
-            check,
-            current: std::sync::RwLock::new(snapshot),
-            generation: std::sync::atomic::AtomicU64::new(0),
-            changes,
-            last_text: std::sync::Mutex::new(text),
-        }
+        let snapshot = move |file: QueryFile<Q>, generation| {
+            let window = window_flag.or(file.window).unwrap_or(DEFAULT_WINDOW);
+            Snapshot { file, window, generation }
+        };
+        let shown = path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        let first = snapshot(file, 0);
+        let parse = Box::new(move |text: &str, generation| {
+            QueryFile::from_yaml(text, &shown, &check).map(|file| snapshot(file, generation))
+        });
+        Self(Arc::new(WatchedFile::new(path, text, first, parse, read_error)))
     }
 
     /// The configuration in force.
     pub fn current(&self) -> Arc<Snapshot<Q>> {
-        match self.current.read() {
-            Ok(current) => current.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.0.current()
     }
 
     /// The generation of the configuration in force (0, then one more at every reload): a
     /// lock-free way to tell whether something built from an earlier one is still current.
     pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Notified with the new generation after each successful reload.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changes.subscribe()
+        self.0.generation()
     }
 
     /// Re-reads the file; `Ok(true)` when a new configuration took effect, `Ok(false)` when
     /// the content is unchanged (or there is no file), `Err` when the new file is invalid (the
     /// old configuration stays).
     pub fn reload(&self) -> Result<bool> {
-        let Some(path) = &self.path else { return Ok(false) };
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
-        let Ok(mut last) = self.last_text.lock() else { return Ok(false) };
-        if last.as_deref() == Some(text.as_str()) {
-            return Ok(false);
-        }
-        // Remember the rejected text too, so an invalid file is reported once, not every poll.
-        *last = Some(text.clone());
-        let file = QueryFile::from_yaml(&text, &shown, &self.check)?;
-        let generation = self.current().generation + 1;
-        let window = self.window_flag.or(file.window).unwrap_or(DEFAULT_WINDOW);
-        let snapshot = Arc::new(Snapshot { file, window, generation });
-        if let Ok(mut current) = self.current.write() {
-            *current = snapshot;
-            self.generation.store(generation, std::sync::atomic::Ordering::Release);
-        }
-        self.changes.send_replace(generation);
-        Ok(true)
+        self.0.reload()
     }
 
     /// Polls the file every `interval` and reloads it when it changed; `observe` is told the
     /// outcome of every attempted reload (`true` = applied).
     pub fn spawn_reloader(self: &Arc<Self>, interval: Duration, observe: impl Fn(bool) + Send + 'static) {
-        if self.path.is_none() {
-            return;
-        }
-        let live = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                match live.reload() {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        tracing::info!(generation = live.current().generation, "configuration reloaded");
-                        observe(true);
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, "configuration rejected; the previous one stays in force");
-                        observe(false);
-                    }
-                }
-            }
-        });
+        self.0.spawn_reloader(interval, observe);
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Parser};
 
 pub use apiserver::{AuthArgs, ServingArgs};
-use apiserver::{env_named, kubernetes_style, parse_positive_duration};
+use apiserver::{HeaderParser, env_named, kubernetes_style, parse_byte_size, parse_positive_duration};
 use k8s_wire::duration;
 
 /// All flags of the `percolator` binary.
@@ -84,39 +84,6 @@ pub(crate) enum FlagValueError {
     /// Not a duration.
     #[error(transparent)]
     Duration(#[from] duration::DurationError),
-    /// Not a quantity.
-    #[error(transparent)]
-    Quantity(#[from] k8s_wire::quantity::QuantityError),
-    /// A quantity, but not a whole number of bytes above zero.
-    #[error("{text:?} is not a whole number of bytes above 0")]
-    NotAByteCount {
-        /// The value as given.
-        text: String,
-    },
-    /// `--prometheus-header`: a blank line.
-    #[error("an empty header: give one NAME=VALUE per line, without empty lines")]
-    EmptyHeader,
-    /// `--prometheus-header`: no `=`.
-    #[error("expected NAME=VALUE")]
-    NotAHeader,
-    /// `--prometheus-header`: the name is not a header name.
-    #[error("{name:?} is not a valid header name")]
-    InvalidHeaderName {
-        /// The name as given.
-        name: String,
-    },
-    /// `--prometheus-header`: a header the HTTP client sets.
-    #[error("header {name} is set by the HTTP client and cannot be overridden")]
-    ReservedHeader {
-        /// The header's name.
-        name: String,
-    },
-    /// `--prometheus-header`: the value has characters a header cannot carry.
-    #[error("the value of header {name} has characters a header cannot carry")]
-    InvalidHeaderValue {
-        /// The header's name.
-        name: String,
-    },
 }
 
 /// Flags of cluster access.
@@ -301,76 +268,7 @@ impl std::fmt::Debug for PrometheusArgs {
 }
 
 /// One `--prometheus-header NAME=VALUE`; its `Debug` leaves the value out (it may be a secret).
-#[derive(Clone, PartialEq, Eq)]
-pub struct PrometheusHeader {
-    /// The header name.
-    pub name: http::HeaderName,
-    /// The value, marked sensitive.
-    pub value: http::HeaderValue,
-}
-
-impl std::fmt::Debug for PrometheusHeader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}=<redacted>", self.name)
-    }
-}
-
-/// Headers the HTTP client owns: setting them would break the request.
-const RESERVED_HEADERS: &[&str] =
-    &["host", "content-length", "content-type", "transfer-encoding", "connection", "te", "upgrade"];
-
-/// The value parser of `--prometheus-header`: its errors name the header, never the value
-/// (clap's own errors repeat the value, which may be a secret).
-#[derive(Debug, Clone, Copy)]
-struct HeaderParser;
-
-impl clap::builder::TypedValueParser for HeaderParser {
-    type Value = PrometheusHeader;
-
-    fn parse_ref(
-        &self,
-        _cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> std::result::Result<PrometheusHeader, clap::Error> {
-        let text = value.to_str().ok_or_else(|| header_error("the value is not UTF-8".to_owned()))?;
-        parse_header(text).map_err(|e| header_error(e.to_string()))
-    }
-}
-
-fn header_error(message: String) -> clap::Error {
-    clap::Error::raw(
-        clap::error::ErrorKind::ValueValidation,
-        format!("invalid value for --prometheus-header (not shown: it may be a secret): {message}\n"),
-    )
-}
-
-/// Parses `NAME=VALUE` (the split at the first `=`, as prometheus-adapter does).
-fn parse_header(text: &str) -> std::result::Result<PrometheusHeader, FlagValueError> {
-    if text.trim().is_empty() {
-        // A blank line of PERCOLATOR_PROMETHEUS_HEADER, or a trailing newline.
-        return Err(FlagValueError::EmptyHeader);
-    }
-    let (name, value) = text.split_once('=').ok_or(FlagValueError::NotAHeader)?;
-    let name = http::HeaderName::from_bytes(name.trim().as_bytes())
-        .map_err(|_| FlagValueError::InvalidHeaderName { name: name.trim().to_owned() })?;
-    if RESERVED_HEADERS.contains(&name.as_str()) {
-        return Err(FlagValueError::ReservedHeader { name: name.to_string() });
-    }
-    let mut value = http::HeaderValue::from_str(value.trim())
-        .map_err(|_| FlagValueError::InvalidHeaderValue { name: name.to_string() })?;
-    value.set_sensitive(true);
-    Ok(PrometheusHeader { name, value })
-}
-
-/// A byte count written as a Kubernetes quantity (`128Mi`, `1G`, `1048576`), above zero.
-fn parse_byte_size(text: &str) -> std::result::Result<u64, FlagValueError> {
-    let bytes = k8s_wire::quantity::parse(text)?;
-    if !(bytes >= 1.0 && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
-        return Err(FlagValueError::NotAByteCount { text: text.to_owned() });
-    }
-    Ok(bytes as u64)
-}
+pub type PrometheusHeader = apiserver::HeaderArg;
 
 /// Flags of the query configuration file.
 #[derive(Debug, Clone, ClapArgs)]

@@ -4,7 +4,7 @@
 
 pub(crate) mod file;
 pub(crate) mod flags;
-pub mod yaml;
+pub use apiserver::yaml;
 
 pub use file::{
     Aggregate, Check, ConfigError, CustomMetricConfig, DEFAULT_WINDOW, DeclaredFieldConfig,

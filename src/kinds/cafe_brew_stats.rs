@@ -16,12 +16,12 @@ use serde_json::json;
 
 use super::inputs::{GroupUsage, round_to};
 use super::{
-    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
+    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder,
     ObjectMeta, QuerySpec, SamplesBy, ServedKind, Sources, Text, Texts, index_by, kind_schema, rfc3339,
     schema_name,
 };
-use crate::sources::intern::ObjectStrings;
 use crate::sources::{PodInfo, PodKey, PromSample};
+use apiserver::intern::ObjectStrings;
 use k8s_wire::{duration, quantity};
 
 /// Pod label naming the cafe a pod serves.
@@ -220,7 +220,7 @@ impl CafeBrewStatsKind {
         if let Some(t) = &kind_type {
             labels.insert(TYPE_LABEL.to_string(), t.clone());
         }
-        let meta = Meta::of_group(key, pods, self.shared.labels(&labels));
+        let meta = super::meta_of_group(key, pods, self.shared.labels(&labels));
         let object = CafeBrewStats {
             api_version: API_VERSION,
             kind: &INFO.kind,

@@ -69,7 +69,7 @@ impl Sources {
     /// until the inventory has synced.
     pub fn begin(&self, namespace: Option<&str>) -> Result<Computation, ComputeError> {
         if !self.inventory.is_synced() {
-            return Err(ComputeError::NotReady);
+            return Err(super::not_synced());
         }
         Ok(Computation {
             resource_version: self.inventory.resource_version(),

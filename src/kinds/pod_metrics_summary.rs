@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::inputs::{RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use super::{
-    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder, Meta,
+    API_VERSION, Builtin, Cell, Column, Computation, ComputeError, KindInfo, Listing, ListingBuilder,
     ObjectMeta, QuerySpec, ServedKind, Sources, Text, Texts, index_by_pod, kind_schema, rfc3339, schema_name,
 };
 use crate::sources::{ContainerUsage, Containers, PodInfo, PodKey, PromSample};
@@ -141,7 +141,7 @@ impl PodMetricsSummaries {
             .chain(errors.map(|s| s.timestamp))
             .max();
 
-        let meta = Meta::of_pod(pod);
+        let meta = super::meta_of_pod(pod);
         let object = PodMetricsSummary {
             api_version: API_VERSION,
             kind: &INFO.kind,
@@ -657,7 +657,7 @@ mod tests {
         let inventory =
             Arc::new(FakeInventory { pods: vec![], synced: false, version: String::new(), nodes: vec![] });
         let result = mk_kind(inventory, kubelet.clone(), prom.clone()).list(Some("ns")).await;
-        assert!(matches!(result, Err(ComputeError::NotReady)), "{result:?}");
+        assert!(matches!(result, Err(ComputeError::NotReady(_))), "{result:?}");
         assert_eq!(kubelet.called(), Vec::<String>::new());
         assert_eq!(prom.received(), Vec::<String>::new());
     }

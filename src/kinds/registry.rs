@@ -1,7 +1,8 @@
 //! The registry of kinds: the one list of built-in kinds ([`BUILTIN`]; a kind's file exports
 //! its [`Builtin`], one line here registers it), the check of the query file's kind sections
-//! and declared kinds ([`check_kinds`]), and the kinds in force ([`LiveKinds`]): the built-in
-//! ones plus those the configuration declares, rebuilt when it is reloaded.
+//! and declared kinds ([`check_kinds`]), and the kinds in force ([`KindRegistry`], the
+//! `apiserver::kind::KindSource` of the router): the built-in ones plus those the
+//! configuration declares, rebuilt when it is reloaded.
 
 use std::sync::Arc;
 
@@ -9,12 +10,12 @@ pub(crate) use super::Builtin;
 
 use std::sync::RwLock;
 
-use super::cached::CachedKind;
 use super::declared::{DeclaredKind, DeclaredSpec, check_declared};
 use super::{Kinds, ServedKind, Sources};
-use crate::config::{Invalid, QueryFile};
+use crate::config::{Invalid, LiveConfig, QueryFile};
 use crate::sources::prometheus::Template;
 use apiserver::CacheSettings;
+use apiserver::kind::{CachedKind, Generation, KindSet, KindSource, LiveKinds};
 
 /// Every built-in kind, in discovery order.
 pub static BUILTIN: &[&Builtin] = &[&super::pod_metrics_summary::KIND, &super::cafe_brew_stats::KIND];
@@ -65,43 +66,17 @@ pub(crate) fn check_kinds(file: &mut QueryFile<Template>) -> Result<(), Invalid>
     check_declared(file, BUILTIN)
 }
 
-/// The kinds served under one configuration generation, in discovery order: the built-in
-/// kinds, then the declared ones in the file's order.
-#[derive(Default)]
-pub struct KindSet {
-    /// The configuration generation the set was built for.
-    pub generation: u64,
-    kinds: Kinds,
-    /// The declared kinds' specs, for reuse across reloads.
-    declared: Vec<(Arc<DeclaredSpec>, Arc<dyn ServedKind>)>,
-}
-
-impl std::fmt::Debug for KindSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let plurals: Vec<&str> = self.kinds.iter().map(|k| k.info().plural.as_ref()).collect();
-        f.debug_struct("KindSet").field("generation", &self.generation).field("kinds", &plurals).finish()
-    }
-}
-
-impl KindSet {
-    /// Every kind, in discovery order.
-    pub fn kinds(&self) -> &Kinds {
-        &self.kinds
-    }
-
-    /// The kind served as `plural` under `group`/`version`.
-    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<dyn ServedKind>> {
-        self.kinds.iter().find(|k| {
-            let info = k.info();
-            info.plural == plural && info.gv.group == group && info.gv.version == version
-        })
-    }
-}
-
 /// What declared kinds are built from.
 struct DeclaredInputs {
     sources: Sources,
     cache: CacheSettings,
+}
+
+/// The set built last and the declared kinds' specs in it, for reuse across reloads.
+#[derive(Default)]
+struct Built {
+    set: Arc<KindSet>,
+    declared: Vec<(Arc<DeclaredSpec>, Arc<dyn ServedKind>)>,
 }
 
 /// The kinds in force. The built-in kinds are built once; the declared kinds follow the
@@ -109,37 +84,44 @@ struct DeclaredInputs {
 /// built for and rebuilds it when it moved, so discovery, OpenAPI and the served paths never lag
 /// the file. A declared kind whose spec is unchanged keeps its cache; a removed one is dropped
 /// with its cache once the last request holding it ends.
-pub struct LiveKinds {
+pub struct KindRegistry {
     builtin: Kinds,
-    declared: Option<DeclaredInputs>,
-    built: RwLock<Arc<KindSet>>,
+    declared: DeclaredInputs,
+    built: RwLock<Arc<Built>>,
 }
 
-impl std::fmt::Debug for LiveKinds {
+impl std::fmt::Debug for KindRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveKinds").field("built", &self.built()).finish_non_exhaustive()
+        f.debug_struct("KindRegistry").field("built", &self.built().set).finish_non_exhaustive()
     }
 }
 
-impl From<Kinds> for LiveKinds {
-    fn from(kinds: Kinds) -> Self {
-        Self::fixed(kinds)
+impl From<KindRegistry> for LiveKinds {
+    fn from(registry: KindRegistry) -> Self {
+        LiveKinds::live(Arc::new(registry))
     }
 }
 
-impl LiveKinds {
+/// The cache keys' generation of the kinds computed with `config`.
+fn generation_of(config: &Arc<LiveConfig<Template>>) -> Generation {
+    let config = config.clone();
+    Arc::new(move || config.current().generation)
+}
+
+impl KindRegistry {
     /// Every built-in kind and the declared kinds of `sources.config`, each behind its cache.
     pub fn new(sources: &Sources, cache: &CacheSettings) -> Self {
         let builtin: Kinds = BUILTIN
             .iter()
             .map(|kind| {
-                let cached = CachedKind::new((kind.build)(sources.clone()), cache, sources.config.clone());
+                let generation = generation_of(&sources.config);
+                let cached = CachedKind::new((kind.build)(sources.clone()), cache, generation);
                 Arc::new(cached) as Arc<dyn ServedKind>
             })
             .collect();
         let declared = DeclaredInputs { sources: sources.clone(), cache: cache.clone() };
-        let live = Self { builtin, declared: Some(declared), built: RwLock::default() };
-        live.rebuild(&KindSet::default());
+        let live = Self { builtin, declared, built: RwLock::default() };
+        live.rebuild(&Built::default());
         live
     }
 
@@ -147,7 +129,7 @@ impl LiveKinds {
     /// behind its cache.
     pub fn with_resource_metrics(mut self, sources: &Sources, cache: &CacheSettings) -> Self {
         for kind in super::resource_metrics::kinds(sources) {
-            let cached = CachedKind::new(kind, cache, sources.config.clone());
+            let cached = CachedKind::new(kind, cache, generation_of(&sources.config));
             self.builtin.push(Arc::new(cached));
         }
         let previous = self.built();
@@ -155,32 +137,16 @@ impl LiveKinds {
         self
     }
 
-    /// A fixed set of kinds that no configuration changes (tests, embedders): see the
-    /// `From<Kinds>` conversion.
-    pub fn fixed(kinds: Kinds) -> Self {
-        let set = KindSet { generation: 0, kinds: kinds.clone(), declared: Vec::new() };
-        Self { builtin: kinds, declared: None, built: RwLock::new(Arc::new(set)) }
-    }
-
-    fn built(&self) -> Arc<KindSet> {
+    fn built(&self) -> Arc<Built> {
         match self.built.read() {
             Ok(built) => built.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    /// The kinds of the configuration in force.
-    pub fn current(&self) -> Arc<KindSet> {
-        let built = self.built();
-        match &self.declared {
-            Some(inputs) if inputs.sources.config.generation() != built.generation => self.rebuild(&built),
-            _ => built,
-        }
-    }
-
     /// Builds the set for the configuration in force, reusing `previous`' unchanged kinds.
-    fn rebuild(&self, previous: &KindSet) -> Arc<KindSet> {
-        let Some(inputs) = &self.declared else { return self.built() };
+    fn rebuild(&self, previous: &Built) -> Arc<KindSet> {
+        let inputs = &self.declared;
         let snapshot = inputs.sources.config.current();
         let mut kinds = self.builtin.clone();
         let mut declared = Vec::with_capacity(snapshot.file.kinds.len());
@@ -192,24 +158,36 @@ impl LiveKinds {
                     let spec = Arc::new(spec);
                     let metrics = inputs.cache.metrics.clone();
                     let inner = DeclaredKind::new(spec.clone(), inputs.sources.clone(), metrics);
-                    let cached =
-                        CachedKind::new(Arc::new(inner), &inputs.cache, inputs.sources.config.clone());
+                    let generation = generation_of(&inputs.sources.config);
+                    let cached = CachedKind::new(Arc::new(inner), &inputs.cache, generation);
                     (spec, Arc::new(cached) as Arc<dyn ServedKind>)
                 }
             };
             kinds.push(kind.1.clone());
             declared.push(kind);
         }
-        let fresh = Arc::new(KindSet { generation: snapshot.generation, kinds, declared });
+        let set = Arc::new(KindSet::new(snapshot.generation, kinds));
+        let fresh = Arc::new(Built { set: set.clone(), declared });
         let mut slot = match self.built.write() {
             Ok(slot) => slot,
             Err(poisoned) => poisoned.into_inner(),
         };
         // Generations only grow: never replace a newer set built by a concurrent reader.
-        if fresh.generation >= slot.generation {
-            *slot = fresh.clone();
+        if set.generation >= slot.set.generation {
+            *slot = fresh;
         }
-        fresh
+        set
+    }
+}
+
+impl KindSource for KindRegistry {
+    /// The kinds of the configuration in force.
+    fn current(&self) -> Arc<KindSet> {
+        let built = self.built();
+        if self.declared.sources.config.generation() != built.set.generation {
+            return self.rebuild(&built);
+        }
+        built.set.clone()
     }
 }
 
@@ -225,7 +203,10 @@ mod tests {
     }
 
     /// Live kinds over a configuration file `dir/config.yaml` holding `yaml`.
-    fn mk_live(dir: &std::path::Path, yaml: &str) -> (LiveKinds, Arc<crate::config::LiveConfig<Template>>) {
+    fn mk_live(
+        dir: &std::path::Path,
+        yaml: &str,
+    ) -> (KindRegistry, Arc<crate::config::LiveConfig<Template>>) {
         use crate::kinds::testkit::{FakeInventory, FakeKubelet, FakeProm};
         use crate::sources::resources::KubeletUsage;
         std::fs::create_dir_all(dir).unwrap();
@@ -240,7 +221,7 @@ mod tests {
             config: config.clone(),
         };
         let cache = CacheSettings::uncounted(std::time::Duration::from_secs(10));
-        (LiveKinds::new(&sources, &cache), config)
+        (KindRegistry::new(&sources, &cache), config)
     }
 
     fn declared(kind: &str, column: &str) -> String {

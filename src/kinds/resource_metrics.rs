@@ -189,7 +189,7 @@ impl ResourceMetrics {
                 let bytes = c.memory_bytes.unwrap_or_default().floor();
                 (cpu.saturating_add(c.cpu_nanocores.unwrap_or_default()), memory + bytes)
             });
-            let mut meta = Meta::of_pod(pod);
+            let mut meta = super::meta_of_pod(pod);
             meta.uid = None;
             meta.creation_timestamp = Some(now);
             let cells = cells(&meta.name, &cpu_quantity(cpu), &memory_quantity(memory), &window);
@@ -235,7 +235,7 @@ impl ResourceMetrics {
 impl ResourceMetrics {
     async fn nodes(&self) -> Result<Arc<Listing>, ComputeError> {
         if !self.sources.inventory.is_synced() {
-            return Err(ComputeError::NotReady);
+            return Err(super::not_synced());
         }
         let nodes: Vec<Arc<NodeInfo>> = self.sources.inventory.nodes();
         let mut usage = self.sources.usage.node_usage(&nodes).await;

@@ -6,21 +6,17 @@
 
 use std::time::Duration;
 
+use apiserver::StatusResponse;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use futures::future::BoxFuture;
-use http::{HeaderValue, Method, StatusCode, header};
 
 use crate::adapter::QueryError;
 use crate::adapter::query::requirement_matcher;
 use crate::config::{Invalid, QueryFile, Snapshot};
 use crate::sources::PromError;
 use crate::sources::prometheus::{Matcher, Template, is_valid_label_name};
-use k8s_wire::DiscoveryResource;
+use k8s_wire::ApiError;
 use k8s_wire::LabelSelector;
 use k8s_wire::go_quote;
-use k8s_wire::{ApiError, GroupResource};
-use k8s_wire::{RequestInfo, lower_case_method};
 
 /// Seconds a client is asked to wait when Prometheus fails. client-go retries a 503 carrying
 /// `Retry-After` up to 10 times, so a short delay keeps an HPA sync (every 15 s) from blocking
@@ -67,24 +63,8 @@ impl IntoResponse for MetricsError {
     fn into_response(self) -> Response {
         match self {
             Self::Api(error) => error.into_response(),
-            Self::MetricNotFound(message) => {
-                // The library's Status has no details.
-                let body = serde_json::json!({
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Failure",
-                    "message": message,
-                    "reason": "NotFound",
-                    "code": 404,
-                });
-                (
-                    StatusCode::NOT_FOUND,
-                    [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-                    body.to_string(),
-                )
-                    .into_response()
-            }
+            // The adapter library's Status has no details.
+            Self::MetricNotFound(message) => apiserver::group::not_found(&message),
         }
     }
 }
@@ -352,29 +332,7 @@ pub(crate) fn scoped_query<D: Declared>(
     Ok((promql, canonical.join(",")))
 }
 
-/// 405 for anything but a `get` (`GET` or `HEAD`, not `watch`) of `resource`.
-pub(crate) fn check_read(
-    info: &RequestInfo,
-    method: &Method,
-    resource: GroupResource,
-) -> Result<(), ApiError> {
-    if (method != Method::GET && method != Method::HEAD) || info.verb == "watch" {
-        let verb =
-            if info.verb.is_empty() { lower_case_method(method) } else { info.verb.clone() }.into_owned();
-        return Err(ApiError::MethodNotAllowed { verb, resource });
-    }
-    Ok(())
-}
-
-/// 400 for a namespace or name that is not a valid Kubernetes name.
-pub(crate) fn check_name(what: &str, value: &str, valid: fn(&str) -> Vec<String>) -> Result<(), ApiError> {
-    let errors = valid(value);
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest(format!("invalid {what} {}: {}", go_quote(value), errors.join("; "))))
-    }
-}
+pub(crate) use apiserver::group::{answer, check_name, check_read, discovery_resource, json_response};
 
 /// The Status of an adapter rule's query that could not be built for a request: the request's
 /// fault (a selector Prometheus cannot express) is a 400, the rule's a 500 naming it.
@@ -399,32 +357,6 @@ pub(crate) fn prometheus_unavailable(what: &str, error: &PromError) -> ApiError 
     ApiError::ServiceUnavailable {
         message: format!("unable to fetch {what}: {cause}"),
         retry_after: Some(PROMETHEUS_RETRY_AFTER_SECONDS),
-    }
-}
-
-/// The response of a metric API's handler: its answer, or its error as a `metav1.Status`.
-pub(crate) fn answer<'a>(
-    handled: impl Future<Output = Result<Response>> + Send + 'a,
-) -> BoxFuture<'a, Response> {
-    Box::pin(async move { handled.await.unwrap_or_else(IntoResponse::into_response) })
-}
-
-/// A 200 with a JSON body.
-pub(crate) fn json_response(body: Bytes) -> Response {
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
-}
-
-/// A resource of a metric API's discovery: get only, of `kind`, as the adapter library lists
-/// them.
-pub(crate) fn discovery_resource(name: String, namespaced: bool, kind: &str) -> DiscoveryResource {
-    DiscoveryResource {
-        name,
-        singular_name: String::new(),
-        namespaced,
-        kind: kind.to_owned(),
-        verbs: vec!["get".to_owned()],
-        short_names: Vec::new(),
-        categories: Vec::new(),
     }
 }
 

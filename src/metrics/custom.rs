@@ -33,9 +33,8 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, Method};
 use jiff::Timestamp;
-use kube::core::Expression;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::core::declared;
 use super::core::{
@@ -49,10 +48,11 @@ use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::workloads::{Workload, WorkloadError, WorkloadSource};
 use crate::sources::{Inventory, PodInfo, PromSample, PromSource};
 use apiserver::{CacheSettings, TtlCache};
+use apiserver::{DynamicGroupVersions, GroupService};
+use k8s_wire::GroupVersionResources;
+use k8s_wire::LabelSelector;
 use k8s_wire::{ApiError, GroupResource};
-use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
 use k8s_wire::{Endpoint, negotiate_headers};
-use k8s_wire::{LabelSelector, Requirement};
 use k8s_wire::{ParsedRequest, RequestInfo};
 use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
 
@@ -625,54 +625,6 @@ struct Item<'a> {
     window: Option<u64>,
 }
 
-/// The `metav1.LabelSelector` of a metric selector, as `metav1.ParseToLabelSelector` builds it
-/// (requirements sorted by key, as `labels.Parse` leaves them): `=`/`==` → `matchLabels`,
-/// `!=` → `NotIn` of one value, `in`/`notin`/exists/does-not-exist → `matchExpressions`;
-/// `null` when empty.
-fn metric_selector_json(selector: &LabelSelector) -> Value {
-    if selector.is_empty() {
-        return Value::Null;
-    }
-    let mut requirements: Vec<&Requirement> = selector.requirements().iter().collect();
-    requirements.sort_by(|a, b| a.key().cmp(b.key()));
-    let mut match_labels = serde_json::Map::new();
-    let mut expressions = Vec::new();
-    for requirement in requirements {
-        let expression = |key: &str, operator: &str, values: Option<Vec<&String>>| match values {
-            Some(values) => json!({"key": key, "operator": operator, "values": values}),
-            None => json!({"key": key, "operator": operator}),
-        };
-        match requirement {
-            Requirement::Expr(Expression::Equal(k, v)) => {
-                match_labels.insert(k.clone(), Value::String(v.clone()));
-            }
-            Requirement::Expr(Expression::NotEqual(k, v)) => {
-                expressions.push(expression(k, "NotIn", Some(vec![v])))
-            }
-            Requirement::Expr(Expression::In(k, values)) => {
-                expressions.push(expression(k, "In", Some(values.iter().collect())));
-            }
-            Requirement::Expr(Expression::NotIn(k, values)) => {
-                expressions.push(expression(k, "NotIn", Some(values.iter().collect())));
-            }
-            Requirement::Expr(Expression::Exists(k)) => expressions.push(expression(k, "Exists", None)),
-            Requirement::Expr(Expression::DoesNotExist(k)) => {
-                expressions.push(expression(k, "DoesNotExist", None))
-            }
-            // Refused before a query runs (`label_matchers`).
-            Requirement::GreaterThan { .. } | Requirement::LessThan { .. } => {}
-        }
-    }
-    let mut out = serde_json::Map::new();
-    if !match_labels.is_empty() {
-        out.insert("matchLabels".into(), Value::Object(match_labels));
-    }
-    if !expressions.is_empty() {
-        out.insert("matchExpressions".into(), Value::Array(expressions));
-    }
-    Value::Object(out)
-}
-
 /// `MetricValueList`'s `metadata`: always `{}`.
 #[derive(Serialize)]
 struct ListMeta {}
@@ -722,7 +674,7 @@ struct ValueV1<'a> {
 /// and `windowSeconds`; `v1beta1` has `metricName`, `selector` and `window` (both seconds).
 /// `selector` is never omitted (`null` when empty), as the Go types serialize it.
 fn value_list(version: &str, metric: &str, selector: &LabelSelector, items: &[Item<'_>]) -> Vec<u8> {
-    let selector = metric_selector_json(selector);
+    let selector = selector.to_metav1_json();
     let api_version = format!("{GROUP}/{version}");
     // The values of one query share their sample time: format each distinct time once.
     let mut times: Vec<(Timestamp, String)> = Vec::new();
@@ -824,6 +776,8 @@ pub fn default_metrics() -> Vec<CustomMetricConfig<Template>> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn load(yaml: &str) -> std::result::Result<QueryFile<Template>, String> {
@@ -922,7 +876,7 @@ mod tests {
 
     #[test]
     fn metric_selectors_become_label_selectors_as_parse_to_label_selector_builds_them() {
-        let json = |s: &str| metric_selector_json(&LabelSelector::parse(s).unwrap());
+        let json = |s: &str| LabelSelector::parse(s).unwrap().to_metav1_json();
         assert_eq!(json(""), Value::Null);
         assert_eq!(
             json("tier=front,code!=500,a in (y,x),b notin (z),c,!d"),

@@ -43,10 +43,11 @@ use crate::config::{ExternalMetricConfig, Invalid, LiveConfig, QueryFile, Snapsh
 use crate::sources::prometheus::{Matcher, Template};
 use crate::sources::{PromSample, PromSource};
 use apiserver::CacheSettings;
+use apiserver::{DynamicGroupVersions, GroupService};
+use k8s_wire::GroupVersionResources;
 use k8s_wire::LabelSelector;
 use k8s_wire::is_dns1123_label;
 use k8s_wire::{ApiError, GroupResource};
-use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
 use k8s_wire::{Endpoint, negotiate_headers};
 use k8s_wire::{ParsedRequest, RequestInfo};
 

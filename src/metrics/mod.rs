@@ -16,3 +16,12 @@ pub(crate) mod core;
 pub(crate) mod custom;
 pub(crate) mod external;
 pub(crate) mod provider;
+
+#[cfg(test)]
+mod custom_tests;
+#[cfg(test)]
+mod external_tests;
+#[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
+pub(crate) mod testutil;

@@ -12,9 +12,8 @@
 //! names; pods of one ReplicaSet have identical labels) are interned, and the served objects
 //! computed from a pod share its strings and labels instead of copying them.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -22,8 +21,9 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 
-use crate::sources::intern::Interner;
 use crate::sources::{Inventory, Labels, NodeInfo, PodInfo};
+use apiserver::intern::Interner;
+use apiserver::mirror::Mirror;
 
 /// The longest wait between two attempts to watch again after a failure, jitter included.
 pub(crate) const MAX_REWATCH_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
@@ -68,94 +68,6 @@ pub(crate) struct KubeInventory {
     /// Reports the tasks of the runtime the watches run on ([`KubeInventory::start`]) to
     /// `/metrics` while the inventory lives.
     _tasks_probe: std::sync::OnceLock<Arc<apiserver::Probe>>,
-}
-
-/// The local copy of one watched resource: the map readers see, the one a (re-)list fills until
-/// it completes (then it replaces the first whole, so a reader never sees half a list), and
-/// whether a first list has completed.
-struct Mirror<K, V> {
-    live: RwLock<BTreeMap<K, Arc<V>>>,
-    relist: Mutex<Option<BTreeMap<K, Arc<V>>>>,
-    synced: AtomicBool,
-}
-
-impl<K, V> Default for Mirror<K, V> {
-    fn default() -> Self {
-        Self { live: RwLock::default(), relist: Mutex::default(), synced: AtomicBool::new(false) }
-    }
-}
-
-impl<K: Ord, V: PartialEq> Mirror<K, V> {
-    /// Folds one watch event. `view` is what is kept of an object and under which key (`None`:
-    /// nothing, e.g. a pod that is not running); `key` finds an object's entry to remove.
-    /// Returns whether what readers see changed.
-    ///
-    /// An object whose kept view is unchanged (an update of its status alone, or the same
-    /// object listed again after a watch expired) keeps its entry: nothing is allocated again
-    /// for it, and what the inventory keeps for an object's lifetime is not re-made among the
-    /// decoding's short-lived blocks at every event (RELIABILITY.md, "Soak").
-    fn apply<T>(&self, event: Event<T>, key: impl Fn(&T) -> K, view: impl Fn(&T) -> Option<(K, V)>) -> bool {
-        match event {
-            Event::Init => {
-                if let Ok(mut relist) = self.relist.lock() {
-                    *relist = Some(BTreeMap::new());
-                }
-                false
-            }
-            Event::InitApply(object) => {
-                if let Some((k, v)) = view(&object) {
-                    let kept = self.unchanged(&k, &v).unwrap_or_else(|| Arc::new(v));
-                    if let Ok(mut relist) = self.relist.lock()
-                        && let Some(map) = relist.as_mut()
-                    {
-                        map.insert(k, kept);
-                    }
-                }
-                false
-            }
-            Event::InitDone => {
-                let fresh = self.relist.lock().ok().and_then(|mut r| r.take()).unwrap_or_default();
-                // Built again from its sorted entries: a map filled in key order (as lists come)
-                // leaves its nodes half empty, one built in bulk fills them.
-                let fresh: BTreeMap<K, Arc<V>> = fresh.into_iter().collect();
-                if let Ok(mut live) = self.live.write() {
-                    *live = fresh;
-                }
-                self.synced.store(true, Ordering::Release);
-                true
-            }
-            Event::Apply(object) => {
-                let kept = view(&object);
-                let Ok(mut live) = self.live.write() else { return true };
-                match kept {
-                    Some((k, v)) if live.get(&k).is_some_and(|old| **old == v) => false,
-                    Some((k, v)) => {
-                        live.insert(k, Arc::new(v));
-                        true
-                    }
-                    None => {
-                        live.remove(&key(&object));
-                        true
-                    }
-                }
-            }
-            Event::Delete(object) => {
-                if let Ok(mut live) = self.live.write() {
-                    live.remove(&key(&object));
-                }
-                true
-            }
-        }
-    }
-
-    /// The entry readers see for `k`, when it is `v` already.
-    fn unchanged(&self, k: &K, v: &V) -> Option<Arc<V>> {
-        self.live.read().ok()?.get(k).filter(|old| ***old == *v).cloned()
-    }
-
-    fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
 }
 
 impl std::fmt::Debug for KubeInventory {
@@ -239,7 +151,7 @@ impl KubeInventory {
 
 impl Inventory for KubeInventory {
     fn running_pods(&self, namespace: Option<&str>) -> Vec<Arc<PodInfo>> {
-        let Ok(pods) = self.pods.live.read() else { return Vec::new() };
+        let Some(pods) = self.pods.read() else { return Vec::new() };
         match namespace {
             None => pods.values().cloned().collect(),
             Some(ns) => pods
@@ -251,11 +163,11 @@ impl Inventory for KubeInventory {
     }
 
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
-        self.nodes.live.read().ok()?.get(name).cloned()
+        self.nodes.read()?.get(name).cloned()
     }
 
     fn nodes(&self) -> Vec<Arc<NodeInfo>> {
-        self.nodes.live.read().map(|nodes| nodes.values().cloned().collect()).unwrap_or_default()
+        self.nodes.read().map(|nodes| nodes.values().cloned().collect()).unwrap_or_default()
     }
 
     fn is_synced(&self) -> bool {

@@ -10,21 +10,19 @@
 //! - [`workloads::WorkloadSource`]: the pod selection of Deployments, StatefulSets, ReplicaSets,
 //!   DaemonSets and Services (read one by one, cached).
 
-pub(crate) mod intern;
 pub(crate) mod inventory;
 pub(crate) mod kubelet;
 pub(crate) mod prometheus;
+pub(crate) mod resource_source;
 pub(crate) mod resources;
-mod series_labels;
 pub(crate) mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+pub(crate) use apiserver::series_labels::{JsonStr, SeriesLabels};
 use futures::future::BoxFuture;
 use jiff::Timestamp;
-pub(crate) use series_labels::JsonStr;
-pub(crate) use series_labels::SeriesLabels;
 
 /// A pod as the inventory knows it: only what the served kinds need.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,6 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// The local Prometheus and the fault proxy (the simulator's library).
@@ -22,9 +21,10 @@ pub(crate) use percolator_sim::securefront;
 
 pub(crate) use devenv::Engine;
 use devenv::{FaultProxy, MetricsEngine, PrometheusOptions, ScrapeJob};
+/// Starting percolator and the simulator, and `/proc` (the simulator's library).
+pub(crate) use percolator_sim::{launch, procfs};
 use securefront::SecureFront;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Scrape interval of the test Prometheus (and backfill step).
@@ -87,8 +87,12 @@ impl Default for Options {
 /// A running environment.
 pub(crate) struct Env {
     pub dir: PathBuf,
-    /// percolator's flags but `--secure-port` and the certificates, for [`Env::replica`].
+    /// percolator's flags but `--secure-port`, the certificates and those
+    /// [`percolator_command`] sets, for [`Env::replica`].
     pub percolator_args: Vec<String>,
+    /// The simulator's kubeconfig and the engine's URL as percolator reaches it (through the
+    /// proxy and the front, when asked for), for [`Env::replica`].
+    upstreams: (PathBuf, String),
     pub sim_api: String,
     pub sim_metrics: String,
     pub url: String,
@@ -156,63 +160,31 @@ fn remove_dead_runs_dirs() {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("percolator-e2e-")) else { continue };
         let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
         if let Some(pid) = pid
-            && !Path::new(&format!("/proc/{pid}")).exists()
+            && !procfs::alive(pid)
         {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
 
-/// Reads `child`'s stdout (stderr when `log` is given, copied there) until `pick` accepts a
-/// JSON line, within 60 s, then keeps draining it so the child never blocks on a full pipe.
-pub(crate) async fn read_ready_line(
-    child: &mut Child,
-    what: &str,
-    pick: impl Fn(&Value) -> Option<Value>,
-    log: Option<&Path>,
-) -> Value {
-    let stream: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if log.is_some() {
-        Box::new(child.stderr.take().unwrap())
-    } else {
-        Box::new(child.stdout.take().unwrap())
-    };
-    let mut lines = BufReader::new(stream).lines();
-    let mut seen = Vec::new();
-    let found = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            seen.push(line.clone());
-            if let Ok(v) = serde_json::from_str::<Value>(&line)
-                && let Some(found) = pick(&v)
-            {
-                return Some(found);
-            }
-        }
-        None
-    })
-    .await;
-    let log_path = log.map(Path::to_path_buf);
-    let seen_copy = if log.is_some() { seen.clone() } else { Vec::new() };
-    // Keep draining the stream into a file so the child never blocks on a full pipe.
-    tokio::spawn(async move {
-        let mut out =
-            log_path.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
-        if let Some(f) = out.as_mut() {
-            use std::io::Write;
-            for line in &seen_copy {
-                let _ = writeln!(f, "{line}");
-            }
-        }
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(f) = out.as_mut() {
-                use std::io::Write;
-                let _ = writeln!(f, "{line}");
-            }
-        }
-    });
-    match found {
-        Ok(Some(v)) => v,
-        _ => panic!("{what} did not report ready; output so far:\n{}", seen.join("\n")),
-    }
+/// How long a child of a test (the simulator, percolator) may take to say it is ready.
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Starts the simulator `command` ([`percolator_sim::command`] with the cluster's flags) and
+/// waits for its ready line ([`START_TIMEOUT`]): the child and that line.
+pub(crate) async fn mk_sim(command: Command) -> (Child, Value) {
+    launch::start_sim(command, START_TIMEOUT).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Starts the percolator `command` ([`launch::percolator_command`] with the test's flags),
+/// its log in `log`, and waits for its serving line ([`START_TIMEOUT`]).
+pub(crate) async fn mk_percolator(command: Command, what: &str, log: &Path) -> launch::Started {
+    launch::start(command, what, START_TIMEOUT, launch::log_file(log)).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`launch::percolator_command`] for this build's binary.
+pub(crate) fn percolator_command(port: u16, kubeconfig: &Path, prometheus_url: &str) -> Command {
+    launch::percolator_command(Path::new(env!("CARGO_BIN_EXE_percolator")), port, kubeconfig, prometheus_url)
 }
 
 impl Env {
@@ -220,19 +192,15 @@ impl Env {
         apiserver::install_crypto_provider();
         let dir = mk_dir(name);
         let state = dir.join("sim");
-        let mut sim = percolator_sim::command(&dir)
-            .unwrap()
+        let mut command = percolator_sim::command(&dir).unwrap();
+        command
             .args(["--seed", &options.seed.to_string()])
             .args(["--nodes", &options.nodes.to_string()])
             .args(["--pods-per-node", &options.pods_per_node.to_string()])
             .args(["--namespaces", options.namespaces])
             .args(["--housekeeping", HOUSEKEEPING])
-            .args(options.cadvisor.then_some("--cadvisor"))
-            .spawn()
-            .expect("percolator-sim starts");
-        let ready =
-            read_ready_line(&mut sim, "percolator-sim", |v| (v["event"] == "ready").then(|| v.clone()), None)
-                .await;
+            .args(options.cadvisor.then_some("--cadvisor"));
+        let (sim, ready) = mk_sim(command).await;
         let sim_api = ready["api"].as_str().unwrap().to_string();
         let sim_metrics = ready["metrics"].as_str().unwrap().to_string();
         let metrics_target = sim_metrics.trim_start_matches("http://").to_string();
@@ -312,40 +280,22 @@ impl Env {
         };
 
         let stderr_log = dir.join("percolator.log");
-        // Every flag but the port and the certificates, which replicas choose ([`Replica`]).
-        let mut percolator_args: Vec<String> = vec!["--bind-address".into(), "127.0.0.1".into()];
-        percolator_args.extend(["--kubeconfig".into(), state.join("kubeconfig").display().to_string()]);
-        percolator_args.extend(["--prometheus-url".into(), prometheus_url.clone()]);
-        percolator_args.extend(connection_args.iter().cloned());
+        let kubeconfig = state.join("kubeconfig");
+        // Every flag but the port and the certificates, which replicas choose ([`Replica`]),
+        // and those of [`percolator_command`].
+        let mut percolator_args: Vec<String> = connection_args.clone();
         for flag in ["--cache-ttl", options.cache_ttl, "--window", options.window, "-v", "4"] {
             percolator_args.push(flag.into());
         }
-        // Simulated nodes' Hostname addresses do not resolve; their InternalIPs do.
-        for flag in ["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"] {
-            percolator_args.push(flag.into());
-        }
         percolator_args.extend(options.extra_args.iter().cloned());
-        let mut percolator = Command::new(env!("CARGO_BIN_EXE_percolator"))
-            .args(["--secure-port", "0"])
-            .arg("--cert-dir")
-            .arg(dir.join("certs"))
-            .args(&percolator_args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("percolator starts");
-        let serving = read_ready_line(
-            &mut percolator,
-            "percolator",
-            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
-            Some(&stderr_log),
-        )
-        .await;
-        let url = format!("https://{}", serving.as_str().unwrap());
+        let mut command = percolator_command(0, &kubeconfig, &prometheus_url);
+        command.arg("--cert-dir").arg(dir.join("certs")).args(&percolator_args);
+        let started = mk_percolator(command, "percolator", &stderr_log).await;
+        let serving = started.address.clone();
+        let upstreams = (kubeconfig, prometheus_url);
+        let url = started.url();
         if options.scrape_percolator {
-            devenv::write_targets_file(&dir.join("percolator-targets.json"), serving.as_str().unwrap())
-                .unwrap();
+            devenv::write_targets_file(&dir.join("percolator-targets.json"), &serving).unwrap();
         }
 
         let kubeconfig = dir.join("kubeconfig");
@@ -361,6 +311,7 @@ impl Env {
         let env = Env {
             dir,
             percolator_args,
+            upstreams,
             sim_api,
             sim_metrics,
             url,
@@ -371,23 +322,15 @@ impl Env {
             client,
             stderr_log,
             sim,
-            percolator,
+            percolator: started.child,
         };
         env.wait_ready().await;
         env
     }
 
     async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "percolator never became ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let ready = launch::wait_ready(&self.client, &self.url, Duration::from_secs(30)).await;
+        assert!(ready, "percolator never became ready");
     }
 
     /// A client trusting percolator's serving certificate that authenticates with `token`
@@ -510,16 +453,16 @@ impl Env {
 
     /// percolator's resident set and its peak so far (`VmRSS`, `VmHWM`), in KiB.
     pub(crate) fn percolator_memory_kib(&self) -> (u64, u64) {
-        let pid = self.percolator.id().expect("percolator is running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let field = |name: &str| -> u64 {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        let pid = self.percolator_pid();
+        let field = |name: &str| {
+            procfs::status_number(pid, name).unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
         };
-        (field("VmRSS:"), field("VmHWM:"))
+        (field("VmRSS"), field("VmHWM"))
+    }
+
+    /// The pid of percolator's process.
+    pub(crate) fn percolator_pid(&self) -> u32 {
+        self.percolator.id().expect("percolator is running")
     }
 
     /// Whether the percolator process is still running.
@@ -569,15 +512,16 @@ pub(crate) struct ServingPair {
     pub pem: Vec<u8>,
 }
 
-/// Writes a self-signed serving pair for 127.0.0.1 and localhost into `dir`.
+/// Writes a serving pair for 127.0.0.1 and localhost, signed by a CA of its own, into `dir`
+/// (`tls.crt`, `tls.key`); `pem` is the CA's.
 pub(crate) fn serving_pair(dir: &Path) -> ServingPair {
-    let generated =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    let ca = test_support::mk_ca("percolator-test-serving-ca");
+    let leaf = test_support::mk_serving(&ca, &["127.0.0.1", "localhost"]);
     std::fs::create_dir_all(dir).unwrap();
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&cert, generated.cert.pem()).unwrap();
-    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
-    ServingPair { cert, key, pem: generated.cert.pem().into_bytes() }
+    std::fs::write(&cert, &leaf.pem).unwrap();
+    std::fs::write(&key, &leaf.key_pem).unwrap();
+    ServingPair { cert, key, pem: ca.pem.into_bytes() }
 }
 
 /// One more percolator process of an [`Env`], with the environment's flags (as the replicas
@@ -588,6 +532,7 @@ pub(crate) struct Replica {
     pub url: String,
     pub log: PathBuf,
     port: u16,
+    upstreams: (PathBuf, String),
     args: Vec<String>,
     ca: Vec<u8>,
     child: Option<Child>,
@@ -606,6 +551,7 @@ impl Env {
             url: String::new(),
             log: self.dir.join(format!("{name}.log")),
             port: 0,
+            upstreams: self.upstreams.clone(),
             args,
             ca: pair.pem.clone(),
             child: None,
@@ -619,39 +565,19 @@ impl Replica {
     /// Starts the process (again, on the same port); returns once its `/readyz` passes.
     pub(crate) async fn start_again(&mut self) {
         assert!(self.child.is_none(), "{} is running", self.name);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_percolator"))
-            .args(["--secure-port", &self.port.to_string()])
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("percolator starts");
-        let serving = read_ready_line(
-            &mut child,
-            &self.name,
-            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
-            Some(&self.log),
-        )
-        .await;
-        let address = serving.as_str().unwrap().to_owned();
-        self.port = address.rsplit_once(':').unwrap().1.parse().unwrap();
-        self.url = format!("https://{address}");
-        self.child = Some(child);
+        let (kubeconfig, prometheus_url) = &self.upstreams;
+        let mut command = percolator_command(self.port, kubeconfig, prometheus_url);
+        command.args(&self.args);
+        let started = mk_percolator(command, &self.name, &self.log).await;
+        self.port = started.address.rsplit_once(':').unwrap().1.parse().unwrap();
+        self.url = started.url();
+        self.child = Some(started.child);
         let client = reqwest::Client::builder()
             .add_root_certificate(reqwest::Certificate::from_pem(&self.ca).unwrap())
             .build()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{} never became ready", self.name);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let ready = launch::wait_ready(&client, &self.url, Duration::from_secs(30)).await;
+        assert!(ready, "{} never became ready", self.name);
     }
 
     /// Sends SIGTERM and waits (60 s at most) for the process to exit; its exit status.
@@ -700,17 +626,22 @@ pub(crate) fn front_token(generation: u32) -> String {
 }
 
 async fn post_faults(client: &reqwest::Client, sim_metrics: &str, faults: &str) -> Value {
+    mk_post_json(client, &format!("{sim_metrics}/sim/faults"), faults).await
+}
+
+/// POSTs the JSON `body` to `url` and returns the JSON answer, failing unless it is a 2xx.
+pub(crate) async fn mk_post_json(client: &reqwest::Client, url: &str, body: &str) -> Value {
     let response = client
-        .post(format!("{sim_metrics}/sim/faults"))
+        .post(url)
         .header("content-type", "application/json")
-        .body(faults.to_string())
+        .body(body.to_string())
         .send()
         .await
         .unwrap();
     let status = response.status();
-    let body: Value = response.json().await.unwrap();
-    assert!(status.is_success(), "POST /sim/faults {faults}: {body}");
-    body
+    let answer: Value = response.json().await.unwrap();
+    assert!(status.is_success(), "POST {url} {body}: {answer}");
+    answer
 }
 
 /// Headers authenticating as the e2e user.
@@ -748,6 +679,19 @@ pub(crate) fn auth_headers() -> reqwest::header::HeaderMap {
 
 pub(crate) fn kubectl_bin() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_string())
+}
+
+/// The repository: `CARGO_MANIFEST_DIR` at run time (cargo sets it), so that a compiled test
+/// can be pointed at a copy of the tree (one holding an older Dockerfile, another `deny.toml`).
+pub(crate) fn repo_root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+/// The text of the repository's file `name` ([`repo_root`]); fails naming the path.
+pub(crate) fn repo_read(name: &str) -> String {
+    let path = repo_root().join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The virtual environment of the Python test tools, as `scripts/install-deps.sh` makes it:

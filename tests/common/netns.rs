@@ -329,7 +329,7 @@ impl Namespaces {
             let Some(rest) = name.strip_prefix(PREFIX) else { continue };
             let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
             if let Some(pid) = pid
-                && !Path::new(&format!("/proc/{pid}")).exists()
+                && !super::procfs::alive(pid)
             {
                 Self::remove(&name);
             }
@@ -347,9 +347,8 @@ impl Drop for Namespaces {
 
 /// Why this machine cannot run the test, if it cannot: not root, or no `ip`/`tc`.
 fn mk_missing_prerequisite() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid =
-        status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1));
+    let uids = super::procfs::status("self", "Uid").unwrap_or_default();
+    let euid = uids.split_whitespace().nth(1);
     if euid != Some("0") {
         return Some(format!(
             "not root (effective uid {}): network namespaces need it",
@@ -558,14 +557,7 @@ impl NetEnv {
             .args(["--kubelet-port", &KUBELET_PORT.to_string()])
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("sim.log")).unwrap());
-        let mut sim = sim.spawn().expect("percolator-sim starts in the upstream namespace");
-        let ready = super::read_ready_line(
-            &mut sim,
-            "percolator-sim",
-            |v| (v["event"] == "ready").then(|| v.clone()),
-            None,
-        )
-        .await;
+        let (sim, ready) = super::mk_sim(sim).await;
         let control = ready["metrics"].as_str().unwrap().to_owned();
         assert_eq!(control, format!("http://{UPSTREAM_IP}:{CONTROL_PORT}"));
         let prometheus = mk_prometheus(&layout, &dir.join("prometheus"), &control).await;
@@ -573,28 +565,11 @@ impl NetEnv {
         let log = dir.join("percolator.log");
         let prometheus_url = format!("http://{UPSTREAM_IP}:{PROMETHEUS_PORT}");
         let kubeconfig = dir.join("sim/kubeconfig");
-        let mut percolator = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator"));
-        percolator
-            .args(["--secure-port", "0", "--bind-address", "127.0.0.1"])
-            .arg("--cert-dir")
-            .arg(dir.join("certs"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--prometheus-url", &prometheus_url, "-v", "4"])
-            .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut percolator = percolator.spawn().expect("percolator starts");
-        let serving = super::read_ready_line(
-            &mut percolator,
-            "percolator",
-            |v| (v["fields"]["message"] == "serving").then(|| v["fields"]["address"].clone()),
-            Some(&log),
-        )
-        .await;
-        let url = format!("https://{}", serving.as_str().unwrap());
+        let mut percolator = super::percolator_command(0, &kubeconfig, &prometheus_url);
+        percolator.arg("--cert-dir").arg(dir.join("certs")).args(["-v", "4"]).args(extra);
+        let started = super::mk_percolator(percolator, "percolator", &log).await;
+        let url = started.url();
+        let percolator = started.child;
         let state = dir.join("sim");
         let mut pem = std::fs::read(state.join("front-proxy-client.crt")).unwrap();
         pem.extend(std::fs::read(state.join("front-proxy-client.key")).unwrap());
@@ -643,14 +618,8 @@ impl NetEnv {
 
     /// Replaces one running pod (`POST /sim/churn`): (namespace, deleted name, created name).
     pub(crate) async fn churn(&self) -> (String, String, String) {
-        let churn: Value = reqwest::Client::new()
-            .post(format!("{}/sim/churn", self.control))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let url = format!("{}/sim/churn", self.control);
+        let churn = super::mk_post_json(&reqwest::Client::new(), &url, "").await;
         let s = |v: &Value| v.as_str().unwrap().to_owned();
         (s(&churn["created"]["namespace"]), s(&churn["deleted"]["name"]), s(&churn["created"]["name"]))
     }

@@ -1,5 +1,5 @@
 //! TTL caches with single-flight misses, generic over what they cache: every cache of
-//! computed results (served kinds' listings, external metric values, kubelet samples per node)
+//! computed results (served kinds' listings, metric values, an upstream's samples per node)
 //! is a [`TtlCache`] built from the one `--cache-ttl` ([`CacheSettings`]).
 //!
 //! Concurrent misses of one key share one computation (moka's entry API), so N simultaneous
@@ -223,7 +223,7 @@ mod tests {
             TtlCache::new("t", &CacheSettings::uncounted(Duration::from_millis(400)), 10);
         cache.insert_until(1, 1, Instant::now() + Duration::from_millis(200)).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
-        // Refreshed before it expires, as the kubelet sampler does: served for the new TTL.
+        // Refreshed before it expires, as a sampler of an upstream does: served for the new TTL.
         cache.insert_until(1, 2, Instant::now() + Duration::from_millis(400)).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (value, expires_at) = cache.peek(&1).await.expect("past the first expiry, within the second");

@@ -54,8 +54,8 @@ pub struct ServingArgs {
     /// How often --tls-cert-file and --tls-private-key-file (or the self-signed pair in
     /// --cert-dir) are checked for changes; a changed pair is served to new connections
     /// without a restart. The CA files given as flags (--client-ca-file,
-    /// --requestheader-client-ca-file, --kubelet-certificate-authority, --prometheus-ca-file)
-    /// and --prometheus-client-tls-cert-file/--prometheus-client-tls-key-file are checked as often:
+    /// --requestheader-client-ca-file, and the CA files of the server's upstreams)
+    /// and the client certificates the server presents to its upstreams are checked as often:
     /// a changed, valid bundle applies to the next request or connection.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub tls_reload_interval: Duration,
@@ -138,6 +138,118 @@ pub fn parse_positive_duration(text: &str) -> std::result::Result<Duration, Dura
         d if d.is_zero() => Err(DurationFlagError::NotPositive),
         d => Ok(d),
     }
+}
+
+/// Why a byte-count or header flag's value was refused (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FlagValueError {
+    /// Not a quantity.
+    #[error(transparent)]
+    Quantity(#[from] k8s_wire::quantity::QuantityError),
+    /// A quantity, but not a whole number of bytes above zero.
+    #[error("{text:?} is not a whole number of bytes above 0")]
+    NotAByteCount {
+        /// The value as given.
+        text: String,
+    },
+    /// A header flag: a blank line.
+    #[error("an empty header: give one NAME=VALUE per line, without empty lines")]
+    EmptyHeader,
+    /// A header flag: no `=`.
+    #[error("expected NAME=VALUE")]
+    NotAHeader,
+    /// A header flag: the name is not a header name.
+    #[error("{name:?} is not a valid header name")]
+    InvalidHeaderName {
+        /// The name as given.
+        name: String,
+    },
+    /// A header flag: a header the HTTP client sets.
+    #[error("header {name} is set by the HTTP client and cannot be overridden")]
+    ReservedHeader {
+        /// The header's name.
+        name: String,
+    },
+    /// A header flag: the value has characters a header cannot carry.
+    #[error("the value of header {name} has characters a header cannot carry")]
+    InvalidHeaderValue {
+        /// The header's name.
+        name: String,
+    },
+}
+
+/// A byte count written as a Kubernetes quantity (`128Mi`, `1G`, `1048576`), above zero.
+pub fn parse_byte_size(text: &str) -> std::result::Result<u64, FlagValueError> {
+    let bytes = k8s_wire::quantity::parse(text)?;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
+        return Err(FlagValueError::NotAByteCount { text: text.to_owned() });
+    }
+    Ok(bytes as u64)
+}
+
+/// One `NAME=VALUE` header flag's value, sent to an upstream; its `Debug` leaves the value out
+/// (it may be a secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct HeaderArg {
+    /// The header name.
+    pub name: http::HeaderName,
+    /// The value, marked sensitive.
+    pub value: http::HeaderValue,
+}
+
+impl std::fmt::Debug for HeaderArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}=<redacted>", self.name)
+    }
+}
+
+/// Headers the HTTP client owns: setting them would break the request.
+const RESERVED_HEADERS: &[&str] =
+    &["host", "content-length", "content-type", "transfer-encoding", "connection", "te", "upgrade"];
+
+/// The value parser of a `NAME=VALUE` header flag ([`HeaderArg`]): its errors name the flag
+/// and what is wrong, never the value (clap's own errors repeat the value, which may be a
+/// secret).
+#[derive(Debug, Clone, Copy)]
+pub struct HeaderParser;
+
+impl clap::builder::TypedValueParser for HeaderParser {
+    type Value = HeaderArg;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<HeaderArg, clap::Error> {
+        let flag = arg.and_then(clap::Arg::get_long).unwrap_or("header");
+        let error = |message: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for --{flag} (not shown: it may be a secret): {message}\n"),
+            )
+        };
+        let text = value.to_str().ok_or_else(|| error("the value is not UTF-8".to_owned()))?;
+        parse_header(text).map_err(|e| error(e.to_string()))
+    }
+}
+
+/// Parses `NAME=VALUE` (the split at the first `=`).
+fn parse_header(text: &str) -> std::result::Result<HeaderArg, FlagValueError> {
+    if text.trim().is_empty() {
+        // A blank line of the flag's environment variable, or a trailing newline.
+        return Err(FlagValueError::EmptyHeader);
+    }
+    let (name, value) = text.split_once('=').ok_or(FlagValueError::NotAHeader)?;
+    let name = http::HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| FlagValueError::InvalidHeaderName { name: name.trim().to_owned() })?;
+    if RESERVED_HEADERS.contains(&name.as_str()) {
+        return Err(FlagValueError::ReservedHeader { name: name.to_string() });
+    }
+    let mut value = http::HeaderValue::from_str(value.trim())
+        .map_err(|_| FlagValueError::InvalidHeaderValue { name: name.to_string() })?;
+    value.set_sensitive(true);
+    Ok(HeaderArg { name, value })
 }
 
 /// Why a reviews-per-second flag's value was refused (clap prints it after the flag's name).

@@ -1,17 +1,17 @@
-//! The process metrics every Prometheus client library exports, under the names client_golang
+//! The process metrics every OpenMetrics client library exports, under the names client_golang
 //! gives them (metrics-server's and kube-apiserver's): `process_resident_memory_bytes`,
 //! `process_open_fds`, `process_cpu_seconds_total`, … Read from `/proc/self` when `/metrics`
 //! is scraped, so that the alerts and dashboards written for any Go component watch this one
-//! too; on other systems nothing is exported. Beside them, `percolator_memory_limit_bytes`: the
-//! memory limit of the cgroup the process runs in (a container's `resources.limits.memory`),
-//! which resident memory is alerted against.
+//! too; on other systems nothing is exported. Beside them, [`memory_limit`]: the memory limit
+//! of the cgroup the process runs in (a container's `resources.limits.memory`), which a server
+//! may export under its own name to alert resident memory against.
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use openmetrics::collector::Collector;
+use openmetrics::encoding::{DescriptorEncoder, EncodeMetric};
 #[cfg(target_os = "linux")]
-use prometheus_client::metrics::counter::ConstCounter;
+use openmetrics::metrics::counter::ConstCounter;
 #[cfg(target_os = "linux")]
-use prometheus_client::metrics::gauge::ConstGauge;
+use openmetrics::metrics::gauge::ConstGauge;
 
 /// The `process_*` collector (register it on an unprefixed registry).
 #[derive(Debug, Default)]
@@ -63,6 +63,56 @@ impl ProcessCollector {
     #[cfg(not(target_os = "linux"))]
     pub(crate) fn read() -> Option<Reading> {
         None
+    }
+}
+
+/// The memory limit of the cgroup this process runs in, in bytes, read now; `None` when
+/// unlimited, unknown, or not on Linux.
+pub fn memory_limit() -> Option<u64> {
+    ProcessCollector::read().and_then(|r| r.memory_limit)
+}
+
+/// `<namespace>_memory_limit_bytes`: the memory limit of the cgroup the process runs in (a
+/// container's `resources.limits.memory`), which resident memory is alerted against; read at
+/// every scrape, absent when unlimited. The server words its help (it names the server).
+#[derive(Debug)]
+pub struct MemoryLimit {
+    /// The family's help text.
+    pub help: &'static str,
+}
+
+impl Collector for MemoryLimit {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let Some(limit) = memory_limit() else { return Ok(()) };
+        let metric = openmetrics::metrics::gauge::ConstGauge::new(i64::try_from(limit).unwrap_or(i64::MAX));
+        metric.encode(encoder.encode_descriptor(
+            "memory_limit_bytes",
+            self.help,
+            None,
+            metric.metric_type(),
+        )?)
+    }
+}
+
+/// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`), unless
+/// `MIMALLOC_ALLOW_THP` is set (then mimalloc's own option decides).
+///
+/// An allocator such as mimalloc asks for huge pages on its arena (`MADV_HUGEPAGE`), and
+/// Linux' khugepaged, scanning a few MiB every 10 s, collapses any 2 MiB range of it that has
+/// pages in use into one huge page, faulting in the rest: pages the allocator had freed and
+/// given back, which it does not give back again, since for it they are gone. Resident memory
+/// then rises with each collapse (12 MiB of huge pages at once, the floor higher from then on)
+/// and nowhere else. A heap of tens of MiB gains nothing from them.
+pub fn keep_the_heap_in_small_pages() {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    if let Err(error) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::warn!(
+            %error,
+            "could not turn transparent huge pages off (prctl PR_SET_THP_DISABLE): resident memory may grow as the kernel collapses the heap into huge pages"
+        );
     }
 }
 
@@ -129,15 +179,6 @@ impl Collector for ProcessCollector {
             let Some(value) = value else { continue };
             let metric = gauge(value);
             metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
-        }
-        if let Some(limit) = r.memory_limit {
-            let metric = gauge(limit);
-            metric.encode(encoder.encode_descriptor(
-                "percolator_memory_limit_bytes",
-                "Memory limit of the cgroup percolator runs in (its container's limit); absent when unlimited.",
-                None,
-                metric.metric_type(),
-            )?)?;
         }
         let start = ConstGauge::new(r.start_time_seconds);
         start.encode(encoder.encode_descriptor(
@@ -217,7 +258,7 @@ mod tests {
     fn mount(files: &[(&str, &str)]) -> Mount {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let root = std::env::temp_dir().join(format!(
-            "percolator-cgroup-{}-{}",
+            "apiserver-cgroup-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));

@@ -1,26 +1,65 @@
-//! Own telemetry: the Prometheus metrics a server exports on `/metrics` (one registry passed
-//! down, no globals; label sets as derived types) and structured logging with Kubernetes-style
-//! `-v` levels.
+//! Own telemetry: the metrics a server exports on `/metrics` as OpenMetrics text (one registry
+//! passed down, no globals; label sets as typed structs) and structured logging with
+//! Kubernetes-style `-v` levels.
 //!
 //! Metric names follow `<namespace>_<subsystem>_<name>_<unit>`, the namespace being the
 //! server's choice ([`Metrics::new`]); the process metrics keep their usual `process_*` names.
+//! A server adds families of its own to the same registry ([`Metrics::register`],
+//! [`Metrics::register_collector`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use openmetrics::metrics::counter::Counter;
+use openmetrics::metrics::family::Family;
+use openmetrics::metrics::gauge::Gauge;
+use openmetrics::metrics::histogram::Histogram;
+use openmetrics::registry::{Registry, Unit};
 
 use crate::process::ProcessCollector;
 
+/// Implements `EncodeLabelSet` for a struct of labels, each field a label of its name, in
+/// order (what the library's derive does; the derive names the library by its published
+/// name, which this crate does not use).
+macro_rules! label_set {
+    ($($ty:ident { $($field:ident),+ })+) => {$(
+        impl openmetrics::encoding::EncodeLabelSet for $ty {
+            fn encode(&self, encoder: &mut openmetrics::encoding::LabelSetEncoder<'_>) -> std::fmt::Result {
+                use openmetrics::encoding::{EncodeLabelKey, EncodeLabelValue};
+                $(
+                    let mut label = encoder.encode_label();
+                    let mut key = label.encode_label_key()?;
+                    EncodeLabelKey::encode(&stringify!($field), &mut key)?;
+                    let mut value = key.encode_label_value()?;
+                    EncodeLabelValue::encode(&self.$field, &mut value)?;
+                    value.finish()?;
+                )+
+                Ok(())
+            }
+        }
+    )+};
+}
+
+label_set! {
+    RequestLabels { resource, verb, code }
+    LatencyLabels { resource, verb }
+    CacheLabels { cache, result }
+    UpstreamLabels { source, outcome }
+    SourceLabels { source }
+    ConnectionLabels { reason }
+    SkipLabels { resource, reason }
+    FileLabels { file }
+    ReloadLabels { file, result }
+    ReviewOutcomeLabels { outcome }
+    ReviewRefusalLabels { reason }
+    StaleDecisionLabels { decision }
+    CacheNameLabels { cache }
+}
+
 /// Labels of served requests. `resource` is the plural resource name, or the route template
 /// for non-resource paths (`/apis`, `/openapi/v2`, …), never a raw path.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct RequestLabels {
     /// Resource or route template.
     pub resource: Cow<'static, str>,
@@ -32,7 +71,7 @@ pub struct RequestLabels {
 }
 
 /// Labels of request latency (no code, to bound cardinality).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct LatencyLabels {
     /// Resource or route template.
     pub resource: Cow<'static, str>,
@@ -41,27 +80,27 @@ pub struct LatencyLabels {
 }
 
 /// Labels of cache lookups.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct CacheLabels {
-    /// Cache name (the plural resource, or `kubelet`).
+    /// Cache name (the plural resource, or the name of an upstream's cache).
     pub cache: Cow<'static, str>,
     /// `hit` or `miss`.
     pub result: &'static str,
 }
 
 /// Labels of upstream calls.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct UpstreamLabels {
-    /// `prometheus` or `kubelet`.
+    /// The upstream, as the server names it.
     pub source: &'static str,
     /// `success` or a short error class (`timeout`, `error`, …).
     pub outcome: &'static str,
 }
 
 /// Labels of upstream latency.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct SourceLabels {
-    /// `prometheus` or `kubelet`.
+    /// The upstream, as the server names it.
     pub source: &'static str,
 }
 
@@ -109,17 +148,27 @@ pub struct Metrics {
     /// The delegated authentication and authorization metrics, once [`Metrics::export_auth`]
     /// is given them.
     auth: Arc<AuthExport>,
+    /// The server's own families ([`Metrics::register`]), under the same namespace.
+    extra: Mutex<Extra>,
+}
+
+/// The families a server registers after the registry is built.
+#[derive(Debug)]
+struct Extra {
+    registry: Registry,
+    /// The [`ProbeSum`]s registered by name, to be found again ([`Metrics::probe_sum`]).
+    sums: BTreeMap<String, ProbeSum>,
 }
 
 /// Labels of the connection counters.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ConnectionLabels {
     /// Why the connection was refused or ended.
     pub reason: &'static str,
 }
 
 /// Labels of objects not served.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct SkipLabels {
     /// The plural resource name.
     pub resource: Cow<'static, str>,
@@ -127,27 +176,21 @@ pub struct SkipLabels {
     pub reason: &'static str,
 }
 
-/// The configuration file a reload read: [`CONFIG_FILE`] (`--config`) or
-/// [`ADAPTER_CONFIG_FILE`] (`--adapter-config`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// The configuration file a reload read (the server names its files).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct FileLabels {
     /// Which file.
     pub file: &'static str,
 }
 
 /// Labels of configuration reloads.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ReloadLabels {
     /// Which file.
     pub file: &'static str,
     /// `success` or `failure`.
     pub result: &'static str,
 }
-
-/// `file` of the `--config` file's reloads.
-pub const CONFIG_FILE: &str = "config";
-/// `file` of the `--adapter-config` file's reloads.
-pub const ADAPTER_CONFIG_FILE: &str = "adapter-config";
 
 fn latency_buckets() -> Histogram {
     // From 1 ms to ~16 s: request and upstream latencies both live in that range.
@@ -157,7 +200,7 @@ fn latency_buckets() -> Histogram {
 impl Metrics {
     /// Creates and registers every metric, each name prefixed with `namespace_` (a server's
     /// own name: `example` exports `example_requests_total`), and the unprefixed `process_*`
-    /// metrics of every Prometheus client (`process_resident_memory_bytes`, …).
+    /// metrics every OpenMetrics client library exports (`process_resident_memory_bytes`, …).
     pub fn new(namespace: &str) -> Arc<Self> {
         let mut m = Self {
             registry: Registry::default(),
@@ -178,10 +221,8 @@ impl Metrics {
             connections_closed: Family::default(),
             stream_write_timeouts: Counter::default(),
             auth: Arc::default(),
+            extra: Mutex::new(Extra { registry: Registry::with_prefix(namespace), sums: BTreeMap::new() }),
         };
-        // --config is always read (its compiled-in defaults at least); --adapter-config's series
-        // appears when that file is given.
-        m.config_last_reload_successful.get_or_create(&FileLabels { file: CONFIG_FILE }).set(1);
         let r = m.registry.sub_registry_with_prefix(namespace);
         r.register(
             "config_reloads",
@@ -239,21 +280,52 @@ impl Metrics {
             m.stream_write_timeouts.clone(),
         );
         r.register_collector(Box::new(Arc::clone(&m.auth)));
-        // Unprefixed, under the names every Prometheus client gives them.
+        // Unprefixed, under the names every client library gives them.
         m.registry.register_collector(Box::new(ProcessCollector));
         Arc::new(m)
     }
 
-    /// The registry in the Prometheus text format.
+    /// The registry in the OpenMetrics text format: this crate's families, then the server's.
     pub fn encode(&self) -> String {
         self.sampled.refresh();
         let mut out = String::new();
         // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = openmetrics::encoding::text::encode_registry(&mut out, &self.registry);
+        let _ = openmetrics::encoding::text::encode_registry(&mut out, &self.lock_extra().registry);
+        let _ = openmetrics::encoding::text::encode_eof(&mut out);
         out
     }
 
-    /// Records one reload attempt of `file` ([`CONFIG_FILE`] or [`ADAPTER_CONFIG_FILE`]).
+    fn lock_extra(&self) -> std::sync::MutexGuard<'_, Extra> {
+        self.extra.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a family of the server's own as `<namespace>_<name>` (a counter's `_total`
+    /// added), exported with the rest from now on.
+    pub fn register(&self, name: &str, help: &str, metric: impl openmetrics::registry::Metric) {
+        self.lock_extra().registry.register(name, help, metric);
+    }
+
+    /// Registers a collector of the server's own, whose families are named under the
+    /// namespace, encoded at every scrape.
+    pub fn register_collector(&self, collector: Box<dyn openmetrics::collector::Collector>) {
+        self.lock_extra().registry.register_collector(collector);
+    }
+
+    /// The [`ProbeSum`] gauge `<namespace>_<name>`: registered with `help` on the first call,
+    /// the same one afterwards (clones share their probes).
+    pub fn probe_sum(&self, name: &str, help: &str) -> ProbeSum {
+        let mut extra = self.lock_extra();
+        if let Some(sum) = extra.sums.get(name) {
+            return sum.clone();
+        }
+        let sum = ProbeSum::default();
+        extra.registry.register(name, help, sum.clone());
+        extra.sums.insert(name.to_owned(), sum.clone());
+        sum
+    }
+
+    /// Records one reload attempt of `file`.
     pub fn config_reload(&self, file: &'static str, applied: bool) {
         let result = if applied { "success" } else { "failure" };
         self.config_reloads.get_or_create(&ReloadLabels { file, result }).inc();
@@ -296,7 +368,7 @@ impl UpstreamObserver for Metrics {
 }
 
 /// Labels of the reviews sent to kube-apiserver: one per request, retries included.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ReviewOutcomeLabels {
     /// `success` (answered), `throttled` (kube-apiserver answered 429), `error` (another
     /// answered error) or `unreachable` (no connection, no answer within the budget, or 5xx).
@@ -304,7 +376,7 @@ pub struct ReviewOutcomeLabels {
 }
 
 /// Labels of the reviews not made because of a bound.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ReviewRefusalLabels {
     /// `inflight` (the kind's outstanding reviews at their bound), `per_client` (the client's
     /// share of them taken), `rate` (no token of the rate limit in time) or `apiserver`
@@ -313,7 +385,7 @@ pub struct ReviewRefusalLabels {
 }
 
 /// Labels of the authorization decisions served stale.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct StaleDecisionLabels {
     /// `allowed` or `denied`.
     pub decision: &'static str,
@@ -356,9 +428,9 @@ pub struct AuthMetrics {
 #[derive(Debug, Default)]
 struct AuthExport(Mutex<Option<AuthMetrics>>);
 
-impl prometheus_client::collector::Collector for AuthExport {
-    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
-        use prometheus_client::encoding::EncodeMetric;
+impl openmetrics::collector::Collector for AuthExport {
+    fn encode(&self, mut encoder: openmetrics::encoding::DescriptorEncoder) -> std::fmt::Result {
+        use openmetrics::encoding::EncodeMetric;
         let Some(auth) = self.0.lock().unwrap_or_else(PoisonError::into_inner).clone() else {
             return Ok(());
         };
@@ -426,31 +498,66 @@ impl Metrics {
 /// metrics keep a `Weak`, so a dropped owner (a cache replaced by a reload) stops counting.
 pub type Probe = dyn Fn() -> u64 + Send + Sync;
 
+/// A gauge read when `/metrics` is scraped: the sum of what its live probes report (e.g. the
+/// idle connections of every pool of an upstream). Clones share their probes.
+#[derive(Clone, Default)]
+pub struct ProbeSum(Arc<Mutex<Vec<Weak<Probe>>>>);
+
+impl std::fmt::Debug for ProbeSum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ProbeSum").field(&self.sum()).finish()
+    }
+}
+
+impl ProbeSum {
+    /// Adds what `probe` reports while it lives.
+    pub fn add(&self, probe: &Arc<Probe>) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::downgrade(probe));
+    }
+
+    /// The sum of the live probes (dropped ones are forgotten).
+    pub fn sum(&self) -> u64 {
+        let mut sum = 0;
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|p| p.upgrade().map(|p| sum += p()).is_some());
+        sum
+    }
+}
+
+impl openmetrics::encoding::EncodeMetric for ProbeSum {
+    fn encode(&self, mut encoder: openmetrics::encoding::MetricEncoder<'_>) -> std::fmt::Result {
+        encoder.encode_gauge(&gauge_value(self.sum()))
+    }
+
+    fn metric_type(&self) -> openmetrics::metrics::MetricType {
+        openmetrics::metrics::MetricType::Gauge
+    }
+}
+
 /// Labels of the cache entry gauge.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub(crate) struct CacheNameLabels {
     /// Cache name (as in [`CacheLabels`]).
     pub cache: Cow<'static, str>,
 }
 
 /// Gauges read when `/metrics` is scraped: the tokio runtime's (tasks alive, workers, global
-/// queue depth: stable and cheap, a few atomic loads), the entries of every TTL cache and the
-/// idle kubelet connections kept for reuse. What grows over hours shows here (RELIABILITY.md,
-/// "Soak").
+/// queue depth: stable and cheap, a few atomic loads) and the entries of every TTL cache. What
+/// grows over hours shows here (RELIABILITY.md, "Soak").
 #[derive(Default)]
 pub struct Sampled {
     tasks_alive: Gauge,
     workers: Gauge,
     global_queue_depth: Gauge,
     cache_entries: Family<CacheNameLabels, Gauge>,
-    kubelet_parked: Gauge,
     probes: Mutex<Probes>,
 }
 
 #[derive(Default)]
 struct Probes {
     caches: Vec<(Cow<'static, str>, Weak<Probe>)>,
-    parked: Vec<Weak<Probe>>,
     tasks: Vec<Weak<Probe>>,
 }
 
@@ -473,8 +580,6 @@ impl Sampled {
         r.register("tokio_global_queue_depth", queue, self.global_queue_depth.clone());
         let entries = "Entries held by each TTL cache (approximate: expired entries leave on the cache's next maintenance)";
         r.register("cache_entries", entries, self.cache_entries.clone());
-        let parked = "Idle kubelet connections kept for reuse (--kubelet-reuse-connections)";
-        r.register("kubelet_connections_parked", parked, self.kubelet_parked.clone());
     }
 
     /// Counts the entries of cache `cache` while `probe` lives (caches of one name add up).
@@ -486,11 +591,6 @@ impl Sampled {
     /// the main runtime's while it lives.
     pub fn runtime_tasks(&self, probe: &Arc<Probe>) {
         self.lock().tasks.push(Arc::downgrade(probe));
-    }
-
-    /// Counts the parked kubelet connections `probe` reports while it lives.
-    pub fn kubelet_parked(&self, probe: &Arc<Probe>) {
-        self.lock().parked.push(Arc::downgrade(probe));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Probes> {
@@ -518,9 +618,6 @@ impl Sampled {
         for (cache, count) in entries {
             self.cache_entries.get_or_create(&CacheNameLabels { cache }).set(gauge_value(count));
         }
-        let mut parked = 0;
-        probes.parked.retain(|probe| probe.upgrade().map(|p| parked += p()).is_some());
-        self.kubelet_parked.set(gauge_value(parked));
     }
 }
 
@@ -554,10 +651,10 @@ pub fn init_logging(verbosity: u8, own: &[&str]) {
         .try_init();
 }
 
-/// Records the latency and outcome of every upstream call (kubelet fetches, PromQL queries), so
+/// Records the latency and outcome of every upstream call (fetches, queries), so
 /// the server can export them as its own metrics without the sources knowing the registry.
 pub trait UpstreamObserver: Send + Sync {
-    /// One finished call: `source` is `"kubelet"` or `"prometheus"`, `outcome` one of the
+    /// One finished call: `source` names the upstream (a small fixed set), `outcome` one of the
     /// [`outcome`] constants, `seconds` the wall time of the call.
     fn observe(&self, source: &'static str, outcome: &'static str, seconds: f64);
 }
@@ -577,7 +674,7 @@ pub mod outcome {
     pub const SUCCESS: &str = "success";
     /// The call did not finish within its timeout.
     pub const TIMEOUT: &str = "timeout";
-    /// The upstream answered with an error (HTTP status, PromQL error, kubelet scrape error) or
+    /// The upstream answered with an error (HTTP status, query error, scrape error) or
     /// an unusable body.
     pub const ERROR: &str = "error";
     /// The upstream could not be reached (connection, TLS, DNS).
@@ -592,14 +689,14 @@ mod tests {
     fn encodes_named_metrics() {
         let metrics = Metrics::new("example");
         metrics.cache_lookup(&"podmetricssummaries".into(), true);
-        metrics.observe("prometheus", "success", 0.01);
+        metrics.observe("upstream", "success", 0.01);
         let text = metrics.encode();
         assert!(
             text.contains("example_cache_requests_total{cache=\"podmetricssummaries\",result=\"hit\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("example_upstream_requests_total{source=\"prometheus\",outcome=\"success\"} 1"),
+            text.contains("example_upstream_requests_total{source=\"upstream\",outcome=\"success\"} 1"),
             "{text}"
         );
         assert!(text.contains("example_upstream_request_duration_seconds_bucket"), "{text}");
@@ -659,20 +756,26 @@ mod tests {
 
         let a: Arc<Probe> = Arc::new(|| 3);
         let b: Arc<Probe> = Arc::new(|| 4);
-        metrics.sampled.cache_entries("kubelet".into(), &a);
-        metrics.sampled.cache_entries("kubelet".into(), &b);
+        metrics.sampled.cache_entries("nodes".into(), &a);
+        metrics.sampled.cache_entries("nodes".into(), &b);
+        // A server's own gauge of probes, found again by name.
         let parked: Arc<Probe> = Arc::new(|| 5);
-        metrics.sampled.kubelet_parked(&parked);
+        metrics.probe_sum("pool_connections_idle", "Idle connections").add(&parked);
+        let other: Arc<Probe> = Arc::new(|| 1);
+        metrics.probe_sum("pool_connections_idle", "ignored: registered already").add(&other);
         let text = metrics.encode();
-        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("7"));
-        assert_eq!(value(&text, "example_kubelet_connections_parked").as_deref(), Some("5"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"nodes\"}").as_deref(), Some("7"));
+        assert_eq!(value(&text, "example_pool_connections_idle").as_deref(), Some("6"));
+        assert!(text.contains("# HELP example_pool_connections_idle Idle connections.\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "one end, after the server's families: {text}");
         drop((a, parked));
         let text = metrics.encode();
-        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("4"));
-        assert_eq!(value(&text, "example_kubelet_connections_parked").as_deref(), Some("0"));
-        drop(b);
+        assert_eq!(value(&text, "example_cache_entries{cache=\"nodes\"}").as_deref(), Some("4"));
+        assert_eq!(value(&text, "example_pool_connections_idle").as_deref(), Some("1"));
+        drop((b, other));
         let text = metrics.encode();
-        assert_eq!(value(&text, "example_cache_entries{cache=\"kubelet\"}").as_deref(), Some("0"));
+        assert_eq!(value(&text, "example_cache_entries{cache=\"nodes\"}").as_deref(), Some("0"));
+        assert_eq!(value(&text, "example_pool_connections_idle").as_deref(), Some("0"));
     }
 
     #[test]

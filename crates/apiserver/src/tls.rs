@@ -213,7 +213,7 @@ impl ReloadingCert {
     /// Checks the files every `interval` until the pair is dropped.
     pub fn spawn_reloader(self: &Arc<Self>, interval: Duration) {
         spawn_poller(self, interval, |this| {
-            // The serving pair, or a client certificate (to Prometheus).
+            // The serving pair, or a client certificate (to an upstream).
             let kind = if this.flags.0 == "--tls-cert-file" { "serving" } else { "client" };
             match this.reload() {
                 Ok(false) => {}
@@ -258,7 +258,7 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-/// As a client certificate (to Prometheus): the pair in force at each handshake.
+/// As a client certificate (to an upstream): the pair in force at each handshake.
 impl rustls::client::ResolvesClientCert for ReloadingCert {
     fn resolve(&self, _hints: &[&[u8]], _schemes: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
@@ -382,7 +382,7 @@ macro_rules! verify_handshake_signatures {
 pub(crate) use verify_handshake_signatures;
 
 /// A server certificate verifier that accepts any certificate, but still checks that the server
-/// holds the key of the one it presented (`--kubelet-insecure-tls`, and clients of tests that
+/// holds the key of the one it presented (an upstream's `--*-insecure-tls` flag, and clients of tests that
 /// exercise only the server's side).
 #[derive(Debug)]
 pub struct AnyServerCert {
@@ -434,7 +434,7 @@ enum SeenCa {
 }
 
 /// A PEM CA bundle named by a flag (`--client-ca-file`, `--requestheader-client-ca-file`,
-/// `--kubelet-certificate-authority`, `--prometheus-ca-file`), re-read when it changes.
+/// the CA file flags of upstreams), re-read when it changes.
 ///
 /// The content is compared, not the inode or the modification time, so a Secret or ConfigMap
 /// volume's `..data` symlink swap is followed. A change that is unreadable, holds no
@@ -927,11 +927,11 @@ mod watched_ca_tests {
     fn an_unusable_ca_file_is_refused_at_load_naming_the_flag() {
         let dir = mk_dir("load");
         let missing = dir.join("missing.crt");
-        let err = WatchedCaFile::load(&missing, "--kubelet-certificate-authority").unwrap_err().to_string();
+        let err = WatchedCaFile::load(&missing, "--upstream-certificate-authority").unwrap_err().to_string();
         assert_eq!(
             err,
             format!(
-                "--kubelet-certificate-authority {}: No such file or directory (os error 2)",
+                "--upstream-certificate-authority {}: No such file or directory (os error 2)",
                 missing.display()
             )
         );
@@ -950,7 +950,7 @@ mod watched_ca_tests {
         let dir = mk_dir("verifier");
         let path = dir.join("ca.crt");
         std::fs::write(&path, &ca1.pem).unwrap();
-        let file = WatchedCaFile::load(&path, "--kubelet-certificate-authority").unwrap();
+        let file = WatchedCaFile::load(&path, "--upstream-certificate-authority").unwrap();
         let verifier = WatchedRootsVerifier::new(Arc::clone(&file), &provider).unwrap();
         let name = ServerName::try_from("localhost").unwrap();
         let verify = |leaf: &CertificateDer<'static>| {
@@ -1004,9 +1004,9 @@ mod watched_ca_tests {
         let dir = mk_dir("sessions");
         let (ca1, ca2) = (mk_ca("ca-1"), mk_ca("ca-2"));
         std::fs::write(dir.join("ca.crt"), &ca1.pem).unwrap();
-        let file = WatchedCaFile::load(dir.join("ca.crt"), "--prometheus-ca-file").unwrap();
+        let file = WatchedCaFile::load(dir.join("ca.crt"), "--upstream-ca-file").unwrap();
         let sessions = CaBoundSessions::new(Arc::clone(&file));
-        let server = ServerName::try_from("kubelet.example").unwrap();
+        let server = ServerName::try_from("upstream.example").unwrap();
         sessions.set_kx_hint(server.clone(), rustls::NamedGroup::X25519);
         assert_eq!(sessions.kx_hint(&server), Some(rustls::NamedGroup::X25519));
         // An unchanged file keeps them (reconnections resume).

@@ -1,7 +1,7 @@
 //! Go-style durations, as Kubernetes flags and `metav1.Duration` spell them: parsing (`15s`,
 //! `5m`, `1m30s`, `500ms`, `1h`) for flags and configuration, and formatting (`5m0s`, `15s`,
-//! `1h0m0s`, `10.5s`) exactly like Go's `time.Duration.String()`, plus the Prometheus form
-//! (`5m`, `1m30s`) for PromQL range selectors.
+//! `1h0m0s`, `10.5s`) exactly like Go's `time.Duration.String()`, plus the PromQL form
+//! (`5m`, `1m30s`) for range selectors.
 
 use std::time::Duration;
 
@@ -97,7 +97,7 @@ pub fn seconds_cell(seconds: f64) -> String {
 
 /// Formats for a PromQL range selector: whole seconds, largest units first (`5m`, `1m30s`,
 /// `1h`). Sub-second parts are rounded up to a whole second, the smallest PromQL step we use.
-pub fn prometheus(d: Duration) -> String {
+pub fn promql(d: Duration) -> String {
     let mut secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     if secs == 0 {
         secs = 1;
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn formats_like_go_and_for_promql() {
-        // (milliseconds, Go's Duration.String(), Prometheus' duration)
+        // (milliseconds, Go's Duration.String(), PromQL's duration)
         let cases = [
             (300_000, "5m0s", "5m"),
             (90_000, "1m30s", "1m30s"),
@@ -150,9 +150,9 @@ mod tests {
             (250, "250ms", "1s"),
             (0, "0s", "1s"),
         ];
-        for (ms, go, promql) in cases {
+        for (ms, go, range) in cases {
             let d = Duration::from_millis(ms);
-            assert_eq!((go_string(d).as_str(), prometheus(d).as_str()), (go, promql), "{ms} ms");
+            assert_eq!((go_string(d).as_str(), promql(d).as_str()), (go, range), "{ms} ms");
         }
     }
 

@@ -19,7 +19,7 @@ mod validation;
 // The modules are private; the crate's API is what the layers above use, re-exported here.
 // `duration` and `quantity` stay modules: their functions are called through them
 // (`duration::parse`, `quantity::parse`).
-pub use discovery::{DiscoveryResource, DynamicGroupVersions, GroupService, GroupVersionResources};
+pub use discovery::{DiscoveryResource, GroupVersionResources};
 pub use negotiate::{Endpoint, MetaVersion, Representation, accepts_json, negotiate_headers, not_acceptable};
 pub use request_info::{
     ParsedRequest, QueryParams, RequestInfo, RequestInfoError, lower_case_method, percent_decode, split_path,

@@ -189,6 +189,54 @@ impl LabelSelector {
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
+
+    /// The `metav1.LabelSelector` of the selector, as `metav1.ParseToLabelSelector` builds it
+    /// (requirements sorted by key, as `labels.Parse` leaves them): `=`/`==` → `matchLabels`,
+    /// `!=` → `NotIn` of one value, `in`/`notin`/exists/does-not-exist → `matchExpressions`;
+    /// `null` when empty; `gt` and `lt`, which it cannot hold, are left out.
+    pub fn to_metav1_json(&self) -> serde_json::Value {
+        if self.is_empty() {
+            return serde_json::Value::Null;
+        }
+        let mut requirements: Vec<&Requirement> = self.requirements().iter().collect();
+        requirements.sort_by(|a, b| a.key().cmp(b.key()));
+        let mut match_labels = serde_json::Map::new();
+        let mut expressions = Vec::new();
+        for requirement in requirements {
+            let expression = |key: &str, operator: &str, values: Option<Vec<&String>>| match values {
+                Some(values) => serde_json::json!({"key": key, "operator": operator, "values": values}),
+                None => serde_json::json!({"key": key, "operator": operator}),
+            };
+            match requirement {
+                Requirement::Expr(Expression::Equal(k, v)) => {
+                    match_labels.insert(k.clone(), serde_json::Value::String(v.clone()));
+                }
+                Requirement::Expr(Expression::NotEqual(k, v)) => {
+                    expressions.push(expression(k, "NotIn", Some(vec![v])))
+                }
+                Requirement::Expr(Expression::In(k, values)) => {
+                    expressions.push(expression(k, "In", Some(values.iter().collect())));
+                }
+                Requirement::Expr(Expression::NotIn(k, values)) => {
+                    expressions.push(expression(k, "NotIn", Some(values.iter().collect())));
+                }
+                Requirement::Expr(Expression::Exists(k)) => expressions.push(expression(k, "Exists", None)),
+                Requirement::Expr(Expression::DoesNotExist(k)) => {
+                    expressions.push(expression(k, "DoesNotExist", None))
+                }
+                // Not a `metav1.LabelSelector` operator: left out.
+                Requirement::GreaterThan { .. } | Requirement::LessThan { .. } => {}
+            }
+        }
+        let mut out = serde_json::Map::new();
+        if !match_labels.is_empty() {
+            out.insert("matchLabels".into(), serde_json::Value::Object(match_labels));
+        }
+        if !expressions.is_empty() {
+            out.insert("matchExpressions".into(), serde_json::Value::Array(expressions));
+        }
+        serde_json::Value::Object(out)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,6 @@
 
 use std::fmt;
 
-use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 
@@ -252,12 +251,13 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if let Self::Internal(detail) = &self {
-            tracing::error!(error = %detail, "internal error answered with a 500");
-        }
-        let mut response = (self.status_code(), self.to_status_json()).into_response();
+impl ApiError {
+    /// The whole HTTP response: the Status' code, its JSON body as `application/json`, and
+    /// `Retry-After` when a retry delay is known. The serving layer converts it to its body
+    /// type (and logs internal errors, whose detail the body withholds).
+    pub fn to_http_response(&self) -> http::Response<Vec<u8>> {
+        let mut response = http::Response::new(self.to_status_json());
+        *response.status_mut() = self.status_code();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(seconds) = self.retry_after().filter(|s| *s > 0) {
@@ -408,7 +408,7 @@ mod tests {
 
     #[test]
     fn internal_hides_the_detail() {
-        let err = ApiError::Internal("prometheus said: secret".into());
+        let err = ApiError::Internal("the upstream said: secret".into());
         let b = body(&err);
         assert_eq!(b["code"], 500);
         assert_eq!(b["reason"], "InternalError");
@@ -427,16 +427,16 @@ mod tests {
                 "details": {"retryAfterSeconds": 3}, "code": 503
             })
         );
-        let resp = err.into_response();
+        let resp = err.to_http_response();
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "3");
         assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
 
-        let resp = ApiError::TooManyRequests { retry_after: 1 }.into_response();
+        let resp = ApiError::TooManyRequests { retry_after: 1 }.to_http_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
 
-        let resp = ApiError::ServiceUnavailable { message: "x".into(), retry_after: None }.into_response();
+        let resp = ApiError::ServiceUnavailable { message: "x".into(), retry_after: None }.to_http_response();
         assert!(resp.headers().get(header::RETRY_AFTER).is_none());
     }
 
@@ -454,7 +454,7 @@ mod tests {
                 "reason": "Timeout", "details": {}, "code": 504
             })
         );
-        let resp = err.into_response();
+        let resp = err.to_http_response();
         assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
         assert!(resp.headers().get(header::RETRY_AFTER).is_none());
         let b = body(&ApiError::UriTooLong("too long".into()));

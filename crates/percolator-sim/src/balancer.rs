@@ -33,8 +33,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -126,22 +125,9 @@ impl Balancer {
     /// # Errors
     /// Unusable certificates, a malformed replica URL, or a port that cannot be bound.
     pub async fn start(options: BalancerOptions) -> Result<Self, BalancerError> {
-        let tls = |e: &dyn std::fmt::Display| BalancerError::Tls(e.to_string());
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&options.ca_pem) {
-            roots.add(cert.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
-        }
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&options.client_cert_pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| tls(&e))?;
-        let key = PrivateKeyDer::from_pem_slice(&options.client_key_pem).map_err(|e| tls(&e))?;
         let mut config =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| tls(&e))?
-                .with_root_certificates(roots)
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| tls(&e))?;
+            crate::pki::client_config(&options.ca_pem, &options.client_cert_pem, &options.client_key_pem)
+                .map_err(BalancerError::Tls)?;
         config.alpn_protocols = vec![b"h2".to_vec()];
         let mut upstreams = Vec::new();
         for replica in &options.replicas {
@@ -400,12 +386,13 @@ mod tests {
     #[tokio::test]
     async fn malformed_replicas_are_refused() {
         apiserver::install_crypto_provider();
-        let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        let ca = crate::pki::Ca::new("balancer-test-ca").unwrap();
+        let client = ca.leaf("u", Vec::new(), rcgen::ExtendedKeyUsagePurpose::ClientAuth, |_| {}).unwrap();
         let options = |replica: &str| BalancerOptions {
             replicas: vec![replica.to_owned()],
-            ca_pem: pair.cert.pem().into_bytes(),
-            client_cert_pem: pair.cert.pem().into_bytes(),
-            client_key_pem: pair.signing_key.serialize_pem().into_bytes(),
+            ca_pem: ca.pem.clone().into_bytes(),
+            client_cert_pem: client.pem.clone().into_bytes(),
+            client_key_pem: client.key_pem.clone().into_bytes(),
             default_user: "u".into(),
             default_groups: vec![],
             probe_interval: Duration::from_secs(1),

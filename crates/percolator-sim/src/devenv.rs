@@ -355,7 +355,7 @@ impl Prometheus {
 }
 
 pub(crate) fn config_yaml(options: &PrometheusOptions) -> String {
-    let interval = k8s_wire::duration::prometheus(options.scrape_interval);
+    let interval = k8s_wire::duration::promql(options.scrape_interval);
     let mut out = format!(
         "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n  query_log_file: {}\n",
         options.dir.join("query.log").display()
@@ -441,6 +441,55 @@ pub fn read_query_log(path: &Path) -> Vec<String> {
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter_map(|entry| entry["params"]["query"].as_str().map(str::to_string))
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A fake Prometheus
+// ---------------------------------------------------------------------------------------------
+
+/// What a [`FakePrometheus`] answers: an instant query's empty vector.
+pub const EMPTY_VECTOR: &str = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+
+/// A stand-in for Prometheus on a free loopback port, where a test needs an upstream whose
+/// answers are known and take a chosen time rather than real series: every request, whatever
+/// its method and path, is answered `200` with [`EMPTY_VECTOR`] after `delay`. Stops when
+/// dropped.
+#[derive(Debug)]
+pub struct FakePrometheus {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakePrometheus {
+    /// Starts it on the current tokio runtime.
+    pub async fn start(delay: Duration) -> Result<Self> {
+        let app = axum::Router::new().fallback(move || async move {
+            tokio::time::sleep(delay).await;
+            ([(http::header::CONTENT_TYPE, "application/json")], EMPTY_VECTOR)
+        });
+        let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { port, task })
+    }
+
+    /// `127.0.0.1:<port>`, as a [`FaultProxy`] names its upstream.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Base URL (`http://127.0.0.1:<port>`), as percolator's `--prometheus-url`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address())
+    }
+}
+
+impl Drop for FakePrometheus {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -844,7 +893,7 @@ impl VictoriaMetrics {
 /// `refresh_interval`).
 #[allow(dead_code, reason = "for the end-to-end tests, which include this file too")]
 pub(crate) fn victoria_metrics_config_yaml(options: &PrometheusOptions) -> String {
-    let interval = k8s_wire::duration::prometheus(options.scrape_interval);
+    let interval = k8s_wire::duration::promql(options.scrape_interval);
     format!("global:\n  scrape_interval: {interval}\n{}", scrape_configs_yaml(options, false))
 }
 

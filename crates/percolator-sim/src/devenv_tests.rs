@@ -44,15 +44,11 @@ async fn serve(content_type: &'static str, body: fn(i64) -> String, arg: i64) ->
     address
 }
 
-/// A tiny upstream answering every request with `{"ok":true}`.
-async fn upstream() -> String {
-    serve("application/json", |_| "{\"ok\":true}".to_owned(), 0).await
-}
-
 #[tokio::test]
 async fn fault_proxy_injects_every_fault_and_recovers() {
     apiserver::install_crypto_provider();
-    let proxy = FaultProxy::start(&upstream().await).await.unwrap();
+    let upstream = FakePrometheus::start(Duration::ZERO).await.unwrap();
+    let proxy = FaultProxy::start(&upstream.address()).await.unwrap();
     let client = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
     let url = format!("{}/api/v1/query", proxy.url());
     let get = || async {
@@ -67,7 +63,7 @@ async fn fault_proxy_injects_every_fault_and_recovers() {
             Err(e) => Err(format!("send: timeout={} connect={} {e}", e.is_timeout(), e.is_connect())),
         }
     };
-    assert_eq!(get().await.unwrap(), (200, "{\"ok\":true}".to_owned()));
+    assert_eq!(get().await.unwrap(), (200, EMPTY_VECTOR.to_owned()));
 
     proxy.set(ProxyFault::Down);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -93,7 +89,7 @@ async fn fault_proxy_injects_every_fault_and_recovers() {
 
     proxy.set(ProxyFault::Pass);
     assert_eq!(proxy.fault(), ProxyFault::Pass);
-    assert_eq!(get().await.unwrap(), (200, "{\"ok\":true}".to_owned()));
+    assert_eq!(get().await.unwrap(), (200, EMPTY_VECTOR.to_owned()));
 }
 
 #[test]

@@ -6,6 +6,10 @@
 //! - [`demo`]: `percolator-sim demo`, the simulator, a real Prometheus and percolator together;
 //! - [`devenv`]: the local Prometheus (or VictoriaMetrics) and the fault proxy, which the tests
 //!   and benchmarks start;
+//! - [`launch`]: starting percolator and the simulator and waiting until they are ready (the
+//!   tests, the benchmark and the soak);
+//! - [`procfs`]: what a process holds, read from `/proc/<pid>` (memory, CPU time, descriptors);
+//! - [`pki`]: the certificates the simulator, its TLS fronts and the soak mint (one CA type);
 //! - [`securefront`]: the TLS + token + tenant front the end-to-end tests put before an engine;
 //! - [`balancer`]: a front balancing HTTP/2 streams over percolator replicas by readiness, as
 //!   kube-aggregator reaches a Service (the rolling-restart tests);
@@ -21,6 +25,9 @@ pub mod demo;
 pub mod devenv;
 #[cfg(test)]
 mod devenv_tests;
+pub mod launch;
+pub mod pki;
+pub mod procfs;
 pub mod securefront;
 pub mod sim;
 pub mod soak;

@@ -24,11 +24,10 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use crate::pki::{Ca, PkiError};
 
 /// The tenant header (Cortex, Mimir, Loki).
 pub const TENANT_HEADER: &str = "X-Scope-OrgID";
@@ -37,8 +36,8 @@ pub const TENANT_HEADER: &str = "X-Scope-OrgID";
 #[derive(Debug, thiserror::Error)]
 pub enum FrontError {
     /// Key or certificate generation failed.
-    #[error("certificate generation: {0}")]
-    Rcgen(#[from] rcgen::Error),
+    #[error("{0}")]
+    Pki(#[from] PkiError),
     /// rustls refused the certificates or configuration.
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
@@ -115,16 +114,15 @@ impl SecureFront {
         std::fs::create_dir_all(dir)?;
         let server_ca = Ca::new("secure-front-server-ca")?;
         let client_ca = Ca::new("secure-front-client-ca")?;
-        let server_key = KeyPair::generate()?;
+        let server_key = KeyPair::generate().map_err(PkiError::from)?;
         let server_cert = server_ca.sign(
+            &server_key,
             "secure-front",
             vec!["127.0.0.1".into(), "localhost".into()],
             ExtendedKeyUsagePurpose::ServerAuth,
-            &server_key,
+            |_| {},
         )?;
-        let client_key = KeyPair::generate()?;
-        let client_cert =
-            client_ca.sign("percolator", Vec::new(), ExtendedKeyUsagePurpose::ClientAuth, &client_key)?;
+        let client = client_ca.leaf("percolator", Vec::new(), ExtendedKeyUsagePurpose::ClientAuth, |_| {})?;
         let files = FrontFiles {
             ca: dir.join("front-ca.crt"),
             client_cert: dir.join("front-client.crt"),
@@ -132,8 +130,8 @@ impl SecureFront {
             token: dir.join("front-token"),
         };
         std::fs::write(&files.ca, &server_ca.pem)?;
-        std::fs::write(&files.client_cert, client_cert.pem())?;
-        std::fs::write(&files.client_key, client_key.serialize_pem())?;
+        std::fs::write(&files.client_cert, &client.pem)?;
+        std::fs::write(&files.client_key, &client.key_pem)?;
         write_atomically(&files.token, token)?;
 
         let mut roots = rustls::RootCertStore::empty();
@@ -221,41 +219,6 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(tmp, path)
-}
-
-/// A CA: its certificate and what signs with it.
-struct Ca {
-    pem: String,
-    der: CertificateDer<'static>,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(common_name: &str) -> Result<Self> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        let cert = params.self_signed(&key)?;
-        Ok(Self { pem: cert.pem(), der: cert.der().clone(), issuer: Issuer::new(params, key) })
-    }
-
-    fn sign(
-        &self,
-        common_name: &str,
-        sans: Vec<String>,
-        usage: ExtendedKeyUsagePurpose,
-        key: &KeyPair,
-    ) -> Result<rcgen::Certificate> {
-        let mut params = CertificateParams::new(sans)?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = vec![usage];
-        params.use_authority_key_identifier_extension = true;
-        Ok(params.signed_by(key, &self.issuer)?)
-    }
 }
 
 /// Accepts connections until the task is aborted (which drops the connections too).

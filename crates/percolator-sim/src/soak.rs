@@ -29,16 +29,15 @@ pub mod stats;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
 use crate::devenv::{self, Prometheus, PrometheusOptions, ScrapeJob};
+use crate::{launch, procfs};
 pub use load::{Class, Record, Records};
 use load::{Clients, Run, Target};
 pub use stats::{Cycle, Slope, Trend};
@@ -251,6 +250,9 @@ impl Options {
 
 /// percolator's `--kubelet-request-timeout` in the soak (its default, passed explicitly).
 const KUBELET_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the simulator and percolator may take to say they are ready (a cluster of
+/// thousands of pods takes seconds; a hang fails the run instead of stalling it).
+const START_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// When the faults happen and samples are taken, scaled with the run's length: the hour's
 /// values times `minutes / 60`, with floors so that a short run still has each fault. A run
@@ -618,28 +620,14 @@ async fn start_sim(options: &Options, run: &Path) -> Result<Sim> {
     let nodes = options.nodes();
     let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("ns-{i}")).collect();
     let churn = format!("{}ms", options.churn.as_millis());
-    let mut child = crate::command(run)?
+    let mut command = crate::command(run)?;
+    command
         .args(["--nodes", &nodes.to_string(), "--pods-per-node", &PODS_PER_NODE.to_string()])
         .args(["--namespaces", &namespaces.join(","), "--cafes-per-namespace", "2"])
-        .args(["--housekeeping", "10s", "--churn-interval", &churn])
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| SoakError::Setup("simulator: no stdout".into()))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = loop {
-        match lines.next_line().await? {
-            Some(line) => match serde_json::from_str::<Value>(&line) {
-                Ok(v) if v["event"] == "ready" => break v,
-                _ => continue,
-            },
-            None => {
-                return Err(SoakError::Setup(format!(
-                    "the simulator exited: see {}",
-                    run.join("sim.log").display()
-                )));
-            }
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .args(["--housekeeping", "10s", "--churn-interval", &churn]);
+    let (child, ready) = launch::start_sim(command, START_TIMEOUT)
+        .await
+        .map_err(|e| SoakError::Setup(format!("{e}\n(see {})", run.join("sim.log").display())))?;
     let field = |name: &str| ready[name].as_str().unwrap_or_default().to_owned();
     let pid = child.id().unwrap_or(0);
     Ok(Sim { _child: child, pid, state: run.join("sim"), metrics: field("metrics") })
@@ -671,12 +659,12 @@ async fn start_percolator(
     prometheus_url: &str,
 ) -> Result<Percolator> {
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
-    let mut child = Command::new(&options.percolator)
+    let mut command =
+        launch::percolator_command(&options.percolator, 0, &sim.state.join("kubeconfig"), prometheus_url);
+    command
         // As the container image runs it (the Dockerfile's ENV).
         .env("MIMALLOC_PURGE_DELAY", "0")
-        .args(["--secure-port", "0", "--bind-address", "127.0.0.1", "-v", "1"])
-        .args(["--kubeconfig", &path(sim.state.join("kubeconfig"))])
-        .args(["--prometheus-url", prometheus_url])
+        .args(["-v", "1"])
         .args(["--cache-ttl", &go_duration(options.cache_ttl)])
         .args(["--request-timeout", &go_duration(options.request_timeout)])
         .args(["--kubelet-request-timeout", &go_duration(KUBELET_REQUEST_TIMEOUT)])
@@ -685,42 +673,17 @@ async fn start_percolator(
         .args(["--tls-private-key-file", &path(run.join("serving/tls.key"))])
         .args(["--config", &path(run.join("config.yaml"))])
         .args(["--enable-custom-metrics", "--enable-external-metrics", "--enable-resource-metrics"])
-        .args(["--kubelet-preferred-address-types", "InternalIP", "--kubelet-use-node-status-port"])
         .args(["--requestheader-client-ca-file", &path(run.join("front-proxy/ca.crt"))])
         .args(["--requestheader-allowed-names", load::FRONT_PROXY_CN])
         .args(["--requestheader-username-headers", "X-Remote-User"])
         .args(["--requestheader-group-headers", "X-Remote-Group"])
-        .args(["--requestheader-extra-headers-prefix", "X-Remote-Extra-"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| SoakError::Setup(format!("{}: {e}", options.percolator.display())))?;
-    let pid = child.id().ok_or_else(|| SoakError::Setup("percolator exited at once".into()))?;
-    let stderr = child.stderr.take().ok_or_else(|| SoakError::Setup("percolator: no stderr".into()))?;
-    let mut lines = BufReader::new(stderr).lines();
-    let mut log = std::fs::File::create(run.join("percolator.log"))?;
-    let address = loop {
-        use std::io::Write as _;
-        let Some(line) = lines.next_line().await? else {
-            return Err(SoakError::Setup(format!(
-                "percolator exited: see {}",
-                run.join("percolator.log").display()
-            )));
-        };
-        let _ = writeln!(log, "{line}");
-        if let Ok(v) = serde_json::from_str::<Value>(&line)
-            && v["fields"]["message"] == "serving"
-        {
-            break v["fields"]["address"].as_str().unwrap_or_default().to_owned();
-        }
-    };
-    tokio::spawn(async move {
-        use std::io::Write as _;
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = writeln!(log, "{line}");
-        }
-    });
+        .args(["--requestheader-extra-headers-prefix", "X-Remote-Extra-"]);
+    let log = run.join("percolator.log");
+    let what = options.percolator.display().to_string();
+    let launch::Started { child, pid, address } =
+        launch::start(command, &what, START_TIMEOUT, launch::log_file(&log))
+            .await
+            .map_err(|e| SoakError::Setup(format!("{e}\n(see {})", log.display())))?;
     Ok(Percolator { child, pid, url: format!("https://{address}") })
 }
 
@@ -858,46 +821,6 @@ fn metric_value_with(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         }
     }
     found
-}
-
-fn proc_status(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// CPU seconds (user and system) a process has used; 0 once it is gone.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    cpu_ticks(&stat) as f64 / CLOCK_TICKS_PER_SECOND
-}
-
-/// utime + stime of a `/proc/PID/stat` line: its 14th and 15th fields, the 12th and 13th
-/// after the command, which is in parentheses and may hold spaces and parentheses.
-fn cpu_ticks(stat: &str) -> u64 {
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    after.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<u64>().ok()).sum()
-}
-
-/// `sysconf(_SC_CLK_TCK)`, 100 on every Linux architecture percolator is built for.
-const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
-
-/// `AnonHugePages` of a process, in bytes (`/proc/PID/smaps_rollup`).
-fn anon_huge_pages(pid: u32) -> u64 {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    let kib = rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:"))
-        .and_then(|v| v.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
-    kib.unwrap_or(0) * 1024
-}
-
-fn open_fds(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
 
 /// Shared by the scheduler's tasks.
@@ -1127,9 +1050,9 @@ async fn sampler(ctx: Arc<Context>, pid: u32, sim: u32) -> Vec<Sample> {
         let gauge = |name| metric_value(&text, name).unwrap_or(0.0) as u64;
         samples.push(Sample {
             at,
-            rss_bytes: proc_status(pid, "VmRSS:") * 1024,
-            fds: open_fds(pid),
-            threads: proc_status(pid, "Threads:"),
+            rss_bytes: procfs::status_number(pid, "VmRSS").unwrap_or(0) * 1024,
+            fds: procfs::open_fds(pid).unwrap_or(0),
+            threads: procfs::status_number(pid, "Threads").unwrap_or(0),
             tasks: gauge("percolator_tokio_tasks_alive"),
             cache_entries: gauge("percolator_cache_entries"),
             parked: gauge("percolator_kubelet_connections_parked"),
@@ -1149,7 +1072,7 @@ async fn sampler(ctx: Arc<Context>, pid: u32, sim: u32) -> Vec<Sample> {
             },
             cpu_percolator: (now.cpu_percolator - last.cpu_percolator).max(0.0) / period,
             cpu_sim: (now.cpu_sim - last.cpu_sim).max(0.0) / period,
-            huge_pages_bytes: anon_huge_pages(pid),
+            huge_pages_bytes: procfs::anon_huge_pages_bytes(pid).unwrap_or(0),
         });
         (last, last_at) = (now, at);
     }
@@ -1175,8 +1098,8 @@ impl Counters {
             kubelet_fetches: kubelet("percolator_upstream_requests_total", &[]) as u64,
             kubelet_timeouts: kubelet("percolator_upstream_requests_total", &["outcome=\"timeout\""]) as u64,
             kubelet_fetch_seconds: kubelet("percolator_upstream_request_duration_seconds_sum", &[]),
-            cpu_percolator: cpu_seconds(percolator),
-            cpu_sim: cpu_seconds(sim),
+            cpu_percolator: procfs::cpu_seconds(percolator).unwrap_or(0.0),
+            cpu_sim: procfs::cpu_seconds(sim).unwrap_or(0.0),
         }
     }
 }
@@ -1865,13 +1788,6 @@ mod tests {
         assert_eq!(metric_value_with(text, "percolator_upstream_requests_total", &kubelet), Some(32.0));
         let timeouts = ["source=\"kubelet\"", "outcome=\"timeout\""];
         assert_eq!(metric_value_with(text, "percolator_upstream_requests_total", &timeouts), Some(2.0));
-    }
-
-    #[test]
-    fn cpu_ticks_are_read_past_a_command_with_spaces() {
-        let stat = "4242 (tokio (w) 1) S 1 4242 4242 0 -1 4194560 7 0 0 0 1500 250 0 0 20 0 3 0 99 1 2\n";
-        assert_eq!(cpu_ticks(stat), 1750);
-        assert_eq!(cpu_ticks(""), 0, "a process that is gone used none");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Helpers shared by the tests of every crate of the workspace (a dev-dependency only):
-//! [`all_at_once`] makes identical calls overlap, [`mk_ca`], [`mk_leaf`] and [`mk_cert`] mint CAs
-//! and certificates, [`fuzz`] (a module: its strategies and checkers are named through it) is
+//! [`all_at_once`] makes identical calls overlap, [`mk_ca`], [`mk_leaf`], [`mk_serving`] and
+//! [`mk_cert`] mint CAs and certificates (the one place the tests and the benchmark do), [`fuzz`] (a module: its strategies and checkers are named through it) is
 //! the proptest harness with its request strategies and PromQL literal checkers.
 
 // Test code: a failed expectation is a panic, as in the tests that use it.
@@ -9,7 +9,7 @@
 pub mod fuzz;
 mod pki;
 
-pub use pki::{MkCa, MkLeaf, mk_ca, mk_cert, mk_leaf};
+pub use pki::{MkCa, MkLeaf, mk_ca, mk_cert, mk_leaf, mk_serving};
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,4 +1,6 @@
-//! Test helpers: CAs and certificates minted with rcgen.
+//! Test helpers: CAs and certificates minted with rcgen, for the tests of every crate and the
+//! benchmark. (The simulator, a program, mints its own with `percolator_sim::pki`, which
+//! returns errors instead of panicking; this crate stays below every crate whose tests use it.)
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
@@ -13,12 +15,15 @@ pub struct MkCa {
     issuer: Issuer<'static, KeyPair>,
 }
 
-/// A minted leaf certificate with its PKCS#8 key.
+/// A minted leaf certificate with its PKCS#8 key, DER and PEM.
 pub struct MkLeaf {
     pub der: CertificateDer<'static>,
     pub key_der: Vec<u8>,
+    pub pem: String,
+    pub key_pem: String,
 }
 
+/// A CA with CN `cn` (key usages keyCertSign and digitalSignature).
 pub fn mk_ca(cn: &str) -> MkCa {
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::default();
@@ -51,12 +56,28 @@ pub fn mk_leaf(ca: &MkCa, cn: &str, orgs: &[&str], eku: ExtendedKeyUsagePurpose,
     })
 }
 
-/// A leaf signed by `ca` with parameters set by `edit`.
+/// A leaf signed by `ca` (key usage digitalSignature) with parameters set by `edit`.
 pub fn mk_cert(ca: &MkCa, edit: impl FnOnce(&mut CertificateParams)) -> MkLeaf {
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::default();
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     edit(&mut params);
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
-    MkLeaf { der: cert.der().clone(), key_der: key.serialize_der() }
+    MkLeaf {
+        der: cert.der().clone(),
+        key_der: key.serialize_der(),
+        pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+/// A serving leaf signed by `ca` for `names` (IP addresses or DNS names), EKU serverAuth.
+pub fn mk_serving(ca: &MkCa, names: &[&str]) -> MkLeaf {
+    let sans = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+        .unwrap_or_else(|e| panic!("serving names {names:?}: {e}"))
+        .subject_alt_names;
+    mk_cert(ca, |params| {
+        params.subject_alt_names = sans;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    })
 }

@@ -16,11 +16,11 @@ use super::DeclaredKind;
 use super::spec::{DeclaredSpec, FieldSpec, Format};
 use crate::kinds::inputs::{GroupUsage, RATE_STEP, RATIO_STEP, round_cpu, round_to};
 use crate::kinds::{
-    API_VERSION, Cell, Computation, ComputeError, Duplicates, Listing, ListingBuilder, Meta, ObjectMeta,
+    API_VERSION, Cell, Computation, ComputeError, Duplicates, Listing, ListingBuilder, ObjectMeta,
     QueryError, SamplesBy, rfc3339,
 };
-use crate::sources::intern::ObjectStrings;
 use crate::sources::{Containers, PodInfo, PodKey, PromSample};
+use apiserver::intern::ObjectStrings;
 use k8s_wire::{duration, quantity};
 use k8s_wire::{is_dns1123_subdomain, is_valid_label_value};
 
@@ -192,7 +192,7 @@ fn item(
             is_valid_label_value(value).is_empty().then(|| (label.clone(), value.to_owned()))
         })
         .collect();
-    let meta = Meta::of_group(key, pods, shared.labels(&labels));
+    let meta = crate::kinds::meta_of_group(key, pods, shared.labels(&labels));
     let object = Object {
         kind: &spec.info.kind,
         metadata: ObjectMeta::from(&meta),

@@ -19,8 +19,8 @@ pub use spec::DeclaredSpec;
 pub(crate) use spec::{FieldSpec, Format, check_declared};
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind, Sources, kind_schema, schema_name};
-use crate::sources::intern::ObjectStrings;
 use apiserver::Metrics;
+use apiserver::intern::ObjectStrings;
 
 /// A declared kind, computed at request time from its queries.
 pub(crate) struct DeclaredKind {

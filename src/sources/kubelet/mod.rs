@@ -23,6 +23,7 @@ mod rates;
 mod sampler;
 mod tls;
 mod transport;
+mod warmup;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -51,6 +52,7 @@ pub(crate) use parse::{ParsedBatch, parse_resource_metrics_with};
 pub use rates::NodeSamples;
 pub(crate) use rates::RateRules;
 pub(crate) use sampler::Sampling;
+pub(crate) use warmup::{kubelet_config, warm_up_kubelets};
 
 /// The kubelet's default secure port.
 pub(crate) const DEFAULT_PORT: u16 = 10250;

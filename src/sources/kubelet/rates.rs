@@ -337,7 +337,7 @@ impl NodeSamples {
             self.containers.iter().map(|(key, history)| history.usage(&key.container, self.rules)).collect();
         let mut usage = NodeUsage { pods: Containers::of_node(all, ranges).collect(), node: None };
         usage.node =
-            self.node.as_ref().map(|history| history.usage(&crate::sources::intern::empty_str(), self.rules));
+            self.node.as_ref().map(|history| history.usage(&apiserver::intern::empty_str(), self.rules));
         usage
     }
 

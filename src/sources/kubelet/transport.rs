@@ -107,7 +107,7 @@ impl Transport {
             let pool = Arc::downgrade(pool);
             let probe: Arc<apiserver::Probe> =
                 Arc::new(move || pool.upgrade().map_or(0, |pool| pool.len() as u64));
-            metrics.sampled.kubelet_parked(&probe);
+            crate::telemetry::count_parked(metrics, &probe);
             probe
         });
         Self { connector, pool, _parked: parked }

@@ -9,8 +9,8 @@
 //! are watched by the reloaders of [`apiserver::ReloadingCert`] and [`apiserver::WatchedCaFile`].
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use rustls::crypto::CryptoProvider;
 
 use super::{Error, Result};
 use crate::config::{PrometheusArgs, PrometheusHeader};
+use apiserver::files::{CredentialError, Credentials, SecretFile};
 use apiserver::{AnyServerCert, ReloadingCert};
 
 /// What the flags say about reaching Prometheus. Its `Debug` shows the URL without its
@@ -112,160 +113,6 @@ impl ConnectionSettings {
     }
 }
 
-/// What a secret is replaced with in messages.
-pub(super) const REDACTED: &str = "<redacted>";
-
-/// A secret kept in a file (a token, a user name, a password), re-read when the file changes.
-/// Its `Debug` shows the flag and path, never the value.
-struct SecretFile {
-    path: PathBuf,
-    flag: &'static str,
-    state: Mutex<SecretState>,
-}
-
-/// Why no credential can be sent.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum CredentialError {
-    /// The credential file is empty and no earlier value is known.
-    #[error("{flag} {} is empty", .path.display())]
-    Empty {
-        /// The flag naming the file.
-        flag: &'static str,
-        /// The file.
-        path: PathBuf,
-    },
-    /// The credential file cannot be read and no earlier value is known.
-    #[error("{flag} {}: {error}", .path.display())]
-    Unreadable {
-        /// The flag naming the file.
-        flag: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        error: std::io::Error,
-    },
-    /// The credentials cannot be an HTTP header's value.
-    #[error("a credential file holds characters a header cannot carry")]
-    NotHeaderText,
-}
-
-#[derive(Default)]
-struct SecretState {
-    /// The file's identity when last read: a change of any part re-reads it.
-    stamp: Option<FileStamp>,
-    /// When it was last read: it is read again after [`REREAD_AFTER`] whatever its stamp.
-    read_at: Option<std::time::Instant>,
-    /// The last failure logged, so a lasting one is logged once.
-    failure: Option<String>,
-    /// The value in force.
-    current: Option<Arc<str>>,
-    /// Values seen before (a few), still redacted from messages.
-    previous: Vec<Arc<str>>,
-}
-
-/// What tells a changed file (or a swapped symlink target) apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
-    modified: Option<SystemTime>,
-    changed: (i64, i64),
-    len: u64,
-    inode: u64,
-}
-
-impl FileStamp {
-    fn of(path: &Path) -> std::io::Result<Self> {
-        let metadata = std::fs::metadata(path)?;
-        #[cfg(unix)]
-        let (inode, changed) = {
-            use std::os::unix::fs::MetadataExt as _;
-            (metadata.ino(), (metadata.ctime(), metadata.ctime_nsec()))
-        };
-        #[cfg(not(unix))]
-        let (inode, changed) = (0, (0, 0));
-        Ok(Self { modified: metadata.modified().ok(), changed, len: metadata.len(), inode })
-    }
-}
-
-/// Secret values remembered for redaction after they were replaced.
-const REMEMBERED: usize = 4;
-
-/// A credential file is read again at least this often, even when its stamp did not change
-/// (a rewrite within the clock's granularity, a network file system's cached attributes), as
-/// client-go's cached token file source does.
-const REREAD_AFTER: Duration = Duration::from_secs(60);
-
-impl SecretFile {
-    /// Reads the file once now, so a missing or empty file fails the start.
-    fn load(path: &Path, flag: &'static str) -> Result<Self> {
-        let file = Self { path: path.to_path_buf(), flag, state: Mutex::new(SecretState::default()) };
-        file.current().map_err(|e| Error::Client(e.to_string()))?;
-        Ok(file)
-    }
-
-    /// The value in force: re-read when the file changed. A file that cannot be read or is
-    /// empty keeps the last good value (logged); without one it is an error naming the flag.
-    fn current(&self) -> std::result::Result<Arc<str>, CredentialError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let stamp = FileStamp::of(&self.path);
-        let fresh = state.read_at.is_some_and(|at| at.elapsed() < REREAD_AFTER);
-        if let (Ok(stamp), Some(current)) = (&stamp, &state.current)
-            && state.stamp.as_ref() == Some(stamp)
-            && fresh
-        {
-            return Ok(Arc::clone(current));
-        }
-        let read = stamp.and_then(|stamp| Ok((stamp, std::fs::read_to_string(&self.path)?)));
-        let failure = match read {
-            Ok((stamp, text)) => {
-                let value = text.trim();
-                if value.is_empty() {
-                    state.stamp = Some(stamp);
-                    CredentialError::Empty { flag: self.flag, path: self.path.clone() }
-                } else {
-                    if state.current.as_deref() != Some(value) {
-                        if let Some(old) = state.current.take() {
-                            state.previous.insert(0, old);
-                            state.previous.truncate(REMEMBERED);
-                            tracing::info!(flag = self.flag, path = %self.path.display(), "credential file changed; the new value applies from the next request");
-                        }
-                        state.current = Some(Arc::from(value));
-                    }
-                    state.stamp = Some(stamp);
-                    state.read_at = Some(std::time::Instant::now());
-                    state.failure = None;
-                    // Set just above.
-                    return Ok(state.current.clone().unwrap_or_else(|| Arc::from(value)));
-                }
-            }
-            Err(error) => CredentialError::Unreadable { flag: self.flag, path: self.path.clone(), error },
-        };
-        match state.current.clone() {
-            Some(current) => {
-                let failure = failure.to_string();
-                if state.failure.as_deref() != Some(failure.as_str()) {
-                    tracing::warn!(error = %failure, "keeping the last value read");
-                    state.failure = Some(failure);
-                }
-                Ok(current)
-            }
-            None => Err(failure),
-        }
-    }
-
-    /// Every value to keep out of messages.
-    fn values(&self) -> Vec<Arc<str>> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.current.iter().chain(&state.previous).cloned().collect()
-    }
-}
-
-/// How requests authenticate.
-enum Credentials {
-    None,
-    Bearer(SecretFile),
-    Basic { username: SecretFile, password: SecretFile },
-}
-
 /// An HTTP client set up for one Prometheus, with its credentials and limits. Its `Debug`
 /// holds no secret.
 pub(super) struct Connection {
@@ -312,10 +159,10 @@ impl Connection {
                         .to_owned(),
                 ));
             }
-            (Some(token), None) => Credentials::Bearer(SecretFile::load(token, "--prometheus-token-file")?),
+            (Some(token), None) => Credentials::Bearer(secret(token, "--prometheus-token-file")?),
             (None, Some((username, password))) => Credentials::Basic {
-                username: SecretFile::load(username, "--prometheus-basic-auth-username-file")?,
-                password: SecretFile::load(password, "--prometheus-basic-auth-password-file")?,
+                username: secret(username, "--prometheus-basic-auth-username-file")?,
+                password: secret(password, "--prometheus-basic-auth-password-file")?,
             },
             (None, None) => Credentials::None,
         };
@@ -355,45 +202,14 @@ impl Connection {
     /// The `Authorization` header of the next request, from the credential files as they are
     /// now.
     pub(super) fn authorization(&self) -> std::result::Result<Option<HeaderValue>, CredentialError> {
-        let value = match &self.credentials {
-            Credentials::None => return Ok(None),
-            Credentials::Bearer(token) => format!("Bearer {}", token.current()?),
-            Credentials::Basic { username, password } => {
-                let pair = format!("{}:{}", username.current()?, password.current()?);
-                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
-            }
-        };
-        let mut value = HeaderValue::from_str(&value).map_err(|_| CredentialError::NotHeaderText)?;
-        value.set_sensitive(true);
-        Ok(Some(value))
+        self.credentials.authorization()
     }
 
-    /// `message` with every secret this connection knows replaced by [`REDACTED`].
+    /// `message` with every secret this connection knows replaced by `<redacted>`.
     pub(super) fn redact(&self, message: String) -> String {
-        let mut secrets: Vec<String> = self.fixed_secrets.clone();
-        match &self.credentials {
-            Credentials::None => {}
-            Credentials::Bearer(token) => secrets.extend(token.values().iter().map(|v| v.to_string())),
-            Credentials::Basic { username, password } => {
-                let passwords = password.values();
-                for user in username.values() {
-                    for pass in &passwords {
-                        let pair = format!("{user}:{pass}");
-                        secrets.push(base64::engine::general_purpose::STANDARD.encode(&pair));
-                    }
-                }
-                secrets.extend(password.values().iter().map(|v| v.to_string()));
-            }
-        }
-        // Longest first, so a secret containing another is replaced whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets.iter().filter(|s| !s.is_empty()).fold(message, |message, secret| {
-            if message.contains(secret.as_str()) {
-                message.replace(secret.as_str(), REDACTED)
-            } else {
-                message
-            }
-        })
+        let mut secrets = self.fixed_secrets.clone();
+        secrets.extend(self.credentials.secrets());
+        apiserver::files::redact(message, secrets)
     }
 
     /// Reads `response`'s body, aborting (and dropping the connection) as soon as it would
@@ -438,6 +254,11 @@ pub(super) enum BodyError {
     TooLarge,
     /// The connection failed while reading.
     Read(reqwest::Error),
+}
+
+/// Reads a credential file once now, so a missing or empty file fails the start.
+fn secret(path: &Path, flag: &'static str) -> Result<SecretFile> {
+    SecretFile::load(path, flag).map_err(|e| Error::Client(e.to_string()))
 }
 
 /// The rustls configuration when a TLS flag is given; `None` leaves reqwest's default (the
@@ -505,27 +326,6 @@ impl std::fmt::Debug for ConnectionSettings {
             .field("headers", &self.headers)
             .field("max_response_bytes", &self.max_response_bytes)
             .finish()
-    }
-}
-
-impl std::fmt::Debug for SecretFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecretFile")
-            .field("flag", &self.flag)
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::None => f.write_str("None"),
-            Self::Bearer(token) => f.debug_tuple("Bearer").field(token).finish(),
-            Self::Basic { username, password } => {
-                f.debug_struct("Basic").field("username", username).field("password", password).finish()
-            }
-        }
     }
 }
 

@@ -25,7 +25,7 @@ use super::flight::Flights;
 use super::limit::{ReviewContext, ReviewGate};
 use super::review::{ReviewError, TokenReviewer};
 use super::trust::{RequestHeaderConfig, TrustMaterial};
-use super::x509::{CaBundle, CertificateError, VerifiedChain};
+use super::x509::{CaBundle, CertificateError, ClientCertificateError, VerifiedChain};
 use super::{PeerCertificates, UserInfo};
 
 /// `user.Anonymous`.
@@ -88,20 +88,6 @@ pub(crate) enum RequestHeaderError {
     NameNotAllowed(String),
 }
 
-/// Why the x509 authenticator refused a request.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub(crate) enum ClientCertificateError {
-    /// The peer chain did not verify against the client CA.
-    #[error(transparent)]
-    Certificate(#[from] CertificateError),
-    /// The Kubernetes UID attribute is present but empty.
-    #[error("UID cannot be an empty string")]
-    EmptyUid,
-    /// The Kubernetes UID attribute is present more than once.
-    #[error("expected 1 UID, but found multiple: {0:?}")]
-    MultipleUids(Vec<String>),
-}
-
 /// The TokenReview authenticator with its caches (keyed by the SHA-256 of the token, each
 /// outcome kept for the TTL in a cache of its own, call failures not kept; concurrent reviews
 /// of a token share one call).
@@ -126,7 +112,7 @@ impl TokenAuthenticator {
         reviewer: Arc<dyn TokenReviewer>,
         gate: Arc<ReviewGate>,
         ttl: Duration,
-        cancelled: prometheus_client::metrics::counter::Counter,
+        cancelled: openmetrics::metrics::counter::Counter,
     ) -> Self {
         Self {
             reviewer,

@@ -41,9 +41,9 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldSelectorRequirement, LabelSelectorRequirement};
 use kube::core::Expression;
 use moka::future::Cache;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use openmetrics::metrics::counter::Counter;
+use openmetrics::metrics::family::Family;
+use openmetrics::metrics::gauge::Gauge;
 
 use super::UserInfo;
 use super::flight::Flights;

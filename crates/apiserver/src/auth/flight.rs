@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, WeakShared};
-use prometheus_client::metrics::counter::Counter;
+use openmetrics::metrics::counter::Counter;
 
 /// A shared review: the future every waiter of one key awaits.
 pub(crate) type Flight<V> = Shared<BoxFuture<'static, V>>;

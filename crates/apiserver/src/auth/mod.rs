@@ -43,10 +43,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::{HeaderValue, header};
 use rustls::pki_types::CertificateDer;
 
+use crate::StatusResponse;
 pub(crate) use crate::options::AuthArgs;
 use authn::TokenAuthenticator;
 use authz::{AlwaysAllowPaths, Authorizer, Decision, DecisionTtls, PathPatternError};

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use prometheus_client::metrics::gauge::Gauge;
+use openmetrics::metrics::gauge::Gauge;
 
 use super::AuthError;
 use super::x509::{CaBundle, CaBundleError};

@@ -172,8 +172,7 @@ pub struct VerifiedChain {
     /// SHA-256 of the leaf (the x509 authenticator's credential id).
     pub leaf_sha256: [u8; 32],
     /// The x509 authenticator's answer for this chain, computed once.
-    pub(crate) x509_user:
-        OnceLock<Result<Option<Arc<super::UserInfo>>, super::authn::ClientCertificateError>>,
+    pub(crate) x509_user: OnceLock<Result<Option<Arc<super::UserInfo>>, ClientCertificateError>>,
 }
 
 impl PeerChain {
@@ -381,4 +380,18 @@ fn asn1_string(tag: u8, value: &[u8]) -> Result<String, DerError> {
         }
         _ => Err(DerError::UnsupportedStringType(tag)),
     }
+}
+
+/// Why the x509 authenticator refused a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum ClientCertificateError {
+    /// The peer chain did not verify against the client CA.
+    #[error(transparent)]
+    Certificate(#[from] CertificateError),
+    /// The Kubernetes UID attribute is present but empty.
+    #[error("UID cannot be an empty string")]
+    EmptyUid,
+    /// The Kubernetes UID attribute is present more than once.
+    #[error("expected 1 UID, but found multiple: {0:?}")]
+    MultipleUids(Vec<String>),
 }

@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use prometheus_client::metrics::counter::Counter;
+use openmetrics::metrics::counter::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::guard::Seat;

@@ -30,14 +30,20 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::{HeaderMap, Method, Uri};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::StatusResponse;
 use k8s_wire::QueryParams;
 
-use super::listener::MAX_HEADER_BYTES;
 use k8s_wire::{ApiError, go_quote};
+
+/// Largest request head accepted: the HTTP/1.1 read buffer (request line and headers) and the
+/// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper (the
+/// serving loop) or [`admit`] answers 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
+/// kube-aggregator forwards.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Longest request URI (path and query) accepted: 8 KiB, the usual front-proxy limit. Longer
 /// ones are answered 414 before authentication. (hyper itself refuses URIs over 64 KiB on

@@ -52,6 +52,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::batch;
 use super::fairness::{self, ConnectionSlots, StreamExecutor};
+pub use super::guard::MAX_HEADER_BYTES;
 use super::stall::StallGuard;
 use crate::auth::ClientAddr;
 use crate::telemetry::ConnectionLabels;
@@ -63,11 +64,6 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// runs it from the end of the previous response, so it also closes idle keep-alive
 /// connections. 32 s, kube-apiserver's `ReadHeaderTimeout`.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
-/// Largest request head accepted: the HTTP/1.1 read buffer (request line and headers) and the
-/// HTTP/2 header list (`SETTINGS_MAX_HEADER_LIST_SIZE`, path included). Beyond it hyper answers
-/// 431. 64 KiB leaves room for the `X-Remote-Group` headers of users in many groups, which
-/// kube-aggregator forwards.
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Streams the peer may reset before hyper has served them; beyond, a GOAWAY
 /// (`ENHANCE_YOUR_CALM`). h2's own default, set here so that it is a decision.
 pub const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
@@ -75,7 +71,7 @@ pub const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 /// over the limit) per connection; beyond, a GOAWAY. hyper's own default, set here.
 pub const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 /// How long shutdown waits for open connections once the listener is closed (with the
-/// default 5s `--shutdown-delay-duration`, within the kubelet's default 30s grace period).
+/// default 5s `--shutdown-delay-duration`, within a Pod's default 30s termination grace period).
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// At most one log line a second about refused connections (a flood would otherwise write
 /// one per connection).

@@ -30,8 +30,6 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::api::{self, ApiState};
 use super::objects::Status;
@@ -100,21 +98,8 @@ impl Registry {
         client_cert_pem: &[u8],
         client_key_pem: &[u8],
     ) -> Result<Vec<String>, AggregationError> {
-        let tls = |e: &dyn std::fmt::Display| AggregationError::Tls(e.to_string());
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem) {
-            roots.add(cert.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
-        }
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(client_cert_pem).collect::<Result<_, _>>().map_err(|e| tls(&e))?;
-        let key = PrivateKeyDer::from_pem_slice(client_key_pem).map_err(|e| tls(&e))?;
-        let config =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| tls(&e))?
-                .with_root_certificates(roots)
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| tls(&e))?;
+        let config = crate::pki::client_config(ca_pem, client_cert_pem, client_key_pem)
+            .map_err(AggregationError::Tls)?;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config)
             .https_only()
@@ -283,9 +268,27 @@ fn route(upstream: &Upstream, method: &Method, path: &str) -> Route {
     }
 }
 
-/// The aggregation middleware of the API router (outside its authentication).
-pub(crate) async fn aggregate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    let Some(upstream) = state.aggregation.get() else {
+/// What the aggregation layer reads: the registered server, and the API it stands in front of
+/// (its callers' identities, its counters).
+#[derive(Clone)]
+struct Aggregation {
+    registry: Arc<Registry>,
+    api: ApiState,
+}
+
+/// `api_router` (the API of `api`) behind the aggregation layer: outside its authentication,
+/// the paths of `registry`'s groups go to the registered server.
+pub(crate) fn layer(api_router: axum::Router, api: ApiState, registry: Arc<Registry>) -> axum::Router {
+    api_router.layer(axum::middleware::from_fn_with_state(Aggregation { registry, api }, aggregate))
+}
+
+/// The aggregation middleware.
+async fn aggregate(
+    State(Aggregation { registry, api: state }): State<Aggregation>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(upstream) = registry.get() else {
         return next.run(request).await;
     };
     let route = route(&upstream, request.method(), request.uri().path());

@@ -27,7 +27,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
-use super::aggregator::{self, Registry};
 use super::cluster::{Cluster, Event, EventType, Expired, Object, WatchStart, Watched};
 use super::controllers::{Controller, Resource};
 use super::kubelet::has_token;
@@ -55,8 +54,6 @@ pub(crate) struct ApiState {
     pub(crate) address: String,
     /// Tokens and rules for TokenReview and SubjectAccessReview.
     pub(crate) policy: Arc<Policy>,
-    /// The aggregated extension API server, once registered ([`super::aggregator`]).
-    pub(crate) aggregation: Arc<Registry>,
 }
 
 /// An API error: always rendered as a `metav1.Status`.
@@ -114,7 +111,6 @@ pub(crate) fn router(state: ApiState) -> axum::Router {
         )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), aggregator::aggregate))
         .with_state(state)
 }
 
@@ -423,6 +419,8 @@ const NODE_FIELDS: &[&str] = &["metadata.name"];
 fn node_label<'a>(node: &'a SimNode, key: &str) -> Option<&'a str> {
     match key {
         "kubernetes.io/hostname" => Some(&node.name),
+        "topology.kubernetes.io/region" => Some(node.topology().0),
+        "topology.kubernetes.io/zone" => Some(node.topology().1),
         "kubernetes.io/os" | "beta.kubernetes.io/os" => Some("linux"),
         "kubernetes.io/arch" | "beta.kubernetes.io/arch" => Some("amd64"),
         _ => None,

@@ -410,16 +410,7 @@ mod tests {
     use tower::ServiceExt as _;
 
     async fn call(router: &axum::Router, method: &str, body: &str) -> (StatusCode, serde_json::Value) {
-        let request = http::Request::builder()
-            .method(method)
-            .uri("/sim/faults")
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_owned()))
-            .unwrap();
-        let response = router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap())
+        call_at(router, method, "/sim/faults", body).await
     }
 
     #[tokio::test]

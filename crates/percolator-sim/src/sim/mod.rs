@@ -439,12 +439,12 @@ pub async fn start(config: SimConfig) -> Result<RunningSim> {
     let (trigger, shutdown) = Shutdown::new();
     let mut tasks = JoinSet::new();
     let aggregation = Arc::new(aggregator::Registry::default());
-    let api_router = api::router(api::ApiState {
+    let api_state = api::ApiState {
         cluster: Arc::clone(&cluster),
         address: api_addr.to_string(),
         policy: Arc::clone(&policy),
-        aggregation: Arc::clone(&aggregation),
-    });
+    };
+    let api_router = aggregator::layer(api::router(api_state.clone()), api_state, Arc::clone(&aggregation));
     // The API can be made unreachable (`{"api": "down"}`, [`faults`]).
     let resets = Arc::clone(&cluster);
     tasks.spawn(serve::serve_tls_unless_down(

@@ -176,8 +176,11 @@ pub(crate) fn node(node: &SimNode, kubelet_port: u16) -> Node {
             .collect();
     let mut allocatable = capacity.clone();
     allocatable.insert("memory".to_owned(), Quantity("32701220Ki".to_owned()));
+    let (region, zone) = node.topology();
     let labels: BTreeMap<String, String> = [
         ("kubernetes.io/hostname", node.name.as_str()),
+        ("topology.kubernetes.io/region", region),
+        ("topology.kubernetes.io/zone", zone),
         ("kubernetes.io/os", "linux"),
         ("kubernetes.io/arch", "amd64"),
         ("beta.kubernetes.io/os", "linux"),

@@ -6,29 +6,16 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
 use rustls::ServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-/// A PKI error.
-#[derive(Debug, thiserror::Error)]
-pub enum PkiError {
-    /// Key or certificate generation failed.
-    #[error("certificate generation: {0}")]
-    Rcgen(#[from] rcgen::Error),
-    /// rustls refused the certificate or configuration.
-    #[error("TLS configuration: {0}")]
-    Rustls(#[from] rustls::Error),
-}
+use crate::pki::Ca;
+pub use crate::pki::PkiError;
 
 /// The CA and what it signs.
 pub(crate) struct Pki {
-    ca_pem: String,
-    ca_der: CertificateDer<'static>,
-    issuer: Issuer<'static, KeyPair>,
+    ca: Ca,
     kubelet_key: KeyPair,
     kubelet_configs: Vec<OnceLock<Arc<ServerConfig>>>,
 }
@@ -51,17 +38,8 @@ fn server_config(
 impl Pki {
     /// A new CA for a cluster of `nodes` nodes.
     pub(crate) fn new(nodes: usize) -> Result<Self, PkiError> {
-        let ca_key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, "percolator-sim-ca");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        let ca_cert = params.self_signed(&ca_key)?;
         Ok(Self {
-            ca_pem: ca_cert.pem(),
-            ca_der: ca_cert.der().clone(),
-            issuer: Issuer::new(params, ca_key),
+            ca: Ca::new("percolator-sim-ca")?,
             kubelet_key: KeyPair::generate()?,
             kubelet_configs: (0..nodes).map(|_| OnceLock::new()).collect(),
         })
@@ -69,7 +47,7 @@ impl Pki {
 
     /// The CA certificate, PEM.
     pub(crate) fn ca_pem(&self) -> &str {
-        &self.ca_pem
+        &self.ca.pem
     }
 
     fn leaf(
@@ -78,12 +56,8 @@ impl Pki {
         sans: Vec<String>,
         key: &KeyPair,
     ) -> Result<CertificateDer<'static>, PkiError> {
-        let mut params = CertificateParams::new(sans)?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.use_authority_key_identifier_extension = true;
-        Ok(params.signed_by(key, &self.issuer)?.der().clone())
+        let cert = self.ca.sign(key, common_name, sans, ExtendedKeyUsagePurpose::ServerAuth, |_| {})?;
+        Ok(cert.der().clone())
     }
 
     /// The API server's TLS configuration (SANs `127.0.0.1`, `localhost`, `::1`,
@@ -96,7 +70,7 @@ impl Pki {
             sans.push(address.to_string());
         }
         let cert = self.leaf("kube-apiserver", sans, &key)?;
-        server_config(cert, self.ca_der.clone(), &key)
+        server_config(cert, self.ca.der.clone(), &key)
     }
 
     /// The TLS configuration of node `index`'s kubelet, made on first use.
@@ -113,7 +87,7 @@ impl Pki {
             return Ok(Arc::clone(config));
         }
         let cert = self.leaf(name, vec![ip.to_string(), name.to_owned()], &self.kubelet_key)?;
-        let config = server_config(cert, self.ca_der.clone(), &self.kubelet_key)?;
+        let config = server_config(cert, self.ca.der.clone(), &self.kubelet_key)?;
         // A concurrent first connection may have won the race; either config is valid.
         Ok(Arc::clone(slot.get_or_init(|| config)))
     }

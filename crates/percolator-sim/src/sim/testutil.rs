@@ -41,7 +41,6 @@ pub(crate) fn api_state() -> ApiState {
         cluster: Arc::new(cluster(&params())),
         address: "127.0.0.1:6443".into(),
         policy: Arc::new(Policy::builtin()),
-        aggregation: Arc::default(),
     }
 }
 

@@ -33,10 +33,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose};
+
+use crate::pki::{Ca, Leaf, not_a_ca};
 
 use super::cluster::Cluster;
 use super::{Error, Result, write_file};
@@ -58,13 +57,6 @@ const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How far back generated certificates' notBefore lies (tolerates clock skew).
 const BACKDATE: Duration = Duration::from_secs(3600);
-
-/// A CA: its certificate (PEM) and its signing half.
-struct Ca {
-    cert_pem: String,
-    key_pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
 
 /// How long a generated certificate is valid.
 #[derive(Clone, Copy)]
@@ -91,21 +83,7 @@ fn set_validity(params: &mut CertificateParams, validity: Validity) {
 }
 
 fn new_ca(common_name: &str) -> Result<Ca> {
-    let key = KeyPair::generate().map_err(super::PkiError::from)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(super::PkiError::from)?;
-    params.distinguished_name.push(DnType::CommonName, common_name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages =
-        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    set_validity(&mut params, Validity::Valid(CA_VALIDITY));
-    let cert = params.self_signed(&key).map_err(super::PkiError::from)?;
-    Ok(Ca { cert_pem: cert.pem(), key_pem: key.serialize_pem(), issuer: Issuer::new(params, key) })
-}
-
-/// A client certificate and its key, both PEM.
-struct Leaf {
-    cert_pem: String,
-    key_pem: String,
+    Ok(Ca::with(common_name, |params| set_validity(params, Validity::Valid(CA_VALIDITY)))?)
 }
 
 fn new_leaf(
@@ -115,19 +93,13 @@ fn new_leaf(
     eku: ExtendedKeyUsagePurpose,
     validity: Validity,
 ) -> Result<Leaf> {
-    let key = KeyPair::generate().map_err(super::PkiError::from)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(super::PkiError::from)?;
-    params.distinguished_name.push(DnType::CommonName, common_name);
-    for o in organizations {
-        params.distinguished_name.push(DnType::OrganizationName, *o);
-    }
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    params.extended_key_usages = vec![eku];
-    params.use_authority_key_identifier_extension = true;
-    set_validity(&mut params, validity);
-    let cert = params.signed_by(&key, &ca.issuer).map_err(super::PkiError::from)?;
-    Ok(Leaf { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    Ok(ca.leaf(common_name, Vec::new(), eku, |params| {
+        for o in organizations {
+            params.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        not_a_ca(params);
+        set_validity(params, validity);
+    })?)
 }
 
 fn write_pair(dir: &Path, stem: &str, cert_pem: &str, key_pem: &str) -> Result<()> {
@@ -152,12 +124,12 @@ impl FrontProxy {
             new_leaf(&ca, FRONT_PROXY_CN, &[], ExtendedKeyUsagePurpose::ClientAuth, Validity::Expired)?;
         let server_eku = new_leaf(&ca, FRONT_PROXY_CN, &[], ExtendedKeyUsagePurpose::ServerAuth, leaf())?;
         // The CA last: whoever reloads on the CA file's change finds the new client cert.
-        write_pair(dir, "front-proxy-client", &client.cert_pem, &client.key_pem)?;
+        write_pair(dir, "front-proxy-client", &client.pem, &client.key_pem)?;
         let bad = dir.join("bad");
-        write_pair(&bad, "wrong-cn-front-proxy", &wrong_cn.cert_pem, &wrong_cn.key_pem)?;
-        write_pair(&bad, "expired-front-proxy", &expired.cert_pem, &expired.key_pem)?;
-        write_pair(&bad, "server-eku-front-proxy", &server_eku.cert_pem, &server_eku.key_pem)?;
-        write_pair(dir, "front-proxy-ca", &ca.cert_pem, &ca.key_pem)?;
+        write_pair(&bad, "wrong-cn-front-proxy", &wrong_cn.pem, &wrong_cn.key_pem)?;
+        write_pair(&bad, "expired-front-proxy", &expired.pem, &expired.key_pem)?;
+        write_pair(&bad, "server-eku-front-proxy", &server_eku.pem, &server_eku.key_pem)?;
+        write_pair(dir, "front-proxy-ca", &ca.pem, ca.key_pem())?;
         Ok(Self { ca, generation })
     }
 }
@@ -184,20 +156,16 @@ impl Trust {
             std::fs::create_dir_all(&path).map_err(|source| Error::Write { path, source })?;
         }
         let client_ca = new_ca("percolator-sim-client-ca")?;
-        write_pair(dir, "client-ca", &client_ca.cert_pem, &client_ca.key_pem)?;
+        write_pair(dir, "client-ca", &client_ca.pem, client_ca.key_pem())?;
         for (name, orgs) in USERS {
             let user = new_leaf(&client_ca, name, orgs, ExtendedKeyUsagePurpose::ClientAuth, leaf())?;
-            write_pair(&dir.join("users"), name, &user.cert_pem, &user.key_pem)?;
+            write_pair(&dir.join("users"), name, &user.pem, &user.key_pem)?;
         }
         let other_ca = new_ca("unrelated-ca")?;
         let other = new_leaf(&other_ca, FRONT_PROXY_CN, &[], ExtendedKeyUsagePurpose::ClientAuth, leaf())?;
-        write_pair(&dir.join("bad"), "other-ca-client", &other.cert_pem, &other.key_pem)?;
+        write_pair(&dir.join("bad"), "other-ca-client", &other.pem, &other.key_pem)?;
         let front_proxy = FrontProxy::create(dir, 1)?;
-        Ok(Self {
-            dir: dir.to_owned(),
-            client_ca_pem: client_ca.cert_pem,
-            front_proxy: Mutex::new(front_proxy),
-        })
+        Ok(Self { dir: dir.to_owned(), client_ca_pem: client_ca.pem, front_proxy: Mutex::new(front_proxy) })
     }
 
     fn front_proxy(&self) -> std::sync::MutexGuard<'_, FrontProxy> {
@@ -214,7 +182,7 @@ impl Trust {
     /// The current front-proxy CA certificate, PEM.
     #[cfg(test)]
     pub(crate) fn front_proxy_ca_pem(&self) -> String {
-        self.front_proxy().ca.cert_pem.clone()
+        self.front_proxy().ca.pem.clone()
     }
 
     /// How many front-proxy CAs there have been (1 before any rotation).
@@ -237,7 +205,7 @@ impl Trust {
 
     /// The trust ConfigMap's `data` (docs/wire.md, "Trust material").
     pub(crate) fn config_map_data(&self) -> BTreeMap<String, String> {
-        Self::data(&self.client_ca_pem, &self.front_proxy().ca.cert_pem)
+        Self::data(&self.client_ca_pem, &self.front_proxy().ca.pem)
     }
 
     /// Publishes the trust ConfigMap into `cluster` (ADDED the first time, MODIFIED after);
@@ -258,7 +226,7 @@ impl Trust {
         let mut front_proxy = self.front_proxy();
         let fresh = FrontProxy::create(&self.dir, front_proxy.generation + 1)?;
         *front_proxy = fresh;
-        let data = Self::data(&self.client_ca_pem, &front_proxy.ca.cert_pem);
+        let data = Self::data(&self.client_ca_pem, &front_proxy.ca.pem);
         let rv = cluster.put_config_map(CONFIG_MAP_NAMESPACE, CONFIG_MAP_NAME, data, super::cluster::now());
         tracing::info!(generation = front_proxy.generation, resource_version = rv, "front-proxy CA rotated");
         Ok(rv)

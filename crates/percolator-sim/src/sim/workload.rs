@@ -142,6 +142,17 @@ pub(super) struct SimNode {
     pub housekeeping_phase_ms: u64,
 }
 
+/// The zones of the simulated cluster, a node each in turn (`node-i` in `ZONES[i % 3]`), as
+/// (region, zone): two zones of one region and one of another, as a cloud's nodes are labelled.
+pub(crate) const ZONES: [(&str, &str); 3] = [("sim-1", "sim-1a"), ("sim-1", "sim-1b"), ("sim-2", "sim-2a")];
+
+impl SimNode {
+    /// Its `topology.kubernetes.io/region` and `topology.kubernetes.io/zone` labels.
+    pub(crate) fn topology(&self) -> (&'static str, &'static str) {
+        ZONES[self.index as usize % ZONES.len()]
+    }
+}
+
 /// A container of a pod, with its constant usage.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct SimContainer {

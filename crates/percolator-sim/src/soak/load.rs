@@ -234,52 +234,32 @@ pub(super) async fn periodic(client: reqwest::Client, run: Run, targets: Vec<Tar
     while tasks.join_next().await.is_some() {}
 }
 
-/// Makes the serving CA, a serving pair signed by it, and the front proxy's CA and client pair.
+/// Makes the serving CA, a serving pair signed by it, and the front proxy's CA and client pair
+/// (with the simulator's [`crate::pki`]).
 pub(super) mod pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-        KeyUsagePurpose,
-    };
+    use rcgen::ExtendedKeyUsagePurpose;
+
+    use crate::pki::{Ca, PkiError, not_a_ca};
 
     use super::super::{Result, SoakError};
 
-    /// A CA: its PEM and what signs with it.
-    pub(crate) struct Ca {
-        pub pem: String,
-        issuer: Issuer<'static, KeyPair>,
-    }
-
-    fn failed(e: rcgen::Error) -> SoakError {
+    fn failed(e: PkiError) -> SoakError {
         SoakError::Setup(format!("certificate: {e}"))
     }
 
     /// A new CA named `cn`.
     pub(crate) fn ca(cn: &str) -> Result<Ca> {
-        let key = KeyPair::generate().map_err(failed)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        let cert = params.self_signed(&key).map_err(failed)?;
-        Ok(Ca { pem: cert.pem(), issuer: Issuer::new(params, key) })
+        Ca::new(cn).map_err(failed)
     }
 
     /// A leaf signed by `ca`: for `127.0.0.1` (serving) or with CN `cn` (client); (cert, key) PEM.
     pub(crate) fn leaf(ca: &Ca, cn: &str, serving: bool) -> Result<(String, String)> {
-        let key = KeyPair::generate().map_err(failed)?;
-        let names = if serving { vec!["127.0.0.1".to_owned(), "localhost".to_owned()] } else { vec![] };
-        let mut params = CertificateParams::new(names).map_err(failed)?;
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.is_ca = IsCa::ExplicitNoCa;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = vec![if serving {
-            ExtendedKeyUsagePurpose::ServerAuth
+        let (names, usage) = if serving {
+            (vec!["127.0.0.1".to_owned(), "localhost".to_owned()], ExtendedKeyUsagePurpose::ServerAuth)
         } else {
-            ExtendedKeyUsagePurpose::ClientAuth
-        }];
-        params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, &ca.issuer).map_err(failed)?;
-        Ok((cert.pem(), key.serialize_pem()))
+            (vec![], ExtendedKeyUsagePurpose::ClientAuth)
+        };
+        let leaf = ca.leaf(cn, names, usage, not_a_ca).map_err(failed)?;
+        Ok((leaf.pem, leaf.key_pem))
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use moka::future::Cache;
 
-use crate::kinds::Listing;
+use crate::kind::Listing;
 
 /// Bytes of rendered answers kept at most, all kinds together.
 const MAX_BYTES: u64 = 64 << 20;

@@ -1,11 +1,11 @@
-//! A Prometheus series' labels, packed: every name and value in one string and where each
-//! ends in one slice, two allocations however many labels there are.
+//! A label set, packed: every name and value in one string and where each ends in one slice,
+//! two allocations however many labels there are, read from a JSON object of strings (a time
+//! series' labels in a metrics backend's answer) without a string per label.
 //!
 //! An answer for 10,000 pods has 10,000 series; as a `HashMap<String, String>` each cost a
-//! table and two strings per label (five or six small allocations for `namespace` and `pod`),
-//! all short-lived, a burst of 100,000 small blocks per query among the allocator's
-//! longer-lived ones (RELIABILITY.md, "Soak"). A series has a handful of labels, so a lookup
-//! is a scan of them.
+//! table and two strings per label (five or six small allocations for two labels), all
+//! short-lived, a burst of 100,000 small blocks per query among the allocator's longer-lived
+//! ones. A series has a handful of labels, so a lookup is a scan of them.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -106,7 +106,7 @@ impl fmt::Debug for SeriesLabels {
 }
 
 /// A JSON string, borrowed from the answer unless it has escapes.
-pub(crate) struct JsonStr<'de>(pub(crate) Cow<'de, str>);
+pub struct JsonStr<'de>(pub Cow<'de, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -131,7 +131,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
 }
 
 impl<'de> Deserialize<'de> for SeriesLabels {
-    /// A JSON object of strings (a series' `metric`), packed without a string per label.
+    /// A JSON object of strings, packed without a string per label.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct LabelsVisitor;
         impl<'de> Visitor<'de> for LabelsVisitor {
@@ -140,7 +140,7 @@ impl<'de> Deserialize<'de> for SeriesLabels {
                 f.write_str("a map of label names to values")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                // Prometheus sends a series' labels sorted by name; packed as they come then,
+                // Backends send a series' labels sorted by name; packed as they come then,
                 // else sorted first.
                 let mut labels: Vec<(JsonStr<'de>, JsonStr<'de>)> =
                     Vec::with_capacity(map.size_hint().unwrap_or(4).min(32));

@@ -20,7 +20,6 @@ use kube::core::Selector;
 use serde_json::{Value, json};
 
 use super::testutil::{FakeWorkloads, MkProm, Reply, call_with, mk_defaults, mk_prom, mk_sample};
-use crate::api::{ApiState, router};
 use crate::config::LiveConfig;
 use crate::kinds::testkit::{FakeInventory, mk_pod};
 use crate::metrics::custom::CustomMetrics;
@@ -28,6 +27,7 @@ use crate::sources::PromError;
 use crate::sources::workloads::{PodSelection, Workload};
 use apiserver::CacheSettings;
 use apiserver::Metrics;
+use apiserver::{ApiState, router};
 use test_support::all_at_once;
 
 const V2: &str = "/apis/custom.metrics.k8s.io/v1beta2";
@@ -60,7 +60,11 @@ fn mk_app(prom: Arc<MkProm>, workloads: Arc<FakeWorkloads>) -> Router {
         LiveConfig::fixed(mk_defaults(), None),
         &CacheSettings::new(Duration::from_secs(60), metrics.clone()),
     );
-    router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(custom)))
+    router(
+        ApiState::new(Vec::new(), Arc::new(|| true), metrics)
+            .with_server_info(crate::kinds::server_info())
+            .with_group(Arc::new(custom)),
+    )
 }
 
 fn mk_workloads() -> Arc<FakeWorkloads> {
@@ -264,7 +268,11 @@ async fn aggregate_avg_and_max_follow_the_configuration() {
         LiveConfig::fixed(file, None),
         &CacheSettings::new(Duration::from_secs(60), metrics.clone()),
     );
-    let app = router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(custom)));
+    let app = router(
+        ApiState::new(Vec::new(), Arc::new(|| true), metrics)
+            .with_server_info(crate::kinds::server_info())
+            .with_group(Arc::new(custom)),
+    );
     let value = |metric: &'static str| {
         let app = app.clone();
         async move {

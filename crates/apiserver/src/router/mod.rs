@@ -19,10 +19,30 @@
 //! URI, so no extractor can answer with a plain-text rejection. Handlers never name a concrete
 //! kind.
 
-pub(crate) mod discovery;
-pub(crate) mod openapi;
-pub(crate) mod render;
+//! The request chain and the dispatch of every endpoint of a read-only aggregated API server,
+//! generic over [`ServedKind`]s and [`GroupService`]s. [`router`] serves:
+//!
+//! - discovery: `/api`, `/apis` (legacy and aggregated v2/v2beta1), `/apis/<g>`, `/apis/<g>/<v>`,
+//!   `/version` ([`crate::discovery`]);
+//! - OpenAPI: `/openapi/v2`, `/openapi/v3`, `/openapi/v3/apis/<g>/<v>` ([`crate::openapi`]);
+//! - health: `/healthz`, `/livez` (always `ok`), `/readyz` (`ok` once ready), and each
+//!   check alone: `/healthz/ping`, `/livez/ping`, `/readyz/<check>`;
+//! - own metrics: `/metrics` (the [`Metrics`] registry; every request is counted there by
+//!   resource or route template, verb and code);
+//! - resources, for every served kind: `GET /apis/<g>/<v>/<plural>`,
+//!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>` and
+//!   `GET /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>` (`labelSelector`, `fieldSelector`,
+//!   JSON / Table / PartialObjectMetadata by `Accept`); `watch` and every write verb are a 405;
+//! - with [`ApiState::with_group`], everything under `/apis/<group>/` of that group's
+//!   [`GroupService`] (an API group served by its own code, e.g. `external.metrics.k8s.io`),
+//!   whose discovery may follow a reloadable configuration.
+//!
+//! Every error is a `metav1.Status`; paths and queries are parsed here from the raw URI, so no
+//! extractor can answer with a plain-text rejection. Handlers never name a concrete kind.
+
 mod selections;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -37,31 +57,50 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use http::{HeaderValue, Method, StatusCode, header};
 
-use crate::kinds::registry::{KindSet, LiveKinds};
-use crate::kinds::{ComputeError, Item, Listing, ServedKind};
-use apiserver::serve::fairness::{self, ConnectionSlots};
-use apiserver::serve::guard::{self, ExemptPaths, Guard};
-use apiserver::{LatencyLabels, Metrics, RequestLabels};
-use discovery::{Discovery, LiveDiscovery};
-use k8s_wire::{DynamicGroupVersions, GroupService, GroupVersionResources};
+use crate::StatusResponse;
+use crate::discovery::{self, Discovery, DynamicGroupVersions, LiveDiscovery, ServerInfo};
+use crate::kind::{ComputeError, Item, KindSet, Listing, LiveKinds, ServedKind};
+use crate::openapi::{LiveOpenApi, OpenApi};
+use crate::render::{self, IncludeObject, RenderContext, render_list, render_object};
+use crate::serve::App;
+use crate::serve::fairness::{self, ConnectionSlots};
+use crate::serve::guard::{self, ExemptPaths, Guard};
+use crate::{LatencyLabels, Metrics, RequestLabels};
+use k8s_wire::GroupVersionResources;
+use k8s_wire::{ApiError, GroupResource};
 use k8s_wire::{Endpoint, Representation, negotiate_headers};
 use k8s_wire::{FIELD_NAMESPACE, FieldSelector, LabelSelector};
 use k8s_wire::{ParsedRequest, QueryParams, RequestInfo};
-
-use k8s_wire::{ApiError, GroupResource};
 use k8s_wire::{is_dns1123_label, is_dns1123_subdomain};
-use openapi::{LiveOpenApi, OpenApi};
-use render::{IncludeObject, RenderContext, render_list, render_object};
 
-/// Seconds a client is asked to wait while the inventory is not synced. client-go retries a
-/// 503 with `Retry-After` up to 10 times, so `kubectl` waits out a short startup instead of
-/// failing.
-pub(crate) const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
+/// An API group served by its own code beside the kinds (`external.metrics.k8s.io`,
+/// `custom.metrics.k8s.io`): the router hands it every request under `/apis/<group>/`, and
+/// discovery lists its group-versions.
+pub trait GroupService: DynamicGroupVersions {
+    /// The API group it owns.
+    fn group(&self) -> &'static str;
+    /// The `resource` label of the request metrics for `info` when it names something served
+    /// (a bounded set, unlike arbitrary paths); `None` otherwise.
+    fn metric_resource(&self, info: &RequestInfo) -> Option<String>;
+    /// Answers a request under `/apis/<group>/` (parsed once on arrival).
+    fn serve<'a>(
+        &'a self,
+        request: &'a ParsedRequest,
+        method: &'a http::Method,
+        headers: &'a http::HeaderMap,
+    ) -> BoxFuture<'a, Response>;
+}
 
-/// Readiness probe: whether the server's inputs (the inventory) are synced.
-pub(crate) type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Seconds a client is asked to wait while a kind is not ready ([`ComputeError::NotReady`]).
+/// client-go retries a 503 with `Retry-After` up to 10 times, so `kubectl` waits out a short
+/// startup instead of failing.
+pub const NOT_READY_RETRY_AFTER_SECONDS: u32 = 1;
+
+/// A readiness check: whether what it watches is ready (an inventory synced).
+pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Shared state of the router: the kinds and every precomputed document.
 #[derive(Clone)]
@@ -72,7 +111,8 @@ pub struct ApiState {
     openapi: Arc<LiveOpenApi>,
     ready: ReadyFn,
     metrics: Arc<Metrics>,
-    auth: Option<Arc<apiserver::Auth>>,
+    server: Arc<ServerInfo>,
+    auth: Option<Arc<crate::Auth>>,
     groups: Vec<Arc<dyn GroupService>>,
     guard: Arc<Guard>,
     shutting_down: Arc<AtomicBool>,
@@ -88,13 +128,15 @@ impl fmt::Debug for ApiState {
 }
 
 impl ApiState {
-    /// Serves `kinds` (a fixed list, or [`LiveKinds`] that follow the configuration), with
-    /// discovery and OpenAPI precomputed for the kinds in force; `ready` answers `/readyz`,
-    /// `metrics` counts requests and is served on `/metrics`.
+    /// Serves `kinds` (a fixed list, or [`LiveKinds`] that follow a configuration), with
+    /// discovery and OpenAPI precomputed for the kinds in force; `ready` is the `/readyz` check
+    /// `informer-sync` (the server's inputs are synced), `metrics` counts requests and is served
+    /// on `/metrics`.
     pub fn new(kinds: impl Into<LiveKinds>, ready: ReadyFn, metrics: Arc<Metrics>) -> Self {
         let kinds = Arc::new(kinds.into());
-        let discovery = Arc::new(LiveDiscovery::new(kinds.clone(), Vec::new(), Vec::new()));
-        let openapi = Arc::new(LiveOpenApi::new(kinds.clone()));
+        let server = Arc::new(ServerInfo::default());
+        let discovery = Arc::new(LiveDiscovery::new(server.clone(), kinds.clone(), Vec::new(), Vec::new()));
+        let openapi = Arc::new(LiveOpenApi::new(server.clone(), kinds.clone()));
         Self {
             kinds,
             extra: Vec::new(),
@@ -102,6 +144,7 @@ impl ApiState {
             openapi,
             ready,
             metrics,
+            server,
             auth: None,
             groups: Vec::new(),
             guard: Arc::new(Guard::default()),
@@ -111,9 +154,18 @@ impl ApiState {
         }
     }
 
-    /// Adds a check `name` to `/readyz` (e.g. the first kubelet samples): readiness fails
-    /// while it does.
-    pub(crate) fn with_readiness_check(mut self, name: &'static str, check: ReadyFn) -> Self {
+    /// Names the server in its documents (the OpenAPI title, `/version`) and gives it its own
+    /// group-version ([`ServerInfo`]).
+    pub fn with_server_info(mut self, server: ServerInfo) -> Self {
+        self.server = Arc::new(server);
+        self.openapi = Arc::new(LiveOpenApi::new(self.server.clone(), self.kinds.clone()));
+        self.rebuild_discovery();
+        self
+    }
+
+    /// Adds a check `name` to `/readyz` (e.g. the first samples of an upstream): readiness
+    /// fails while it does.
+    pub fn with_readiness_check(mut self, name: &'static str, check: ReadyFn) -> Self {
         self.checks.push((name, check));
         self
     }
@@ -136,7 +188,7 @@ impl ApiState {
 
     /// Authenticates and authorizes every request with `auth` (delegated to the cluster).
     /// Without it every request is served, which only tests should do.
-    pub fn with_auth(mut self, auth: Arc<apiserver::Auth>) -> Self {
+    pub fn with_auth(mut self, auth: Arc<crate::Auth>) -> Self {
         self.auth = Some(auth);
         self
     }
@@ -159,7 +211,12 @@ impl ApiState {
 
     fn rebuild_discovery(&mut self) {
         let dynamic = self.groups.iter().map(|g| g.clone() as Arc<dyn DynamicGroupVersions>).collect();
-        self.discovery = Arc::new(LiveDiscovery::new(self.kinds.clone(), self.extra.clone(), dynamic));
+        self.discovery = Arc::new(LiveDiscovery::new(
+            self.server.clone(),
+            self.kinds.clone(),
+            self.extra.clone(),
+            dynamic,
+        ));
     }
 
     /// The kinds in force.
@@ -187,10 +244,10 @@ impl ApiState {
 
     /// The paths exempt from the in-flight limit: health and its checks, and the discovery
     /// and OpenAPI documents of every group-version served. The group-versions are fixed once
-    /// the state is built: a configuration reload changes the kinds and metrics within them
-    /// (declared kinds are always of the stats group), never the set.
+    /// the state is built: a reload may change the kinds and resources within them, never the
+    /// set.
     pub fn exempt_paths(&self) -> ExemptPaths {
-        let mut served = discovery::kinds_group_versions(self.kinds.current().kinds());
+        let mut served = discovery::kinds_group_versions(self.server.home, self.kinds.current().kinds());
         served.extend(self.extra.iter().cloned());
         for group in &self.groups {
             served.extend(group.group_versions().1);
@@ -205,9 +262,15 @@ impl ApiState {
 /// path itself, so unknown paths get a 404 `Status` (and no route table is matched per
 /// request). Every request goes through [`handle`]'s chain; its guard exempts exactly
 /// [`ApiState::exempt_paths`].
-pub fn router(mut state: ApiState) -> Router {
+pub fn router(state: ApiState) -> Router {
+    app(state).router()
+}
+
+/// The [`App`] of `state`: its [`router`], shutdown flag and metrics.
+pub fn app(mut state: ApiState) -> App {
     state.guard = Arc::new(state.guard.with_exempt(state.exempt_paths()));
-    Router::new().fallback(handle).with_state(Arc::new(state))
+    let (shutting_down, metrics) = (state.shutting_down.clone(), state.metrics.clone());
+    App::new(Router::new().fallback(handle).with_state(Arc::new(state)), shutting_down, metrics)
 }
 
 /// Decrements the in-flight gauge even when the request future is dropped.
@@ -227,7 +290,7 @@ impl Drop for InFlight<'_> {
 ///    connection or the process down; count and time every request by resource (or route
 ///    template), verb and code — refused requests included;
 /// 2. the limits ([`guard`]): sizes, deadline, in-flight limit, before any webhook is called;
-/// 3. authentication and authorization ([`apiserver::admit`]), when configured;
+/// 3. authentication and authorization ([`crate::admit`]), when configured;
 /// 4. [`dispatch`].
 async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Response {
     // The request is parsed once, here; authentication, authorization, dispatch and the
@@ -268,7 +331,7 @@ async fn handle(State(state): State<Arc<ApiState>>, mut request: Request) -> Res
         }
         let response = guard::within_deadline(admission.timeout, uri.path(), async {
             if let Some(auth) = &state.auth
-                && let Err(response) = apiserver::admit(auth, &mut request).await
+                && let Err(response) = crate::admit(auth, &mut request).await
             {
                 return response;
             }
@@ -614,11 +677,11 @@ fn resolve(state: &ApiState, info: &RequestInfo, segments: &[&str]) -> Result<Ta
 async fn compute(kind: &Arc<dyn ServedKind>, namespace: Option<&str>) -> Result<Arc<Listing>, ApiError> {
     match AssertUnwindSafe(kind.list(namespace)).catch_unwind().await {
         Ok(Ok(listing)) => Ok(listing),
-        Ok(Err(ComputeError::NotReady)) => Err(ApiError::ServiceUnavailable {
-            message: ComputeError::NotReady.to_string(),
+        Ok(Err(ComputeError::NotReady(message))) => Err(ApiError::ServiceUnavailable {
+            message: message.into_owned(),
             retry_after: Some(NOT_READY_RETRY_AFTER_SECONDS),
         }),
-        Ok(Err(error @ ComputeError::Query(_))) => {
+        Ok(Err(ComputeError::Upstream(error))) => {
             Err(ApiError::Internal(format!("computing {}: {error}", kind.info().plural)))
         }
         Err(_) => Err(ApiError::Internal(format!("computing {} panicked", kind.info().plural))),
@@ -789,14 +852,3 @@ pub(crate) fn warning_header(text: &str) -> Option<HeaderValue> {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod custom_tests;
-#[cfg(test)]
-mod external_tests;
-
-#[cfg(test)]
-mod testutil;
-
-#[cfg(test)]
-mod fuzz_tests;

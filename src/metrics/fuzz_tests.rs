@@ -18,13 +18,13 @@ use tower::ServiceExt;
 use super::testutil::{
     Behavior, FakeKind, FakeWorkloads, GADGET, WIDGET, mk_defaults, mk_item, mk_prom, mk_sample,
 };
-use super::{ApiState, router};
 use crate::config::LiveConfig;
 use crate::kinds::{KindInfo, Kinds};
 use crate::metrics::custom::CustomMetrics;
 use crate::metrics::external::ExternalMetrics;
 use apiserver::CacheSettings;
 use apiserver::Metrics;
+use apiserver::{ApiState, router};
 use test_support::fuzz::{check_promql_literals, method, path, query, run, text};
 
 /// A fake kind with the names the path strategy favours (`w1`, `w2`) and a warning that needs
@@ -113,6 +113,7 @@ fn router_answers_client_faults_with_4xx_and_sends_only_well_formed_promql() {
             &cache,
         );
         let state = ApiState::new(kinds, Arc::new(|| true), metrics)
+            .with_server_info(crate::kinds::server_info())
             .with_group(Arc::new(external))
             .with_group(Arc::new(custom));
         router(state)

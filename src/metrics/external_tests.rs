@@ -11,13 +11,13 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use super::testutil::{MkProm, Reply, call_with, mk_check, mk_defaults, mk_prom, mk_sample};
-use crate::api::{ApiState, router};
 use crate::config::{ExternalMetricConfig, LiveConfig, QueryFile};
 use crate::metrics::external::*;
 use crate::sources::PromError;
 use crate::sources::prometheus::Template;
 use apiserver::CacheSettings;
 use apiserver::Metrics;
+use apiserver::{ApiState, router};
 use k8s_wire::ApiError;
 use k8s_wire::LabelSelector;
 use test_support::all_at_once;
@@ -30,7 +30,11 @@ const BREWS: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/cafe_
 fn mk_app_with(prom: Arc<MkProm>, config: Arc<LiveConfig<Template>>, ttl: Duration) -> Router {
     let metrics = Metrics::new(crate::METRICS_NAMESPACE);
     let external = ExternalMetrics::new(prom, config, &CacheSettings::new(ttl, metrics.clone()));
-    router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(external)))
+    router(
+        ApiState::new(Vec::new(), Arc::new(|| true), metrics)
+            .with_server_info(crate::kinds::server_info())
+            .with_group(Arc::new(external)),
+    )
 }
 
 fn mk_app(prom: Arc<MkProm>) -> Router {
@@ -437,7 +441,10 @@ async fn discovery_lists_one_resource_per_metric() {
 
 #[tokio::test]
 async fn without_the_flag_nothing_is_served_or_advertised() {
-    let app = router(ApiState::new(Vec::new(), Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE)));
+    let app = router(
+        ApiState::new(Vec::new(), Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE))
+            .with_server_info(crate::kinds::server_info()),
+    );
     let groups = get(&app, "/apis").await.json();
     assert_eq!(groups["groups"].as_array().unwrap().len(), 1, "{groups}");
     let v2 = call(&app, "GET", "/apis", Some(V2_ACCEPT)).await.json();
@@ -541,7 +548,11 @@ async fn mk_adapter_app(yaml: &str) -> (Arc<MkProm>, Router) {
         &CacheSettings::new(Duration::from_secs(60), metrics.clone()),
     )
     .with_adapter(adapter);
-    let app = router(ApiState::new(Vec::new(), Arc::new(|| true), metrics).with_group(Arc::new(external)));
+    let app = router(
+        ApiState::new(Vec::new(), Arc::new(|| true), metrics)
+            .with_server_info(crate::kinds::server_info())
+            .with_group(Arc::new(external)),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     (prom, app)
 }

@@ -17,7 +17,7 @@
 //! objects themselves are one allocation per listing ([`Items`]), not one each: a namespace's
 //! view is a range of them, shared. What a listing keeps lives as long as the cached listing,
 //! allocated among its refresh's short-lived blocks; the fewer such blocks, the fewer of the
-//! allocator's pages they hold (RELIABILITY.md, "Soak").
+//! allocator's pages they hold.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -547,7 +547,7 @@ const MAX_CHUNK: usize = 256 * 1024;
 /// Writes a [`Listing`]'s objects straight into its `<Kind>List` JSON (module documentation),
 /// in chunks: the buffer never grows by copying, so computing a listing takes its size once,
 /// not up to three times.
-pub(crate) struct ListingBuilder {
+pub struct ListingBuilder {
     resource_version: String,
     prefixes: TypeMetaPrefixes,
     head: Bytes,
@@ -576,7 +576,7 @@ impl std::fmt::Debug for ListingBuilder {
 
 impl ListingBuilder {
     /// A listing of `info`'s objects at `resource_version` (empty: none in the list).
-    pub(crate) fn new(info: &KindInfo, resource_version: String) -> Self {
+    pub fn new(info: &KindInfo, resource_version: String) -> Self {
         let mut head = Vec::with_capacity(160);
         push_list_head(&mut head, info, &resource_version);
         Self {
@@ -595,14 +595,14 @@ impl ListingBuilder {
 
     /// Room for `additional` more objects (when their number is known, the list of them is not
     /// grown by copying).
-    pub(crate) fn reserve(&mut self, additional: usize) {
+    pub fn reserve(&mut self, additional: usize) {
         self.items.reserve_exact(additional);
     }
 
     /// Adds an object: `object` serialized (with its `kind` and `apiVersion`) straight into
     /// the list, with its metadata (`object` borrows it, so it is shared here) and its Table
     /// cells.
-    pub(crate) fn push<T: Serialize>(&mut self, meta: &Meta, object: &T, cells: &[Cell]) {
+    pub fn push<T: Serialize>(&mut self, meta: &Meta, object: &T, cells: &[Cell]) {
         self.scratch.clear();
         let type_meta = write_object(&mut self.scratch, object, &self.prefixes);
         self.cells_scratch.clear();
@@ -651,7 +651,7 @@ impl ListingBuilder {
     }
 
     /// The listing, with `warnings`.
-    pub(crate) fn finish(mut self, warnings: Vec<String>) -> Listing {
+    pub fn finish(mut self, warnings: Vec<String>) -> Listing {
         if !self.sorted {
             self.reorder();
         }
@@ -699,11 +699,11 @@ impl ListingBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::{GroupVersion, Text, Texts};
+    use crate::kind::{GroupVersion, Text, Texts};
     use serde_json::json;
 
     static TYPED: std::sync::LazyLock<KindInfo> =
-        std::sync::LazyLock::new(|| KindInfo::new("Widget", true, "Widgets."));
+        std::sync::LazyLock::new(|| KindInfo::new(crate::kind::tests::EXAMPLE, "Widget", true, "Widgets."));
 
     static UNTYPED: KindInfo = KindInfo {
         gv: GroupVersion {
@@ -753,10 +753,10 @@ mod tests {
         let parts = listing.rendered_list.get().unwrap().clone().into_parts();
         assert_eq!(parts.len(), 3, "head, one chunk of items, tail");
         let want = concat!(
-            r#"{"kind":"WidgetList","apiVersion":"stats.une-tasse-de.cafe/v1alpha1","metadata":{"resourceVersion":"42"},"items":["#,
-            r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"Widget","metadata":{"name":"x","namespace":"a"},"n":1},"#,
-            r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"Widget","metadata":{"name":"y","namespace":"b"},"n":1},"#,
-            r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"Widget","metadata":{"name":"zz","namespace":"b"},"n":2}]}"#,
+            r#"{"kind":"WidgetList","apiVersion":"stats.example.com/v1alpha1","metadata":{"resourceVersion":"42"},"items":["#,
+            r#"{"apiVersion":"stats.example.com/v1alpha1","kind":"Widget","metadata":{"name":"x","namespace":"a"},"n":1},"#,
+            r#"{"apiVersion":"stats.example.com/v1alpha1","kind":"Widget","metadata":{"name":"y","namespace":"b"},"n":1},"#,
+            r#"{"apiVersion":"stats.example.com/v1alpha1","kind":"Widget","metadata":{"name":"zz","namespace":"b"},"n":2}]}"#,
         );
         assert_eq!(text(&body), want);
         assert_eq!(listing.warnings, ["a warning"]);
@@ -768,7 +768,7 @@ mod tests {
         }
         assert_eq!(
             text(listing.items[2].list_json()),
-            r#"{"apiVersion":"stats.une-tasse-de.cafe/v1alpha1","kind":"Widget","metadata":{"name":"zz","namespace":"b"},"n":2}"#
+            r#"{"apiVersion":"stats.example.com/v1alpha1","kind":"Widget","metadata":{"name":"zz","namespace":"b"},"n":2}"#
         );
         // 104 bytes, in the listing's one allocation of objects: none per object.
         assert_eq!(std::mem::size_of::<Item>(), 104);
@@ -781,7 +781,7 @@ mod tests {
         assert_eq!(views.iter().map(|(ns, _)| &**ns).collect::<Vec<_>>(), ["a", "b", "c"]);
         let b = &views[1].1;
         let body = b.rendered_list.get().expect("set when the view is taken").clone();
-        let head = r#"{"kind":"WidgetList","apiVersion":"stats.une-tasse-de.cafe/v1alpha1","metadata":{"resourceVersion":"42"},"items":["#;
+        let head = r#"{"kind":"WidgetList","apiVersion":"stats.example.com/v1alpha1","metadata":{"resourceVersion":"42"},"items":["#;
         let items = [b.items[0].list_json(), b.items[1].list_json()].join(&b',');
         assert_eq!(text(&body.to_bytes()), format!("{head}{}]}}", text(&items)));
         // Every part is a slice of the listing's: nothing was copied.

@@ -15,22 +15,25 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::{Column, ComputeError, KindInfo, Listing, ServedKind};
-use crate::config::LiveConfig;
-use crate::sources::prometheus::Template;
-use apiserver::{CacheSettings, TtlCache};
+use crate::{CacheSettings, TtlCache};
 
 /// Entries kept at most (one per namespace plus the all-namespaces entry).
 const MAX_ENTRIES: u64 = 10_000;
 
 /// Keyed by configuration generation too: a reloaded configuration never serves results
-/// computed with the old queries.
+/// computed with the old one.
 type Key = (u64, Option<Arc<str>>);
 
+/// The generation of what a kind is computed from (a configuration that is reloaded): part of
+/// every cache key, so a new generation never serves results of an old one. `|| 0` for a kind
+/// whose inputs never change.
+pub type Generation = Arc<dyn Fn() -> u64 + Send + Sync>;
+
 /// A [`ServedKind`] whose lists are cached for the TTL.
-pub(crate) struct CachedKind {
+pub struct CachedKind {
     inner: Arc<dyn ServedKind>,
     cache: TtlCache<Key, Arc<Listing>>,
-    config: Arc<LiveConfig<Template>>,
+    generation: Generation,
 }
 
 impl std::fmt::Debug for CachedKind {
@@ -40,15 +43,11 @@ impl std::fmt::Debug for CachedKind {
 }
 
 impl CachedKind {
-    /// Wraps `inner` with a cache built from `settings`; the configuration generation (of
-    /// `config`) is part of every key.
-    pub(crate) fn new(
-        inner: Arc<dyn ServedKind>,
-        settings: &CacheSettings,
-        config: Arc<LiveConfig<Template>>,
-    ) -> Self {
+    /// Wraps `inner` with a cache built from `settings` (named by the kind's plural); the
+    /// `generation` is part of every key.
+    pub fn new(inner: Arc<dyn ServedKind>, settings: &CacheSettings, generation: Generation) -> Self {
         let cache = TtlCache::new(inner.info().plural.clone(), settings, MAX_ENTRIES);
-        Self { inner, cache, config }
+        Self { inner, cache, generation }
     }
 
     /// The listing of `key`, cached or computed, and whether this call computed it.
@@ -83,7 +82,7 @@ impl ServedKind for CachedKind {
 
     fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
         Box::pin(async move {
-            let generation = self.config.current().generation;
+            let generation = (self.generation)();
             let Some(namespace) = namespace.filter(|_| self.inner.info().namespaced) else {
                 let (all, expires_at, computed) = self.compute((generation, None)).await?;
                 if computed && self.inner.info().namespaced {
@@ -108,7 +107,7 @@ impl ServedKind for CachedKind {
 
     fn cached<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Option<Arc<Listing>>> {
         Box::pin(async move {
-            let generation = self.config.current().generation;
+            let generation = (self.generation)();
             let namespace = namespace.filter(|_| self.inner.info().namespaced);
             let (listing, _) = self.cache.peek(&(generation, namespace.map(Arc::from))).await?;
             self.cache.count(true);
@@ -120,20 +119,20 @@ impl ServedKind for CachedKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apiserver::Metrics;
+    use crate::Metrics;
     use std::sync::LazyLock;
     use std::time::Duration;
     use test_support::all_at_once;
 
-    static INFO: LazyLock<KindInfo> = LazyLock::new(|| KindInfo::new("Thing", true, "test"));
+    static INFO: LazyLock<KindInfo> =
+        LazyLock::new(|| KindInfo::new(crate::kind::tests::EXAMPLE, "Thing", true, "test"));
 
     #[tokio::test]
     async fn concurrent_misses_share_one_computation_and_expire() {
         let pods = Pods::new(Duration::from_millis(50));
-        let metrics = Metrics::new(crate::METRICS_NAMESPACE);
-        let config = LiveConfig::fixed(Default::default(), None);
+        let metrics = Metrics::new("example");
         let settings = CacheSettings::new(Duration::from_millis(300), metrics.clone());
-        let cached = Arc::new(CachedKind::new(pods.clone(), &settings, config));
+        let cached = Arc::new(CachedKind::new(pods.clone(), &settings, Arc::new(|| 0)));
         let lists = all_at_once(50, |_| {
             let cached = cached.clone();
             async move { cached.list(Some("shop")).await.map(|_| ()) }
@@ -166,12 +165,8 @@ mod tests {
     /// [`Pods`] computed at once, cached for `ttl`.
     fn instant_pods(ttl: Duration) -> (Arc<Pods>, CachedKind) {
         let pods = Pods::new(Duration::ZERO);
-        let config = LiveConfig::fixed(Default::default(), None);
-        let cached = CachedKind::new(
-            pods.clone(),
-            &CacheSettings::new(ttl, Metrics::new(crate::METRICS_NAMESPACE)),
-            config,
-        );
+        let cached =
+            CachedKind::new(pods.clone(), &CacheSettings::new(ttl, Metrics::new("example")), Arc::new(|| 0));
         (pods, cached)
     }
 
@@ -217,12 +212,12 @@ mod tests {
                     .into_iter()
                     .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
                     .map(|(ns, name)| {
-                        let meta = crate::kinds::Meta {
+                        let meta = crate::kind::Meta {
                             name: name.into(),
                             namespace: ns.into(),
                             ..Default::default()
                         };
-                        crate::kinds::Item::new(&INFO, meta, &serde_json::json!({"name": name}), &[])
+                        crate::kind::Item::new(&INFO, meta, &serde_json::json!({"name": name}), &[])
                     })
                     .collect();
                 Ok(Arc::new(Listing { items, resource_version: "7".into(), ..Listing::default() }))

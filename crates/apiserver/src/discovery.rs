@@ -10,10 +10,10 @@
 //! - `GET /version`: `version.Info`.
 //!
 //! Built from the served kinds plus extra group-versions (e.g. `external.metrics.k8s.io`).
-//! [`LiveDiscovery`] holds the documents in force: when the configuration changes the declared
-//! kinds or the resources of a [`DynamicGroupVersions`], they are rebuilt and swapped (with new
-//! ETags).
+//! The documents in force are rebuilt and swapped (with new ETags) when the kinds or the
+//! resources of a [`DynamicGroupVersions`] change.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -22,17 +22,65 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::kinds::registry::LiveKinds;
-use crate::kinds::{GroupVersion, STATS, ServedKind};
+use crate::StatusResponse;
+use crate::kind::LiveKinds;
+use crate::kind::{GroupVersion, ServedKind};
 use k8s_wire::ApiError;
-use k8s_wire::{DiscoveryResource, DynamicGroupVersions, GroupVersionResources};
+use k8s_wire::{DiscoveryResource, GroupVersionResources};
 use k8s_wire::{Endpoint, Representation, negotiate_headers};
 
-/// The group-versions of the served kinds (`stats.une-tasse-de.cafe/v1alpha1` first, then
-/// any other the kinds name, in the order they first appear), each with one read-only (`get`,
-/// `list`) resource per kind.
-pub(crate) fn kinds_group_versions(kinds: &[Arc<dyn ServedKind>]) -> Vec<GroupVersionResources> {
-    let mut gvs = vec![STATS];
+/// Who the server is, as its documents say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `info.title` of the OpenAPI documents.
+    pub title: Cow<'static, str>,
+    /// Its version, `MAJOR.MINOR.PATCH`: `/version` (`gitVersion` is `v` + it) and the
+    /// `info.version` of the OpenAPI v2 document.
+    pub version: Cow<'static, str>,
+    /// The server's own group-version: listed first in discovery even while no kind of it is
+    /// served (declared kinds may come later), and the OpenAPI v3 document of a server that
+    /// serves no kind.
+    pub home: Option<GroupVersion>,
+}
+
+impl ServerInfo {
+    /// `title` at `version` (`env!("CARGO_PKG_VERSION")`), without a home group-version.
+    pub fn new(title: impl Into<Cow<'static, str>>, version: impl Into<Cow<'static, str>>) -> Self {
+        Self { title: title.into(), version: version.into(), home: None }
+    }
+
+    /// The same, with `home` as its own group-version.
+    pub fn with_home(self, home: GroupVersion) -> Self {
+        Self { home: Some(home), ..self }
+    }
+}
+
+impl Default for ServerInfo {
+    /// This crate's name and version.
+    fn default() -> Self {
+        Self::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+    }
+}
+
+/// Group-versions whose resources change at runtime (an API group whose resources follow a
+/// reloadable configuration).
+pub trait DynamicGroupVersions: Send + Sync {
+    /// A number that changes whenever [`DynamicGroupVersions::group_versions`] would (the
+    /// configuration generation).
+    fn generation(&self) -> u64;
+    /// The group-versions in force, with the generation they belong to (read from one
+    /// configuration snapshot, so the two agree).
+    fn group_versions(&self) -> (u64, Vec<GroupVersionResources>);
+}
+
+/// The group-versions of the served kinds (`home` first when there is one, then any other the
+/// kinds name, in the order they first appear), each with one read-only (`get`, `list`)
+/// resource per kind.
+pub(crate) fn kinds_group_versions(
+    home: Option<GroupVersion>,
+    kinds: &[Arc<dyn ServedKind>],
+) -> Vec<GroupVersionResources> {
+    let mut gvs: Vec<GroupVersion> = home.into_iter().collect();
     for kind in kinds {
         if !gvs.contains(&kind.info().gv) {
             gvs.push(kind.info().gv);
@@ -103,10 +151,10 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    /// Serializes every document for the served kinds' group-version followed by `extra`
-    /// group-versions (in preference order within a group).
-    pub fn new(kinds: &[Arc<dyn ServedKind>], extra: &[GroupVersionResources]) -> Self {
-        let mut gvs = kinds_group_versions(kinds);
+    /// Serializes every document of `server` for the served kinds' group-versions followed by
+    /// `extra` group-versions (in preference order within a group).
+    pub fn new(server: &ServerInfo, kinds: &[Arc<dyn ServedKind>], extra: &[GroupVersionResources]) -> Self {
+        let mut gvs = kinds_group_versions(server.home, kinds);
         gvs.extend(extra.iter().cloned());
         for gv in &mut gvs {
             for r in &mut gv.resources {
@@ -187,7 +235,7 @@ impl Discovery {
             v2beta1: Tagged::new(aggregated("apidiscovery.k8s.io/v2beta1").to_string().into_bytes()),
             groups: group_docs,
             group_versions,
-            version: to_bytes(&version_info()),
+            version: to_bytes(&version_info(&server.version)),
         }
     }
 
@@ -257,6 +305,7 @@ impl Discovery {
 /// never lags the configuration that requests are served with (a rebuild is a few small JSON
 /// documents and their SHA-512, well under a millisecond).
 pub(crate) struct LiveDiscovery {
+    server: Arc<ServerInfo>,
     kinds: Arc<LiveKinds>,
     extra: Vec<GroupVersionResources>,
     dynamic: Vec<Arc<dyn DynamicGroupVersions>>,
@@ -275,15 +324,17 @@ impl std::fmt::Debug for LiveDiscovery {
 impl LiveDiscovery {
     /// Documents for `kinds`, then the static `extra` group-versions, then the `dynamic` ones.
     pub(crate) fn new(
+        server: Arc<ServerInfo>,
         kinds: Arc<LiveKinds>,
         extra: Vec<GroupVersionResources>,
         dynamic: Vec<Arc<dyn DynamicGroupVersions>>,
     ) -> Self {
-        let (generations, built) = Self::build(&kinds, &extra, &dynamic);
-        Self { kinds, extra, dynamic, built: RwLock::new((generations, Arc::new(built))) }
+        let (generations, built) = Self::build(&server, &kinds, &extra, &dynamic);
+        Self { server, kinds, extra, dynamic, built: RwLock::new((generations, Arc::new(built))) }
     }
 
     fn build(
+        server: &ServerInfo,
         kinds: &LiveKinds,
         extra: &[GroupVersionResources],
         dynamic: &[Arc<dyn DynamicGroupVersions>],
@@ -296,7 +347,7 @@ impl LiveDiscovery {
             generation += g;
             all.extend(gvs);
         }
-        ((kinds.generation, generation), Discovery::new(kinds.kinds(), &all))
+        ((kinds.generation, generation), Discovery::new(server, kinds.kinds(), &all))
     }
 
     fn built(&self) -> (Generations, Arc<Discovery>) {
@@ -313,7 +364,7 @@ impl LiveDiscovery {
         if now == built_generations {
             return built;
         }
-        let (generations, fresh) = Self::build(&self.kinds, &self.extra, &self.dynamic);
+        let (generations, fresh) = Self::build(&self.server, &self.kinds, &self.extra, &self.dynamic);
         let fresh = Arc::new(fresh);
         let mut slot = match self.built.write() {
             Ok(slot) => slot,
@@ -409,12 +460,13 @@ fn aggregated_resources(gv: &GroupVersionResources) -> Vec<Value> {
     out
 }
 
-/// `version.Info` of this build.
-fn version_info() -> Value {
-    let version = env!("CARGO_PKG_VERSION");
+/// `version.Info` of the server at `version` (`MAJOR.MINOR.PATCH`).
+fn version_info(version: &str) -> Value {
+    let mut parts = version.split('.');
+    let (major, minor) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     json!({
-        "major": env!("CARGO_PKG_VERSION_MAJOR"),
-        "minor": env!("CARGO_PKG_VERSION_MINOR"),
+        "major": major,
+        "minor": minor,
         "gitVersion": format!("v{version}"),
         "gitCommit": "",
         "gitTreeState": "",

@@ -7,20 +7,21 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::testutil::API_VERSION;
 use super::testutil::{
     Behavior, CREATED, FakeKind, Reply, WIDGET, call_with, mk_gadgets, mk_item, mk_widgets,
 };
 use super::*;
-use crate::kinds::{API_VERSION, OBJECT_META_SCHEMA};
+use crate::kind::OBJECT_META_SCHEMA;
 
-const G: &str = "stats.une-tasse-de.cafe";
+const G: &str = "stats.example.com";
 const V: &str = "v1alpha1";
 const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
 fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
-    let kinds: crate::kinds::Kinds = vec![widgets, mk_gadgets()];
-    ApiState::new(kinds, Arc::new(move || ready), Metrics::new(crate::METRICS_NAMESPACE))
+    let kinds: crate::kind::Kinds = vec![widgets, mk_gadgets()];
+    ApiState::new(kinds, Arc::new(move || ready), Metrics::new("example"))
 }
 
 fn mk_app() -> Router {
@@ -133,7 +134,7 @@ async fn get_one_object_and_not_found() {
         &r,
         404,
         "NotFound",
-        "widgets.stats.une-tasse-de.cafe \"x\" not found",
+        "widgets.stats.example.com \"x\" not found",
         Some(json!({"name": "x", "group": G, "kind": "widgets"})),
     );
     // The same name in another namespace is not found here.
@@ -150,7 +151,7 @@ async fn cluster_scoped_kind_routes() {
     let r = get(&app, &format!("/apis/{G}/{V}/gadgets/g1")).await;
     assert_eq!(r.json()["metadata"]["name"], "g1");
     let r = get(&app, &format!("/apis/{G}/{V}/gadgets/nope")).await;
-    assert_eq!(r.json()["message"], "gadgets.stats.une-tasse-de.cafe \"nope\" not found");
+    assert_eq!(r.json()["message"], "gadgets.stats.example.com \"nope\" not found");
     // A namespaced path for a cluster-scoped kind does not exist.
     let r = get(&app, &format!("/apis/{G}/{V}/namespaces/shop/gadgets")).await;
     assert_status(&r, 404, "NotFound", "the server could not find the requested resource", Some(json!({})));
@@ -353,7 +354,7 @@ async fn protobuf_clients_get_json_and_protobuf_only_is_406() {
 #[tokio::test]
 async fn watch_is_405() {
     let app = mk_app();
-    let msg = "watch is not supported on resources of kind \"widgets.stats.une-tasse-de.cafe\"";
+    let msg = "watch is not supported on resources of kind \"widgets.stats.example.com\"";
     let details = Some(json!({"group": G, "kind": "widgets"}));
     for uri in [
         format!("{}?watch=true", widgets_path("shop")),
@@ -393,7 +394,7 @@ async fn write_verbs_are_405() {
             &r,
             405,
             "MethodNotAllowed",
-            &format!("{verb} is not supported on resources of kind \"{plural}.stats.une-tasse-de.cafe\""),
+            &format!("{verb} is not supported on resources of kind \"{plural}.stats.example.com\""),
             Some(json!({"group": G, "kind": plural})),
         );
     }
@@ -534,10 +535,7 @@ async fn internal_errors_and_panics_are_generic_500s() {
 #[tokio::test]
 async fn warnings_become_warning_headers() {
     let app = router(mk_state_with(
-        mk_widgets(
-            Behavior::Ok,
-            &["kubelet on node-a unreachable: cpu and memory omitted", "say \"hi\"", "say \"hi\""],
-        ),
+        mk_widgets(Behavior::Ok, &["node-a unreachable: cpu and memory omitted", "say \"hi\"", "say \"hi\""]),
         true,
     ));
     let r = get(&app, &widgets_path("shop")).await;
@@ -545,7 +543,7 @@ async fn warnings_become_warning_headers() {
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().map(|v| v.to_str().unwrap()).collect();
     assert_eq!(
         warnings,
-        ["299 - \"kubelet on node-a unreachable: cpu and memory omitted\"", "299 - \"say \\\"hi\\\"\""]
+        ["299 - \"node-a unreachable: cpu and memory omitted\"", "299 - \"say \\\"hi\\\"\""]
     );
     let r = get_accept(&app, &format!("{}/web-1", widgets_path("shop")), KUBECTL_TABLE).await;
     assert_eq!(r.headers.get_all("warning").iter().count(), 2);
@@ -587,7 +585,7 @@ async fn legacy_discovery_documents() {
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{G}/{V}"),
         "resources": [
             {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget",
-             "verbs": ["get", "list"], "shortNames": ["wd"], "categories": ["percolator"]},
+             "verbs": ["get", "list"], "shortNames": ["wd"], "categories": ["example"]},
             {"name": "gadgets", "singularName": "gadget", "namespaced": false, "kind": "Gadget",
              "verbs": ["get", "list"]}
         ]})
@@ -621,7 +619,7 @@ async fn aggregated_discovery_v2_with_etag() {
                     "resources": [
                         {"resource": "widgets", "responseKind": {"group": G, "version": V, "kind": "Widget"},
                          "scope": "Namespaced", "singularResource": "widget", "verbs": ["get", "list"],
-                         "shortNames": ["wd"], "categories": ["percolator"]},
+                         "shortNames": ["wd"], "categories": ["example"]},
                         {"resource": "gadgets", "responseKind": {"group": G, "version": V, "kind": "Gadget"},
                          "scope": "Cluster", "singularResource": "gadget", "verbs": ["get", "list"]}
                     ],
@@ -739,19 +737,19 @@ async fn openapi_v3_root_and_document() {
     let p = &doc["paths"][&format!("/apis/{G}/{V}/namespaces/{{namespace}}/widgets/{{name}}")];
     assert_eq!(p["get"]["x-kubernetes-group-version-kind"], gvk);
     assert_eq!(p["get"]["x-kubernetes-action"], "get");
-    assert_eq!(p["get"]["operationId"], "readStatsUneTasseDeCafeV1alpha1NamespacedWidget");
+    assert_eq!(p["get"]["operationId"], "readStatsExampleComV1alpha1NamespacedWidget");
     let list = &doc["paths"][&format!("/apis/{G}/{V}/widgets")]["get"];
     assert_eq!(list["x-kubernetes-group-version-kind"], gvk);
     assert_eq!(list["x-kubernetes-action"], "list");
     assert_eq!(
         list["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
-        "#/components/schemas/cafe.une-tasse-de.stats.v1alpha1.WidgetList"
+        "#/components/schemas/com.example.stats.v1alpha1.WidgetList"
     );
     let cluster = &doc["paths"][&format!("/apis/{G}/{V}/gadgets/{{name}}")]["get"];
-    assert_eq!(cluster["operationId"], "readStatsUneTasseDeCafeV1alpha1Gadget");
+    assert_eq!(cluster["operationId"], "readStatsExampleComV1alpha1Gadget");
     // ... and a schema whose GVK list contains it, with documented fields.
     let schemas = doc["components"]["schemas"].as_object().unwrap();
-    let widget = &schemas["cafe.une-tasse-de.stats.v1alpha1.Widget"];
+    let widget = &schemas["com.example.stats.v1alpha1.Widget"];
     assert_eq!(widget["x-kubernetes-group-version-kind"], json!([gvk]));
     assert_eq!(
         widget["properties"]["metadata"],
@@ -759,14 +757,14 @@ async fn openapi_v3_root_and_document() {
     );
     assert!(widget["properties"]["apiVersion"]["description"].is_string());
     assert!(widget["properties"]["kind"]["description"].is_string());
-    let list_schema = &schemas["cafe.une-tasse-de.stats.v1alpha1.WidgetList"];
+    let list_schema = &schemas["com.example.stats.v1alpha1.WidgetList"];
     assert_eq!(
         list_schema["x-kubernetes-group-version-kind"],
         json!([{"group": G, "version": V, "kind": "WidgetList"}])
     );
     assert!(schemas[OBJECT_META_SCHEMA]["properties"]["labels"]["description"].is_string());
     assert!(schemas.contains_key("io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"));
-    assert!(schemas.contains_key("cafe.une-tasse-de.stats.v1alpha1.Part"));
+    assert!(schemas.contains_key("com.example.stats.v1alpha1.Part"));
     let state = mk_state_with(mk_widgets(Behavior::Ok, &[]), true);
     assert!(
         state.openapi().undocumented_properties().is_empty(),
@@ -800,7 +798,7 @@ async fn openapi_v2_document() {
     let doc = r.json();
     assert_eq!(doc["swagger"], "2.0");
     let defs = doc["definitions"].as_object().unwrap();
-    let widget = &defs["cafe.une-tasse-de.stats.v1alpha1.Widget"];
+    let widget = &defs["com.example.stats.v1alpha1.Widget"];
     assert_eq!(
         widget["x-kubernetes-group-version-kind"],
         json!([{"group": G, "version": V, "kind": "Widget"}])
@@ -811,7 +809,7 @@ async fn openapi_v2_document() {
     );
     assert_eq!(
         widget["properties"]["parts"]["items"]["$ref"],
-        "#/definitions/cafe.une-tasse-de.stats.v1alpha1.Part"
+        "#/definitions/com.example.stats.v1alpha1.Part"
     );
     let text = r.text();
     assert!(!text.contains("#/components/"), "v2 must only use #/definitions/ refs");
@@ -820,7 +818,7 @@ async fn openapi_v2_document() {
     assert_eq!(op["x-kubernetes-group-version-kind"], json!({"group": G, "version": V, "kind": "Widget"}));
     assert_eq!(
         op["responses"]["200"]["schema"]["$ref"],
-        "#/definitions/cafe.une-tasse-de.stats.v1alpha1.WidgetList"
+        "#/definitions/com.example.stats.v1alpha1.WidgetList"
     );
     assert_eq!(op["parameters"][1]["name"], "labelSelector");
     assert_eq!(op["parameters"][1]["type"], "string");
@@ -864,11 +862,11 @@ async fn requests_are_counted_with_bounded_labels() {
     assert_eq!(r.status, StatusCode::OK);
     let text = r.text();
     assert!(
-        text.contains(r#"percolator_http_requests_total{resource="widgets",verb="list",code="200"} 1"#),
+        text.contains(r#"example_http_requests_total{resource="widgets",verb="list",code="200"} 1"#),
         "{text}"
     );
     assert!(
-        text.contains(r#"percolator_http_requests_total{resource="widgets",verb="get",code="404"} 1"#),
+        text.contains(r#"example_http_requests_total{resource="widgets",verb="get",code="404"} 1"#),
         "{text}"
     );
     assert!(text.contains(r#"resource="/apis/{group}/{version}/{*rest}",verb="list",code="404""#), "{text}");
@@ -885,13 +883,13 @@ async fn odd_requests_never_panic_or_500() {
     let uris = [
         "/apis/%",
         "/apis/%ff/%fe",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/%00/widgets",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/widgets/%C3%A9",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/widgets?labelSelector=%00",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/widgets?fieldSelector=%5C",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/widgets?labelSelector=a%20in%20(((",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1//widgets",
-        "/apis/stats.une-tasse-de.cafe/v1alpha1/namespaces/shop/widgets//",
+        "/apis/stats.example.com/v1alpha1/namespaces/%00/widgets",
+        "/apis/stats.example.com/v1alpha1/namespaces/shop/widgets/%C3%A9",
+        "/apis/stats.example.com/v1alpha1/namespaces/shop/widgets?labelSelector=%00",
+        "/apis/stats.example.com/v1alpha1/namespaces/shop/widgets?fieldSelector=%5C",
+        "/apis/stats.example.com/v1alpha1/namespaces/shop/widgets?labelSelector=a%20in%20(((",
+        "/apis/stats.example.com/v1alpha1//widgets",
+        "/apis/stats.example.com/v1alpha1/namespaces/shop/widgets//",
         "/openapi/v3/%2e%2e/%2e%2e",
         "//apis//",
     ];
@@ -1066,7 +1064,7 @@ async fn requests_past_the_deadline_get_504_and_timeout_shortens_it() {
     );
     // The in-flight gauge went back to zero although the handlers were dropped.
     let metrics = get(&app, "/metrics").await.text();
-    assert!(metrics.contains("percolator_http_requests_in_flight 1\n"), "{metrics}");
+    assert!(metrics.contains("example_http_requests_in_flight 1\n"), "{metrics}");
 }
 
 #[tokio::test]
@@ -1116,139 +1114,6 @@ async fn readyz_fails_once_shutting_down() {
     assert_eq!(get(&app, &widgets_path("shop")).await.status, StatusCode::OK, "still serving");
 }
 
-// ---- declared kinds follow the configuration ----
-
-/// A router over the built-in and declared kinds of the file `dir/config.yaml` (`yaml`), with
-/// fake sources whose Prometheus answers `x` with one pod's rate.
-fn mk_live_app(
-    dir: &std::path::Path,
-    yaml: &str,
-) -> (Router, Arc<crate::config::LiveConfig<crate::sources::prometheus::Template>>) {
-    let (state, config) = mk_live_state(dir, yaml);
-    (router(state), config)
-}
-
-/// The state [`mk_live_app`] serves.
-fn mk_live_state(
-    dir: &std::path::Path,
-    yaml: &str,
-) -> (ApiState, Arc<crate::config::LiveConfig<crate::sources::prometheus::Template>>) {
-    use crate::kinds::testkit::{AT, FakeInventory, FakeKubelet, FakeProm, mk_sample};
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("config.yaml"), yaml).unwrap();
-    let check: crate::config::Check<crate::sources::prometheus::Template> =
-        Arc::new(crate::kinds::registry::check_kinds);
-    let config = crate::config::LiveConfig::load(Some(&dir.join("config.yaml")), None, check).unwrap();
-    let sample = mk_sample(&[("namespace", "shop"), ("pod", "web-1")], 2.5, AT);
-    let sources = crate::kinds::Sources {
-        inventory: FakeInventory::with(Vec::new()),
-        usage: Arc::new(crate::sources::resources::KubeletUsage::new(Arc::new(FakeKubelet::default()))),
-        prometheus: Arc::new(FakeProm::default().answer("x{", vec![sample])),
-        config: config.clone(),
-    };
-    let cache = apiserver::CacheSettings::uncounted(std::time::Duration::from_secs(60));
-    let kinds = crate::kinds::registry::LiveKinds::new(&sources, &cache);
-    (ApiState::new(kinds, Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE)), config)
-}
-
-/// Every `/apis/<g>` and `/apis/<g>/<v>` the legacy `/apis` document lists.
-async fn mk_discovered_paths(app: &Router) -> Vec<String> {
-    let list = get(app, "/apis").await.json();
-    let mut paths = Vec::new();
-    for group in list["groups"].as_array().unwrap() {
-        paths.push(format!("/apis/{}", group["name"].as_str().unwrap()));
-        for version in group["versions"].as_array().unwrap() {
-            paths.push(format!("/apis/{}", version["groupVersion"].as_str().unwrap()));
-        }
-    }
-    paths
-}
-
-/// A reload that declares a kind changes the kinds, never the group-versions served: the
-/// exempt paths set when the router was built still cover everything discovery lists.
-#[tokio::test]
-async fn the_exempt_paths_cover_what_discovery_lists_across_reloads() {
-    let dir = std::env::temp_dir().join(format!("percolator-api-exempt-{}", std::process::id()));
-    let (state, config) = mk_live_state(&dir, "window: 2m\n");
-    let exempt = state.exempt_paths();
-    let app = router(state.clone());
-    let before = mk_discovered_paths(&app).await;
-    assert_eq!(before, [format!("/apis/{G}"), format!("/apis/{G}/{V}")]);
-    std::fs::write(dir.join("config.yaml"), TRAFFIC).unwrap();
-    assert!(config.reload().unwrap());
-    assert!(get(&app, &format!("/apis/{G}/{V}")).await.text().contains("apptraffics"), "reloaded");
-    assert_eq!(mk_discovered_paths(&app).await, before);
-    assert_eq!(state.exempt_paths(), exempt);
-    for path in &before {
-        assert!(guard::is_exempt(&exempt, &http::Method::GET, path), "{path}");
-    }
-    assert!(guard::is_exempt(&exempt, &http::Method::GET, &format!("/openapi/v3/apis/{G}/{V}")));
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-const TRAFFIC: &str = "kinds:
-- kind: AppTraffic
-  shortNames: [atr]
-  nameLabel: pod
-  fields:
-  - name: requestsPerSecond
-    query: sum by (namespace, pod) (rate(x{SCOPE}[WINDOW]))
-    column: REQ/S
-    description: Requests per second over the window.
-";
-
-#[tokio::test]
-async fn declared_kinds_are_served_and_follow_reloads() {
-    let dir = std::env::temp_dir().join(format!("percolator-api-declared-{}", std::process::id()));
-    let (app, config) = mk_live_app(&dir, TRAFFIC);
-    let gv = format!("/apis/{G}/{V}");
-
-    let r = get(&app, &gv).await;
-    let resources = r.json()["resources"].clone();
-    let traffic = resources.as_array().unwrap().iter().find(|r| r["name"] == "apptraffics").unwrap();
-    assert_eq!(
-        traffic,
-        &json!({"name": "apptraffics", "singularName": "apptraffic", "namespaced": true, "kind": "AppTraffic",
-                "verbs": ["get", "list"], "shortNames": ["atr"], "categories": ["percolator"]})
-    );
-    let etag = get_accept(&app, "/apis", V2_ACCEPT).await.header("etag").to_owned();
-    let r = get_accept(&app, &format!("{gv}/namespaces/shop/apptraffics"), KUBECTL_TABLE).await;
-    assert_eq!(r.status, StatusCode::OK);
-    let table = r.json();
-    let names: Vec<&Value> =
-        table["columnDefinitions"].as_array().unwrap().iter().map(|c| &c["name"]).collect();
-    assert_eq!(names, ["Name", "REQ/S"]);
-    assert_eq!(table["rows"][0]["cells"], json!(["web-1", "2.5"]));
-    let v3 = get(&app, &format!("/openapi/v3/apis/{G}/{V}")).await.json();
-    let schema = &v3["components"]["schemas"]["cafe.une-tasse-de.stats.v1alpha1.AppTraffic"];
-    assert_eq!(
-        schema["properties"]["requestsPerSecond"]["description"],
-        "Requests per second over the window."
-    );
-
-    // Removed by a reload: 404, gone from discovery and OpenAPI, a new ETag.
-    std::fs::write(dir.join("config.yaml"), "window: 2m\n").unwrap();
-    assert!(config.reload().unwrap());
-    let r = get(&app, &format!("{gv}/namespaces/shop/apptraffics")).await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
-    assert_eq!(
-        r.json(),
-        status_body(404, "NotFound", "the server could not find the requested resource", Some(json!({})))
-    );
-    assert!(!get(&app, &gv).await.text().contains("apptraffics"));
-    assert!(!get(&app, &format!("/openapi/v3/apis/{G}/{V}")).await.text().contains("AppTraffic"));
-    assert!(!get(&app, "/openapi/v2").await.text().contains("AppTraffic"));
-    assert_ne!(get_accept(&app, "/apis", V2_ACCEPT).await.header("etag"), etag);
-
-    // Added back with another column.
-    std::fs::write(dir.join("config.yaml"), TRAFFIC.replace("REQ/S", "RPS")).unwrap();
-    assert!(config.reload().unwrap());
-    let table = get_accept(&app, &format!("{gv}/namespaces/shop/apptraffics"), KUBECTL_TABLE).await.json();
-    assert_eq!(table["columnDefinitions"][1]["name"], "RPS");
-    assert_eq!(get_accept(&app, "/apis", V2_ACCEPT).await.header("etag"), etag, "same kinds, same documents");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 /// Answers the listing in `current` (the same `Arc` until replaced), as a cached kind does
 /// between two refreshes.
 struct Refreshed {
@@ -1257,10 +1122,10 @@ struct Refreshed {
 }
 
 impl ServedKind for Refreshed {
-    fn info(&self) -> &crate::kinds::KindInfo {
+    fn info(&self) -> &crate::kind::KindInfo {
         self.inner.info()
     }
-    fn columns(&self) -> &[crate::kinds::Column] {
+    fn columns(&self) -> &[crate::kind::Column] {
         self.inner.columns()
     }
     fn schemas(&self) -> Vec<(String, Value)> {
@@ -1269,7 +1134,7 @@ impl ServedKind for Refreshed {
     fn list<'a>(
         &'a self,
         _: Option<&'a str>,
-    ) -> futures::future::BoxFuture<'a, Result<Arc<Listing>, crate::kinds::ComputeError>> {
+    ) -> futures::future::BoxFuture<'a, Result<Arc<Listing>, crate::kind::ComputeError>> {
         let listing = self.current.lock().unwrap().clone();
         Box::pin(async move { Ok(listing) })
     }
@@ -1286,8 +1151,8 @@ async fn selected_lists_are_rendered_once_per_listing() {
         mk_item(&WIDGET, "shop", "web-1", &[("app", "web")], "2"),
     ];
     let kind = Arc::new(Refreshed { inner: widgets, current: std::sync::Mutex::new(listing(first, "1")) });
-    let kinds: crate::kinds::Kinds = vec![kind.clone(), mk_gadgets()];
-    let app = router(ApiState::new(kinds, Arc::new(|| true), Metrics::new(crate::METRICS_NAMESPACE)));
+    let kinds: crate::kind::Kinds = vec![kind.clone(), mk_gadgets()];
+    let app = router(ApiState::new(kinds, Arc::new(|| true), Metrics::new("example")));
     let web = format!("{}?labelSelector=app%3Dweb", widgets_path("shop"));
     let sizes = |v: &Value| -> Vec<String> {
         v["items"].as_array().unwrap().iter().map(|i| i["size"].as_str().unwrap().to_owned()).collect()

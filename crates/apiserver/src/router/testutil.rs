@@ -1,10 +1,8 @@
-//! Fixtures shared by the router's unit tests (`tests`, `external_tests`, `fuzz_tests`): the
-//! fake kinds (`widgets`, namespaced, and `gadgets`, cluster-scoped), a recording fake
-//! Prometheus, the query-file check the server runs, and a request helper that collects the
-//! whole reply.
+//! Fixtures shared by the router's unit tests: the fake kinds (`widgets`, namespaced, and
+//! `gadgets`, cluster-scoped) of the group-version `stats.example.com/v1alpha1`, and a request
+//! helper that collects the whole reply.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -17,24 +15,24 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::config::{Check, QueryFile};
-use crate::kinds::{
-    API_VERSION, Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
+use crate::kind::tests::EXAMPLE;
+use crate::kind::{
+    Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
 };
-use crate::sources::prometheus::Template;
-use crate::sources::workloads::{PodSelection, Selection, Workload, WorkloadError, WorkloadSource};
-use crate::sources::{PromError, PromSample, PromSource};
+
+/// The `apiVersion` of the fake kinds.
+pub(crate) const API_VERSION: &str = "stats.example.com/v1alpha1";
 
 // ---- fake kinds ----
 
 pub(crate) static WIDGET: LazyLock<KindInfo> = LazyLock::new(|| {
-    KindInfo::new("Widget", true, "Widget is a test kind.")
+    KindInfo::new(EXAMPLE, "Widget", true, "Widget is a test kind.")
         .with_short_names(&["wd"])
-        .with_categories(&["percolator"])
+        .with_categories(&["example"])
 });
 
 pub(crate) static GADGET: LazyLock<KindInfo> =
-    LazyLock::new(|| KindInfo::new("Gadget", false, "Gadget is a cluster-scoped test kind."));
+    LazyLock::new(|| KindInfo::new(EXAMPLE, "Gadget", false, "Gadget is a cluster-scoped test kind."));
 
 /// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
 /// convertor).
@@ -97,7 +95,7 @@ impl ServedKind for FakeKind {
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
-        let name = format!("cafe.une-tasse-de.stats.v1alpha1.{}", self.info.kind);
+        let name = format!("com.example.stats.v1alpha1.{}", self.info.kind);
         vec![
             (
                 name,
@@ -107,12 +105,12 @@ impl ServedKind for FakeKind {
                     "properties": {
                         "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata."},
                         "size": {"type": "string", "description": "Size of the widget."},
-                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": "#/components/schemas/cafe.une-tasse-de.stats.v1alpha1.Part"}},
+                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": "#/components/schemas/com.example.stats.v1alpha1.Part"}},
                     },
                 }),
             ),
             (
-                "cafe.une-tasse-de.stats.v1alpha1.Part".to_owned(),
+                "com.example.stats.v1alpha1.Part".to_owned(),
                 json!({"type": "object", "description": "A part.", "properties": {"name": {"type": "string", "description": "Part name."}}}),
             ),
         ]
@@ -124,11 +122,10 @@ impl ServedKind for FakeKind {
             match self.behavior {
                 Behavior::Ok | Behavior::PanicInColumns => {}
                 Behavior::Slow(delay) => tokio::time::sleep(delay).await,
-                Behavior::NotReady => return Err(ComputeError::NotReady),
-                Behavior::Internal => {
-                    let secret = PromError::Query("secret detail".into());
-                    return Err(ComputeError::Query(secret.into()));
+                Behavior::NotReady => {
+                    return Err(ComputeError::NotReady("the pod inventory is not synced yet".into()));
                 }
+                Behavior::Internal => return Err(ComputeError::Upstream("secret detail".into())),
                 Behavior::Panic => panic!("fake kind panics"),
             }
             Ok(Arc::new(Listing {
@@ -190,120 +187,6 @@ pub(crate) fn mk_widgets(behavior: Behavior, warnings: &[&str]) -> Arc<FakeKind>
 /// One gadget, `g1`.
 pub(crate) fn mk_gadgets() -> Arc<FakeKind> {
     FakeKind::new(&GADGET, vec![mk_item(&GADGET, "", "g1", &[], "9")], Behavior::Ok, &[])
-}
-
-// ---- fake Prometheus ----
-
-/// A fake Prometheus: records every query, answers with `reply` after `delay`.
-pub(crate) struct MkProm {
-    pub(crate) queries: Mutex<Vec<String>>,
-    pub(crate) calls: AtomicUsize,
-    reply: Mutex<Result<Vec<PromSample>, PromError>>,
-    delay: Duration,
-    /// What the series API lists, for every selector.
-    pub(crate) series: Mutex<Vec<std::collections::BTreeMap<String, String>>>,
-}
-
-impl PromSource for MkProm {
-    fn query(&self, promql: String) -> BoxFuture<'_, Result<Vec<PromSample>, PromError>> {
-        Box::pin(async move {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            self.queries.lock().unwrap().push(promql);
-            if !self.delay.is_zero() {
-                tokio::time::sleep(self.delay).await;
-            }
-            self.reply.lock().unwrap().clone()
-        })
-    }
-
-    fn series(
-        &self,
-        selector: String,
-        _start: jiff::Timestamp,
-        _end: jiff::Timestamp,
-    ) -> BoxFuture<'_, Result<Vec<std::collections::BTreeMap<String, String>>, PromError>> {
-        Box::pin(async move {
-            self.queries.lock().unwrap().push(format!("series {selector}"));
-            Ok(self.series.lock().unwrap().clone())
-        })
-    }
-}
-
-impl MkProm {
-    pub(crate) fn last_query(&self) -> String {
-        self.queries.lock().unwrap().last().cloned().unwrap_or_default()
-    }
-
-    pub(crate) fn set_reply(&self, reply: Result<Vec<PromSample>, PromError>) {
-        *self.reply.lock().unwrap() = reply;
-    }
-}
-
-pub(crate) fn mk_prom(reply: Result<Vec<PromSample>, PromError>, delay: Duration) -> Arc<MkProm> {
-    Arc::new(MkProm {
-        queries: Mutex::new(Vec::new()),
-        calls: AtomicUsize::new(0),
-        reply: Mutex::new(reply),
-        delay,
-        series: Mutex::new(Vec::new()),
-    })
-}
-
-/// The timestamp of every [`mk_sample`].
-const SAMPLE_TIME: &str = "2026-07-01T10:00:00.250Z";
-
-pub(crate) fn mk_sample(labels: &[(&str, &str)], value: f64) -> PromSample {
-    PromSample {
-        labels: labels.iter().copied().collect(),
-        value,
-        timestamp: SAMPLE_TIME.parse::<Timestamp>().unwrap(),
-    }
-}
-
-// ---- workload objects ----
-
-/// Workload objects by (resource, namespace, name), counting reads.
-#[derive(Default)]
-pub(crate) struct FakeWorkloads {
-    pub(crate) objects: HashMap<(Workload, String, String), PodSelection>,
-    pub(crate) reads: AtomicUsize,
-    pub(crate) down: Mutex<bool>,
-}
-
-impl WorkloadSource for FakeWorkloads {
-    /// The object, or `None`; every read counted; `down` fails them all.
-    fn selection<'a>(&'a self, workload: Workload, namespace: &'a str, name: &'a str) -> Selection<'a> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        let found = self.objects.get(&(workload, namespace.to_owned(), name.to_owned())).cloned();
-        let answer = if *self.down.lock().unwrap() {
-            Err(WorkloadError::Unavailable {
-                resource: workload.resource(),
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                reason: "connection refused".to_owned(),
-            })
-        } else {
-            Ok(found.map(Arc::new))
-        };
-        Box::pin(std::future::ready(answer))
-    }
-}
-
-// ---- configuration ----
-
-/// The check the server runs on the query file (`server::config_check`, which `api` may not
-/// import).
-pub(crate) fn mk_check() -> Check<Template> {
-    Arc::new(|file: &mut QueryFile<Template>| {
-        crate::kinds::registry::check_queries(file)?;
-        crate::metrics::external::check_metrics(file)?;
-        crate::metrics::custom::check_metrics(file)
-    })
-}
-
-/// The default configuration, checked.
-pub(crate) fn mk_defaults() -> QueryFile<Template> {
-    QueryFile::from_yaml("", "defaults", &mk_check()).unwrap()
 }
 
 // ---- requests ----

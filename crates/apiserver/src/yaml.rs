@@ -1,10 +1,9 @@
-//! Reading the YAML of configuration files (`--config`, `--adapter-config`, the simulator's
-//! policy) with `serde-saphyr`, the same way everywhere:
+//! Reading the YAML of configuration files with `serde-saphyr`, the same way everywhere, as
+//! the Go components of Kubernetes and their extension servers read theirs (`yaml.v2`):
 //!
-//! - YAML 1.1 booleans, as the Go readers of Kubernetes and prometheus-adapter (`yaml.v2`) take
-//!   them: `yes`, `no`, `on`, `off`, `y`, `n` are booleans where a boolean is expected.
-//! - A key twice in one mapping is an error (`yaml.v2`'s strict mode, which prometheus-adapter
-//!   uses, rejects it too), where it is, whatever the target type.
+//! - YAML 1.1 booleans, as the Go readers (`yaml.v2`) take them: `yes`, `no`, `on`, `off`, `y`, `n` are booleans where a boolean is expected.
+//! - A key twice in one mapping is an error (`yaml.v2`'s strict mode, which extension servers
+//!   use, rejects it too), where it is, whatever the target type.
 //! - The size of a document is bounded (serde-saphyr's budget: at most 250,000 nodes, 1,000,000
 //!   parser events, 50,000 aliases and 50,000 anchors, nesting 64 deep), and so is alias
 //!   expansion (at most 1,000,000 replayed events, aliases nested 64 deep): an alias bomb is

@@ -9,7 +9,7 @@
 //!   the `hash` query only chooses the cache headers (never a redirect: behind the aggregator a
 //!   3xx becomes a 502).
 //!
-//! Built from [`ServedKind::schemas`](crate::kinds::ServedKind::schemas) (v3 schemas with
+//! Built from [`ServedKind::schemas`](crate::kind::ServedKind::schemas) (v3 schemas with
 //! `#/components/schemas/` references; converted to `#/definitions/` for v2), a complete
 //! `ObjectMeta`/`ListMeta` (and what they reference) with upstream descriptions, and one
 //! `<Kind>List` schema per kind.
@@ -23,9 +23,10 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 
-use super::discovery::{if_none_match, sha512_hex};
-use crate::kinds::registry::LiveKinds;
-use crate::kinds::{GroupVersion, KindInfo, OBJECT_META_SCHEMA, STATS, ServedKind};
+use crate::StatusResponse;
+use crate::discovery::{ServerInfo, if_none_match, sha512_hex};
+use crate::kind::LiveKinds;
+use crate::kind::{GroupVersion, KindInfo, OBJECT_META_SCHEMA, ServedKind};
 use k8s_wire::QueryParams;
 use k8s_wire::{accepts_json, not_acceptable};
 
@@ -34,7 +35,7 @@ pub(crate) const LIST_META_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.
 
 /// ObjectMeta, ListMeta, Time, OwnerReference, ManagedFieldsEntry and FieldsV1 in OpenAPI v3
 /// form, with Kubernetes' own descriptions (from k8s-openapi's `v1_33` schemas).
-const META_SCHEMAS_JSON: &str = include_str!("meta_schemas.json");
+const META_SCHEMAS_JSON: &str = include_str!("../data/meta_schemas.json");
 
 const V3_REF_PREFIX: &str = "#/components/schemas/";
 const V2_REF_PREFIX: &str = "#/definitions/";
@@ -71,8 +72,8 @@ impl Doc {
 }
 
 impl OpenApi {
-    /// Builds and serializes the documents for the served kinds.
-    pub fn new(kinds: &[Arc<dyn ServedKind>]) -> Self {
+    /// Builds and serializes the documents of `server` for the served kinds.
+    pub fn new(server: &ServerInfo, kinds: &[Arc<dyn ServedKind>]) -> Self {
         let schemas = component_schemas(kinds);
         let mut undocumented = Vec::new();
         for (name, schema) in &schemas {
@@ -90,7 +91,7 @@ impl OpenApi {
             }
         }
         if gvs.is_empty() {
-            gvs.push(STATS);
+            gvs.extend(server.home);
         }
         let mut v3_docs = HashMap::new();
         let mut v3_paths = Map::new();
@@ -100,7 +101,7 @@ impl OpenApi {
             let gv_key = format!("apis/{}/{}", gv.group, gv.version);
             let v3 = json!({
                 "openapi": "3.0.0",
-                "info": {"title": "percolator", "version": gv.version},
+                "info": {"title": server.title, "version": gv.version},
                 "paths": paths(&of_gv, Flavor::V3),
                 "components": {"schemas": Value::Object(component_schemas(&of_gv))},
             });
@@ -117,7 +118,7 @@ impl OpenApi {
             schemas.into_iter().map(|(name, schema)| (name, to_v2_schema(schema))).collect();
         let v2 = json!({
             "swagger": "2.0",
-            "info": {"title": "percolator", "version": format!("v{}", env!("CARGO_PKG_VERSION"))},
+            "info": {"title": server.title, "version": format!("v{}", server.version)},
             "paths": paths(kinds, Flavor::V2),
             "definitions": Value::Object(definitions),
         });
@@ -174,6 +175,7 @@ impl OpenApi {
 /// The OpenAPI documents in force: rebuilt when the kinds change (a configuration reload that
 /// adds, changes or removes a declared kind), on the first read after it.
 pub(crate) struct LiveOpenApi {
+    server: Arc<ServerInfo>,
     kinds: Arc<LiveKinds>,
     built: RwLock<(u64, Arc<OpenApi>)>,
 }
@@ -186,10 +188,10 @@ impl std::fmt::Debug for LiveOpenApi {
 
 impl LiveOpenApi {
     /// The documents of `kinds`, following them.
-    pub(crate) fn new(kinds: Arc<LiveKinds>) -> Self {
+    pub(crate) fn new(server: Arc<ServerInfo>, kinds: Arc<LiveKinds>) -> Self {
         let set = kinds.current();
-        let built = RwLock::new((set.generation, Arc::new(OpenApi::new(set.kinds()))));
-        Self { kinds, built }
+        let built = RwLock::new((set.generation, Arc::new(OpenApi::new(&server, set.kinds()))));
+        Self { server, kinds, built }
     }
 
     /// The documents for the kinds in force.
@@ -202,7 +204,7 @@ impl LiveOpenApi {
         if set.generation == generation {
             return built;
         }
-        let fresh = Arc::new(OpenApi::new(set.kinds()));
+        let fresh = Arc::new(OpenApi::new(&self.server, set.kinds()));
         let mut slot = match self.built.write() {
             Ok(slot) => slot,
             Err(poisoned) => poisoned.into_inner(),
@@ -645,8 +647,11 @@ mod tests {
 
     #[test]
     fn operation_names() {
-        assert_eq!(operation_prefix(STATS), "StatsUneTasseDeCafeV1alpha1");
-        assert_eq!(tag(STATS), "statsUneTasseDeCafe_v1alpha1");
+        let gv = GroupVersion { group: "stats.une-tasse-de.cafe", version: "v1alpha1", api_version: "" };
+        assert_eq!(operation_prefix(gv), "StatsUneTasseDeCafeV1alpha1");
+        assert_eq!(tag(gv), "statsUneTasseDeCafe_v1alpha1");
+        let metrics = GroupVersion { group: "metrics.k8s.io", version: "v1beta1", api_version: "" };
+        assert_eq!(operation_prefix(metrics), "MetricsV1beta1");
     }
 
     #[test]

@@ -1,20 +1,21 @@
 //! Interning: one shared copy of values many objects hold equal, kept from one computation to
-//! the next. The inventory shares pods' namespaces, label sets and container names this way;
-//! the kinds computed from Prometheus series share their objects' label sets, so a refresh
-//! allocates a label set only when it is new, not one per object per refresh (blocks that live
-//! as long as the cached listing, among the refresh's short-lived ones, hold the allocator's
-//! pages: RELIABILITY.md, "Soak").
+//! the next. A store of cluster objects shares their namespaces, label sets and names this
+//! way, and a kind computed on every refresh shares its objects' names and label sets
+//! ([`ObjectStrings`]), so a refresh allocates a label set only when it is new, not one per
+//! object per refresh: blocks that live as long as a cached listing, allocated among the
+//! refresh's short-lived ones, would otherwise pin the allocator's pages.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::sources::Labels;
+/// A label set, as objects carry it.
+pub type Labels = BTreeMap<String, String>;
 
-/// The empty string, shared: the namespace of every cluster-scoped object and the name of a
-/// node's own usage, not an allocation each.
-pub(crate) fn empty_str() -> Arc<str> {
+/// The empty string, shared: the namespace of every cluster-scoped object, not an allocation
+/// each.
+pub fn empty_str() -> Arc<str> {
     static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
     EMPTY.clone()
 }
@@ -25,8 +26,14 @@ pub(crate) fn empty_str() -> Arc<str> {
 /// not asked for since the sweep before: a value stays shared across a moment when nothing
 /// holds it (a cached listing expired before the next refresh asks for its objects' names),
 /// and the values kept are at most those held plus those of one period's calls.
-pub(crate) struct Interner<T: ?Sized> {
+pub struct Interner<T: ?Sized> {
     inner: Mutex<InternerState<T>>,
+}
+
+impl<T: ?Sized> std::fmt::Debug for Interner<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interner").finish_non_exhaustive()
+    }
 }
 
 struct InternerState<T: ?Sized> {
@@ -44,7 +51,8 @@ impl<T: ?Sized> Default for Interner<T> {
 }
 
 /// A value an [`Interner`] can make its shared copy of.
-pub(crate) trait Share {
+pub trait Share {
+    /// A new shared copy of the value.
     fn share(&self) -> Arc<Self>;
 }
 
@@ -67,10 +75,11 @@ impl Share for Labels {
 }
 
 impl<T: ?Sized + Eq + Hash + Share> Interner<T> {
-    const SWEEP_EVERY: usize = 4096;
+    /// Calls between two sweeps at least.
+    pub const SWEEP_EVERY: usize = 4096;
 
     /// The shared copy of `value` (made now when there is none).
-    pub(crate) fn intern(&self, value: &T) -> Arc<T> {
+    pub fn intern(&self, value: &T) -> Arc<T> {
         let Ok(mut guard) = self.inner.lock() else { return value.share() };
         let state = &mut *guard;
         state.calls += 1;
@@ -94,7 +103,7 @@ impl<T: ?Sized + Eq + Hash + Share> Interner<T> {
 /// What the objects of one computed kind share from one refresh to the next: their names and
 /// namespaces, and their label sets.
 #[derive(Default)]
-pub(crate) struct ObjectStrings {
+pub struct ObjectStrings {
     strings: Interner<str>,
     label_sets: Interner<Labels>,
 }
@@ -107,16 +116,15 @@ impl std::fmt::Debug for ObjectStrings {
 
 impl ObjectStrings {
     /// The shared copy of a name or namespace.
-    pub(crate) fn name(&self, name: &str) -> Arc<str> {
+    pub fn name(&self, name: &str) -> Arc<str> {
         self.strings.intern(name)
     }
 
     /// The shared copy of a label set.
-    pub(crate) fn labels(&self, labels: &Labels) -> Arc<Labels> {
+    pub fn labels(&self, labels: &Labels) -> Arc<Labels> {
         self.label_sets.intern(labels)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,8 +23,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::kinds::{CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
-use apiserver::serve::fairness::{self, ConnectionSlots, SlottedBody};
+use crate::kind::{CellRef, Column, Item, KindInfo, ListBody, Listing, Meta};
+use crate::serve::fairness::{self, ConnectionSlots, SlottedBody};
 use k8s_wire::ApiError;
 use k8s_wire::{MetaVersion, Representation, not_acceptable};
 
@@ -120,7 +120,7 @@ pub(crate) fn kind_list<'a>(
 ) -> Vec<u8> {
     let size: usize = items.clone().map(|i| i.list_json().len() + 1).sum();
     let mut out = Vec::with_capacity(size + 160);
-    crate::kinds::listing::push_list_head(&mut out, ctx.info, ctx.resource_version);
+    crate::kind::push_list_head(&mut out, ctx.info, ctx.resource_version);
     for (i, item) in items.enumerate() {
         if i > 0 {
             out.push(b',');
@@ -521,7 +521,8 @@ pub(crate) fn meta_json(meta: &Meta) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::{API_VERSION, Cell};
+    use crate::kind::Cell;
+    use crate::router::testutil::API_VERSION;
     use serde_json::{Value, json};
     use std::collections::BTreeMap;
 
@@ -616,7 +617,7 @@ mod tests {
             json!({"kind": "Widget", "apiVersion": API_VERSION, "size": 3})
         };
         let cells = [Cell::Text(name.into()), Cell::Age(ts("2026-07-01T10:00:00Z"))];
-        Item::new(&crate::api::testutil::WIDGET, meta, &object, &cells)
+        Item::new(&crate::router::testutil::WIDGET, meta, &object, &cells)
     }
 
     fn refs(items: &[Item]) -> Vec<&Item> {
@@ -625,7 +626,7 @@ mod tests {
 
     fn ctx(include_object: IncludeObject) -> RenderContext<'static> {
         RenderContext {
-            info: &crate::api::testutil::WIDGET,
+            info: &crate::router::testutil::WIDGET,
             columns: COLUMNS,
             resource_version: "17",
             include_object,
@@ -659,9 +660,10 @@ mod tests {
 
     #[test]
     fn untyped_list_items_lose_kind_and_api_version_and_single_objects_keep_them() {
-        let info = crate::kinds::KindInfo { typed_list_items: false, ..crate::api::testutil::WIDGET.clone() };
+        let info =
+            crate::kind::KindInfo { typed_list_items: false, ..crate::router::testutil::WIDGET.clone() };
         let untyped = RenderContext { info: &info, ..ctx(IncludeObject::Metadata) };
-        let kind_first = r#"{"kind":"Widget","apiVersion":"stats.une-tasse-de.cafe/v1alpha1","size":4}"#;
+        let kind_first = r#"{"kind":"Widget","apiVersion":"stats.example.com/v1alpha1","size":4}"#;
         // Items of this kind, made as its listings make them.
         let untyped_item = |item: Item, json: &str| {
             let object: &RawValue = serde_json::from_str(json).unwrap();
@@ -783,7 +785,7 @@ mod tests {
                     Cell::text("2"),
                     Cell::Text("node-0123".into()),
                 ];
-                Item::new(&crate::api::testutil::WIDGET, meta, &object, &cells)
+                Item::new(&crate::router::testutil::WIDGET, meta, &object, &cells)
             })
             .collect()
     }
@@ -825,8 +827,8 @@ mod tests {
     }
 
     /// A listing of 2,000 objects in 2 namespaces, written in several chunks.
-    fn mk_chunked_listing() -> crate::kinds::Listing {
-        let mut list = crate::kinds::ListingBuilder::new(&crate::api::testutil::WIDGET, "9".to_owned());
+    fn mk_chunked_listing() -> crate::kind::Listing {
+        let mut list = crate::kind::ListingBuilder::new(&crate::router::testutil::WIDGET, "9".to_owned());
         for i in 0..2000 {
             let meta = Meta {
                 name: format!("pod-{i:04}").into(),
