@@ -1,29 +1,21 @@
 //! Fixtures shared by the metric APIs' router tests (`custom_tests`, `external_tests`,
-//! `fuzz_tests`) and the kinds' (`kinds::served_tests`): the
-//! fake kinds (`widgets`, namespaced, and `gadgets`, cluster-scoped), a recording fake
-//! Prometheus, the query-file check the server runs, and a request helper that collects the
-//! whole reply.
+//! `fuzz_tests`) and the kinds' (`kinds::served_tests`): the fake kinds of `apiserver::testing`
+//! in percolator's group (`widgets`, namespaced, and `gadgets`, cluster-scoped), a recording
+//! fake Prometheus, the query-file check the server runs, and its request helper.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
 use futures::future::BoxFuture;
-use http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
-use jiff::{SignedDuration, Timestamp};
-use serde_json::{Value, json};
-use tower::ServiceExt;
+use jiff::Timestamp;
 
 use crate::config::{Check, QueryFile};
-use crate::kinds::{API_VERSION, Cell, Column, ComputeError, KindInfo, Listing, Meta, ServedKind};
+use crate::kinds::KindInfo;
 use crate::sources::prometheus::Template;
 use crate::sources::workloads::{PodSelection, Selection, Workload, WorkloadError, WorkloadSource};
 use crate::sources::{PromError, PromSample, PromSource};
-use apiserver::kind::{Item, OBJECT_META_SCHEMA};
 
 // ---- fake kinds ----
 
@@ -36,134 +28,6 @@ pub(crate) static WIDGET: LazyLock<KindInfo> = LazyLock::new(|| {
 pub(crate) static GADGET: LazyLock<KindInfo> = LazyLock::new(|| {
     KindInfo::new(crate::kinds::STATS, "Gadget", false, "Gadget is a cluster-scoped test kind.")
 });
-
-/// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
-/// convertor).
-const WIDGET_COLUMNS: &[Column] = &[
-    Column::object_name("Name of the widget."),
-    Column::quantity("Size", "Size."),
-    Column::text("Node", "Node.").wide(),
-    Column::text("Age", "Time since creation."),
-];
-
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Behavior {
-    Ok,
-    /// Computes fine; rendering panics (outside the computation's own catch).
-    PanicInColumns,
-}
-
-/// A kind serving fixed items (filtered by namespace), or failing as `behavior` says; records
-/// the namespace of every list call.
-pub(crate) struct FakeKind {
-    info: &'static KindInfo,
-    items: Vec<Item>,
-    behavior: Behavior,
-    warnings: Vec<String>,
-    pub(crate) calls: Mutex<Vec<Option<String>>>,
-}
-
-impl FakeKind {
-    pub(crate) fn new(
-        info: &'static KindInfo,
-        items: Vec<Item>,
-        behavior: Behavior,
-        warnings: &[&str],
-    ) -> Arc<Self> {
-        Arc::new(FakeKind {
-            info,
-            items,
-            behavior,
-            warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
-            calls: Mutex::new(Vec::new()),
-        })
-    }
-}
-
-impl ServedKind for FakeKind {
-    fn info(&self) -> &KindInfo {
-        self.info
-    }
-
-    fn columns(&self) -> &[Column] {
-        if self.behavior == Behavior::PanicInColumns {
-            panic!("fake kind panics while rendering");
-        }
-        if self.info.namespaced { WIDGET_COLUMNS } else { &[] }
-    }
-
-    fn schemas(&self) -> Vec<(String, Value)> {
-        let name = format!("cafe.une-tasse-de.stats.v1alpha1.{}", self.info.kind);
-        vec![
-            (
-                name,
-                json!({
-                    "type": "object",
-                    "description": self.info.description,
-                    "properties": {
-                        "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata."},
-                        "size": {"type": "string", "description": "Size of the widget."},
-                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": "#/components/schemas/cafe.une-tasse-de.stats.v1alpha1.Part"}},
-                    },
-                }),
-            ),
-            (
-                "cafe.une-tasse-de.stats.v1alpha1.Part".to_owned(),
-                json!({"type": "object", "description": "A part.", "properties": {"name": {"type": "string", "description": "Part name."}}}),
-            ),
-        ]
-    }
-
-    fn list<'a>(&'a self, namespace: Option<&'a str>) -> BoxFuture<'a, Result<Arc<Listing>, ComputeError>> {
-        Box::pin(async move {
-            self.calls.lock().unwrap().push(namespace.map(str::to_owned));
-            match self.behavior {
-                Behavior::Ok | Behavior::PanicInColumns => {}
-            }
-            Ok(Arc::new(Listing {
-                items: self
-                    .items
-                    .iter()
-                    .filter(|i| namespace.is_none_or(|ns| *i.meta.namespace == *ns))
-                    .cloned()
-                    .collect(),
-                warnings: self.warnings.clone(),
-                resource_version: "17".to_owned(),
-                ..Listing::default()
-            }))
-        })
-    }
-}
-
-/// The creation time of every fake item.
-pub(crate) const CREATED: &str = "2026-07-01T10:00:00Z";
-
-/// An item of `info` (`ns` empty for a cluster-scoped kind), with cells for [`WIDGET_COLUMNS`].
-pub(crate) fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &str)], size: &str) -> Item {
-    let labels: BTreeMap<String, String> =
-        labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    let mut metadata =
-        json!({"name": name, "uid": format!("uid-{name}"), "creationTimestamp": CREATED, "labels": labels});
-    if !ns.is_empty() {
-        metadata["namespace"] = json!(ns);
-    }
-    let object = json!({"kind": info.kind, "apiVersion": API_VERSION, "metadata": metadata, "size": size});
-    let created: Timestamp = CREATED.parse().unwrap();
-    let meta = Meta {
-        name: name.into(),
-        namespace: ns.into(),
-        uid: Some(format!("uid-{name}").into()),
-        creation_timestamp: Some(created),
-        labels: Arc::new(labels),
-    };
-    let cells = [
-        Cell::Text(name.into()),
-        Cell::Text(size.into()),
-        Cell::None,
-        Cell::Age(Timestamp::now() - SignedDuration::from_hours(3)),
-    ];
-    Item::new(info, meta, &object, &cells)
-}
 
 // ---- fake Prometheus ----
 
@@ -281,36 +145,4 @@ pub(crate) fn mk_defaults() -> QueryFile<Template> {
 
 // ---- requests ----
 
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Vec<u8>,
-}
-
-impl Reply {
-    pub(crate) fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    pub(crate) fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    pub(crate) fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map(|v| v.to_str().unwrap()).unwrap_or_default()
-    }
-}
-
-/// Sends `method uri` with `headers` through `app`; the reply with its whole body.
-pub(crate) async fn call_with(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut req = Request::builder().method(method).uri(uri);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
-    Reply { status, headers, body }
-}
+pub(crate) use apiserver::testing::{Behavior, FakeKind, Reply, call_with, mk_item};

@@ -129,6 +129,10 @@ pub use options::{
     parse_byte_size, parse_positive_duration,
 };
 pub use process::{MemoryLimit, keep_the_heap_in_small_pages, memory_limit};
+/// Fake kinds and a request helper for router tests (the cargo feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub use router::testutil as testing;
 pub use router::{ApiState, GroupService, ReadyFn, app, router};
 pub use serve::{App, shutdown_signal};
 pub use status::{StatusResponse, status_response};

@@ -41,8 +41,9 @@
 //! extractor can answer with a plain-text rejection. Handlers never name a concrete kind.
 
 mod selections;
-#[cfg(test)]
-pub(crate) mod testutil;
+#[cfg(any(test, feature = "testing"))]
+#[allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+pub mod testutil;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,6 +1,7 @@
-//! Fixtures shared by the router's unit tests: the fake kinds (`widgets`, namespaced, and
-//! `gadgets`, cluster-scoped) of the group-version `stats.example.com/v1alpha1`, and a request
-//! helper that collects the whole reply.
+//! Fixtures of the router's unit tests, and of a server's own router tests (the cargo feature
+//! `testing`, for dev-dependencies): fake kinds (`widgets`, namespaced, and `gadgets`,
+//! cluster-scoped; [`FakeKind`] for kinds of any group-version), and a request helper that
+//! collects the whole reply.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -15,23 +16,29 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::kind::tests::EXAMPLE;
 use crate::kind::{
-    Cell, Column, ComputeError, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
+    Cell, Column, ComputeError, GroupVersion, Item, KindInfo, Listing, Meta, OBJECT_META_SCHEMA, ServedKind,
 };
 
-/// The `apiVersion` of the fake kinds.
-pub(crate) const API_VERSION: &str = "stats.example.com/v1alpha1";
+/// The group-version of the fake kinds.
+pub const EXAMPLE: GroupVersion = GroupVersion {
+    group: "stats.example.com",
+    version: "v1alpha1",
+    api_version: "stats.example.com/v1alpha1",
+};
+
+/// Its `apiVersion`.
+pub const API_VERSION: &str = "stats.example.com/v1alpha1";
 
 // ---- fake kinds ----
 
-pub(crate) static WIDGET: LazyLock<KindInfo> = LazyLock::new(|| {
+pub static WIDGET: LazyLock<KindInfo> = LazyLock::new(|| {
     KindInfo::new(EXAMPLE, "Widget", true, "Widget is a test kind.")
         .with_short_names(&["wd"])
         .with_categories(&["example"])
 });
 
-pub(crate) static GADGET: LazyLock<KindInfo> =
+pub static GADGET: LazyLock<KindInfo> =
     LazyLock::new(|| KindInfo::new(EXAMPLE, "Gadget", false, "Gadget is a cluster-scoped test kind."));
 
 /// The columns of a namespaced fake kind; a cluster-scoped one has none (the default table
@@ -44,7 +51,7 @@ const WIDGET_COLUMNS: &[Column] = &[
 ];
 
 #[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Behavior {
+pub enum Behavior {
     Ok,
     NotReady,
     Internal,
@@ -57,16 +64,16 @@ pub(crate) enum Behavior {
 
 /// A kind serving fixed items (filtered by namespace), or failing as `behavior` says; records
 /// the namespace of every list call.
-pub(crate) struct FakeKind {
+pub struct FakeKind {
     info: &'static KindInfo,
     items: Vec<Item>,
     behavior: Behavior,
     warnings: Vec<String>,
-    pub(crate) calls: Mutex<Vec<Option<String>>>,
+    pub calls: Mutex<Vec<Option<String>>>,
 }
 
 impl FakeKind {
-    pub(crate) fn new(
+    pub fn new(
         info: &'static KindInfo,
         items: Vec<Item>,
         behavior: Behavior,
@@ -95,7 +102,7 @@ impl ServedKind for FakeKind {
     }
 
     fn schemas(&self) -> Vec<(String, Value)> {
-        let name = format!("com.example.stats.v1alpha1.{}", self.info.kind);
+        let name = crate::kind::schema_name(self.info.gv, &self.info.kind);
         vec![
             (
                 name,
@@ -105,12 +112,12 @@ impl ServedKind for FakeKind {
                     "properties": {
                         "metadata": {"$ref": format!("#/components/schemas/{OBJECT_META_SCHEMA}"), "description": "Standard object metadata."},
                         "size": {"type": "string", "description": "Size of the widget."},
-                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": "#/components/schemas/com.example.stats.v1alpha1.Part"}},
+                        "parts": {"type": "array", "description": "Parts.", "items": {"$ref": format!("#/components/schemas/{}", crate::kind::schema_name(self.info.gv, "Part"))}},
                     },
                 }),
             ),
             (
-                "com.example.stats.v1alpha1.Part".to_owned(),
+                crate::kind::schema_name(self.info.gv, "Part"),
                 json!({"type": "object", "description": "A part.", "properties": {"name": {"type": "string", "description": "Part name."}}}),
             ),
         ]
@@ -144,10 +151,10 @@ impl ServedKind for FakeKind {
 }
 
 /// The creation time of every fake item.
-pub(crate) const CREATED: &str = "2026-07-01T10:00:00Z";
+pub const CREATED: &str = "2026-07-01T10:00:00Z";
 
 /// An item of `info` (`ns` empty for a cluster-scoped kind), with cells for [`WIDGET_COLUMNS`].
-pub(crate) fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &str)], size: &str) -> Item {
+pub fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &str)], size: &str) -> Item {
     let labels: BTreeMap<String, String> =
         labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     let mut metadata =
@@ -155,7 +162,8 @@ pub(crate) fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &s
     if !ns.is_empty() {
         metadata["namespace"] = json!(ns);
     }
-    let object = json!({"kind": info.kind, "apiVersion": API_VERSION, "metadata": metadata, "size": size});
+    let object =
+        json!({"kind": info.kind, "apiVersion": info.gv.api_version, "metadata": metadata, "size": size});
     let created: Timestamp = CREATED.parse().unwrap();
     let meta = Meta {
         name: name.into(),
@@ -174,7 +182,7 @@ pub(crate) fn mk_item(info: &KindInfo, ns: &str, name: &str, labels: &[(&str, &s
 }
 
 /// Widgets in the namespaces `other` and `shop`.
-pub(crate) fn mk_widgets(behavior: Behavior, warnings: &[&str]) -> Arc<FakeKind> {
+pub fn mk_widgets(behavior: Behavior, warnings: &[&str]) -> Arc<FakeKind> {
     let items = vec![
         mk_item(&WIDGET, "other", "web-1", &[("app", "web")], "1"),
         mk_item(&WIDGET, "shop", "db-0", &[("app", "db")], "3"),
@@ -185,35 +193,35 @@ pub(crate) fn mk_widgets(behavior: Behavior, warnings: &[&str]) -> Arc<FakeKind>
 }
 
 /// One gadget, `g1`.
-pub(crate) fn mk_gadgets() -> Arc<FakeKind> {
+pub fn mk_gadgets() -> Arc<FakeKind> {
     FakeKind::new(&GADGET, vec![mk_item(&GADGET, "", "g1", &[], "9")], Behavior::Ok, &[])
 }
 
 // ---- requests ----
 
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Vec<u8>,
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
 }
 
 impl Reply {
-    pub(crate) fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    pub(crate) fn header(&self, name: &str) -> &str {
+    pub fn header(&self, name: &str) -> &str {
         self.headers.get(name).map(|v| v.to_str().unwrap()).unwrap_or_default()
     }
 }
 
 /// Sends `method uri` with `headers` through `app`; the reply with its whole body.
-pub(crate) async fn call_with(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
+pub async fn call_with(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
     let mut req = Request::builder().method(method).uri(uri);
     for (k, v) in headers {
         req = req.header(*k, *v);
