@@ -264,12 +264,15 @@ fn every_percolator_metric_named_is_exported() {
         regex::Regex::new(r"\bpercolator_[a-z0-9_]+").unwrap().find_iter(&text).map(|m| m.as_str()).collect();
     assert!(named.len() >= 6, "{named:?}");
     // Exported only where percolator runs under a memory limit (absent when unlimited, as on
-    // a test machine): percolator's collector must name it under its namespace (src/telemetry.rs),
-    // and apiserver's unit test reads limits from cgroup files (crates/apiserver/src/process.rs).
-    let process = std::fs::read_to_string(mk_path("src/telemetry.rs")).unwrap();
+    // a test machine): apiserver's collector names it under the server's namespace
+    // (crates/apiserver/src/process.rs, whose unit test reads limits from cgroup files), and
+    // percolator registers that collector (src/telemetry.rs).
+    let collector = std::fs::read_to_string(mk_path("crates/apiserver/src/process.rs")).unwrap();
+    let registered = std::fs::read_to_string(mk_path("src/telemetry.rs")).unwrap();
     let limited = "percolator_memory_limit_bytes";
     let unprefixed = limited.trim_start_matches("percolator_");
-    assert!(process.contains(&format!("\"{unprefixed}\"")), "the collector no longer exports {limited}");
+    assert!(collector.contains(&format!("\"{unprefixed}\"")), "the collector no longer exports {limited}");
+    assert!(registered.contains("MemoryLimit"), "percolator no longer registers the collector of {limited}");
     let unknown: Vec<&&str> = named.iter().filter(|n| !exported.contains(**n) && **n != limited).collect();
     assert!(unknown.is_empty(), "named in {RULES} but not exported: {unknown:?}\nexported: {exported:?}");
 }

@@ -5,10 +5,14 @@
 //! loop are the library's; this file is the kind and its composition.
 //!
 //! ```text
-//! cargo run -p apiserver --example zones -- --kubeconfig ~/.kube/config --secure-port 6443
+//! cargo run -p apiserver --example zones -- --kubeconfig ~/.kube/config --secure-port 8443
 //! ```
 //!
-//! then an `APIService` for `v1alpha1.topology.example.com` pointing at it, and
+//! In a cluster it runs as metrics-server does: a Deployment whose service account may list
+//! nodes and is bound to `system:auth-delegator` (TokenReview, SubjectAccessReview) and, in
+//! `kube-system`, to the Role `extension-apiserver-authentication-reader` (the trust
+//! ConfigMap); a Service in front of it; an `APIService` `v1alpha1.topology.example.com`
+//! naming that Service, with the serving certificate's CA as its `caBundle`. Then
 //! `kubectl get zones`.
 
 use std::collections::BTreeMap;
@@ -44,6 +48,9 @@ pub(crate) struct Args {
     /// The kubeconfig of the cluster (in a pod: omitted, the service account's).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Log verbosity (0: warnings, 1–2: info, 3: debug, 4 and more: trace).
+    #[arg(short = 'v', long = "v", default_value_t = 2)]
+    verbosity: u8,
 }
 
 /// The kind: zones computed from a list of nodes at request time.
@@ -95,9 +102,15 @@ impl ServedKind for Zones {
             let mut zones: BTreeMap<String, Zone> = BTreeMap::new();
             for node in &nodes.items {
                 let labels = node.metadata.labels.clone().unwrap_or_default();
-                let Some(name) = labels.get(ZONE) else { continue };
+                // A label value may not be an object name (capitals, `_`): such a zone is left out.
+                let Some(name) = labels.get(ZONE).filter(|z| k8s_wire::is_dns1123_subdomain(z).is_empty())
+                else {
+                    continue;
+                };
                 let zone = zones.entry(name.clone()).or_default();
-                zone.region = labels.get(REGION).cloned().unwrap_or_default();
+                if let Some(region) = labels.get(REGION) {
+                    zone.region.clone_from(region);
+                }
                 zone.nodes += 1;
                 let cpu =
                     node.status.as_ref().and_then(|s| s.allocatable.as_ref()).and_then(|a| a.get("cpu"));
@@ -106,7 +119,10 @@ impl ServedKind for Zones {
             let version = nodes.metadata.resource_version.unwrap_or_default();
             let mut list = ListingBuilder::new(&self.info, version);
             for (name, zone) in zones {
-                let labels = BTreeMap::from([(REGION.to_owned(), zone.region.clone())]);
+                let labels: BTreeMap<String, String> = [(REGION.to_owned(), zone.region.clone())]
+                    .into_iter()
+                    .filter(|(_, r)| !r.is_empty())
+                    .collect();
                 let meta = Meta {
                     name: name.into(),
                     namespace: Meta::cluster_scoped(),
@@ -132,8 +148,9 @@ impl ServedKind for Zones {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    apiserver::init_logging(2, &["zones", "apiserver"]);
-    run(Args::parse(), apiserver::shutdown_signal()).await
+    let args = Args::parse();
+    apiserver::init_logging(args.verbosity, &["zones", "apiserver"]);
+    run(args, apiserver::shutdown_signal()).await
 }
 
 /// Serves zones as `args` say until `shutdown` resolves (SIGTERM in `main`).
@@ -151,11 +168,15 @@ pub(crate) async fn run(
     };
     // Who may read zones is the cluster's call: TokenReview and SubjectAccessReview.
     let auth = apiserver::Auth::start(&args.auth, &config).await?;
+    // Rotated CA files (`--client-ca-file`, `--requestheader-client-ca-file`) apply without a
+    // restart, as the serving certificate does.
+    auth.trust().spawn_file_poller(args.serving.tls_reload_interval);
     let (tls, cert) = apiserver::server_config_reloading(&args.serving, Some(auth.client_cert_verifier()))?;
     cert.spawn_reloader(args.serving.tls_reload_interval);
 
     let metrics = Metrics::new("zones");
     metrics.export_auth(auth.metrics());
+    apiserver::export_serving_certificate_expiry(&cert, &metrics);
     let nodes = Api::<Node>::all(kube::Client::try_from(config)?);
     let info =
         KindInfo::new(GV, "Zone", false, "The nodes of one zone of the cluster.").with_short_names(&["zn"]);

@@ -17,8 +17,8 @@
 //!   ETags), [`openapi`] (v2 and v3, from the kinds' schemas), health (`/healthz`, `/livez`,
 //!   `/readyz` and named checks) and `/metrics`;
 //! - [`serve`]: the serving loop (TLS, HTTP/1.1 and HTTP/2, bounds on hostile clients, HTTP/2
-//!   fairness, write batching) and [`serve::serve`], which runs an [`App`] until SIGTERM with a
-//!   graceful shutdown;
+//!   fairness, write batching) and [`serve::serve`], which runs an [`App`] until the shutdown
+//!   future it is given resolves (SIGTERM: [`shutdown_signal`]), then shuts down gracefully;
 //! - serving TLS with reloaded certificates ([`server_config_reloading`]), delegated
 //!   authentication and authorization ([`Auth`]), TTL caches ([`TtlCache`]), the generic
 //!   server's flags ([`ServingArgs`], [`AuthArgs`]), its metrics ([`Metrics`], which takes the
