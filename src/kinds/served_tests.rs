@@ -10,31 +10,10 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::metrics::testutil::{Reply, call_with};
+use apiserver::testing::{KUBECTL_TABLE, V2_ACCEPT, get, get_accept, status_body};
 
 const G: &str = "stats.une-tasse-de.cafe";
 const V: &str = "v1alpha1";
-const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-
-async fn get(app: &Router, uri: &str) -> Reply {
-    call_with(app, "GET", uri, &[]).await
-}
-
-async fn get_accept(app: &Router, uri: &str, accept: &str) -> Reply {
-    call_with(app, "GET", uri, &[("accept", accept)]).await
-}
-
-fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
-    let mut v = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code,
-    });
-    if let Some(d) = details {
-        v["details"] = d;
-    }
-    v
-}
 
 // ---- declared kinds follow the configuration ----
 

@@ -101,7 +101,7 @@ impl ServedKind for Zones {
                 .map_err(|e| ComputeError::Upstream(e.to_string()))?;
             let mut zones: BTreeMap<String, Zone> = BTreeMap::new();
             for node in &nodes.items {
-                let labels = node.metadata.labels.clone().unwrap_or_default();
+                let Some(labels) = &node.metadata.labels else { continue };
                 // A label value may not be an object name (capitals, `_`): such a zone is left out.
                 let Some(name) = labels.get(ZONE).filter(|z| k8s_wire::is_dns1123_subdomain(z).is_empty())
                 else {

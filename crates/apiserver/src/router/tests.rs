@@ -9,15 +9,14 @@ use serde_json::{Value, json};
 
 use super::testutil::API_VERSION;
 use super::testutil::{
-    Behavior, CREATED, FakeKind, Reply, WIDGET, call_with, mk_gadgets, mk_item, mk_widgets,
+    Behavior, CREATED, FakeKind, KUBECTL_TABLE, Reply, V2_ACCEPT, WIDGET, call_with, get, get_accept,
+    mk_gadgets, mk_item, mk_widgets, status_body,
 };
 use super::*;
 use crate::kind::OBJECT_META_SCHEMA;
 
 const G: &str = "stats.example.com";
 const V: &str = "v1alpha1";
-const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
 fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
     let kinds: crate::kind::Kinds = vec![widgets, mk_gadgets()];
@@ -26,25 +25,6 @@ fn mk_state_with(widgets: Arc<FakeKind>, ready: bool) -> ApiState {
 
 fn mk_app() -> Router {
     router(mk_state_with(mk_widgets(Behavior::Ok, &[]), true))
-}
-
-async fn get(app: &Router, uri: &str) -> Reply {
-    call_with(app, "GET", uri, &[]).await
-}
-
-async fn get_accept(app: &Router, uri: &str, accept: &str) -> Reply {
-    call_with(app, "GET", uri, &[("accept", accept)]).await
-}
-
-fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
-    let mut v = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code,
-    });
-    if let Some(d) = details {
-        v["details"] = d;
-    }
-    v
 }
 
 fn assert_status(r: &Reply, code: u16, reason: &str, message: &str, details: Option<Value>) {

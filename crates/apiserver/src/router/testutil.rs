@@ -232,3 +232,30 @@ pub async fn call_with(app: &Router, method: &str, uri: &str, headers: &[(&str, 
     let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
     Reply { status, headers, body }
 }
+
+/// The `Accept` kubectl sends for `kubectl get`: a Table, or JSON.
+pub const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+/// The `Accept` of aggregated discovery (v2, then v2beta1, then JSON).
+pub const V2_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// `GET uri` through `app`.
+pub async fn get(app: &Router, uri: &str) -> Reply {
+    call_with(app, "GET", uri, &[]).await
+}
+
+/// `GET uri` through `app` with `Accept: accept`.
+pub async fn get_accept(app: &Router, uri: &str, accept: &str) -> Reply {
+    call_with(app, "GET", uri, &[("accept", accept)]).await
+}
+
+/// The `metav1.Status` body of a failure.
+pub fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
+    let mut v = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    });
+    if let Some(d) = details {
+        v["details"] = d;
+    }
+    v
+}
